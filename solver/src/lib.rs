@@ -1,0 +1,1 @@
+//! Geometer's solver: MIG hardware catalog, geometries and the planner.

@@ -1,0 +1,1 @@
+//! Geometer: the operator, the node agent and the CLI.
