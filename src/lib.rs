@@ -1,1 +1,6 @@
 //! Geometer: the operator, the node agent and the CLI.
+//!
+//! Data flows one way: `api` (CRD types) and the solver crate are leaves; the adapter turns
+//! Kubernetes objects into solver snapshots; controller and agent use both.
+
+pub mod cli;

@@ -1,0 +1,44 @@
+//! Command-line interface. One file per subcommand; this module only dispatches.
+//!
+//! Exit codes: 0 success, 1 the answer is "no" (e.g. an invalid geometry), 2 bad input.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
+pub struct Cli {
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long, global = true, env = "GEOMETER_LOG_JSON")]
+    pub log_json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {}
+
+/// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
+/// argv[0] differs but clap only needs a program name, so nothing to rewrite beyond that.
+pub fn plugin_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    let mut args: Vec<OsString> = args.collect();
+    if let Some(first) = args.first_mut() {
+        *first = OsString::from("geometer");
+    }
+    args
+}
+
+/// Turns a command's result into an exit code, printing errors the way a user reads them.
+pub fn run(cli: Cli) -> ExitCode {
+    init_logging(cli.log_json);
+    match cli.command {}
+}
+
+fn init_logging(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("GEOMETER_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+}
