@@ -10,6 +10,7 @@ pub mod batching;
 pub mod conditions;
 pub mod fingerprint;
 pub mod health;
+pub mod leader;
 pub mod metrics;
 pub mod naming;
 pub mod policy_check;
