@@ -96,37 +96,55 @@ pub struct RolloutDecision {
     pub recheck_at: Option<Timestamp>,
 }
 
+/// What the plan's status recorded about a node last time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub step: NodeStep,
+    /// When the controller wrote the node's spec for this plan.
+    pub started_at: Option<Timestamp>,
+}
+
 /// Decides the next step of plan `plan`, whose changing nodes are `plan_nodes` (in the order to
-/// roll out). `views` holds every node the policy manages; `recorded` the node steps the plan's
-/// status recorded last time (a node once Succeeded stays so; one taken over by another plan
-/// while applying fails).
+/// roll out). `views` holds every node the policy manages; `recorded` what the plan's status
+/// recorded last time: a node once Succeeded stays so; a node recorded Applying whose MigNode
+/// does not name the plan is either not yet visible in the cache or its write was lost, and is
+/// written again (the write is idempotent), unless a later write by another plan took it over.
 pub fn next_step(
     plan: &str,
     plan_nodes: &[String],
     views: &BTreeMap<String, NodeView>,
-    recorded: &BTreeMap<String, NodeStep>,
+    recorded: &BTreeMap<String, Recorded>,
     limits: RolloutLimits,
     now: Timestamp,
 ) -> RolloutDecision {
     let mut recheck_at: Option<Timestamp> = None;
     let mut recheck = |t: Timestamp| recheck_at = Some(recheck_at.map_or(t, |r: Timestamp| r.min(t)));
 
-    let mut nodes: Vec<(String, NodeStep)> = plan_nodes
-        .iter()
-        .map(|node| (node.clone(), observe(plan, node, views.get(node), recorded.get(node), limits, now, &mut recheck)))
-        .collect();
+    let mut write = Vec::new();
+    let mut nodes: Vec<(String, NodeStep)> = Vec::with_capacity(plan_nodes.len());
+    for node in plan_nodes {
+        let step = match observe(plan, node, views.get(node), recorded.get(node), limits, now, &mut recheck) {
+            Observed::Step(step) => step,
+            Observed::WriteAgain => {
+                write.push(node.clone());
+                NodeStep::Applying
+            }
+        };
+        nodes.push((node.clone(), step));
+    }
 
     if let Some((node, NodeStep::Failed(why))) = nodes.iter().find(|(_, s)| matches!(s, NodeStep::Failed(_))) {
         let outcome = Outcome::Failed(format!("node {node}: {why}"));
         return RolloutDecision { write: vec![], nodes, outcome, recheck_at: None };
     }
+    // A node written again holds a slot even where the (stale) cache shows it settled.
+    let rewritten = write.iter().filter(|n| views.get(n.as_str()).is_some_and(NodeView::settled)).count() as u32;
     if nodes.iter().all(|(_, s)| *s == NodeStep::Succeeded) {
         return RolloutDecision { write: vec![], nodes, outcome: Outcome::Succeeded, recheck_at: None };
     }
 
     let busy = views.values().filter(|v| !v.settled()).count() as u32;
-    let mut slots = limits.max_nodes_reconfiguring.saturating_sub(busy);
-    let mut write = Vec::new();
+    let mut slots = limits.max_nodes_reconfiguring.saturating_sub(busy + rewritten);
     for (node, step) in nodes.iter_mut() {
         let NodeStep::Pending(waiting) = step else { continue };
         let view = &views[node.as_str()];
@@ -160,32 +178,52 @@ pub fn next_step(
     RolloutDecision { write, nodes, outcome: Outcome::Applying, recheck_at }
 }
 
+enum Observed {
+    Step(NodeStep),
+    /// Recorded as written, but the MigNode does not show it: write it again.
+    WriteAgain,
+}
+
 fn observe(
     plan: &str,
     node: &str,
     view: Option<&NodeView>,
-    recorded: Option<&NodeStep>,
+    recorded: Option<&Recorded>,
     limits: RolloutLimits,
     now: Timestamp,
     recheck: &mut impl FnMut(Timestamp),
-) -> NodeStep {
-    if recorded == Some(&NodeStep::Succeeded) {
-        return NodeStep::Succeeded;
-    }
-    let Some(view) = view else {
-        return NodeStep::Failed(format!("MigNode {node} no longer exists (is the node agent still running there?)"));
-    };
-    if view.spec_plan.as_deref() != Some(plan) {
-        return match (recorded, &view.spec_plan) {
-            (Some(NodeStep::Applying), Some(other)) => {
-                NodeStep::Failed(format!("its MigNode spec was overwritten by plan {other} while applying"))
+) -> Observed {
+    Observed::Step(match recorded {
+        Some(Recorded { step: NodeStep::Succeeded, .. }) => NodeStep::Succeeded,
+        _ => {
+            let Some(view) = view else {
+                return Observed::Step(NodeStep::Failed(format!(
+                    "MigNode {node} no longer exists (is the node agent still running there?)"
+                )));
+            };
+            if view.spec_plan.as_deref() != Some(plan) {
+                let Some(Recorded { step: NodeStep::Applying, started_at }) = recorded else {
+                    return Observed::Step(NodeStep::Pending(None));
+                };
+                // Second precision: both times come from the same clock reading, written as
+                // RFC 3339 seconds.
+                let later_write = match (view.spec_written_at, started_at) {
+                    (Some(w), Some(s)) => w.as_second() > s.as_second(),
+                    _ => false,
+                };
+                return match (&view.spec_plan, later_write) {
+                    (Some(other), true) => Observed::Step(NodeStep::Failed(format!(
+                        "its MigNode spec was overwritten by plan {other} while applying"
+                    ))),
+                    _ => Observed::WriteAgain,
+                };
             }
-            (Some(NodeStep::Applying), None) => {
-                NodeStep::Failed("its MigNode spec lost the plan while applying".to_string())
-            }
-            _ => NodeStep::Pending(None),
-        };
-    }
+            converging(view, limits, now, recheck)
+        }
+    })
+}
+
+fn converging(view: &NodeView, limits: RolloutLimits, now: Timestamp, recheck: &mut impl FnMut(Timestamp)) -> NodeStep {
     if view.observed_generation == Some(view.generation) {
         match &view.agent {
             AgentState::Ready => return NodeStep::Succeeded,
@@ -345,16 +383,36 @@ mod tests {
         let d = next_step(PLAN, &names(&["gone"]), &BTreeMap::new(), &BTreeMap::new(), limits(1), t(0));
         assert!(matches!(d.outcome, Outcome::Failed(ref w) if w.contains("MigNode gone no longer exists")));
 
-        let views = BTreeMap::from([("a".into(), ready(Some("other-plan"), 3, Some(0)))]);
-        let recorded = BTreeMap::from([("a".to_string(), NodeStep::Applying)]);
+        let views = BTreeMap::from([("a".into(), ready(Some("other-plan"), 3, Some(200)))]);
+        let recorded = BTreeMap::from([("a".to_string(), applying_since(100))]);
         let d = next_step(PLAN, &names(&["a"]), &views, &recorded, limits(1), t(5000));
         assert!(matches!(d.outcome, Outcome::Failed(ref w) if w.contains("overwritten by plan other-plan")), "{d:?}");
+    }
+
+    fn applying_since(secs: i64) -> Recorded {
+        Recorded { step: NodeStep::Applying, started_at: Some(t(secs)) }
+    }
+
+    #[test]
+    fn a_recorded_write_the_mignode_does_not_show_yet_is_written_again_without_a_second_slot() {
+        // The plan's status says a was written at 100, but the MigNode cache still shows the
+        // spec from before (written at 50): either the cache lags or the write was lost.
+        let views = BTreeMap::from([
+            ("a".into(), ready(Some("older-plan"), 3, Some(50))),
+            ("b".into(), ready(None, 1, None)),
+        ]);
+        let recorded = BTreeMap::from([("a".to_string(), applying_since(100))]);
+        let lim = RolloutLimits { stabilisation: Duration::ZERO, ..limits(1) };
+        let d = next_step(PLAN, &names(&["a", "b"]), &views, &recorded, lim, t(110));
+        assert_eq!(d.write, names(&["a"]));
+        assert_eq!(d.outcome, Outcome::Applying);
+        assert!(matches!(d.nodes[1].1, NodeStep::Pending(Some(_))), "b waits: a holds the only slot");
     }
 
     #[test]
     fn a_node_recorded_succeeded_stays_succeeded_after_a_later_plan_took_it() {
         let views = BTreeMap::from([("a".into(), ready(Some("later-plan"), 3, Some(0)))]);
-        let recorded = BTreeMap::from([("a".to_string(), NodeStep::Succeeded)]);
+        let recorded = BTreeMap::from([("a".to_string(), Recorded { step: NodeStep::Succeeded, started_at: None })]);
         let d = next_step(PLAN, &names(&["a"]), &views, &recorded, limits(1), t(5000));
         assert_eq!(d.outcome, Outcome::Succeeded);
     }
