@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-pub use schema::CatalogError;
+pub use schema::{CatalogError, CatalogFile};
 
 /// Index into [`GpuModel::profiles`].
 pub type ProfileId = usize;
