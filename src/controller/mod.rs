@@ -7,13 +7,19 @@
 //! The rest talks to the API server.
 
 pub mod batching;
+pub mod actions;
 pub mod conditions;
 pub mod fingerprint;
 pub mod health;
 pub mod leader;
+pub mod lifecycle;
 pub mod metrics;
 pub mod naming;
 pub mod policy_check;
 pub mod rollout;
 pub mod selector;
 pub mod supersede;
+pub mod views;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
