@@ -9,11 +9,17 @@ use crate::api::{MigNodeSpec, MigPlan, MigPlanStatus, MigPolicyStatus};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
-    /// Replace a plan's status. `resource_version` guards against acting on a stale cache.
-    PlanStatus { plan: String, resource_version: Option<String>, status: MigPlanStatus },
+    /// Change a plan's status from `before` (what the decision saw) to `status`.
+    /// `resource_version` guards against acting on a stale cache.
+    PlanStatus { plan: String, resource_version: Option<String>, before: Option<MigPlanStatus>, status: MigPlanStatus },
     /// Write a MigNode's desired geometry.
     NodeSpec { node: String, resource_version: Option<String>, spec: MigNodeSpec, written_at: Timestamp },
-    PolicyStatus { policy: String, resource_version: Option<String>, status: MigPolicyStatus },
+    PolicyStatus {
+        policy: String,
+        resource_version: Option<String>,
+        before: Option<MigPolicyStatus>,
+        status: MigPolicyStatus,
+    },
     /// Publish a new plan (created, then its status set to Proposed).
     CreatePlan(Box<MigPlan>),
     Event(EventSpec),

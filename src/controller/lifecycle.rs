@@ -87,7 +87,12 @@ pub fn reconcile_plan(inp: &PlanInputs<'_>) -> Vec<Action> {
     if next != current {
         actions.insert(
             0,
-            Action::PlanStatus { plan: plan.name_any(), resource_version: plan.resource_version(), status: next },
+            Action::PlanStatus {
+                plan: plan.name_any(),
+                resource_version: plan.resource_version(),
+                before: plan.status.clone(),
+                status: next,
+            },
         );
     }
     actions

@@ -9,6 +9,7 @@
 pub mod batching;
 pub mod actions;
 pub mod conditions;
+pub mod execute;
 pub mod fingerprint;
 pub mod health;
 pub mod leader;
@@ -16,6 +17,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod naming;
 pub mod policy_check;
+pub mod policy_status;
 pub mod rollout;
 pub mod selector;
 pub mod supersede;
