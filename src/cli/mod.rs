@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod agent;
+pub mod approve;
 pub mod catalog;
 pub mod crds;
 pub mod geometry;
@@ -33,6 +34,8 @@ pub enum Command {
     Crds(crds::CrdsArgs),
     /// The node agent; `probe` prints what NVML reports on this machine.
     Agent(agent::AgentArgs),
+    /// Approve a MigPlan of a policy in Approve mode (sets spec.approved: true).
+    Approve(approve::ApproveArgs),
 }
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
@@ -53,6 +56,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Geometry(args) => output::finish(geometry::run(args)),
         Command::Crds(args) => output::finish(crds::run(args)),
         Command::Agent(args) => output::finish(agent::run(args)),
+        Command::Approve(args) => output::finish(approve::run(args)),
     }
 }
 

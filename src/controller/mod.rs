@@ -8,6 +8,7 @@
 
 pub mod batching;
 pub mod actions;
+pub mod approval;
 pub mod conditions;
 pub mod execute;
 pub mod fingerprint;
