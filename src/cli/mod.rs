@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod apiserver;
+
 #[derive(Debug, Parser)]
 #[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
 pub struct Cli {
@@ -18,7 +20,10 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
+    Apiserver(apiserver::ApiserverArgs),
+}
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
 /// argv[0] differs but clap only needs a program name, so nothing to rewrite beyond that.
@@ -33,7 +38,9 @@ pub fn plugin_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 /// Turns a command's result into an exit code, printing errors the way a user reads them.
 pub fn run(cli: Cli) -> ExitCode {
     init_logging(cli.log_json);
-    match cli.command {}
+    match cli.command {
+        Command::Apiserver(args) => apiserver::run(args),
+    }
 }
 
 fn init_logging(json: bool) {
