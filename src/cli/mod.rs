@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod crds;
 pub mod geometry;
 pub mod output;
+pub mod apiserver;
 
 #[derive(Debug, Parser)]
 #[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
@@ -36,6 +37,8 @@ pub enum Command {
     Agent(agent::AgentArgs),
     /// Approve a MigPlan of a policy in Approve mode (sets spec.approved: true).
     Approve(approve::ApproveArgs),
+    /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
+    Apiserver(apiserver::ApiserverArgs),
 }
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
@@ -57,6 +60,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Crds(args) => output::finish(crds::run(args)),
         Command::Agent(args) => output::finish(agent::run(args)),
         Command::Approve(args) => output::finish(approve::run(args)),
+        Command::Apiserver(args) => apiserver::run(args),
     }
 }
 
