@@ -127,8 +127,10 @@ impl Store {
         if !applied.is_object() {
             return Err(ApiError::bad_request("an apply configuration must be an object"));
         }
+        // As in Kubernetes, the name is checked on the result: an apply configuration without a
+        // name (kube-lease-manager sends none) takes the one on the URL.
         let applied_name = applied["metadata"]["name"].as_str().unwrap_or("");
-        if applied_name != name {
+        if !applied_name.is_empty() && applied_name != name {
             return Err(ApiError::bad_request(format!("the name of the object ({applied_name}) does not match the name on the URL ({name})")));
         }
         let scope = scope_of(rt, version, req.subresource);
