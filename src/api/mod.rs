@@ -26,6 +26,7 @@ pub use plan::{
     Demand, DemandMet, DemandUnmet, Eviction, GpuChange, GpuOperations, MigPlan, MigPlanPhase,
     MigPlanSpec, MigPlanStatus, NodeChange, NodeProgress, NodeProgressPhase, PlanSummary,
 };
+pub use plan::{MAX_PLAN_DEMAND_ENTRIES, MAX_PLAN_EVICTIONS, MAX_PLAN_NODES};
 pub use policy::{
     Batching, Disruption, MigPolicy, MigPolicySpec, MigPolicyStatus, PolicyMode, SolverLimits,
     DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS,

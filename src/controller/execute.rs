@@ -7,7 +7,8 @@
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::Client;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::{Client, Resource};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
@@ -55,11 +56,23 @@ impl Executor {
     /// events that name it); when it fails, the rest are skipped.
     pub async fn run_group(&self, actions: Vec<Action>) -> Outcome {
         let mut outcome = Outcome::default();
-        for (i, action) in actions.into_iter().enumerate() {
+        let mut created: Option<ObjectReference> = None;
+        for (i, mut action) in actions.into_iter().enumerate() {
+            if let (Some(made), Action::Event(event)) = (&created, &mut action) {
+                // Events about a plan created in this group name it by its new uid, which
+                // `kubectl describe` matches on.
+                fill_uid(&mut event.regarding, made);
+                if let Some(related) = &mut event.related {
+                    fill_uid(related, made);
+                }
+            }
             let result = self.run(action).await;
             let failed = result.is_err();
             outcome.add(match result {
-                Ok(()) => Outcome { done: 1, ..Default::default() },
+                Ok(made) => {
+                    created = made.or(created);
+                    Outcome { done: 1, ..Default::default() }
+                }
                 Err(e) if is_conflict(&e) => {
                     tracing::debug!(error = %e, "write conflicted with a newer version; retrying after the cache catches up");
                     Outcome { conflicts: 1, ..Default::default() }
@@ -76,7 +89,8 @@ impl Executor {
         outcome
     }
 
-    async fn run(&self, action: Action) -> Result<(), kube::Error> {
+    /// Runs one action; a created object's reference comes back.
+    async fn run(&self, action: Action) -> Result<Option<ObjectReference>, kube::Error> {
         let params = PatchParams::default();
         match action {
             Action::PlanStatus { plan, resource_version, before, status } => {
@@ -98,10 +112,11 @@ impl Executor {
                 let name = created.metadata.name.clone().unwrap_or_default();
                 let patch = status_patch(created.metadata.resource_version.clone(), None, &status);
                 api.patch_status(&name, &params, &Patch::Merge(patch)).await?;
+                return Ok(Some(created.object_ref(&())));
             }
             Action::Event(spec) => self.publish(spec).await?,
         }
-        Ok(())
+        Ok(None)
     }
 
     async fn publish(&self, spec: EventSpec) -> Result<(), kube::Error> {
@@ -161,6 +176,12 @@ pub fn merge_diff(before: &Value, after: &Value) -> Value {
             Value::Object(out)
         }
         _ => after.clone(),
+    }
+}
+
+fn fill_uid(reference: &mut ObjectReference, made: &ObjectReference) {
+    if reference.uid.is_none() && reference.kind == made.kind && reference.name == made.name {
+        reference.uid = made.uid.clone();
     }
 }
 

@@ -44,14 +44,23 @@ pub struct PlanInputs<'a> {
     pub now: Timestamp,
 }
 
-pub fn reconcile_plan(inp: &PlanInputs<'_>) -> Vec<Action> {
+/// What one plan's reconcile decided.
+#[derive(Debug, Default)]
+pub struct PlanDecision {
+    pub actions: Vec<Action>,
+    /// When to look again even if nothing changes (a stabilisation window ends, a node times out).
+    pub recheck_at: Option<Timestamp>,
+}
+
+pub fn reconcile_plan(inp: &PlanInputs<'_>) -> PlanDecision {
     let plan = inp.plan;
     let current = plan.status.clone().unwrap_or_default();
     if current.phase.is_final() {
-        return vec![];
+        return PlanDecision::default();
     }
     let mut next = current.clone();
     let mut actions = Vec::new();
+    let mut recheck_at = None;
 
     if matches!(current.phase, MigPlanPhase::Proposed | MigPlanPhase::Approved) {
         if let Some(why) = superseded(inp) {
@@ -81,7 +90,9 @@ pub fn reconcile_plan(inp: &PlanInputs<'_>) -> Vec<Action> {
     }
 
     if next.phase == MigPlanPhase::Applying {
-        actions.extend(roll_out(inp, &mut next));
+        let (more, recheck) = roll_out(inp, &mut next);
+        actions.extend(more);
+        recheck_at = recheck;
     }
 
     if next != current {
@@ -95,7 +106,7 @@ pub fn reconcile_plan(inp: &PlanInputs<'_>) -> Vec<Action> {
             },
         );
     }
-    actions
+    PlanDecision { actions, recheck_at }
 }
 
 /// Why the plan no longer applies, if it does not.
@@ -137,7 +148,7 @@ fn changing_nodes(plan: &MigPlan) -> Vec<String> {
     plan.spec.nodes.iter().filter(|n| n.gpus.iter().any(|g| g.changes())).map(|n| n.node.clone()).collect()
 }
 
-fn roll_out(inp: &PlanInputs<'_>, next: &mut MigPlanStatus) -> Vec<Action> {
+fn roll_out(inp: &PlanInputs<'_>, next: &mut MigPlanStatus) -> (Vec<Action>, Option<Timestamp>) {
     let plan = inp.plan;
     let name = plan.name_any();
     let nodes = changing_nodes(plan);
@@ -203,7 +214,7 @@ fn roll_out(inp: &PlanInputs<'_>, next: &mut MigPlanStatus) -> Vec<Action> {
             actions.push(plan_event(plan, true, "Failed", "Apply", format!("Failed: {why}")));
         }
     }
-    actions
+    (actions, decision.recheck_at)
 }
 
 /// The node's spec after this plan: its GPUs get the plan's targets, other GPUs keep what an

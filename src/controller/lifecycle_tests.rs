@@ -43,6 +43,7 @@ impl Scenario {
             mignodes: &mignodes,
             now: Timestamp::from_second(self.now).unwrap(),
         })
+        .actions
     }
 }
 

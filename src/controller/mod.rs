@@ -7,6 +7,7 @@
 //! The rest talks to the API server.
 
 pub mod batching;
+pub mod cache;
 pub mod actions;
 pub mod approval;
 pub mod conditions;

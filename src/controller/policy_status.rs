@@ -78,7 +78,8 @@ pub fn newest_plans(plans: &[Arc<MigPlan>]) -> BTreeMap<String, Arc<MigPlan>> {
     newest
 }
 
-/// Status writes and events for policies whose status differs from what validation found.
+/// Status writes and events for policies whose status differs from what validation found; one
+/// group of actions per policy, the status write first.
 pub fn reconcile_policies(
     policies: &[Arc<MigPolicy>],
     reports: &BTreeMap<String, PolicyReport>,
@@ -86,9 +87,10 @@ pub fn reconcile_policies(
     newest: &BTreeMap<String, Arc<MigPlan>>,
     catalog: &Catalog,
     now: Timestamp,
-) -> Vec<Action> {
-    let mut actions = Vec::new();
+) -> Vec<Vec<Action>> {
+    let mut groups = Vec::new();
     for policy in policies {
+        let mut actions = Vec::new();
         let name = policy.name_any();
         let Some(report) = reports.get(&name) else { continue };
         let managed: Vec<&Arc<MigNode>> = report.matched_nodes.iter().filter_map(|n| mignodes.get(n)).collect();
@@ -143,6 +145,7 @@ pub fn reconcile_policies(
                 status: next,
             },
         );
+        groups.push(actions);
     }
-    actions
+    groups
 }
