@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 pub mod catalog;
 pub mod geometry;
 pub mod output;
+pub mod plan;
 
 #[derive(Debug, Parser)]
 #[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
@@ -27,6 +28,8 @@ pub enum Command {
     Catalog(catalog::CatalogArgs),
     /// Check, place and enumerate MIG geometries of a GPU model.
     Geometry(geometry::GeometryArgs),
+    /// Plan MIG geometry for pending demand from a cluster snapshot (read-only).
+    Plan(plan::PlanArgs),
 }
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
@@ -45,6 +48,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Catalog(args) => output::finish(catalog::run(args)),
         Command::Geometry(args) => output::finish(geometry::run(args)),
+        Command::Plan(args) => output::finish(plan::run(args)),
     }
 }
 
