@@ -199,11 +199,15 @@ pub enum MigNodePhase {
     /// Reading the GPUs and comparing with the spec.
     #[default]
     Observing,
+    /// Cordoning the node so that nothing lands on slices about to change.
     Cordoning,
+    /// Evicting the pods on instances that go.
     Draining,
+    /// Destroying and creating GPU and compute instances.
     Repartitioning,
     /// Waiting for the device plugin to advertise the new slices.
     Advertising,
+    /// Lifting the cordon the agent set.
     Uncordoning,
     /// The last attempt failed; the conditions say why, and the agent retries with backoff.
     Failed,
