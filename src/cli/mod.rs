@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod crds;
 pub mod geometry;
 pub mod output;
+pub mod apiserver;
 
 #[derive(Debug, Parser)]
 #[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
@@ -33,6 +34,8 @@ pub enum Command {
     Crds(crds::CrdsArgs),
     /// The node agent; `probe` prints what NVML reports on this machine.
     Agent(agent::AgentArgs),
+    /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
+    Apiserver(apiserver::ApiserverArgs),
 }
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
@@ -53,6 +56,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Geometry(args) => output::finish(geometry::run(args)),
         Command::Crds(args) => output::finish(crds::run(args)),
         Command::Agent(args) => output::finish(agent::run(args)),
+        Command::Apiserver(args) => apiserver::run(args),
     }
 }
 
