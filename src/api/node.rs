@@ -9,6 +9,9 @@
 //! current reconfiguration, and conditions. The step is written before it is taken, so a
 //! restarted agent knows what it was doing.
 
+// kube-derive's repeated `printcolumn(...)` entries look like duplicated attributes to clippy.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
