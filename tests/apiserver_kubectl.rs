@@ -284,3 +284,53 @@ async fn crd_created_at_run_time_prints_its_columns() {
     let phase: Vec<&str> = described.lines().find(|l| l.trim_start().starts_with("Phase:")).unwrap_or("").split_whitespace().collect();
     assert_eq!(phase, ["Phase:", "Proposed"], "{described}");
 }
+
+/// `geometer apiserver` as a person starts it: loads manifests, writes a kubeconfig, prints
+/// the export line; kube-rs (and kubectl, when present) then work through that kubeconfig.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_serves_loaded_manifests_through_its_kubeconfig() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("cluster.yaml");
+    std::fs::write(&manifests, format!("{CRD}---\napiVersion: v1\nkind: Node\nmetadata:\n  name: gpu-7\n---\napiVersion: example.dev/v1alpha1\nkind: MigPlan\nmetadata:\n  name: seeded\nspec:\n  nodes: 1\n")).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_geometer"))
+        .args(["apiserver", "--port", "0", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .arg("--load")
+        .arg(&manifests)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert_eq!(line.trim(), format!("export KUBECONFIG={}", kubeconfig.display()));
+
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let node = Api::<Node>::all(client.clone()).get("gpu-7").await.unwrap();
+    assert!(node.metadata.uid.is_some());
+    let gvk = GroupVersionKind::gvk("example.dev", "v1alpha1", "MigPlan");
+    let plan = Api::<DynamicObject>::all_with(client, &ApiResource::from_gvk(&gvk)).get("seeded").await.unwrap();
+    assert_eq!(plan.data["spec"]["nodes"], 1);
+
+    if kubectl_available() {
+        let out = Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).arg("--cache-dir").arg(dir.path().join("cache"))
+            .args(["get", "migplans", "-o", "name"]).env("HOME", dir.path()).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "migplan.example.dev/seeded");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
