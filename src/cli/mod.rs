@@ -7,6 +7,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod agent;
+pub mod catalog;
+pub mod crds;
+pub mod geometry;
+pub mod output;
 pub mod apiserver;
 
 #[derive(Debug, Parser)]
@@ -21,6 +26,14 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// GPU models Geometer knows: list them or show one with its MIG profiles.
+    Catalog(catalog::CatalogArgs),
+    /// Check, place and enumerate MIG geometries of a GPU model.
+    Geometry(geometry::GeometryArgs),
+    /// Print Geometer's CustomResourceDefinitions as YAML (`geometer crds | kubectl apply -f -`).
+    Crds(crds::CrdsArgs),
+    /// The node agent; `probe` prints what NVML reports on this machine.
+    Agent(agent::AgentArgs),
     /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
     Apiserver(apiserver::ApiserverArgs),
 }
@@ -39,6 +52,10 @@ pub fn plugin_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 pub fn run(cli: Cli) -> ExitCode {
     init_logging(cli.log_json);
     match cli.command {
+        Command::Catalog(args) => output::finish(catalog::run(args)),
+        Command::Geometry(args) => output::finish(geometry::run(args)),
+        Command::Crds(args) => output::finish(crds::run(args)),
+        Command::Agent(args) => output::finish(agent::run(args)),
         Command::Apiserver(args) => apiserver::run(args),
     }
 }
