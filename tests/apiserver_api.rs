@@ -143,6 +143,11 @@ async fn label_and_field_selectors() {
         }
     }
     assert_eq!(seen.len(), 7);
+
+    let default: Api<Pod> = Api::default_namespaced(server.client());
+    default.delete_collection(&DeleteParams::default(), &ListParams::default().labels("paged=yes")).await.unwrap();
+    assert!(pods.list(&ListParams::default().labels("paged=yes")).await.unwrap().items.is_empty());
+    assert_eq!(pods.list(&ListParams::default()).await.unwrap().items.len(), 3, "others stay");
 }
 
 #[tokio::test]
