@@ -7,6 +7,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod catalog;
+pub mod geometry;
+pub mod output;
+
 #[derive(Debug, Parser)]
 #[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
 pub struct Cli {
@@ -18,7 +22,12 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// GPU models Geometer knows: list them or show one with its MIG profiles.
+    Catalog(catalog::CatalogArgs),
+    /// Check, place and enumerate MIG geometries of a GPU model.
+    Geometry(geometry::GeometryArgs),
+}
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
 /// argv[0] differs but clap only needs a program name, so nothing to rewrite beyond that.
@@ -33,7 +42,10 @@ pub fn plugin_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 /// Turns a command's result into an exit code, printing errors the way a user reads them.
 pub fn run(cli: Cli) -> ExitCode {
     init_logging(cli.log_json);
-    match cli.command {}
+    match cli.command {
+        Command::Catalog(args) => output::finish(catalog::run(args)),
+        Command::Geometry(args) => output::finish(geometry::run(args)),
+    }
 }
 
 fn init_logging(json: bool) {
