@@ -3,4 +3,6 @@
 //! Data flows one way: `api` (CRD types) and the solver crate are leaves; the adapter turns
 //! Kubernetes objects into solver snapshots; controller and agent use both.
 
+pub mod agent;
+pub mod api;
 pub mod cli;
