@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod agent;
+pub mod agent_run;
 pub mod catalog;
 pub mod crds;
 pub mod geometry;
