@@ -6,3 +6,4 @@
 pub mod agent;
 pub mod api;
 pub mod cli;
+pub mod apiserver;

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 pub mod agent;
 pub mod agent_run;
+pub mod apiserver;
 pub mod catalog;
 pub mod crds;
 pub mod geometry;
@@ -34,6 +35,8 @@ pub enum Command {
     Crds(crds::CrdsArgs),
     /// The node agent; `probe` prints what NVML reports on this machine.
     Agent(agent::AgentArgs),
+    /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
+    Apiserver(apiserver::ApiserverArgs),
 }
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
@@ -54,6 +57,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Geometry(args) => output::finish(geometry::run(args)),
         Command::Crds(args) => output::finish(crds::run(args)),
         Command::Agent(args) => output::finish(agent::run(args)),
+        Command::Apiserver(args) => apiserver::run(args),
     }
 }
 
