@@ -198,8 +198,11 @@ impl Agent {
             let Some(have) = cx.inventory.gpus.iter().find(|g| g.index == gpu.index) else { continue };
             let mut now: Vec<PlacedInstance> = have.instances.iter().map(MigInstance::placed).collect();
             now.sort();
-            if now != gpu.target {
-                problems.push(format!("GPU {} has {:?}, target {:?}", gpu.index, now, gpu.target));
+            let mut target = gpu.target.clone();
+            target.sort();
+            if now != target {
+                let show = |g: &[PlacedInstance]| g.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+                problems.push(format!("GPU {} has [{}], target [{}]", gpu.index, show(&now), show(&target)));
             }
             for i in have.instances.iter().filter(|i| i.uuid.is_none()) {
                 problems.push(format!("GPU {}: {} has no MIG device", gpu.index, i.placed()));

@@ -23,9 +23,12 @@ pub struct Facts<'a> {
     pub last_step: Option<StepAction>,
     /// A pod that must leave is protected by a do-not-disrupt annotation now.
     pub drain_blocked: bool,
-    /// A device plugin pod on this node is newer than the last `RestartDevicePlugin` step.
+    /// This agent deleted the device plugin pods for the last `RestartDevicePlugin` step. A
+    /// restarted agent does not know whether its predecessor did, and restarts the plugin again
+    /// (harmless).
     pub plugin_restarted: bool,
-    /// The node's allocatable shows exactly the MIG devices on the GPUs.
+    /// The node's allocatable shows exactly the MIG devices on the GPUs, and a device plugin pod
+    /// that was not deleted by the restart is ready.
     pub advertised: bool,
     /// The recorded wait (drain or advertise) has run past its timeout.
     pub expired: bool,
@@ -119,6 +122,8 @@ pub fn next(f: &Facts<'_>) -> Next {
     }
     match f.last_step {
         Some(action) if changes_gpus(action) => Next::Verify,
+        // A verification that failed is repeated; the plugin must not advertise unverified GPUs.
+        Some(StepAction::Verify) if f.failed => Next::Verify,
         Some(StepAction::Verify) => Next::RestartDevicePlugin,
         Some(StepAction::RestartDevicePlugin) if !f.plugin_restarted => Next::RestartDevicePlugin,
         Some(StepAction::RestartDevicePlugin) => Next::WaitForAllocatable,
@@ -277,6 +282,7 @@ mod tests {
             assert_eq!(next(&Facts { last_step: Some(action), ..base }), Next::Verify);
         }
         assert_eq!(next(&Facts { last_step: Some(StepAction::Verify), ..base }), Next::RestartDevicePlugin);
+        assert_eq!(next(&Facts { last_step: Some(StepAction::Verify), failed: true, ..base }), Next::Verify);
         let restarting = Facts { last_step: Some(StepAction::RestartDevicePlugin), ..base };
         assert_eq!(next(&restarting), Next::RestartDevicePlugin, "a restart not seen yet is repeated");
         assert_eq!(next(&Facts { plugin_restarted: true, ..restarting }), Next::WaitForAllocatable);

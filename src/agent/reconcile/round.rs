@@ -73,7 +73,7 @@ impl Agent {
             cordon,
             last_step: last_action,
             drain_blocked: pods.iter().any(|(_, p)| matches!(p, PodDrain::Protected(_))),
-            plugin_restarted: self.mem.restarted_plugin.is_some() && fresh_plugin.iter().any(|p| p.metadata.deletion_timestamp.is_none()),
+            plugin_restarted: self.mem.restarted_plugin.is_some(),
             advertised: mismatches.is_empty() && fresh_plugin.iter().any(|p| advertise::plugin_ready(p)),
             expired: self.expired(last.as_ref(), now),
             failed,
