@@ -11,7 +11,7 @@ use geometer::apiserver::ApiServer;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{reflector, WatchStreamExt};
+use kube::runtime::reflector;
 use serde_json::json;
 
 const NODES: usize = 1_000;
@@ -43,7 +43,7 @@ fn populate(server: &ApiServer) {
 async fn sync_reflector(server: &ApiServer) -> (reflector::Store<Pod>, impl futures::Stream<Item = Result<Event<Pod>, watcher::Error>>) {
     let pods: Api<Pod> = Api::all(server.client());
     let (reader, writer) = reflector::store();
-    let mut stream = reflector(writer, watcher(pods, watcher::Config::default())).boxed();
+    let mut stream = reflector(writer, watcher::watcher(pods, watcher::Config::default())).boxed();
     loop {
         if let Some(Event::InitDone) = stream.try_next().await.expect("watch stream error") {
             break;

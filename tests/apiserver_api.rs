@@ -96,7 +96,7 @@ async fn generation_and_status_subresource() {
     let mut n = after.clone();
     n.status = Some(serde_json::from_value(json!({"capacity": {"nvidia.com/gpu": "8"}})).unwrap());
     n.spec.as_mut().unwrap().unschedulable = Some(false);
-    let after = nodes.replace_status("gpu-1", &PostParams::default(), serde_json::to_vec(&n).unwrap()).await.unwrap();
+    let after = nodes.replace_status("gpu-1", &PostParams::default(), &n).await.unwrap();
     assert_eq!(after.spec.unwrap().unschedulable, Some(true));
     assert_eq!(after.status.unwrap().capacity.unwrap()["nvidia.com/gpu"].0, "8");
     assert_eq!(after.metadata.generation, Some(2), "status writes keep the generation");

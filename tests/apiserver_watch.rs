@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{reflector, Controller, WatchStreamExt};
+use kube::runtime::{reflector, Controller};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -34,7 +34,7 @@ fn pod(name: &str, labels: serde_json::Value) -> Pod {
 fn spawn_watcher(api: Api<Pod>, config: watcher::Config) -> mpsc::Receiver<Result<Event<Pod>, watcher::Error>> {
     let (tx, rx) = mpsc::channel(1);
     tokio::spawn(async move {
-        let mut stream = watcher(api, config).boxed();
+        let mut stream = watcher::watcher(api, config).boxed();
         while let Some(event) = stream.next().await {
             if tx.send(event).await.is_err() {
                 return;
@@ -87,7 +87,7 @@ async fn reflector_converges_on_the_server_state_through_churn() {
     let pods: Api<Pod> = Api::all(server.client());
     let (reader, writer) = reflector::store::<Pod>();
     // A small page size so the initial list is paginated too.
-    let stream = reflector(writer, watcher(pods.clone(), watcher::Config::default().page_size(7)));
+    let stream = reflector(writer, watcher::watcher(pods.clone(), watcher::Config::default().page_size(7)));
     let mut stream = stream.boxed();
     let default: Api<Pod> = Api::default_namespaced(server.client());
     for i in 0..30 {
@@ -231,8 +231,8 @@ async fn bookmarks_streaming_lists_and_selector_transitions() {
     let pods: Api<Pod> = Api::default_namespaced(server.client());
     pods.create(&PostParams::default(), &pod("web", json!({"app": "web"}))).await.unwrap();
 
-    // Bookmarks: only when asked for, carrying the latest version.
-    let mut raw = pods.watch(&WatchParams::default().bookmarks(true), "0").await.unwrap().boxed();
+    // A bookmark (kube-rs asks for them) carries the latest version.
+    let mut raw = pods.watch(&WatchParams::default(), "0").await.unwrap().boxed();
     assert!(matches!(raw.try_next().await.unwrap(), Some(WatchEvent::Added(_))));
     server.wait_for_watches("pods", 1).await;
     server.send_bookmarks();

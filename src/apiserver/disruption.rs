@@ -2,9 +2,11 @@
 //! every pod or PDB write recomputes the status of the budgets in that namespace, so
 //! `disruptionsAllowed` is always current when an eviction asks.
 //!
-//! Expected pods are the pods the selector matches (Kubernetes asks the pods' controllers for
-//! their scale; there are no controllers here). A pod is healthy when its `Ready` condition is
-//! `True` and it is not being deleted.
+//! Expected pods are the pods the selector matches; for `maxUnavailable` and percentages,
+//! where Kubernetes asks the pods' controllers for their scale, the most pods matched since
+//! the budget's spec last changed (an evicted pod counts as still expected, as its controller
+//! would replace it). A pod is healthy when its `Ready` condition is `True` and it is not being
+//! deleted.
 
 use std::sync::Arc;
 
@@ -61,9 +63,16 @@ impl Store {
         } else {
             self.iter(&pods_key(), Some(ns)).filter(|p| selector.matches_object(p)).collect()
         };
-        let expected = pods.len() as i64;
-        let healthy = pods.iter().filter(|p| is_healthy(p)).count() as i64;
         let spec = &pdb["spec"];
+        let healthy = pods.iter().filter(|p| is_healthy(p)).count() as i64;
+        // Kubernetes takes the expected count for maxUnavailable and percentages from the
+        // pods' controllers (their scale), which keep it up while evicted pods are replaced.
+        // Without controllers, the most pods matched since the budget's spec last changed
+        // stands in for that scale.
+        let needs_scale = !spec["maxUnavailable"].is_null() || spec["minAvailable"].is_string();
+        let same_spec = pdb["status"]["observedGeneration"] == pdb["metadata"]["generation"];
+        let remembered = if needs_scale && same_spec { pdb["status"]["expectedPods"].as_i64().unwrap_or(0) } else { 0 };
+        let expected = (pods.len() as i64).max(remembered);
         let desired = if !spec["maxUnavailable"].is_null() {
             (expected - scaled(&spec["maxUnavailable"], expected).unwrap_or(0)).max(0)
         } else if !spec["minAvailable"].is_null() {
