@@ -89,14 +89,14 @@ impl Harness {
         server
             .seed(&serde_json::from_value::<Node>(json!({"metadata": {"name": NODE, "uid": "node-uid-1"}})).unwrap())
             .expect("node");
+        advertise(&server, &sim).await;
+        let labels = json!({ PLUGIN_LABEL.0: PLUGIN_LABEL.1 });
+        server.seed(&ready_pod(PLUGIN_NAMESPACE, "nvidia-device-plugin-0", labels, json!({}), json!({}))).expect("device plugin pod");
         let workloads = Arc::new(Mutex::new(BTreeMap::new()));
         let assignments = SharedAssignments::default();
         let client = server.client();
         let kubelet = tokio::spawn(kubelet(server.clone(), sim.clone(), assignments.clone(), workloads.clone()));
-        let h = Harness { server, client, sim, assignments, devices, workloads, kubelet };
-        h.advertise().await;
-        h.start_device_plugin(0);
-        h
+        Harness { server, client, sim, assignments, devices, workloads, kubelet }
     }
 
     /// Agent settings for tests: tiny waits so that nothing takes long, and a drain timeout
@@ -146,17 +146,6 @@ impl Harness {
         });
         let placed = PlacedInstance::new(profile, start);
         self.workloads.lock().unwrap().insert(format!("{WORKLOADS}/{name}"), Workload { gpu, uuid, pid, placed });
-    }
-
-    fn start_device_plugin(&self, generation: u32) {
-        let labels = json!({ PLUGIN_LABEL.0: PLUGIN_LABEL.1 });
-        let pod = ready_pod(PLUGIN_NAMESPACE, &format!("nvidia-device-plugin-{generation}"), labels, json!({}), json!({}));
-        self.server.seed(&pod).expect("device plugin pod");
-    }
-
-    /// Sets the node's allocatable from the simulated GPUs, as a starting device plugin does.
-    async fn advertise(&self) {
-        advertise(&self.server, &self.sim).await;
     }
 
     /// Writes the MigNode's spec (creating the MigNode if needed) and returns its generation.
@@ -251,8 +240,22 @@ impl Harness {
         self.workloads.lock().unwrap().keys().map(|k| k.split('/').nth(1).unwrap().to_string()).collect()
     }
 
+    /// Eviction requests for workload pods (the device plugin is restarted by eviction too).
     pub fn evictions(&self) -> usize {
-        self.server.requests().iter().filter(|r| r.resource.as_deref() == Some("pods/eviction")).count()
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| r.resource.as_deref() == Some("pods/eviction") && r.namespace.as_deref() == Some(WORKLOADS))
+            .count()
+    }
+
+    /// Eviction requests for device plugin pods: one per restart.
+    pub fn plugin_restarts(&self) -> usize {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| r.resource.as_deref() == Some("pods/eviction") && r.namespace.as_deref() == Some(PLUGIN_NAMESPACE))
+            .count()
     }
 }
 
