@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use geometer::agent::nvml::sim::SimGpuOptions;
 use geometer::agent::nvml::sim::SimNvml;
 use geometer::agent::nvml::{GpuIndex, NvmlBackend};
 use geometer::agent::pod_resources::DeviceAssignment;
@@ -70,6 +71,12 @@ fn ready_pod(namespace: &str, name: &str, labels: serde_json::Value, annotations
 impl Harness {
     /// A node with GPUs of the given models, each with its initial geometry.
     pub async fn new(gpus: &[(&str, &[(&str, u8)])]) -> Harness {
+        let with_options: Vec<_> = gpus.iter().map(|&(m, g)| (m, g, SimGpuOptions::default())).collect();
+        Harness::new_with(&with_options).await
+    }
+
+    /// GPUs with chosen simulation options (e.g. MIG mode off).
+    pub async fn new_with(gpus: &[(&str, &[(&str, u8)], SimGpuOptions)]) -> Harness {
         let server = ApiServer::new();
         for crd in geometer::api::crds() {
             server.seed(&crd).expect("CRD");
@@ -79,8 +86,8 @@ impl Harness {
         }
         let sim = SimNvml::new(NODE);
         let mut devices = BTreeMap::new();
-        for (model, geometry) in gpus {
-            let gpu = sim.add_gpu(model).expect("simulated GPU");
+        for (model, geometry, options) in gpus {
+            let gpu = sim.add_gpu_with(model, *options).expect("simulated GPU");
             let created = sim.set_geometry(gpu, geometry).expect("initial geometry");
             for (&(profile, start), device) in geometry.iter().zip(created) {
                 devices.insert((gpu, format!("{profile}@{start}")), device.uuid);
@@ -146,6 +153,24 @@ impl Harness {
         });
         let placed = PlacedInstance::new(profile, start);
         self.workloads.lock().unwrap().insert(format!("{WORKLOADS}/{name}"), Workload { gpu, uuid, pid, placed });
+    }
+
+    /// Runs a pod that holds the whole of `gpu` (`nvidia.com/gpu`), with a process on it.
+    pub fn run_whole_gpu_pod(&self, name: &str, gpu: GpuIndex, gpu_uuid: &str) {
+        let pod = ready_pod(WORKLOADS, name, json!({}), json!({}), json!({"nvidia.com/gpu": "1"}));
+        self.server.seed(&pod).expect("pod");
+        let pid = self.sim.start_gpu_process(gpu).expect("process");
+        self.assignments.update(|list| {
+            list.push(DeviceAssignment {
+                namespace: WORKLOADS.into(),
+                pod: name.into(),
+                container: "main".into(),
+                resource: "nvidia.com/gpu".into(),
+                device_id: gpu_uuid.into(),
+            })
+        });
+        let placed = PlacedInstance::new("whole-gpu", 0);
+        self.workloads.lock().unwrap().insert(format!("{WORKLOADS}/{name}"), Workload { gpu, uuid: gpu_uuid.into(), pid, placed });
     }
 
     /// Writes the MigNode's spec (creating the MigNode if needed) and returns its generation.
