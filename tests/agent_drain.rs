@@ -171,3 +171,26 @@ async fn the_policys_do_not_disrupt_keys_replace_the_agents() {
     assert!(h.pod_exists("custom-protected"));
     assert_eq!(h.geometry(0), vec!["1g.10gb@4", "3g.40gb@0"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_outside_kubernetes_are_waited_for_never_killed() {
+    let h = Harness::new(&[("H100-80GB", &[("7g.80gb", 0)])]).await;
+    let device = h.devices[&(0, "7g.80gb@0".to_string())].clone();
+    let pid = h.sim.start_process(0, &device).unwrap();
+    let agent = h.spawn_agent(h.config(), None);
+    let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+
+    let (_, reason, message) = h
+        .wait_for("DrainBlocked by a process", |h| condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True"))
+        .await;
+    assert_eq!(reason, "ProcessesOutsideKubernetes");
+    assert!(message.contains("7g.80gb@0") && message.contains("1 process"), "{message}");
+    assert_eq!(h.geometry(0), vec!["7g.80gb@0"]);
+    assert_eq!(h.cordon_state(), (true, true), "cordoned so that no pod joins the process meanwhile");
+
+    assert!(h.sim.stop_process(pid));
+    h.wait_ready(generation).await;
+    agent.abort();
+    assert_eq!(h.geometry(0), vec!["3g.40gb@0", "3g.40gb@4"]);
+    assert_eq!(h.cordon_state(), (false, false));
+}
