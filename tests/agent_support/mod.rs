@@ -28,6 +28,9 @@ pub const WORKLOADS: &str = "ml";
 pub const PLUGIN_NAMESPACE: &str = "gpu-operator";
 pub const PLUGIN_LABEL: (&str, &str) = ("app", "nvidia-device-plugin-daemonset");
 
+/// One simulated GPU: model, initial geometry (`profile`, `start`), options.
+pub type SimGpuSetup<'a> = (&'a str, &'a [(&'a str, u8)], SimGpuOptions);
+
 /// A workload pod the simulated kubelet runs on a MIG device.
 #[derive(Debug, Clone)]
 pub struct Workload {
@@ -76,7 +79,7 @@ impl Harness {
     }
 
     /// GPUs with chosen simulation options (e.g. MIG mode off).
-    pub async fn new_with(gpus: &[(&str, &[(&str, u8)], SimGpuOptions)]) -> Harness {
+    pub async fn new_with(gpus: &[SimGpuSetup<'_>]) -> Harness {
         let server = ApiServer::new();
         for crd in geometer::api::crds() {
             server.seed(&crd).expect("CRD");
