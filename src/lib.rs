@@ -5,5 +5,6 @@
 
 pub mod agent;
 pub mod api;
-pub mod cli;
 pub mod apiserver;
+pub mod cli;
+pub mod controller;
