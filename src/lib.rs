@@ -4,3 +4,4 @@
 //! Kubernetes objects into solver snapshots; controller and agent use both.
 
 pub mod cli;
+pub mod sim;
