@@ -7,6 +7,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod catalog;
+pub mod geometry;
+pub mod output;
+pub mod simulate;
+
 #[derive(Debug, Parser)]
 #[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
 pub struct Cli {
@@ -18,7 +23,14 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// GPU models Geometer knows: list them or show one with its MIG profiles.
+    Catalog(catalog::CatalogArgs),
+    /// Check, place and enumerate MIG geometries of a GPU model.
+    Geometry(geometry::GeometryArgs),
+    /// Replay a workload trace on a simulated cluster and compare allocation strategies.
+    Simulate(simulate::SimulateArgs),
+}
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
 /// argv[0] differs but clap only needs a program name, so nothing to rewrite beyond that.
@@ -33,7 +45,11 @@ pub fn plugin_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 /// Turns a command's result into an exit code, printing errors the way a user reads them.
 pub fn run(cli: Cli) -> ExitCode {
     init_logging(cli.log_json);
-    match cli.command {}
+    match cli.command {
+        Command::Catalog(args) => output::finish(catalog::run(args)),
+        Command::Geometry(args) => output::finish(geometry::run(args)),
+        Command::Simulate(args) => output::finish(simulate::run(args)),
+    }
 }
 
 fn init_logging(json: bool) {

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod engine;
 pub mod mapping;
 pub mod metrics;
+pub mod models;
 pub mod report;
 pub mod strategy;
 pub mod trace;

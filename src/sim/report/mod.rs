@@ -61,16 +61,3 @@ pub fn resample(summary: &Summary, end: Millis, count: usize) -> Vec<Bucket> {
     }
     buckets
 }
-
-/// Seconds as a short human string: `0s`, `42s`, `3.5m`, `2.1h`.
-pub fn human_seconds(seconds: f64) -> String {
-    if seconds < 60.0 {
-        format!("{seconds:.0}s")
-    } else if seconds < 3600.0 {
-        format!("{:.1}m", seconds / 60.0)
-    } else if seconds < 172_800.0 {
-        format!("{:.1}h", seconds / 3600.0)
-    } else {
-        format!("{:.1}d", seconds / 86_400.0)
-    }
-}

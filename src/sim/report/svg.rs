@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{human_seconds, resample};
+use super::resample;
 use crate::sim::metrics::Summary;
 
 const WIDTH: f64 = 1200.0;
@@ -21,6 +21,42 @@ fn style(strategy: &str, index: usize) -> (&'static str, &'static str) {
         "geometer-evict" => ("#2ca02c", ""),
         _ => (["#9467bd", "#8c564b", "#e377c2", "#d62728"][index % 4], ""),
     }
+}
+
+/// Wait-axis ticks people read without arithmetic.
+const WAIT_TICKS: [(f64, &str); 10] = [
+    (1.0, "1s"),
+    (10.0, "10s"),
+    (60.0, "1m"),
+    (600.0, "10m"),
+    (3600.0, "1h"),
+    (36_000.0, "10h"),
+    (86_400.0, "1d"),
+    (864_000.0, "10d"),
+    (8_640_000.0, "100d"),
+    (86_400_000.0, "1000d"),
+];
+
+/// The subtitle in lines of at most ~170 characters, broken at "; ".
+fn subtitle_lines(subtitle: &str) -> String {
+    let mut lines: Vec<String> = vec![String::new()];
+    for part in subtitle.split("; ") {
+        let last = lines.last_mut().expect("one line at least");
+        if !last.is_empty() && last.len() + part.len() > 170 {
+            lines.push(part.to_string());
+        } else {
+            if !last.is_empty() {
+                last.push_str("; ");
+            }
+            last.push_str(part);
+        }
+    }
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, line)| format!(r##"<text x="40" y="{}" class="sub">{}</text>"##, 52 + 16 * i, escape(line)))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 struct Panel {
@@ -123,9 +159,9 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
 <style>.title{{font-size:15px;font-weight:bold}} .axis{{font-size:13px}} .tick{{font-size:11px;fill:#333}} .legend{{font-size:13px}} .sub{{font-size:12px;fill:#444}}</style>
 <rect width="100%" height="100%" fill="white"/>
 <text x="40" y="30" style="font-size:19px;font-weight:bold">{}</text>
-<text x="40" y="52" class="sub">{}</text>"##,
+{}"##,
         escape(title),
-        escape(subtitle)
+        subtitle_lines(subtitle)
     );
     // Legend.
     let mut lx = 40.0;
@@ -133,7 +169,7 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
         let (colour, dash) = style(&s.strategy, i);
         let _ = writeln!(
             out,
-            r##"<line x1="{lx:.1}" y1="78" x2="{:.1}" y2="78" stroke="{colour}" stroke-width="3" stroke-dasharray="{dash}"/><text x="{:.1}" y="83" class="legend">{}</text>"##,
+            r##"<line x1="{lx:.1}" y1="90" x2="{:.1}" y2="90" stroke="{colour}" stroke-width="3" stroke-dasharray="{dash}"/><text x="{:.1}" y="95" class="legend">{}</text>"##,
             lx + 28.0,
             lx + 34.0,
             escape(&s.strategy)
@@ -179,15 +215,10 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
     let decades = max_wait.max(10.0).log10().ceil().max(1.0);
     frame(&mut out, &bottom, "Wait before start (served pods; curves end at the share served)", "wait (log scale; 1s and less at the left edge)", "% of all pods started within");
     y_ticks(&mut out, &bottom, 1.0, |v| format!("{:.0}%", v * 100.0));
-    for d in 0..=decades as i32 {
-        let x = bottom.px(f64::from(d) / decades);
+    for (seconds, label) in WAIT_TICKS.iter().filter(|(s, _)| s.log10() <= decades + 1e-9) {
+        let x = bottom.px(seconds.log10() / decades);
         let _ = writeln!(out, r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/>"##, bottom.y, bottom.y + bottom.h);
-        let _ = writeln!(
-            out,
-            r##"<text x="{x:.1}" y="{:.1}" class="tick" text-anchor="middle">{}</text>"##,
-            bottom.y + bottom.h + 18.0,
-            human_seconds(10f64.powi(d))
-        );
+        let _ = writeln!(out, r##"<text x="{x:.1}" y="{:.1}" class="tick" text-anchor="middle">{label}</text>"##, bottom.y + bottom.h + 18.0);
     }
     for (i, s) in summaries.iter().enumerate() {
         let (colour, dash) = style(&s.strategy, i);

@@ -1,0 +1,620 @@
+//! The catalog file format and its validation.
+//!
+//! ```yaml
+//! models:
+//! - key: A100-40GB
+//!   nvml_names: [NVIDIA A100-SXM4-40GB]
+//!   device_ids: ['0x20B010DE']
+//!   placement_units: 8
+//!   compute_slices: 7
+//!   profiles:
+//!   - {name: 1g.5gb, compute_slices: 1, memory_mib: 4864, starts: [0,1,2,3,4,5,6], size: 1,
+//!      max_instances: 7, nvml_profile_index: 0}
+//! unplaceable:
+//! - {key: RTX-PRO-5000, reason: placements unknown}
+//! ```
+//! Numbers are read wide and range-checked here so that an error can name the model, the
+//! profile, the field and the value instead of only a line number.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::lookup::{format_device_id, parse_device_id, product_label};
+use super::{
+    Engines, ExclusiveGroup, GpuModel, Profile, ProfileKind, UnplaceableModel, Verification,
+};
+
+/// Most profiles a model may have: profile sets are 64-bit masks in the geometry search.
+pub const MAX_PROFILES: usize = 64;
+/// Widest placement grid: occupied units are a 32-bit mask.
+pub const MAX_PLACEMENT_UNITS: i64 = 32;
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CatalogError {
+    #[error("catalog is not valid YAML for the catalog format: {message}")]
+    Parse { message: String },
+
+    #[error("catalog defines no models; add entries under `models:`")]
+    Empty,
+
+    #[error("{}field `{field}` = {value}: {problem}", location(.model, .profile))]
+    Invalid {
+        model: String,
+        profile: Option<String>,
+        field: String,
+        value: String,
+        problem: String,
+    },
+}
+
+fn location(model: &str, profile: &Option<String>) -> String {
+    match profile {
+        Some(p) => format!("model {model}, profile {p}: "),
+        None => format!("model {model}: "),
+    }
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogFile {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    models: Vec<RawModel>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    unplaceable: Vec<RawUnplaceable>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    description: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    nvml_names: Vec<String>,
+    /// Extra `gpu.product` labels; the ones derived from `nvml_names` are always added.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    product_labels: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    device_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    architecture: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    memory_mib: Option<i64>,
+    #[serde(default = "unverified")]
+    memory_status: Verification,
+    placement_units: i64,
+    compute_slices: i64,
+    profiles: Vec<RawProfile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    engine_totals: Option<RawEngines>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    exclusive_groups: Vec<RawGroup>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    aliases: Vec<String>,
+    compute_slices: i64,
+    /// Defaults to `size`; NVML calls placement units memory slices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    memory_slices: Option<i64>,
+    memory_mib: i64,
+    #[serde(default = "unverified")]
+    memory_status: Verification,
+    starts: Vec<i64>,
+    size: i64,
+    max_instances: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    engines: Option<RawEngines>,
+    nvml_profile_index: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nvidia_smi_profile_id: Option<i64>,
+    #[serde(default = "unverified")]
+    placements_status: Verification,
+}
+
+#[derive(Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawEngines {
+    #[serde(default)]
+    dec: i64,
+    #[serde(default)]
+    enc: i64,
+    #[serde(default)]
+    jpeg: i64,
+    #[serde(default)]
+    ofa: i64,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    profiles: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_total: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    only_coexists_with: Vec<String>,
+    #[serde(default = "unverified")]
+    status: Verification,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawUnplaceable {
+    key: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    nvml_names: Vec<String>,
+    reason: String,
+}
+
+fn unverified() -> Verification {
+    Verification::Unverified
+}
+
+/// Builds errors that carry where in the catalog they happened.
+struct At<'a> {
+    model: &'a str,
+    profile: Option<&'a str>,
+}
+
+impl At<'_> {
+    fn err(
+        &self,
+        field: &str,
+        value: impl std::fmt::Display,
+        problem: impl Into<String>,
+    ) -> CatalogError {
+        CatalogError::Invalid {
+            model: self.model.to_string(),
+            profile: self.profile.map(str::to_string),
+            field: field.to_string(),
+            value: value.to_string(),
+            problem: problem.into(),
+        }
+    }
+
+    fn int<T: TryFrom<i64>>(
+        &self,
+        field: &str,
+        value: i64,
+        min: i64,
+        max: i64,
+    ) -> Result<T, CatalogError> {
+        if value < min || value > max {
+            return Err(self.err(field, value, format!("must be between {min} and {max}")));
+        }
+        T::try_from(value).map_err(|_| self.err(field, value, "out of range"))
+    }
+}
+
+pub(super) fn parse(text: &str) -> Result<(Vec<GpuModel>, Vec<UnplaceableModel>), CatalogError> {
+    let raw: CatalogFile = serde_saphyr::from_str(text).map_err(|e| CatalogError::Parse {
+        message: e.to_string(),
+    })?;
+    if raw.models.is_empty() && raw.unplaceable.is_empty() {
+        return Err(CatalogError::Empty);
+    }
+    let mut models = Vec::with_capacity(raw.models.len());
+    let mut keys = HashSet::new();
+    let mut device_owner: HashMap<u32, String> = HashMap::new();
+    for raw_model in raw.models {
+        let model = convert_model(raw_model)?;
+        let at = At {
+            model: &model.key,
+            profile: None,
+        };
+        if !keys.insert(model.key.to_ascii_lowercase()) {
+            return Err(at.err(
+                "key",
+                &model.key,
+                "defined twice in this file; keys are case-insensitive",
+            ));
+        }
+        for &id in &model.device_ids {
+            if let Some(owner) = device_owner.insert(id, model.key.clone()) {
+                return Err(at.err(
+                    "device_ids",
+                    format_device_id(id),
+                    format!("already claimed by model {owner}"),
+                ));
+            }
+        }
+        models.push(model);
+    }
+    let mut unplaceable = Vec::new();
+    for u in raw.unplaceable {
+        let at = At {
+            model: &u.key,
+            profile: None,
+        };
+        check_key(&at, &u.key)?;
+        if u.reason.trim().is_empty() {
+            return Err(at.err(
+                "reason",
+                "\"\"",
+                "say why no geometry can be planned for this GPU",
+            ));
+        }
+        if !keys.insert(u.key.to_ascii_lowercase()) {
+            return Err(at.err(
+                "key",
+                &u.key,
+                "defined twice in this file; keys are case-insensitive",
+            ));
+        }
+        unplaceable.push(UnplaceableModel {
+            key: u.key,
+            nvml_names: u.nvml_names,
+            reason: u.reason,
+        });
+    }
+    Ok((models, unplaceable))
+}
+
+fn check_key(at: &At, key: &str) -> Result<(), CatalogError> {
+    let ok = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(at.err(
+            "key",
+            format!("{key:?}"),
+            "use letters, digits, '-', '_' or '.' (e.g. A100-40GB)",
+        ))
+    }
+}
+
+fn convert_model(raw: RawModel) -> Result<GpuModel, CatalogError> {
+    let key = raw.key.trim().to_string();
+    let at = At {
+        model: &key,
+        profile: None,
+    };
+    check_key(&at, &key)?;
+    let placement_units: u8 = at.int(
+        "placement_units",
+        raw.placement_units,
+        1,
+        MAX_PLACEMENT_UNITS,
+    )?;
+    let compute_slices: u8 = at.int("compute_slices", raw.compute_slices, 1, 255)?;
+    let memory_mib = match raw.memory_mib {
+        Some(m) => Some(at.int::<u64>("memory_mib", m, 1, i64::MAX)?),
+        None => None,
+    };
+    let mut device_ids = Vec::new();
+    for text in &raw.device_ids {
+        let id = parse_device_id(text).ok_or_else(|| {
+            at.err(
+                "device_ids",
+                format!("{text:?}"),
+                "expected a PCI id like 0x20B010DE",
+            )
+        })?;
+        if device_ids.contains(&id) {
+            return Err(at.err("device_ids", text, "listed twice"));
+        }
+        device_ids.push(id);
+    }
+    let engine_totals = match &raw.engine_totals {
+        Some(e) => Some(engines(&at, "engine_totals", e)?),
+        None => None,
+    };
+    if raw.profiles.is_empty() {
+        return Err(at.err(
+            "profiles",
+            "[]",
+            "a model needs profiles; list GPUs without known placements under `unplaceable:`",
+        ));
+    }
+    if raw.profiles.len() > MAX_PROFILES {
+        return Err(at.err(
+            "profiles",
+            raw.profiles.len(),
+            format!("at most {MAX_PROFILES} profiles per model"),
+        ));
+    }
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut profiles = Vec::with_capacity(raw.profiles.len());
+    for (id, rp) in raw.profiles.into_iter().enumerate() {
+        let profile = convert_profile(
+            &key,
+            placement_units,
+            compute_slices,
+            engine_totals.as_ref(),
+            rp,
+        )?;
+        for name in std::iter::once(&profile.name).chain(&profile.aliases) {
+            let at = At {
+                model: &key,
+                profile: Some(&profile.name),
+            };
+            if names.insert(name.to_ascii_lowercase(), id).is_some() {
+                return Err(at.err(
+                    "name",
+                    name,
+                    "this name or alias is used by another profile of the model",
+                ));
+            }
+            names.insert(name.clone(), id);
+        }
+        profiles.push(profile);
+    }
+    let canonical = |field: &str, name: &str| -> Result<String, CatalogError> {
+        let id = names
+            .get(name)
+            .or_else(|| names.get(&name.to_ascii_lowercase()));
+        id.map(|&i| profiles[i].name.clone())
+            .ok_or_else(|| at.err(field, name, "not a profile of this model"))
+    };
+    let mut exclusive_groups = Vec::new();
+    for g in &raw.exclusive_groups {
+        if g.profiles.is_empty() {
+            return Err(at.err(
+                "exclusive_groups.profiles",
+                "[]",
+                "a group needs at least one profile",
+            ));
+        }
+        let max_total = match g.max_total {
+            Some(m) => Some(at.int::<u8>("exclusive_groups.max_total", m, 1, 255)?),
+            None => None,
+        };
+        if max_total.is_none() && g.only_coexists_with.is_empty() {
+            return Err(at.err(
+                "exclusive_groups",
+                format!("{:?}", g.profiles),
+                "a group needs max_total or only_coexists_with, otherwise it constrains nothing",
+            ));
+        }
+        exclusive_groups.push(ExclusiveGroup {
+            profiles: g
+                .profiles
+                .iter()
+                .map(|n| canonical("exclusive_groups.profiles", n))
+                .collect::<Result<_, _>>()?,
+            max_total,
+            only_coexists_with: g
+                .only_coexists_with
+                .iter()
+                .map(|n| canonical("exclusive_groups.only_coexists_with", n))
+                .collect::<Result<_, _>>()?,
+            status: g.status,
+        });
+    }
+    let mut product_labels: Vec<String> = raw.nvml_names.iter().map(|n| product_label(n)).collect();
+    for label in raw.product_labels {
+        if !product_labels.contains(&label) {
+            product_labels.push(label);
+        }
+    }
+    Ok(GpuModel {
+        key: key.clone(),
+        description: raw.description,
+        nvml_names: raw.nvml_names,
+        product_labels,
+        device_ids,
+        architecture: raw.architecture,
+        memory_mib,
+        memory_status: raw.memory_status,
+        placement_units,
+        compute_slices,
+        profiles,
+        engine_totals,
+        exclusive_groups,
+        notes: raw.notes,
+        names,
+    })
+}
+
+fn engines(at: &At, field: &str, e: &RawEngines) -> Result<Engines, CatalogError> {
+    Ok(Engines {
+        dec: at.int(&format!("{field}.dec"), e.dec, 0, 255)?,
+        enc: at.int(&format!("{field}.enc"), e.enc, 0, 255)?,
+        jpeg: at.int(&format!("{field}.jpeg"), e.jpeg, 0, 255)?,
+        ofa: at.int(&format!("{field}.ofa"), e.ofa, 0, 255)?,
+    })
+}
+
+fn convert_profile(
+    model: &str,
+    units: u8,
+    compute_total: u8,
+    engine_totals: Option<&Engines>,
+    raw: RawProfile,
+) -> Result<Profile, CatalogError> {
+    let name = raw.name.trim().to_string();
+    let at = At {
+        model,
+        profile: Some(&name),
+    };
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".+-_".contains(c))
+    {
+        return Err(at.err(
+            "name",
+            format!("{name:?}"),
+            "use letters, digits, '.', '+', '-' (e.g. 1g.10gb+me)",
+        ));
+    }
+    let kind = ProfileKind::from_name(&name).ok_or_else(|| {
+        at.err(
+            "name",
+            &name,
+            "expected <N>g.<M>gb with an optional +me, +me.all, -me or +gfx suffix",
+        )
+    })?;
+    let size: u8 = at.int("size", raw.size, 1, units as i64)?;
+    let memory_slices = match raw.memory_slices {
+        Some(m) if m != size as i64 => {
+            return Err(at.err(
+                "memory_slices",
+                m,
+                format!("must equal size ({size}): both count placement units"),
+            ))
+        }
+        _ => size,
+    };
+    if raw.starts.is_empty() {
+        return Err(at.err("starts", "[]", "a profile needs at least one legal start"));
+    }
+    let mut starts: Vec<u8> = Vec::with_capacity(raw.starts.len());
+    for &s in &raw.starts {
+        let start: u8 = at.int("starts", s, 0, units as i64 - 1)?;
+        if start as u16 + size as u16 > units as u16 {
+            return Err(at.err(
+                "starts",
+                s,
+                format!("start + size {size} runs past the {units} placement units"),
+            ));
+        }
+        if starts.last().is_some_and(|&last| last >= start) {
+            return Err(at.err(
+                "starts",
+                format!("{:?}", raw.starts),
+                "list each start once, in increasing order",
+            ));
+        }
+        starts.push(start);
+    }
+    let engines_known = raw.engines.is_some();
+    let engines = match &raw.engines {
+        Some(e) => engines(&at, "engines", e)?,
+        None => Engines::default(),
+    };
+    if let Some(totals) = engine_totals {
+        for ((engine, need), (_, have)) in engines.fields().into_iter().zip(totals.fields()) {
+            if need > have {
+                return Err(at.err(
+                    &format!("engines.{engine}"),
+                    need,
+                    format!("more than the GPU's engine_totals.{engine} ({have}); the profile could never be created"),
+                ));
+            }
+        }
+    }
+    let mut aliases = Vec::new();
+    for alias in raw.aliases {
+        let alias = alias.trim().to_string();
+        if alias.is_empty() || alias.contains([',', '@', ' ']) {
+            return Err(at.err(
+                "aliases",
+                format!("{alias:?}"),
+                "an alias must be a non-empty name without ',', '@' or spaces",
+            ));
+        }
+        aliases.push(alias);
+    }
+    Ok(Profile {
+        aliases,
+        kind,
+        compute_slices: at.int(
+            "compute_slices",
+            raw.compute_slices,
+            1,
+            compute_total as i64,
+        )?,
+        memory_slices,
+        memory_mib: at.int("memory_mib", raw.memory_mib, 1, i64::MAX)?,
+        starts,
+        size,
+        max_instances: at.int("max_instances", raw.max_instances, 1, 255)?,
+        engines,
+        engines_known,
+        nvml_profile_index: at.int(
+            "nvml_profile_index",
+            raw.nvml_profile_index,
+            0,
+            u32::MAX as i64,
+        )?,
+        nvidia_smi_profile_id: match raw.nvidia_smi_profile_id {
+            Some(id) => Some(at.int("nvidia_smi_profile_id", id, 0, u32::MAX as i64)?),
+            None => None,
+        },
+        placements_status: raw.placements_status,
+        memory_status: raw.memory_status,
+        name,
+    })
+}
+
+impl CatalogFile {
+    /// The catalog file form of these models: what `--catalog FILE` reads back.
+    pub fn from_models(models: &[&GpuModel], unplaceable: &[&UnplaceableModel]) -> CatalogFile {
+        CatalogFile {
+            models: models.iter().map(|m| raw_model(m)).collect(),
+            unplaceable: unplaceable
+                .iter()
+                .map(|u| RawUnplaceable { key: u.key.clone(), nvml_names: u.nvml_names.clone(), reason: u.reason.clone() })
+                .collect(),
+        }
+    }
+
+    /// As YAML text in the catalog file format.
+    pub fn to_yaml(&self) -> String {
+        // Plain data of strings, numbers and lists: serializing it cannot fail.
+        serde_saphyr::to_string(self).unwrap_or_default()
+    }
+}
+
+fn raw_engines(e: &Engines) -> RawEngines {
+    RawEngines { dec: e.dec.into(), enc: e.enc.into(), jpeg: e.jpeg.into(), ofa: e.ofa.into() }
+}
+
+fn raw_model(m: &GpuModel) -> RawModel {
+    let derived: Vec<String> = m.nvml_names.iter().map(|n| product_label(n)).collect();
+    RawModel {
+        key: m.key.clone(),
+        description: m.description.clone(),
+        nvml_names: m.nvml_names.clone(),
+        product_labels: m.product_labels.iter().filter(|l| !derived.contains(l)).cloned().collect(),
+        device_ids: m.device_ids.iter().map(|&id| format_device_id(id)).collect(),
+        architecture: m.architecture.clone(),
+        memory_mib: m.memory_mib.map(|v| v as i64),
+        memory_status: m.memory_status,
+        placement_units: m.placement_units.into(),
+        compute_slices: m.compute_slices.into(),
+        profiles: m
+            .profiles
+            .iter()
+            .map(|p| RawProfile {
+                name: p.name.clone(),
+                aliases: p.aliases.clone(),
+                compute_slices: p.compute_slices.into(),
+                memory_slices: None,
+                memory_mib: p.memory_mib as i64,
+                memory_status: p.memory_status,
+                starts: p.starts.iter().map(|&s| s.into()).collect(),
+                size: p.size.into(),
+                max_instances: p.max_instances.into(),
+                engines: p.engines_known.then(|| raw_engines(&p.engines)),
+                nvml_profile_index: p.nvml_profile_index.into(),
+                nvidia_smi_profile_id: p.nvidia_smi_profile_id.map(i64::from),
+                placements_status: p.placements_status,
+            })
+            .collect(),
+        engine_totals: m.engine_totals.as_ref().map(raw_engines),
+        exclusive_groups: m
+            .exclusive_groups
+            .iter()
+            .map(|g| RawGroup {
+                profiles: g.profiles.clone(),
+                max_total: g.max_total.map(i64::from),
+                only_coexists_with: g.only_coexists_with.clone(),
+                status: g.status,
+            })
+            .collect(),
+        notes: m.notes.clone(),
+    }
+}

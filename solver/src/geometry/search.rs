@@ -1,0 +1,301 @@
+//! Search over placements: put a multiset of profiles next to fixed instances, enumerate valid
+//! and maximal geometries. Placement grids have at most 32 units and a handful of profiles, so
+//! an exhaustive depth-first search over bitmasks is exact and fast.
+
+use crate::catalog::{GpuModel, ProfileId};
+
+use super::rules::{self, Rules, State};
+use super::{validate, Geometry, GeometryError, Placed};
+
+/// A candidate instance: profile, start and the units it covers.
+#[derive(Clone, Copy)]
+struct Choice {
+    profile: ProfileId,
+    start: u8,
+    mask: u32,
+}
+
+fn choices(rules: &Rules, allowed: &[ProfileId]) -> Vec<Choice> {
+    let mut allowed: Vec<ProfileId> = allowed
+        .iter()
+        .copied()
+        .filter(|&p| p < rules.profiles.len())
+        .collect();
+    allowed.sort_unstable();
+    allowed.dedup();
+    let mut out = Vec::new();
+    for &profile in &allowed {
+        for &start in &rules.profiles[profile].starts {
+            out.push(Choice {
+                profile,
+                start,
+                mask: rules.mask(profile, start),
+            });
+        }
+    }
+    out.sort_by_key(|c| (c.start, c.profile));
+    out
+}
+
+fn state_of(rules: &Rules, g: &Geometry) -> State {
+    let mut state = State::new(rules);
+    for p in g.instances() {
+        state.add(rules, p.profile, rules.mask(p.profile, p.start));
+    }
+    state
+}
+
+fn check_ids(model: &GpuModel, ids: &[ProfileId]) -> Result<(), GeometryError> {
+    match ids.iter().find(|&&id| id >= model.profiles.len()) {
+        Some(&id) => Err(GeometryError::UnknownProfileId {
+            model: model.key.clone(),
+            id,
+            count: model.profiles.len(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Every maximal geometry that contains `fixed` unchanged and adds only `allowed` profiles.
+/// "Maximal": no allowed profile fits anywhere any more. Sorted; empty when `fixed` is invalid.
+/// When nothing can be added, the answer is `fixed` itself.
+pub fn maximal_extensions(
+    model: &GpuModel,
+    fixed: &Geometry,
+    allowed: &[ProfileId],
+) -> Vec<Geometry> {
+    if validate(model, fixed).is_err() {
+        return Vec::new();
+    }
+    let rules = Rules::new(model);
+    let choices = choices(&rules, allowed);
+    let mut state = state_of(&rules, fixed);
+    let mut out = Vec::new();
+    let mut chosen = Vec::new();
+    walk(
+        &rules,
+        &choices,
+        0,
+        &mut state,
+        &mut chosen,
+        &mut |state, chosen| {
+            if is_maximal(&rules, &choices, state) {
+                out.push(with_chosen(fixed, &choices, chosen));
+            }
+        },
+    );
+    out.sort();
+    out
+}
+
+/// Every valid geometry built from `allowed` (the empty one included), or only the maximal
+/// ones. Sorted by instances, so the order is the same on every run.
+pub fn enumerate(model: &GpuModel, allowed: &[ProfileId], maximal_only: bool) -> Vec<Geometry> {
+    let rules = Rules::new(model);
+    let choices = choices(&rules, allowed);
+    let mut state = State::new(&rules);
+    let mut out = Vec::new();
+    let mut chosen = Vec::new();
+    let empty = Geometry::empty();
+    walk(
+        &rules,
+        &choices,
+        0,
+        &mut state,
+        &mut chosen,
+        &mut |state, chosen| {
+            if !maximal_only || is_maximal(&rules, &choices, state) {
+                out.push(with_chosen(&empty, &choices, chosen));
+            }
+        },
+    );
+    out.sort();
+    out
+}
+
+/// Visits every set of choices (in increasing index order, so each set once) that keeps the
+/// rules, starting from `state`.
+fn walk(
+    rules: &Rules,
+    choices: &[Choice],
+    from: usize,
+    state: &mut State,
+    chosen: &mut Vec<usize>,
+    visit: &mut dyn FnMut(&State, &[usize]),
+) {
+    visit(state, chosen);
+    for i in from..choices.len() {
+        let c = choices[i];
+        if state.can_add(rules, c.profile, c.mask) {
+            state.add(rules, c.profile, c.mask);
+            chosen.push(i);
+            walk(rules, choices, i + 1, state, chosen, visit);
+            chosen.pop();
+            state.remove(rules, c.profile, c.mask);
+        }
+    }
+}
+
+fn is_maximal(rules: &Rules, choices: &[Choice], state: &State) -> bool {
+    !choices
+        .iter()
+        .any(|c| state.can_add(rules, c.profile, c.mask))
+}
+
+fn with_chosen(base: &Geometry, choices: &[Choice], chosen: &[usize]) -> Geometry {
+    let mut instances = base.instances().to_vec();
+    instances.extend(
+        chosen
+            .iter()
+            .map(|&i| Placed::new(choices[i].profile, choices[i].start)),
+    );
+    Geometry::new(instances)
+}
+
+/// A legal geometry holding `fixed` where it is plus one instance of each profile in `add`.
+/// Among all legal placements it picks the one that leaves the most room: the largest profile
+/// of the model that still fits, then the most (profile, start) choices still open, then the
+/// smallest geometry in sort order, so the answer is deterministic.
+pub fn place(
+    model: &GpuModel,
+    fixed: &Geometry,
+    add: &[ProfileId],
+) -> Result<Geometry, GeometryError> {
+    validate(model, fixed)?;
+    check_ids(model, add)?;
+    let rules = Rules::new(model);
+    let mut wanted: Vec<ProfileId> = add.to_vec();
+    // Big instances first: they have the fewest starts, so the search fails fast.
+    wanted.sort_by_key(|&p| (std::cmp::Reverse(model.profiles[p].size), p));
+    let mut state = state_of(&rules, fixed);
+    let every = choices(&rules, &model.all_profiles());
+    let mut best: Option<(u8, usize, Geometry)> = None;
+    let mut placed = Vec::new();
+    assign(
+        &rules,
+        &wanted,
+        0,
+        0,
+        &mut state,
+        &mut placed,
+        &mut |state, placed| {
+            let open: Vec<&Choice> = every
+                .iter()
+                .filter(|c| state.can_add(&rules, c.profile, c.mask))
+                .collect();
+            let largest = open
+                .iter()
+                .map(|c| rules.profiles[c.profile].size)
+                .max()
+                .unwrap_or(0);
+            let g = Geometry::new(
+                fixed
+                    .instances()
+                    .iter()
+                    .chain(placed.iter())
+                    .copied()
+                    .collect(),
+            );
+            let better = match &best {
+                None => true,
+                Some((l, n, bg)) => {
+                    (largest, open.len()) > (*l, *n)
+                        || ((largest, open.len()) == (*l, *n) && g < *bg)
+                }
+            };
+            if better {
+                best = Some((largest, open.len(), g));
+            }
+        },
+    );
+    match best {
+        Some((_, _, g)) => Ok(g),
+        None => Err(no_placement(model, fixed, add)),
+    }
+}
+
+/// Places `wanted[k..]`; equal profiles take increasing starts so that no arrangement is
+/// visited twice.
+fn assign(
+    rules: &Rules,
+    wanted: &[ProfileId],
+    k: usize,
+    min_start: u8,
+    state: &mut State,
+    placed: &mut Vec<Placed>,
+    done: &mut dyn FnMut(&State, &[Placed]),
+) {
+    let Some(&profile) = wanted.get(k) else {
+        done(state, placed);
+        return;
+    };
+    let starts = rules.profiles[profile].starts.clone();
+    for start in starts.into_iter().filter(|&s| s >= min_start) {
+        let mask = rules.mask(profile, start);
+        if !state.can_add(rules, profile, mask) {
+            continue;
+        }
+        state.add(rules, profile, mask);
+        placed.push(Placed::new(profile, start));
+        let next_min = match wanted.get(k + 1) {
+            Some(&next) if next == profile => start + 1,
+            _ => 0,
+        };
+        assign(rules, wanted, k + 1, next_min, state, placed, done);
+        placed.pop();
+        state.remove(rules, profile, mask);
+    }
+}
+
+/// Says why `add` cannot join `fixed`: the first counting rule it breaks if any (caps, groups,
+/// engines, compute), otherwise that no arrangement of the legal starts fits.
+fn no_placement(model: &GpuModel, fixed: &Geometry, add: &[ProfileId]) -> GeometryError {
+    let all: Vec<Placed> = fixed
+        .instances()
+        .iter()
+        .copied()
+        .chain(add.iter().map(|&p| Placed::new(p, 0)))
+        .collect();
+    let counting = rules::check_counting(model, &all).err();
+    let wanted = add
+        .iter()
+        .map(|&p| model.profiles[p].name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let fixed_text = if fixed.is_empty() {
+        String::new()
+    } else {
+        format!(" next to {}", rules::names(model, fixed.instances()))
+    };
+    let reason = match counting {
+        Some(e) => e.to_string(),
+        None => {
+            let free = model.full_mask() & !fixed.used_units(model);
+            let free_units: Vec<u8> = (0..model.placement_units)
+                .filter(|u| free & (1 << u) != 0)
+                .collect();
+            let legal = add
+                .iter()
+                .map(|&p| {
+                    format!(
+                        "{} starts {:?} size {}",
+                        model.profiles[p].name, model.profiles[p].starts, model.profiles[p].size
+                    )
+                })
+                .collect::<Vec<_>>();
+            let mut legal = legal;
+            legal.dedup();
+            format!(
+                "free placement units {:?} cannot hold them at their legal starts ({})",
+                free_units,
+                legal.join("; ")
+            )
+        }
+    };
+    GeometryError::NoPlacement {
+        model: model.key.clone(),
+        wanted: format!("[{wanted}]"),
+        fixed: fixed_text,
+        reason,
+    }
+}

@@ -1,0 +1,103 @@
+//! Output formats and exit codes shared by the subcommands.
+
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+/// `-o table|json|yaml`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns for people.
+    #[default]
+    Table,
+    /// JSON for scripts.
+    Json,
+    /// YAML for scripts and for files to edit.
+    Yaml,
+}
+
+/// Prints `value` as JSON or YAML, or the table `table` renders.
+pub fn print<T: Serialize>(format: OutputFormat, value: &T, table: impl FnOnce() -> String) -> Result<(), Failure> {
+    let text = match format {
+        OutputFormat::Table => table(),
+        OutputFormat::Json => {
+            let mut s = serde_json::to_string_pretty(value).map_err(|e| Failure::internal(e.into()))?;
+            s.push('\n');
+            s
+        }
+        OutputFormat::Yaml => serde_saphyr::to_string(value).map_err(|e| Failure::internal(e.into()))?,
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// Left-aligned columns separated by two spaces; the last column is not padded.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+    }
+    let mut out = String::new();
+    let header_row: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header_row).chain(rows) {
+        let last = row.len().saturating_sub(1);
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if i < last {
+                let pad = widths.get(i).copied().unwrap_or(0).saturating_sub(cell.chars().count()) + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// A command that did not succeed, with the exit code that says why.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    /// `None` when the command already printed its answer (e.g. why a geometry is invalid).
+    pub error: Option<anyhow::Error>,
+}
+
+impl Failure {
+    /// Exit 2: the input (arguments, files) is wrong.
+    pub fn bad_input(error: anyhow::Error) -> Failure {
+        Failure { code: 2, error: Some(error) }
+    }
+
+    /// Exit 1: the input is fine and the answer is "no".
+    pub fn no(error: anyhow::Error) -> Failure {
+        Failure { code: 1, error: Some(error) }
+    }
+
+    /// Exit 1 after the command printed its "no" answer itself.
+    pub fn answered_no() -> Failure {
+        Failure { code: 1, error: None }
+    }
+
+    /// Exit 1 for failures that are neither (cannot write output, ...).
+    pub fn internal(error: anyhow::Error) -> Failure {
+        Failure { code: 1, error: Some(error) }
+    }
+}
+
+/// Exit code for a command's result; errors go to stderr with their causes.
+pub fn finish(result: Result<(), Failure>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            if let Some(error) = failure.error {
+                eprintln!("error: {error:#}");
+            }
+            ExitCode::from(failure.code)
+        }
+    }
+}
