@@ -293,7 +293,13 @@ fn describe(args: &SimulateArgs, cluster: &Cluster, workload: &Workload, name: &
         per_model.push(format!("{nodes} nodes / {gpus} {}", m.name));
     }
     let mode = match args.load {
-        Some(share) => format!("load mode {:.0}% (seed {}, one pod every {} s, lifetime {:?})", share * 100.0, args.seed, args.interval_secs, args.lifetime),
+        Some(share) => {
+            let lifetime = match args.lifetime {
+                LifetimeArg::Forever => "pods never finish",
+                LifetimeArg::Trace => "trace lifetimes",
+            };
+            format!("load mode {:.0}% (seed {}, one pod every {} s, {lifetime})", share * 100.0, args.seed, args.interval_secs)
+        }
         None => "trace timestamps".into(),
     };
     format!(

@@ -178,10 +178,10 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
     }
     let end = summaries.iter().map(|s| s.end).max().unwrap_or(0).max(1);
     let end_s = end as f64 / 1000.0;
-    let top = Panel { x: 80.0, y: 130.0, w: 480.0, h: 260.0 };
-    let right_top = Panel { x: 680.0, y: 130.0, w: 480.0, h: 260.0 };
-    let bottom = Panel { x: 80.0, y: 510.0, w: 480.0, h: 260.0 };
-    let right_bottom = Panel { x: 680.0, y: 510.0, w: 480.0, h: 260.0 };
+    let top = Panel { x: 80.0, y: 145.0, w: 480.0, h: 260.0 };
+    let right_top = Panel { x: 680.0, y: 145.0, w: 480.0, h: 260.0 };
+    let bottom = Panel { x: 80.0, y: 525.0, w: 480.0, h: 260.0 };
+    let right_bottom = Panel { x: 680.0, y: 525.0, w: 480.0, h: 260.0 };
 
     // 1. Memory-slice allocation over time.
     frame(&mut out, &top, "Memory slices allocated to running pods", "time", "% of the cluster's memory slices");
