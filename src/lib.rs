@@ -4,4 +4,5 @@
 //! Kubernetes objects into solver snapshots; controller and agent use both.
 
 pub mod cli;
+pub mod apiserver;
 pub mod sim;

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 pub mod catalog;
 pub mod geometry;
 pub mod output;
+pub mod apiserver;
 pub mod simulate;
 
 #[derive(Debug, Parser)]
@@ -28,6 +29,8 @@ pub enum Command {
     Catalog(catalog::CatalogArgs),
     /// Check, place and enumerate MIG geometries of a GPU model.
     Geometry(geometry::GeometryArgs),
+    /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
+    Apiserver(apiserver::ApiserverArgs),
     /// Replay a workload trace on a simulated cluster and compare allocation strategies.
     Simulate(simulate::SimulateArgs),
 }
@@ -48,6 +51,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Catalog(args) => output::finish(catalog::run(args)),
         Command::Geometry(args) => output::finish(geometry::run(args)),
+        Command::Apiserver(args) => apiserver::run(args),
         Command::Simulate(args) => output::finish(simulate::run(args)),
     }
 }

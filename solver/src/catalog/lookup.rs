@@ -23,6 +23,8 @@ impl Index {
         for &i in order {
             let model = &models[i];
             index.keys.insert(model.key.to_ascii_lowercase(), i);
+            // "RTX PRO 6000" for the key RTX-PRO-6000.
+            index.names.insert(normalize_name(&model.key), i);
             for &id in &model.device_ids {
                 index.device_ids.insert(id, i);
             }
