@@ -16,7 +16,7 @@ use crate::sim::mapping::Mapping;
 use crate::sim::metrics::Summary;
 use crate::sim::models;
 use crate::sim::report;
-use crate::sim::strategy::{StaticStrategy, Strategy, StrategyKind, WholeGpu};
+use crate::sim::strategy::{PlannerStrategy, StaticStrategy, Strategy, StrategyKind, WholeGpu};
 use crate::sim::trace::load::{self, Lifetime, LoadMode};
 use crate::sim::trace::synthetic::Synthetic;
 use crate::sim::trace::{alibaba, geometer, GpuRequest, Trace};
@@ -278,10 +278,10 @@ fn build_strategy(
             }
             Box::new(StaticStrategy { layout, geometries })
         }
-        _ => {
-            let _ = time_limit_ms;
-            return Err(bad(anyhow!("--strategy {kind}: TEMPORARY until the planner branch is merged")));
-        }
+        _ => Box::new(
+            PlannerStrategy::new(kind, catalog, cluster, workload, time_limit_ms)
+                .map_err(|e| bad(anyhow!("--strategy {kind}: {e}")))?,
+        ),
     })
 }
 

@@ -1,6 +1,7 @@
 //! Allocation strategies the simulator compares. Each decides the geometry GPUs start with and,
 //! for the dynamic ones, how to repartition at the end of a batch of demand.
 
+mod planned;
 mod static_layout;
 
 
@@ -14,6 +15,7 @@ use crate::sim::cluster::Cluster;
 use crate::sim::trace::Millis;
 use crate::sim::workload::{ProfileKey, Workload, WHOLE_GPU};
 
+pub use planned::{PlannerStrategy, MODEL_LABEL};
 pub use static_layout::{StaticLayout, StaticStrategy};
 
 /// One MIG instance (or, with [`WHOLE_GPU`], the unpartitioned GPU) at its placement start.
