@@ -98,7 +98,7 @@ pub struct SimulateArgs {
     /// Time limit for one ILP planning call, in milliseconds.
     #[arg(long, default_value_t = 2000)]
     pub plan_time_limit_ms: u64,
-    /// Write summary.md, summary.csv, timeseries.csv and chart.svg into this directory.
+    /// Write summary.md, summary.csv, timeseries.csv, pods.csv and chart.svg into this directory.
     #[arg(short = 'o', long = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Time buckets in timeseries.csv.
@@ -203,7 +203,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     print!("{markdown}");
     if let Some(dir) = &args.out {
         let title = args.title.clone().unwrap_or_else(|| format!("geometer simulate: {name}"));
-        write_outputs(dir, &markdown, &summaries, args.buckets, &title, &setup)?;
+        write_outputs(dir, &markdown, &summaries, &workload, args.buckets, &title, &setup)?;
     }
     Ok(())
 }
@@ -316,12 +316,21 @@ fn describe(args: &SimulateArgs, cluster: &Cluster, workload: &Workload, name: &
     )
 }
 
-fn write_outputs(dir: &Path, markdown: &str, summaries: &[Summary], buckets: usize, title: &str, setup: &str) -> Result<(), Failure> {
+fn write_outputs(
+    dir: &Path,
+    markdown: &str,
+    summaries: &[Summary],
+    workload: &Workload,
+    buckets: usize,
+    title: &str,
+    setup: &str,
+) -> Result<(), Failure> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create -o {}", dir.display())).map_err(Failure::internal)?;
     let files = [
         ("summary.md", markdown.to_string()),
         ("summary.csv", report::summary_csv(summaries)),
         ("timeseries.csv", report::timeseries_csv(summaries, buckets)),
+        ("pods.csv", report::pods_csv(summaries, workload)),
         ("chart.svg", report::chart(summaries, title, setup)),
     ];
     for (file, text) in files {

@@ -100,6 +100,19 @@ pub struct Summary {
     pub planner_time: Duration,
     pub planner_time_max: Duration,
     pub series: Vec<Sample>,
+    /// Per pod, in workload order.
+    pub outcomes: Vec<PodOutcome>,
+}
+
+/// What happened to one pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodOutcome {
+    /// Running or finished at the end.
+    pub served: bool,
+    pub first_start: Option<Millis>,
+    /// Total time spent pending (so far, for a pod never served).
+    pub waited: Millis,
+    pub evictions: u32,
 }
 
 impl Summary {

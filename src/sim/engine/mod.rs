@@ -14,7 +14,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::sim::cluster::Cluster;
-use crate::sim::metrics::{Recorder, Summary};
+use crate::sim::metrics::{PodOutcome, Recorder, Summary};
 use crate::sim::strategy::{GpuView, NodeView, PlanView, Replan, Slot, Strategy, StrategyError};
 use crate::sim::trace::Millis;
 use crate::sim::workload::{ProfileKey, Workload, WHOLE_GPU};
@@ -76,8 +76,10 @@ struct PodRun {
     waited: Millis,
     /// Node and instances while running.
     running: Option<(usize, Vec<(usize, Slot)>)>,
-    started: bool,
+    /// When the pod first started.
+    first_start: Option<Millis>,
     finished: bool,
+    evicted: u32,
     /// Bumped on eviction, so the departure scheduled for an earlier run is ignored.
     run: u32,
     /// A node whose reconfiguration (from an earlier plan) is making room for this pod.
@@ -217,7 +219,7 @@ impl<'a> Engine<'a> {
             run.waited += self.now - since;
         }
         run.running = Some((node, held));
-        run.started = true;
+        run.first_start.get_or_insert(self.now);
         run.promised = None;
         let generation = run.run;
         self.running += 1;
@@ -351,6 +353,7 @@ impl<'a> Engine<'a> {
             self.running -= 1;
             self.evictions += 1;
             self.pods[p].run += 1;
+            self.pods[p].evicted += 1;
             drained.insert(node, ());
             self.make_pending(p);
         }
@@ -407,7 +410,17 @@ impl<'a> Engine<'a> {
     }
 
     fn summary(self) -> Summary {
-        let mut waits: Vec<Millis> = self.pods.iter().filter(|r| r.started && r.pending_since.is_none()).map(|r| r.waited).collect();
+        let outcomes: Vec<PodOutcome> = self
+            .pods
+            .iter()
+            .map(|r| PodOutcome {
+                served: r.first_start.is_some() && r.pending_since.is_none(),
+                first_start: r.first_start,
+                waited: r.waited + r.pending_since.map_or(0, |since| self.now - since),
+                evictions: r.evicted,
+            })
+            .collect();
+        let mut waits: Vec<Millis> = outcomes.iter().filter(|o| o.served).map(|o| o.waited).collect();
         waits.sort_unstable();
         let served = waits.len();
         let r = self.recorder;
@@ -430,6 +443,7 @@ impl<'a> Engine<'a> {
             planner_time: self.planner_time,
             planner_time_max: self.planner_time_max,
             series: r.series,
+            outcomes,
         }
     }
 }

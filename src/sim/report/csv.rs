@@ -2,6 +2,7 @@ use std::fmt::Write as _;
 
 use super::resample;
 use crate::sim::metrics::Summary;
+use crate::sim::workload::Workload;
 
 fn opt(value: Option<f64>) -> String {
     value.map_or_else(String::new, |v| format!("{v:.3}"))
@@ -54,6 +55,40 @@ pub fn timeseries_csv(summaries: &[Summary], buckets: usize) -> String {
                 b.compute_share,
                 b.running,
                 b.pending
+            );
+        }
+    }
+    out
+}
+
+/// One row per pod and strategy: what it asked for, when it first started, how long it waited.
+pub fn pods_csv(summaries: &[Summary], workload: &Workload) -> String {
+    let mut out = String::from("strategy,pod,request,arrival_s,first_start_s,wait_s,evictions,served\n");
+    let requests: Vec<String> = workload
+        .pods
+        .iter()
+        .map(|p| {
+            let items: Vec<String> = p
+                .mig
+                .iter()
+                .map(|&(k, c)| if c == 1 { workload.profiles[k].clone() } else { format!("{}*{c}", workload.profiles[k]) })
+                .collect();
+            items.join("|")
+        })
+        .collect();
+    for s in summaries {
+        for ((pod, request), o) in workload.pods.iter().zip(&requests).zip(&s.outcomes) {
+            let _ = writeln!(
+                out,
+                "{},{},{},{:.3},{},{:.3},{},{}",
+                s.strategy,
+                pod.name,
+                request,
+                pod.arrival as f64 / 1000.0,
+                o.first_start.map_or_else(String::new, |t| format!("{:.3}", t as f64 / 1000.0)),
+                o.waited as f64 / 1000.0,
+                o.evictions,
+                o.served
             );
         }
     }
