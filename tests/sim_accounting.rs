@@ -70,7 +70,7 @@ fn whole_gpus_make_the_third_pod_wait_for_the_first() {
 fn one_g_slices_serve_all_three_at_once_and_use_an_eighth() {
     let c = cluster(2);
     let w = workload(THREE_PODS, &c);
-    let all_1g = vec![slot(&w, "1g.10gb", 0); 7].iter().enumerate().map(|(i, s)| Slot { start: i as u8, ..*s }).collect();
+    let all_1g = [slot(&w, "1g.10gb", 0); 7].iter().enumerate().map(|(i, s)| Slot { start: i as u8, ..*s }).collect();
     let mut strategy = StaticStrategy { layout: StaticLayout::All1g, geometries: vec![all_1g] };
     let s = run(&c, &w, &mut strategy).unwrap();
     assert_eq!(s.waits, vec![0, 0, 0]);

@@ -225,7 +225,7 @@ fn finish(file: &str, mut pods: Vec<TracePod>) -> Result<Trace, TraceError> {
 }
 
 fn seconds(ms: u64) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         (ms / 1000).to_string()
     } else {
         format!("{}.{:03}", ms / 1000, ms % 1000)
