@@ -74,6 +74,10 @@ pub struct SimulateArgs {
     /// the cluster's GPUs (e.g. 1.3), one every --interval-secs; without it, replay timestamps.
     #[arg(long, value_name = "SHARE")]
     pub load: Option<f64>,
+    /// Load mode: the GPU count the load is a share of (default: the cluster's GPUs). Lets the
+    /// same pods run on clusters of different sizes.
+    #[arg(long, value_name = "N")]
+    pub load_gpus: Option<u64>,
     /// Load mode: seconds between two submissions.
     #[arg(long, default_value_t = 1.0)]
     pub interval_secs: f64,
@@ -163,7 +167,12 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         };
         let mode = LoadMode { load: share, seed: args.seed, interval, lifetime };
         let reference = cluster.reference_model().clone();
-        trace = load::apply(&trace, &mode, cluster.gpu_count() as f64, |pod| match &pod.request {
+        let capacity = match args.load_gpus {
+            Some(0) => return Err(bad(anyhow!("--load-gpus 0: give the number of GPUs the load refers to"))),
+            Some(gpus) => gpus,
+            None => cluster.gpu_count(),
+        };
+        trace = load::apply(&trace, &mode, capacity as f64, |pod| match &pod.request {
             GpuRequest::Share { num_gpu, gpu_milli } => f64::from(*num_gpu) * f64::from(*gpu_milli) / 1000.0,
             GpuRequest::Mig(items) => items
                 .iter()
@@ -298,7 +307,8 @@ fn describe(args: &SimulateArgs, cluster: &Cluster, workload: &Workload, name: &
                 LifetimeArg::Forever => "pods never finish",
                 LifetimeArg::Trace => "trace lifetimes",
             };
-            format!("load mode {:.0}% (seed {}, one pod every {} s, {lifetime})", share * 100.0, args.seed, args.interval_secs)
+            let of = args.load_gpus.map_or_else(String::new, |g| format!(" of {g} GPUs"));
+            format!("load mode {:.0}%{of} (seed {}, one pod every {} s, {lifetime})", share * 100.0, args.seed, args.interval_secs)
         }
         None => "trace timestamps".into(),
     };

@@ -105,6 +105,8 @@ pub struct Engine<'a> {
     state: ClusterState,
     pending: PendingQueue,
     in_flight: BTreeMap<usize, Reconfiguration>,
+    /// Pods promised room by each in-flight node (some may have started elsewhere since).
+    promised_to: BTreeMap<usize, Vec<PodIdx>>,
     batch_open: Option<Millis>,
     last_change: Millis,
     batch_generation: u64,
@@ -142,6 +144,7 @@ impl<'a> Engine<'a> {
             state,
             pending: PendingQueue::new(workload.profiles.len()),
             in_flight: BTreeMap::new(),
+            promised_to: BTreeMap::new(),
             batch_open: None,
             last_change: 0,
             batch_generation: 0,
@@ -380,6 +383,7 @@ impl<'a> Engine<'a> {
         for (p, node) in placements {
             if let Some(run) = self.pods.get_mut(p).filter(|r| r.pending_since.is_some()) {
                 run.promised = Some(node);
+                self.promised_to.entry(node).or_default().push(p);
             }
         }
         if self.pending.pods().any(|p| self.pods[p].promised.is_none()) {
@@ -398,8 +402,10 @@ impl<'a> Engine<'a> {
         }
         self.state.set_cordoned(node, false);
         self.state.recount(node);
-        for run in self.pods.iter_mut().filter(|r| r.promised == Some(node)) {
-            run.promised = None;
+        for p in self.promised_to.remove(&node).unwrap_or_default() {
+            if self.pods[p].promised == Some(node) {
+                self.pods[p].promised = None;
+            }
         }
         let offered: Vec<ProfileKey> = (0..self.workload.profiles.len()).filter(|&k| self.state.nodes[node].free[k] > 0).collect();
         self.schedule(&offered);
