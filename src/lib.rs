@@ -8,3 +8,4 @@ pub mod api;
 pub mod apiserver;
 pub mod cli;
 pub mod controller;
+pub mod sim;

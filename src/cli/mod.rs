@@ -15,6 +15,8 @@ pub mod catalog;
 pub mod crds;
 pub mod geometry;
 pub mod output;
+pub mod apiserver;
+pub mod simulate;
 
 #[derive(Debug, Parser)]
 #[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
@@ -40,6 +42,8 @@ pub enum Command {
     Approve(approve::ApproveArgs),
     /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
     Apiserver(apiserver::ApiserverArgs),
+    /// Replay a workload trace on a simulated cluster and compare allocation strategies.
+    Simulate(simulate::SimulateArgs),
 }
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
@@ -62,6 +66,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Agent(args) => output::finish(agent::run(args)),
         Command::Approve(args) => output::finish(approve::run(args)),
         Command::Apiserver(args) => apiserver::run(args),
+        Command::Simulate(args) => output::finish(simulate::run(args)),
     }
 }
 
