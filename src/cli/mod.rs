@@ -15,7 +15,6 @@ pub mod catalog;
 pub mod crds;
 pub mod geometry;
 pub mod output;
-pub mod apiserver;
 pub mod simulate;
 
 #[derive(Debug, Parser)]
