@@ -4,4 +4,9 @@
 //! Kubernetes objects into solver snapshots; controller and agent use both.
 
 pub mod adapter;
+pub mod agent;
+pub mod api;
+pub mod apiserver;
 pub mod cli;
+pub mod controller;
+pub mod sim;

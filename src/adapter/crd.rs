@@ -7,12 +7,12 @@
 //!   `model`, `product` or `deviceId` (one required), and `instances[]` with `profile`
 //!   (required), `start` or `placement.start` (required), and the pod using it as `pod`
 //!   (`namespace/name`) or `pod: {namespace, name}`.
-//! - `MigPolicy`: `spec.nodeSelector` (label map, or `{matchLabels: {...}}`),
-//!   `spec.allowedProfiles[]`, `spec.headroom` (profile -> slices),
-//!   `spec.disruption.evictionAllowed`, `spec.disruption.doNotDisruptAnnotations[]`,
-//!   `spec.disruption.maxNodesReconfiguring` (or `maxNodesChanged`),
-//!   `spec.disruption.maxGpusChanged` (or `spec.maxGpusChanged`),
-//!   `spec.solver.timeLimitMs` (or `spec.solver.timeLimitSeconds`).
+//! - `MigPolicy` (as in src/api/policy.rs): `spec.nodeSelector.matchLabels` (a plain label map
+//!   is accepted too; `matchExpressions` is refused, not ignored), `spec.allowedProfiles[]`,
+//!   `spec.headroom` (profile -> slices), `spec.disruption.evictionAllowed`,
+//!   `spec.disruption.doNotDisruptAnnotations[]`, `spec.solver.timeLimitMs`,
+//!   `spec.solver.maxGpusChanged`, `spec.solver.maxNodesChanged`.
+//!   (`disruption.maxNodesReconfiguring` limits rollout concurrency, not the plan.)
 
 use std::collections::BTreeMap;
 
@@ -115,7 +115,14 @@ pub fn mig_policy(obj: &Value) -> Result<PolicyObject, AdapterError> {
             Some(x) => x.as_u64().and_then(|n| u32::try_from(n).ok()).map(Some).ok_or_else(|| err(&object, field, x, "expected a non-negative integer")),
         }
     };
-    let selector = spec.get("nodeSelector").map(|s| s.get("matchLabels").unwrap_or(s));
+    if let Some(exprs) = spec.pointer("/nodeSelector/matchExpressions").filter(|e| e.as_array().is_some_and(|a| !a.is_empty())) {
+        return Err(err(&object, "spec.nodeSelector.matchExpressions", exprs, "not supported by `geometer plan` yet; use matchLabels"));
+    }
+    let selector = spec.get("nodeSelector").map(|s| if s.get("matchLabels").is_some() || s.get("matchExpressions").is_some() {
+        s.get("matchLabels").unwrap_or(&Value::Null)
+    } else {
+        s
+    });
     if let Some(sel) = selector.filter(|s| !s.is_null()) {
         let Value::Object(map) = sel else { return Err(err(&object, "spec.nodeSelector", sel, "expected a map of labels")) };
         for (k, v) in map {
@@ -139,20 +146,10 @@ pub fn mig_policy(obj: &Value) -> Result<PolicyObject, AdapterError> {
         Some(other) => return Err(err(&object, "spec.disruption.evictionAllowed", other, "expected true or false")),
     }
     out.do_not_disrupt = strings(disruption.get("doNotDisruptAnnotations"), "spec.disruption.doNotDisruptAnnotations")?;
-    out.policy.max_nodes_changed = match disruption.get("maxNodesReconfiguring") {
-        Some(v) => count(Some(v), "spec.disruption.maxNodesReconfiguring")?,
-        None => count(disruption.get("maxNodesChanged"), "spec.disruption.maxNodesChanged")?,
-    };
-    out.policy.max_gpus_changed = match disruption.get("maxGpusChanged") {
-        Some(v) => count(Some(v), "spec.disruption.maxGpusChanged")?,
-        None => count(spec.get("maxGpusChanged"), "spec.maxGpusChanged")?,
-    };
     let solver = spec.get("solver").cloned().unwrap_or(Value::Null);
-    if let Some(ms) = count(solver.get("timeLimitMs"), "spec.solver.timeLimitMs")? {
-        out.policy.time_limit_ms = Some(ms as u64);
-    } else if let Some(s) = count(solver.get("timeLimitSeconds"), "spec.solver.timeLimitSeconds")? {
-        out.policy.time_limit_ms = Some(s as u64 * 1000);
-    }
+    out.policy.max_gpus_changed = count(solver.get("maxGpusChanged"), "spec.solver.maxGpusChanged")?;
+    out.policy.max_nodes_changed = count(solver.get("maxNodesChanged"), "spec.solver.maxNodesChanged")?;
+    out.policy.time_limit_ms = count(solver.get("timeLimitMs"), "spec.solver.timeLimitMs")?.map(u64::from);
     if out.policy.time_limit_ms == Some(0) {
         return Err(err(&object, "spec.solver.timeLimitMs", &Value::from(0), "must be positive"));
     }
@@ -195,7 +192,7 @@ mod tests {
         let obj: Value = serde_json::json!({"kind": "MigPolicy", "metadata": {"name": "p"},
             "spec": {"nodeSelector": {"matchLabels": {"pool": "mig"}}, "allowedProfiles": ["1g.10gb"],
                      "headroom": {"1g.10gb": 2}, "disruption": {"evictionAllowed": true, "maxNodesReconfiguring": 1},
-                     "solver": {"timeLimitSeconds": 2}}});
+                     "solver": {"timeLimitMs": 2000, "maxNodesChanged": 1}}});
         let p = mig_policy(&obj).unwrap();
         assert_eq!(p.node_selector["pool"], "mig");
         assert!(p.policy.eviction_allowed);

@@ -9,7 +9,6 @@ use super::{placed_name, GeometryError, Placed};
 /// A catalog model compiled for fast incremental checks. Profile and group sets are `u64`
 /// bitsets (the catalog rejects models with more than 64 profiles).
 pub(crate) struct Rules {
-    pub units: u32,
     pub compute_total: u32,
     pub engine_totals: Option<[u32; 4]>,
     pub profiles: Vec<ProfileRule>,
@@ -36,7 +35,6 @@ impl Rules {
         let engines = |e: &crate::catalog::Engines| [e.dec, e.enc, e.jpeg, e.ofa].map(u32::from);
         let bits = |ids: &[ProfileId]| ids.iter().fold(0u64, |b, &id| b | (1u64 << id));
         Rules {
-            units: model.full_mask(),
             compute_total: model.compute_slices as u32,
             engine_totals: model.engine_totals.as_ref().map(engines),
             profiles: model

@@ -1,0 +1,320 @@
+//! One entry point for every request, whether it came through the tower service or HTTP:
+//! faults first, then discovery or the resource handlers, then the request log.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::convert::to_served;
+use super::delete::DeleteOpts;
+use super::discovery;
+use super::error::{ApiError, ApiResult};
+use super::faults::RequestFacts;
+use super::openapi;
+use super::patch::{PatchKind, PatchRequest};
+use super::read::{list_json, Filter};
+use super::request::{ApiRequest, ResourcePath, Target, Verb};
+use super::resource::{Builtin, ResourceRef};
+use super::response::{bytes_response, error_response, json_response, streamed, Body};
+use super::table::{self, Include};
+use super::watch::{self, Format, WatchSpec};
+use super::write::WriteOpts;
+use super::{now, Inner, RecordedRequest};
+
+pub async fn handle(inner: &Arc<Inner>, req: http::Request<Bytes>) -> http::Response<Body> {
+    let req = ApiRequest::from_http(req);
+    let (verb, resource, namespace, name) = match &req.target {
+        Target::Resource(rp) => (
+            req.verb(rp),
+            match &rp.subresource {
+                Some(s) => format!("{}/{s}", rp.plural),
+                None => rp.plural.clone(),
+            },
+            rp.namespace.clone(),
+            rp.name.clone(),
+        ),
+        _ => (None, String::new(), None, None),
+    };
+    let verdict = inner.faults.verdict(&RequestFacts {
+        verb,
+        resource: &resource,
+        namespace: namespace.as_deref(),
+        name: name.as_deref(),
+    });
+    if let Some(d) = verdict.delay {
+        tokio::time::sleep(d).await;
+    }
+    let resp = match verdict.error {
+        Some(err) => error_response(&err),
+        None => route(inner, &req),
+    };
+    inner.record(RecordedRequest {
+        method: req.method.to_string(),
+        path: req.path.clone(),
+        query: req.raw_query.clone(),
+        verb,
+        resource: (!resource.is_empty()).then_some(resource),
+        namespace,
+        name,
+        status: resp.status().as_u16(),
+    });
+    resp
+}
+
+fn route(inner: &Arc<Inner>, req: &ApiRequest) -> http::Response<Body> {
+    let result = match &req.target {
+        Target::Resource(rp) => resource_request(inner, req, rp),
+        Target::CoreVersions | Target::Groups => {
+            let core = req.target == Target::CoreVersions;
+            let store = inner.store.lock().expect("store lock poisoned");
+            match discovery::wants_aggregated(&req.accept) {
+                Some(v) => Ok(bytes_response(
+                    200,
+                    &format!("application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"),
+                    serde_json::to_vec(&discovery::aggregated(&store.registry, core, v)).expect("serializable"),
+                )),
+                None if core => Ok(json_response(200, &discovery::core_versions(&inner.server_address()))),
+                None => Ok(json_response(200, &discovery::group_list(&store.registry))),
+            }
+        }
+        Target::Group(g) => {
+            let store = inner.store.lock().expect("store lock poisoned");
+            discovery::group(&store.registry, g)
+                .map(|v| json_response(200, &v))
+                .ok_or_else(|| ApiError::path_not_found(&req.path))
+        }
+        Target::GroupVersion { group, version } => {
+            let store = inner.store.lock().expect("store lock poisoned");
+            discovery::resource_list(&store.registry, group, version)
+                .map(|v| json_response(200, &v))
+                .ok_or_else(|| ApiError::path_not_found(&req.path))
+        }
+        Target::OpenApiV2 => Err(ApiError::path_not_found(&req.path)),
+        Target::OpenApiV3(gv) => {
+            let store = inner.store.lock().expect("store lock poisoned");
+            match gv {
+                None => Ok(json_response(200, &openapi::index(&store.registry))),
+                Some((g, v)) => openapi::group_version(&store.registry, g, v)
+                    .map(|doc| json_response(200, &doc))
+                    .ok_or_else(|| ApiError::path_not_found(&req.path)),
+            }
+        }
+        Target::Version => Ok(json_response(200, &discovery::version_info())),
+        Target::Health => Ok(bytes_response(200, "text/plain; charset=utf-8", "ok")),
+        Target::Unknown => Err(ApiError::path_not_found(&req.path)),
+    };
+    result.unwrap_or_else(|e| error_response(&e))
+}
+
+fn parse_body(req: &ApiRequest) -> ApiResult<Value> {
+    if req.body.is_empty() {
+        return Ok(json!({}));
+    }
+    let media = req.content_type.split(';').next().unwrap_or("").trim();
+    if media == "application/vnd.kubernetes.protobuf" {
+        return super::protobuf::decode(&req.body);
+    }
+    if media.contains("protobuf") || media.contains("cbor") {
+        return Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {media})"
+        )));
+    }
+    if media == "application/yaml" {
+        return super::patch::parse_yaml_or_json(&req.body);
+    }
+    serde_json::from_slice(&req.body).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+fn write_opts(req: &ApiRequest) -> ApiResult<WriteOpts> {
+    let strict = match req.query.get("fieldValidation") {
+        None | Some("Ignore") | Some("Warn") => false,
+        Some("Strict") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "fieldValidation: invalid value \"{other}\": use Ignore, Warn or Strict"
+            )))
+        }
+    };
+    match req.query.get("dryRun") {
+        None | Some("All") => {}
+        Some(other) => return Err(ApiError::bad_request(format!("dryRun: invalid value \"{other}\": the only value is All"))),
+    }
+    let mut opts = WriteOpts::new(&req.field_manager(), now());
+    opts.dry_run = req.dry_run();
+    opts.strict = strict;
+    Ok(opts)
+}
+
+fn object_response(code: u16, req: &ApiRequest, rt: &ResourceRef, version: &str, obj: &Arc<Value>) -> http::Response<Body> {
+    let served = to_served(rt, version, obj);
+    if req.wants_table() {
+        let include = Include::from_query(req.query.get("includeObject"));
+        let meta = json!({"resourceVersion": served["metadata"]["resourceVersion"]});
+        return json_response(code, &table::table(rt, version, &[served], include, meta));
+    }
+    if req.wants_partial_metadata() {
+        return json_response(code, &table::partial_metadata(&served));
+    }
+    json_response(code, &served)
+}
+
+fn resource_request(inner: &Arc<Inner>, req: &ApiRequest, rp: &ResourcePath) -> ApiResult<http::Response<Body>> {
+    let rt = {
+        let store = inner.store.lock().expect("store lock poisoned");
+        store.registry.lookup(&rp.group, &rp.version, &rp.plural)
+    }
+    .ok_or_else(|| ApiError::path_not_found(&req.path))?;
+    let version = rp.version.as_str();
+    let verb = req.verb(rp).ok_or_else(|| ApiError::method_not_allowed(format!("method {} is not supported on {}", req.method, req.path)))?;
+    if !rt.namespaced && rp.namespace.is_some() {
+        return Err(ApiError::path_not_found(&req.path));
+    }
+    let ns = rp.namespace.as_deref();
+    if rt.namespaced && rp.name.is_some() && ns.is_none() {
+        return Err(ApiError::path_not_found(&req.path));
+    }
+    let ns_str = ns.unwrap_or("");
+    if let Some(sub) = &rp.subresource {
+        let allowed = match sub.as_str() {
+            "status" if rt.has_status(version) => matches!(verb, Verb::Get | Verb::Update | Verb::Patch),
+            "eviction" | "binding" if rt.is(Builtin::Pod) => verb == Verb::Create,
+            _ => return Err(ApiError::path_not_found(&req.path)),
+        };
+        if !allowed {
+            return Err(ApiError::method_not_allowed(format!("{verb} is not supported on {}/{sub}", rt.plural)));
+        }
+    }
+    let name = rp.name.as_deref().unwrap_or("");
+    match verb {
+        Verb::Get => {
+            let obj = inner.store.lock().expect("store lock poisoned").get_object(&rt, ns_str, name)?;
+            Ok(object_response(200, req, &rt, version, &obj))
+        }
+        Verb::List => list(inner, req, &rt, version, ns),
+        Verb::Watch => {
+            let mut filter = Filter::from_query(&rt, ns, &req.query)?;
+            if !name.is_empty() {
+                let named = format!("metadata.name={name}");
+                filter.fields = super::selector::FieldSelector::parse(&named).map_err(ApiError::bad_request)?;
+            }
+            let from = match req.query.get("resourceVersion") {
+                None | Some("0") => None,
+                Some(rv) => Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion \"{rv}\": must be a number")))?),
+            };
+            let send_initial = req.query.flag("sendInitialEvents");
+            let format = if req.wants_table() {
+                Format::Table(Include::from_query(req.query.get("includeObject")))
+            } else if req.wants_partial_metadata() {
+                Format::Metadata
+            } else {
+                Format::Json
+            };
+            let spec = WatchSpec {
+                rt: rt.clone(),
+                version: version.to_string(),
+                filter,
+                from: if send_initial { None } else { from },
+                bookmarks: req.query.flag("allowWatchBookmarks"),
+                initial_events_end: send_initial,
+                timeout: req.query.number("timeoutSeconds")?.map(std::time::Duration::from_secs),
+                format,
+            };
+            let rx = watch::start(inner, spec);
+            Ok(http::Response::builder()
+                .status(200)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(streamed(rx))
+                .expect("static headers are valid"))
+        }
+        Verb::Create => {
+            let body = parse_body(req)?;
+            let opts = write_opts(req)?;
+            let mut store = inner.store.lock().expect("store lock poisoned");
+            match rp.subresource.as_deref() {
+                Some("eviction") => Ok(json_response(201, &store.evict(ns_str, name, &body, opts.dry_run, &opts.now)?)),
+                Some("binding") => Ok(json_response(201, &store.bind(ns_str, name, &body, opts.dry_run, &opts.now)?)),
+                _ => {
+                    if !name.is_empty() {
+                        return Err(ApiError::method_not_allowed(format!("POST is not supported on a named {}; use PUT or PATCH", rt.kind)));
+                    }
+                    let obj = store.create(&rt, version, ns, body, &opts)?;
+                    drop(store);
+                    Ok(object_response(201, req, &rt, version, &obj))
+                }
+            }
+        }
+        Verb::Update => {
+            let body = parse_body(req)?;
+            let opts = write_opts(req)?;
+            let obj = inner.store.lock().expect("store lock poisoned").update(&rt, version, ns_str, name, body, rp.subresource.as_deref(), &opts)?;
+            Ok(object_response(200, req, &rt, version, &obj))
+        }
+        Verb::Patch => {
+            let kind = PatchKind::from_content_type(&rt, &req.content_type)?;
+            let opts = write_opts(req)?;
+            let patch = PatchRequest {
+                kind,
+                body: &req.body,
+                subresource: rp.subresource.as_deref(),
+                force: req.query.flag("force"),
+                explicit_manager: req.query.get("fieldManager"),
+            };
+            let mut store = inner.store.lock().expect("store lock poisoned");
+            let existed = store.get(&rt.storage, ns_str, name).is_some();
+            let obj = store.patch(&rt, version, ns_str, name, &patch, &opts)?;
+            drop(store);
+            Ok(object_response(if existed { 200 } else { 201 }, req, &rt, version, &obj))
+        }
+        Verb::Delete => {
+            let body = parse_body(req)?;
+            let opts = DeleteOpts::parse(&body, req.query.get("propagationPolicy"), req.dry_run())?;
+            let deleted = inner.store.lock().expect("store lock poisoned").delete(&rt, ns_str, name, &opts, &now())?;
+            if !deleted.gone {
+                return Ok(object_response(202, req, &rt, version, &deleted.object));
+            }
+            if rt.is(Builtin::Pod) {
+                return Ok(object_response(200, req, &rt, version, &deleted.object));
+            }
+            Ok(json_response(200, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "group": rt.group, "kind": rt.plural, "uid": deleted.object["metadata"]["uid"]}})))
+        }
+        Verb::DeleteCollection => {
+            let body = parse_body(req)?;
+            let opts = DeleteOpts::parse(&body, req.query.get("propagationPolicy"), req.dry_run())?;
+            let filter = Filter::from_query(&rt, ns, &req.query)?;
+            let mut store = inner.store.lock().expect("store lock poisoned");
+            let page = store.list_objects(&rt, &filter, &super::request::Query::default())?;
+            let mut deleted = Vec::new();
+            let now = now();
+            for obj in &page.items {
+                let ons = obj["metadata"]["namespace"].as_str().unwrap_or("");
+                let oname = obj["metadata"]["name"].as_str().unwrap_or("");
+                if let Ok(d) = store.delete(&rt, ons, oname, &opts, &now) {
+                    deleted.push(d.object);
+                }
+            }
+            let done = super::read::Page { items: deleted, resource_version: store.current_rv(), continue_token: None };
+            drop(store);
+            Ok(bytes_response(200, "application/json", list_json(&rt, version, &done, |o| to_served(&rt, version, o))))
+        }
+    }
+}
+
+fn list(inner: &Arc<Inner>, req: &ApiRequest, rt: &ResourceRef, version: &str, ns: Option<&str>) -> ApiResult<http::Response<Body>> {
+    let filter = Filter::from_query(rt, ns, &req.query)?;
+    let page = inner.store.lock().expect("store lock poisoned").list_objects(rt, &filter, &req.query)?;
+    let mut meta = json!({"resourceVersion": page.resource_version.to_string()});
+    if let Some(c) = &page.continue_token {
+        meta["continue"] = json!(c);
+    }
+    if req.wants_table() {
+        let items: Vec<Arc<Value>> = page.items.iter().map(|o| to_served(rt, version, o)).collect();
+        let include = Include::from_query(req.query.get("includeObject"));
+        return Ok(json_response(200, &table::table(rt, version, &items, include, meta)));
+    }
+    if req.wants_partial_metadata() {
+        return Ok(json_response(200, &table::partial_metadata_list(&page.items, meta)));
+    }
+    Ok(bytes_response(200, "application/json", list_json(rt, version, &page, |o| to_served(rt, version, o))))
+}
