@@ -26,13 +26,22 @@ pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Re
 pub(crate) fn decide(problem: &Problem) -> Decision {
     let keys = problem.profiles.len();
     let mut targets: Vec<Geometry> = problem.gpus.iter().map(|g| g.current.clone()).collect();
-    let mut unserved: Vec<usize> = problem.plannable().map(|(i, _)| i).collect();
+    let unserved: Vec<usize> = problem.plannable().map(|(i, _)| i).collect();
+    let mut left = unserved.len();
     let mut extensions: BTreeMap<(usize, Geometry), Vec<Geometry>> = BTreeMap::new();
     let (mut gpus_changed, mut nodes_changed) = (0u32, 0u32);
+    let mut node_pods: Vec<Vec<usize>> = vec![Vec::new(); problem.nodes.len()];
+    for &i in &unserved {
+        for &n in problem.pending[i].eligible.iter() {
+            node_pods[n].push(i);
+        }
+    }
+    let mut served_any = vec![false; problem.pending.len()];
     for (n, node) in problem.nodes.iter().enumerate() {
-        if unserved.is_empty() {
+        if left == 0 {
             break;
         }
+        let mut here_all: Vec<usize> = std::mem::take(&mut node_pods[n]);
         let mut cpu = node.free_cpu;
         let mut memory = node.free_memory;
         // Free slices per profile on this node under the targets chosen so far.
@@ -42,9 +51,10 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
         }
         let mut node_touched = false;
         for &g in &node.gpus {
-            let here: Vec<usize> = unserved.iter().copied().filter(|&i| problem.pending[i].eligible.binary_search(&n).is_ok()).collect();
+            here_all.retain(|&i| !served_any[i]);
+            let here = &here_all;
             let mut lacking = vec![0i64; keys];
-            for &i in &here {
+            for &i in here {
                 for &(k, c) in &problem.pending[i].needs.slices {
                     lacking[k] += c as i64;
                 }
@@ -89,7 +99,7 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
             }
             // Pods that now fit on this node are served; the rest stay lacking.
             let mut served = BTreeSet::new();
-            for &i in &here {
+            for &i in here {
                 let needs = &problem.pending[i].needs;
                 let fits = needs.slices.iter().all(|&(k, c)| node_free[k] >= c as i64)
                     && cpu.is_none_or(|c| c >= needs.cpu)
@@ -103,7 +113,10 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
                     served.insert(i);
                 }
             }
-            unserved.retain(|i| !served.contains(i));
+            for &i in &served {
+                served_any[i] = true;
+            }
+            left -= served.len();
         }
     }
     Decision { targets, evicted: BTreeSet::new(), hints: None }

@@ -8,12 +8,15 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod agent;
+pub mod agent_run;
+pub mod apiserver;
 pub mod approve;
 pub mod catalog;
 pub mod crds;
 pub mod geometry;
 pub mod output;
-pub mod apiserver;
+pub mod plan;
+pub mod simulate;
 
 #[derive(Debug, Parser)]
 #[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
@@ -31,6 +34,8 @@ pub enum Command {
     Catalog(catalog::CatalogArgs),
     /// Check, place and enumerate MIG geometries of a GPU model.
     Geometry(geometry::GeometryArgs),
+    /// Plan MIG geometry for pending demand from a cluster snapshot (read-only).
+    Plan(plan::PlanArgs),
     /// Print Geometer's CustomResourceDefinitions as YAML (`geometer crds | kubectl apply -f -`).
     Crds(crds::CrdsArgs),
     /// The node agent; `probe` prints what NVML reports on this machine.
@@ -39,6 +44,8 @@ pub enum Command {
     Approve(approve::ApproveArgs),
     /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
     Apiserver(apiserver::ApiserverArgs),
+    /// Replay a workload trace on a simulated cluster and compare allocation strategies.
+    Simulate(simulate::SimulateArgs),
 }
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
@@ -57,10 +64,12 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Catalog(args) => output::finish(catalog::run(args)),
         Command::Geometry(args) => output::finish(geometry::run(args)),
+        Command::Plan(args) => output::finish(plan::run(args)),
         Command::Crds(args) => output::finish(crds::run(args)),
         Command::Agent(args) => output::finish(agent::run(args)),
         Command::Approve(args) => output::finish(approve::run(args)),
         Command::Apiserver(args) => apiserver::run(args),
+        Command::Simulate(args) => output::finish(simulate::run(args)),
     }
 }
 

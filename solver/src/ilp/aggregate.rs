@@ -67,9 +67,14 @@ pub(crate) fn aggregate(problem: &Problem, candidates: &Candidates) -> Aggregate
     // Demand classes, numbered in pod order (deterministic).
     let mut demand: Vec<DemandClass> = Vec::new();
     let mut demand_eligible: Vec<Arc<[usize]>> = Vec::new();
-    let mut index: BTreeMap<(Needs, u64, bool, Arc<[usize]>), usize> = BTreeMap::new();
+    // Pods with the same constraints share one eligibility list (see prepare), so the list's
+    // address identifies it; ids are handed out in pod order, so they do not depend on it.
+    let mut lists: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut index: BTreeMap<(Needs, u64, bool, usize), usize> = BTreeMap::new();
     let mut class_for = |needs: &Needs, weight: u64, running: bool, eligible: &Arc<[usize]>| -> usize {
-        let key = (needs.clone(), weight, running, eligible.clone());
+        let next = lists.len();
+        let list = *lists.entry(eligible.as_ptr() as usize).or_insert(next);
+        let key = (needs.clone(), weight, running, list);
         *index.entry(key).or_insert_with(|| {
             demand.push(DemandClass { needs: needs.clone(), weight, pending: 0, running });
             demand_eligible.push(eligible.clone());

@@ -47,35 +47,39 @@ pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Re
     let agg = aggregate::aggregate(&problem, &candidates);
     let model = model::build(&problem, &agg);
     let mut notes = Vec::new();
-    let bound = match model.lp.maximise(&model.levels[0].coefs, true, None, remaining(deadline)) {
-        Ok(s) if !s.timed_out => Some(objective_value(&model.levels[0].coefs, &s.values)),
-        _ => None,
+    let bound = if model.levels[0].coefs.is_empty() {
+        Some(0.0)
+    } else {
+        match model.lp.maximise(&model.levels[0].coefs, true, None, remaining(deadline)) {
+            Ok(s) if !s.timed_out => Some(objective_value(&model.levels[0].coefs, &s.values)),
+            _ => None,
+        }
     };
     let solved = solve_stages(&model, deadline, &mut notes);
-    let greedy_plan = |notes: Vec<String>, bound: Option<f64>| {
-        let b = bound.unwrap_or_else(|| problem.trivial_bound() as f64);
-        realize(&problem, crate::greedy::decide(&problem), SolverUsed::GreedyFallback, b, started, notes)
-    };
-    let Some(values) = solved else {
-        notes.push(format!("the {} solver found no plan; using the greedy plan", backend::backend_name()));
-        drop(greedy);
-        return Ok(greedy_plan(notes, bound));
-    };
-    let decision = disaggregate(&problem, &candidates, &agg, &model, &values);
     let bound = bound.unwrap_or_else(|| problem.trivial_bound() as f64);
-    let ilp = realize(&problem, decision, SolverUsed::Ilp, bound, started, notes.clone());
     let greedy = realize(&problem, greedy, SolverUsed::GreedyFallback, bound, started, Vec::new());
-    if greedy.objective.better(&ilp.objective) == std::cmp::Ordering::Greater {
+    let Some(values) = solved else {
         let mut plan = greedy;
-        plan.notes = notes;
-        plan.notes.push(format!(
-            "the ILP plan scored below the greedy plan after disaggregation (demand met {} vs {}); using the greedy plan",
-            ilp.objective.demand_met, plan.objective.demand_met
-        ));
+        notes.push(format!("the {} solver found no plan in time; using the greedy plan", backend::backend_name()));
+        plan.notes.splice(0..0, notes);
         plan.solve_ms = started.elapsed().as_millis() as u64;
         return Ok(plan);
-    }
-    let mut plan = ilp;
+    };
+    let decision = disaggregate(&problem, &candidates, &agg, &model, &values);
+    let ilp = realize(&problem, decision, SolverUsed::Ilp, bound, started, notes.clone());
+    // The greedy plan is always at hand: never return anything worse (the ILP can lose a little
+    // when disaggregating, or stop at the time limit with a weak incumbent).
+    let mut plan = if greedy.objective.better(&ilp.objective) == std::cmp::Ordering::Greater {
+        let mut plan = greedy;
+        let note = format!(
+            "the ILP plan scored below the greedy plan (demand met {} vs {}); using the greedy plan",
+            ilp.objective.demand_met, plan.objective.demand_met
+        );
+        plan.notes.splice(0..0, notes.into_iter().chain([note]));
+        plan
+    } else {
+        ilp
+    };
     plan.solve_ms = started.elapsed().as_millis() as u64;
     Ok(plan)
 }
@@ -92,6 +96,9 @@ fn objective_value(coefs: &[(usize, f64)], values: &[f64]) -> f64 {
 /// [`MAX_STAGE_RANGE`] share one stage with weights that keep the order strict. Each stage
 /// keeps what the previous ones achieved as a constraint and starts from their solution.
 fn solve_stages(model: &Model, deadline: Instant, notes: &mut Vec<String>) -> Option<Vec<f64>> {
+    if model.lp.vars.is_empty() {
+        return Some(Vec::new()); // Nothing to decide: every GPU keeps its geometry.
+    }
     let mut stages: Vec<Vec<usize>> = Vec::new();
     let mut product = f64::INFINITY;
     for (l, level) in model.levels.iter().enumerate() {

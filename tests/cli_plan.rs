@@ -1,0 +1,167 @@
+//! `geometer plan` end to end: the binary on every example, output formats, bad input.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn examples() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("examples/ exists")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml") && !p.file_name().unwrap().to_string_lossy().starts_with("policy"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name).display().to_string()
+}
+
+fn geometer(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_geometer"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("geometer runs");
+    if let Some(text) = stdin {
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn plan_json(args: &[&str]) -> Value {
+    let mut all = vec!["plan"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", "json"]);
+    let out = geometer(&all, None);
+    assert!(out.status.success(), "geometer {all:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON plan")
+}
+
+fn pod<'v>(plan: &'v Value, name: &str) -> &'v Value {
+    plan["pods"].as_array().unwrap().iter().find(|p| p["pod"] == name).unwrap_or_else(|| panic!("{name} in plan"))
+}
+
+#[test]
+fn every_example_plans_and_names_the_documented_fields() {
+    let files = examples();
+    assert!(files.len() >= 3, "examples: {files:?}");
+    for file in files {
+        let path = file.display().to_string();
+        let plan = plan_json(&["--snapshot", &path]);
+        for field in ["objective", "bound", "solve_ms", "evictions", "gpus", "pods"] {
+            assert!(plan.get(field).is_some(), "{path}: no `{field}`");
+        }
+        assert!(!plan["gpus"].as_array().unwrap().is_empty(), "{path}: no GPUs");
+        for gpu in plan["gpus"].as_array().unwrap() {
+            for field in ["node", "index", "model", "from", "to"] {
+                assert!(gpu.get(field).is_some(), "{path}: GPU without `{field}`");
+            }
+            for inst in gpu["to"].as_array().unwrap() {
+                assert!(inst["profile"].is_string() && inst["start"].is_u64());
+            }
+        }
+        for p in plan["pods"].as_array().unwrap() {
+            assert!(p["pod"].is_string());
+            assert_eq!(p["node"].is_null(), p.get("reason").is_some(), "{path}: {p}");
+        }
+        let table = geometer(&["plan", "--snapshot", &path], None);
+        assert!(table.status.success());
+        let text = String::from_utf8_lossy(&table.stdout);
+        assert!(text.contains("Plan:") && text.contains("Objective:"), "{text}");
+        let yaml = geometer(&["plan", "--snapshot", &path, "-o", "yaml"], None);
+        assert!(yaml.status.success());
+        assert!(String::from_utf8_lossy(&yaml.stdout).contains("solve_ms:"));
+    }
+}
+
+#[test]
+fn mixed_cluster_from_gpu_operator_labels() {
+    let plan = plan_json(&["--snapshot", &example("mixed-cluster.yaml")]);
+    assert_eq!(plan["placements_inferred"], true);
+    assert_eq!(pod(&plan, "prod/llm-3")["placement"], "existing-slices");
+    assert_eq!(pod(&plan, "prod/llm-3")["node"], "h100-1");
+    assert_eq!(pod(&plan, "training/pretrain-7g")["node"], "h100-2");
+    for i in 0..4 {
+        let p = pod(&plan, &format!("inference/embed-{i}"));
+        assert!(p["node"].as_str().unwrap().starts_with("h100"), "{p}");
+    }
+    let untolerated = pod(&plan, "research/no-toleration");
+    assert!(untolerated["node"].is_null());
+    assert!(untolerated["reason"]["detail"].as_str().unwrap().contains("taint"), "{untolerated}");
+    // Busy 1g.5gb slices on a100-1 stay where they are.
+    for gpu in plan["gpus"].as_array().unwrap().iter().filter(|g| g["node"] == "a100-1") {
+        assert!(gpu["to"].as_array().unwrap().len() >= 5);
+    }
+    assert!(plan["evictions"].as_array().unwrap().is_empty(), "no policy: no eviction");
+}
+
+#[test]
+fn eviction_example_respects_do_not_disrupt_and_policy_file() {
+    let plan = plan_json(&["--snapshot", &example("eviction.yaml")]);
+    assert_eq!(plan["placements_inferred"], false, "MigNode inventories are not inferred");
+    let evicted: Vec<&str> = plan["evictions"].as_array().unwrap().iter().map(|e| e["pod"].as_str().unwrap()).collect();
+    assert!(!evicted.contains(&"prod/api-0"));
+    let strict = plan_json(&["--snapshot", &example("eviction.yaml"), "--policy", &example("policy-no-eviction.yaml")]);
+    assert!(strict["evictions"].as_array().unwrap().is_empty());
+    assert!(strict["objective"]["gpus_changed"].as_u64().unwrap() <= 2);
+    assert!(
+        plan["objective"]["demand_met"].as_u64().unwrap() >= strict["objective"]["demand_met"].as_u64().unwrap(),
+        "allowing eviction never meets less demand"
+    );
+}
+
+#[test]
+fn constraints_example_explains_each_pod() {
+    let plan = plan_json(&["--snapshot", &example("constraints.yaml")]);
+    assert_eq!(pod(&plan, "team-a/east-gold")["node"], "gpu-east-1");
+    assert_eq!(pod(&plan, "team-b/west-tolerant")["node"], "gpu-west-1");
+    assert_eq!(pod(&plan, "team-b/west-intolerant")["reason"]["kind"], "no-eligible-node");
+    assert_eq!(pod(&plan, "team-a/too-big-for-cpu")["reason"]["kind"], "no-eligible-node");
+    assert_eq!(pod(&plan, "team-c/media")["reason"]["kind"], "profile-not-allowed");
+    assert_eq!(pod(&plan, "team-c/unknown-profile")["reason"]["kind"], "unknown-profile");
+}
+
+#[test]
+fn reads_stdin_and_greedy_on_request() {
+    let text = std::fs::read_to_string(example("mixed-cluster.yaml")).unwrap();
+    let out = geometer(&["plan", "--snapshot", "-", "-o", "json", "--solver", "greedy"], Some(&text));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["solver"], "greedy");
+}
+
+#[test]
+fn bad_input_exits_2_and_names_field_and_value() {
+    let out = geometer(&["plan", "--snapshot", "/nonexistent/snapshot.yaml"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/snapshot.yaml"));
+
+    let bad_pod = r#"{"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "x", "namespace": "ml"},
+      "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "plenty"}}}]}}]}"#;
+    let out = geometer(&["plan", "--snapshot", "-"], Some(bad_pod));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.containers[0].resources.requests.cpu") && err.contains("plenty"), "{err}");
+
+    let out = geometer(&["plan", "--snapshot", "-"], Some("kind: Deployment\n"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Deployment"));
+}
+
+#[test]
+fn help_describes_every_flag() {
+    let out = geometer(&["plan", "--help"], None);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--snapshot", "--policy", "--catalog", "--output", "--solver", "--time-limit-ms"] {
+        assert!(text.contains(flag), "{flag} missing from --help");
+    }
+}
