@@ -240,7 +240,7 @@ impl Harness {
             if tokio::time::Instant::now() > deadline {
                 panic!("gave up waiting for {what}; MigNode status: {:#?}", self.server.object::<MigNode>("", NODE).map(|m| m.status));
             }
-            tokio::time::sleep(Duration::from_millis(3)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
@@ -371,6 +371,6 @@ async fn kubelet(server: ApiServer, sim: SimNvml, assignments: SharedAssignments
             server.seed(&pod).expect("device plugin pod");
             plugin_generation += 1;
         }
-        tokio::time::sleep(Duration::from_millis(3)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
