@@ -3,5 +3,7 @@
 //! Data flows one way: `api` (CRD types) and the solver crate are leaves; the adapter turns
 //! Kubernetes objects into solver snapshots; controller and agent use both.
 
+pub mod agent;
+pub mod api;
 pub mod cli;
 pub mod apiserver;

@@ -7,10 +7,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod agent;
+pub mod agent_run;
+pub mod apiserver;
 pub mod catalog;
+pub mod crds;
 pub mod geometry;
 pub mod output;
-pub mod apiserver;
 
 #[derive(Debug, Parser)]
 #[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
@@ -28,6 +31,10 @@ pub enum Command {
     Catalog(catalog::CatalogArgs),
     /// Check, place and enumerate MIG geometries of a GPU model.
     Geometry(geometry::GeometryArgs),
+    /// Print Geometer's CustomResourceDefinitions as YAML (`geometer crds | kubectl apply -f -`).
+    Crds(crds::CrdsArgs),
+    /// The node agent; `probe` prints what NVML reports on this machine.
+    Agent(agent::AgentArgs),
     /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
     Apiserver(apiserver::ApiserverArgs),
 }
@@ -48,6 +55,8 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Catalog(args) => output::finish(catalog::run(args)),
         Command::Geometry(args) => output::finish(geometry::run(args)),
+        Command::Crds(args) => output::finish(crds::run(args)),
+        Command::Agent(args) => output::finish(agent::run(args)),
         Command::Apiserver(args) => apiserver::run(args),
     }
 }

@@ -1,0 +1,249 @@
+//! `MigNode`: one per managed node, named like the node.
+//!
+//! Spec (written by the controller): the desired geometry per GPU and the plan it comes from.
+//! `metadata.generation` grows with every spec change; the agent works towards one generation at
+//! a time and reports it in `status.observedGeneration`. The node has converged when
+//! `status.observedGeneration == metadata.generation` and `status.phase == Ready`.
+//!
+//! Status (written by the agent): what is on the GPUs (inventory), the phase and the step of the
+//! current reconfiguration, and conditions. The step is written before it is taken, so a
+//! restarted agent knows what it was doing.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::plan::{MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU};
+use super::PlacedInstance;
+
+/// Desired MIG geometry of one node's GPUs.
+#[derive(CustomResource, KubeSchema, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "geometer.dev",
+    version = "v1alpha1",
+    kind = "MigNode",
+    plural = "mignodes",
+    shortname = "mnode",
+    category = "geometer",
+    status = "MigNodeStatus",
+    derive = "PartialEq",
+    doc = "MIG geometry of one node: desired (spec, from the controller) and observed (status, from the node agent).",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Ready, or the stage of the current reconfiguration"),
+    printcolumn(name = "Step", type_ = "string", json_path = ".status.step.action", description = "Step being taken"),
+    printcolumn(name = "Plan", type_ = "string", json_path = ".spec.plan", description = "MigPlan the desired geometry comes from"),
+    printcolumn(name = "GPUs", type_ = "integer", json_path = ".status.gpuCount", description = "GPUs the agent sees"),
+    printcolumn(name = "Cordoned", type_ = "boolean", json_path = ".status.cordonedByGeometer", description = "Whether Geometer cordoned the node", priority = 1),
+    printcolumn(name = "Generation", type_ = "integer", json_path = ".metadata.generation", priority = 1),
+    printcolumn(name = "Observed", type_ = "integer", json_path = ".status.observedGeneration", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MigNodeSpec {
+    /// MigPlan the desired geometry comes from; unset when none was applied yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+
+    /// Desired geometry per GPU. A GPU that is not listed is left as it is.
+    #[serde(default)]
+    #[schemars(length(max = MAX_GPUS_PER_NODE))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["index".into()]))]
+    pub gpus: Vec<GpuGeometry>,
+}
+
+/// Desired geometry of one GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuGeometry {
+    /// NVML index of the GPU.
+    pub index: u32,
+    /// Instances the GPU should have; empty means no instances (MIG mode stays enabled).
+    #[serde(default)]
+    #[schemars(length(max = MAX_INSTANCES_PER_GPU))]
+    pub geometry: Vec<PlacedInstance>,
+}
+
+/// What the agent sees and does on the node.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MigNodeStatus {
+    /// Every NVIDIA GPU on the node, MIG-capable or not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_GPUS_PER_NODE))]
+    pub gpus: Vec<GpuInventory>,
+    /// Number of entries in `gpus` (for `kubectl get`).
+    #[serde(default)]
+    pub gpu_count: u32,
+    #[serde(default)]
+    pub phase: MigNodePhase,
+    /// The step being taken, written before it is taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<AgentStep>,
+    /// `Ready`, `Reconfiguring`, `DrainBlocked`, `Failed`, `CatalogMismatch`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Where NVML and Geometer's catalog disagree on this node's GPUs (NVML is trusted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub catalog_disagreements: Vec<CatalogDisagreement>,
+    /// Whether the agent cordoned the node (and so may uncordon it).
+    #[serde(default)]
+    pub cordoned_by_geometer: bool,
+    /// The spec generation the phase and step work towards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Condition types the agent sets on a MigNode.
+impl MigNodeStatus {
+    pub const READY: &'static str = "Ready";
+    pub const RECONFIGURING: &'static str = "Reconfiguring";
+    pub const DRAIN_BLOCKED: &'static str = "DrainBlocked";
+    pub const FAILED: &'static str = "Failed";
+    pub const CATALOG_MISMATCH: &'static str = "CatalogMismatch";
+}
+
+/// One GPU as the agent sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuInventory {
+    /// NVML index.
+    pub index: u32,
+    /// GPU UUID (`GPU-...`).
+    pub uuid: String,
+    /// Catalog key (e.g. `H100-80GB`), or NVML's product name when the catalog does not know the
+    /// GPU.
+    pub model: String,
+    /// PCI device id with the vendor in the low half, as hex: `0x233010DE`.
+    pub pci_device_id: String,
+    pub mig_mode: MigModeStatus,
+    /// GPU instances that exist now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_INSTANCES_PER_GPU))]
+    pub instances: Vec<MigInstance>,
+    /// `namespace/name` of a pod holding the whole GPU (`nvidia.com/gpu`), when MIG is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+}
+
+/// MIG mode now and after the next GPU reset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MigModeStatus {
+    pub current: bool,
+    pub pending: bool,
+}
+
+/// One GPU instance (with its compute instance) that exists on a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MigInstance {
+    /// Profile name as the catalog knows it; NVML's own name when the catalog has none.
+    pub profile: String,
+    /// First placement unit.
+    pub start: u8,
+    /// Placement units covered.
+    pub size: u8,
+    pub gpu_instance_id: u32,
+    /// Unset while the GPU instance has no compute instance (half built).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_instance_id: Option<u32>,
+    /// MIG device UUID (`MIG-...`), which the device plugin advertises; unset without a compute
+    /// instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// `namespace/name` of the pod the kubelet assigned this device to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Processes NVML reports on the instance (in use even without a pod, e.g. outside
+    /// Kubernetes).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub processes: u32,
+}
+
+impl MigInstance {
+    /// In use: assigned to a pod or running processes. Never destroyed while in use.
+    pub fn in_use(&self) -> bool {
+        self.pod.is_some() || self.processes > 0
+    }
+
+    pub fn placed(&self) -> PlacedInstance {
+        PlacedInstance::new(self.profile.clone(), self.start)
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Where the catalog and NVML disagree about a GPU model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogDisagreement {
+    /// GPU index on this node.
+    pub gpu: u32,
+    /// Profile concerned, when the disagreement is about one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// What differs, e.g. `placements`, `memoryMib`, `maxInstances`, `profile missing`.
+    pub field: String,
+    pub catalog: String,
+    pub nvml: String,
+}
+
+/// Stage of the agent's work on the node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum MigNodePhase {
+    /// The GPUs match the spec.
+    Ready,
+    /// Reading the GPUs and comparing with the spec.
+    #[default]
+    Observing,
+    Cordoning,
+    Draining,
+    Repartitioning,
+    /// Waiting for the device plugin to advertise the new slices.
+    Advertising,
+    Uncordoning,
+    /// The last attempt failed; the conditions say why, and the agent retries with backoff.
+    Failed,
+}
+
+/// The step being taken: written to status before the agent takes it, so that a restarted agent
+/// resumes (every step is safe to repeat).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentStep {
+    pub action: StepAction,
+    /// Spec generation the step works towards.
+    pub generation: i64,
+    /// GPU index, for GPU steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
+    /// Instance created or destroyed, for instance steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<PlacedInstance>,
+    /// `namespace/name` of the pod, for evictions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// 1 for the first try; grows with each retry of the same step.
+    #[schemars(range(min = 1))]
+    pub attempt: u32,
+    pub started_at: Time,
+}
+
+/// Kinds of step the agent takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum StepAction {
+    Cordon,
+    Evict,
+    EnableMigMode,
+    DestroyComputeInstance,
+    DestroyGpuInstance,
+    CreateGpuInstance,
+    CreateComputeInstance,
+    Verify,
+    RestartDevicePlugin,
+    WaitForAllocatable,
+    Uncordon,
+}
