@@ -7,3 +7,4 @@ pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod apiserver;
+pub mod simcluster;
