@@ -146,6 +146,18 @@ async fn inventory_names_the_pod_on_each_mig_device() {
 }
 
 #[test]
+fn a_planned_profile_name_resolves_to_the_driver_profile_id() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu("H100-80GB").unwrap();
+    let model = Catalog::builtin().find("H100-80GB").unwrap();
+    let profiles = sim.gpu_instance_profiles(0).unwrap();
+    let info = catalog_check::nvml_profile_for(model, &profiles, "3g.40gb").unwrap();
+    assert_eq!(info.id, 9);
+    sim.create_gpu_instance(0, info.id, Placement { start: 4, size: 4 }).unwrap();
+    assert!(catalog_check::nvml_profile_for(model, &profiles, "5g.50gb").is_none());
+}
+
+#[test]
 fn half_built_instances_show_without_a_uuid() {
     let sim = SimNvml::new("node-a");
     sim.add_gpu("A100-40GB").unwrap();

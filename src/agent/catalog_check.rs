@@ -9,6 +9,7 @@ use crate::api::CatalogDisagreement;
 
 /// One profile as NVML reports it: its info and every placement it allows.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NvmlProfile {
     pub info: GpuInstanceProfileInfo,
     pub placements: Vec<Placement>,
@@ -32,6 +33,17 @@ pub fn match_profile(model: &GpuModel, info: &GpuInstanceProfileInfo) -> Option<
         .iter()
         .position(|p| p.nvml_profile_index == info.profile_index)
         .or_else(|| info.name.as_deref().and_then(|name| model.profile(name)))
+}
+
+/// The NVML profile (with the driver id that creation takes) of a catalog profile name, so the
+/// agent can turn a planned `profile@start` into `create_gpu_instance(gpu, info.id, placement)`.
+pub fn nvml_profile_for<'a>(
+    model: &GpuModel,
+    profiles: &'a [GpuInstanceProfileInfo],
+    name: &str,
+) -> Option<&'a GpuInstanceProfileInfo> {
+    let wanted = model.profile(name)?;
+    profiles.iter().find(|info| match_profile(model, info) == Some(wanted))
 }
 
 /// Every difference between the catalog's model and NVML's report for one GPU.

@@ -9,6 +9,9 @@
 //! current reconfiguration, and conditions. The step is written before it is taken, so a
 //! restarted agent knows what it was doing.
 
+// kube-derive's repeated `printcolumn(...)` entries look like duplicated attributes to clippy.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -199,11 +202,15 @@ pub enum MigNodePhase {
     /// Reading the GPUs and comparing with the spec.
     #[default]
     Observing,
+    /// Cordoning the node so that nothing lands on slices about to change.
     Cordoning,
+    /// Evicting the pods on instances that go.
     Draining,
+    /// Destroying and creating GPU and compute instances.
     Repartitioning,
     /// Waiting for the device plugin to advertise the new slices.
     Advertising,
+    /// Lifting the cordon the agent set.
     Uncordoning,
     /// The last attempt failed; the conditions say why, and the agent retries with backoff.
     Failed,

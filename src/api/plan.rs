@@ -5,6 +5,9 @@
 //! so that those rules stay within the API server's CEL cost budget; the summary counts
 //! everything, also what a capped list had to leave out.
 
+// kube-derive's repeated `printcolumn(...)` entries look like duplicated attributes to clippy.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;

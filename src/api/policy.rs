@@ -1,5 +1,8 @@
 //! `MigPolicy`: which nodes Geometer manages and how far it may go.
 
+// kube-derive's repeated `printcolumn(...)` entries look like duplicated attributes to clippy.
+#![allow(clippy::duplicated_attributes)]
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};

@@ -24,6 +24,7 @@ pub type GpuIndex = u32;
 
 /// Where a GPU instance sits: placement units `[start, start + size)` (NVML's memory slices).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Placement {
     pub start: u32,
     pub size: u32,
@@ -37,6 +38,7 @@ impl std::fmt::Display for Placement {
 
 /// MIG mode now and after the next reset of the GPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MigMode {
     pub current: bool,
     pub pending: bool,
@@ -44,6 +46,7 @@ pub struct MigMode {
 
 /// A physical GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct DeviceInfo {
     pub index: GpuIndex,
     /// `GPU-...`
@@ -58,6 +61,7 @@ pub struct DeviceInfo {
 
 /// What NVML says about one GPU-instance profile of a GPU (`nvmlGpuInstanceProfileInfo`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GpuInstanceProfileInfo {
     /// `NVML_GPU_INSTANCE_PROFILE_*` value this info was asked for.
     pub profile_index: u32,
@@ -81,6 +85,7 @@ pub struct GpuInstanceProfileInfo {
 
 /// A GPU instance that exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GpuInstanceInfo {
     pub id: u32,
     /// Driver profile id.
@@ -90,6 +95,7 @@ pub struct GpuInstanceInfo {
 
 /// A compute instance that exists inside a GPU instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ComputeInstanceInfo {
     pub id: u32,
     pub gpu_instance_id: u32,
@@ -99,6 +105,7 @@ pub struct ComputeInstanceInfo {
 
 /// A MIG device: one compute instance as CUDA and the device plugin see it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MigDeviceInfo {
     /// Position in NVML's MIG device enumeration (`nvmlDeviceGetMigDeviceHandleByIndex`); the
     /// device plugin's `index` id strategy names devices `<gpu>:<this>`.
@@ -111,6 +118,7 @@ pub struct MigDeviceInfo {
 
 /// A process running on a MIG device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ProcessInfo {
     pub pid: u32,
     /// `None` where NVML cannot tell (e.g. without permission).

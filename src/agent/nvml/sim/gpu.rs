@@ -68,7 +68,7 @@ pub(super) struct SimGpu {
 
 impl SimGpu {
     pub(super) fn new(node: &str, index: GpuIndex, model: GpuModel, options: SimGpuOptions) -> SimGpu {
-        let reported = model.profiles.iter().map(|p| reported_from_catalog(p)).collect();
+        let reported = model.profiles.iter().map(reported_from_catalog).collect();
         let name = model.nvml_names.first().cloned().unwrap_or_else(|| format!("NVIDIA {}", model.key));
         let pci_device_id = model.device_ids.first().copied().unwrap_or(0);
         SimGpu {
