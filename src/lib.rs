@@ -6,5 +6,6 @@
 pub mod agent;
 pub mod api;
 pub mod cli;
+pub mod demo;
 pub mod apiserver;
 pub mod simcluster;

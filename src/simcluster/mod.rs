@@ -23,6 +23,7 @@
 
 mod fit;
 mod kubelet;
+mod latency;
 mod ledger;
 mod node;
 mod objects;
@@ -41,13 +42,15 @@ use thiserror::Error;
 use tokio::task::JoinHandle;
 
 pub use fit::{describe as describe_requests, pod_requests, Misfit, Resources};
+pub use latency::SlowNvml;
 pub use ledger::{Ending, Ledger, PodRun, SimEvent};
-pub use node::{AdmitError, Device, SimNode};
+pub use node::{AdmitError, Device, SimNode, SliceUnits};
 pub use objects::{is_device_plugin, run_seconds, MigPod, RELEASES_ANNOTATION, RUN_SECONDS_ANNOTATION};
 pub use scheduler::SCHEDULER_NAME;
 pub use spec::{ClusterSpec, GpuSpec, NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
 
 use crate::agent::nvml::sim::{SimError, SimNvml};
+use crate::agent::nvml::NvmlBackend;
 use crate::agent::reconcile::{Agent, AgentConfig, SharedAssignments};
 use crate::apiserver::{ApiError, ApiServer};
 
@@ -87,12 +90,26 @@ pub enum SimClusterError {
     PluginNeverStarted(String),
 }
 
+/// Memory slices (placement units) in use by running pods, of all there are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SliceUsage {
+    pub used: u64,
+    pub total: u64,
+}
+
+impl SliceUsage {
+    pub fn fraction(&self) -> f64 {
+        if self.total == 0 { 0.0 } else { self.used as f64 / self.total as f64 }
+    }
+}
+
 /// What the simulated components share.
 pub(crate) struct Shared {
     client: kube::Client,
     nodes: BTreeMap<String, Arc<SimNode>>,
     catalog: Arc<Catalog>,
     ledger: Arc<Ledger>,
+    nvml_latency: std::time::Duration,
 }
 
 /// A running simulated cluster. Dropping it stops the scheduler, kubelet and device plugin (and
@@ -138,7 +155,8 @@ impl SimCluster {
                 let geometry: Vec<(&str, u8)> = gpu.geometry.iter().map(|(p, s)| (p.as_str(), *s)).collect();
                 nvml.set_geometry(index, &geometry).map_err(gpu_error)?;
             }
-            let node = Arc::new(SimNode::new(&n.name, &node_ip(i), nvml));
+            let models: Vec<&str> = n.gpus.iter().map(|g| g.model.as_str()).collect();
+            let node = Arc::new(SimNode::new(&n.name, &node_ip(i), nvml, SliceUnits::of(&catalog, &models)));
             if nodes.insert(n.name.clone(), node).is_some() {
                 return Err(SimClusterError::DuplicateNode(n.name.clone()));
             }
@@ -151,7 +169,13 @@ impl SimCluster {
         }
 
         let ledger = Arc::new(Ledger::new());
-        let shared = Arc::new(Shared { client: server.client(), nodes, catalog: Arc::new(catalog), ledger: ledger.clone() });
+        let shared = Arc::new(Shared {
+            client: server.client(),
+            nodes,
+            catalog: Arc::new(catalog),
+            ledger: ledger.clone(),
+            nvml_latency: spec.nvml_latency,
+        });
         let mut events = ledger.subscribe();
         let tasks = vec![tokio::spawn(kubelet::run(shared.clone())), tokio::spawn(scheduler::run(shared.clone()))];
         let cluster = SimCluster { server: server.clone(), shared, tasks };
@@ -210,7 +234,7 @@ impl SimCluster {
     }
 
     /// Pods' runs and the live event stream.
-    pub fn ledger(&self) -> &Ledger {
+    pub fn ledger(&self) -> &Arc<Ledger> {
         &self.shared.ledger
     }
 
@@ -227,7 +251,21 @@ impl SimCluster {
     /// the node is not part of the cluster (a programming error in the caller).
     pub fn agent(&self, node: &str, client: kube::Client, cfg: AgentConfig) -> Agent {
         let sim = self.node(node).unwrap_or_else(|| panic!("node {node} is not part of the simulated cluster"));
-        Agent::new(cfg, client, Arc::new(sim.nvml.clone()), Arc::new(sim.assignments.clone()))
+        let nvml: Arc<dyn NvmlBackend> = Arc::new(sim.nvml.clone());
+        let nvml: Arc<dyn NvmlBackend> =
+            if self.shared.nvml_latency.is_zero() { nvml } else { Arc::new(SlowNvml::new(nvml, self.shared.nvml_latency)) };
+        Agent::new(cfg, client, nvml, Arc::new(sim.assignments.clone()))
+    }
+
+    /// Memory slices (placement units) held by running pods, and in all, over every GPU.
+    pub fn slice_usage(&self) -> SliceUsage {
+        let mut usage = SliceUsage::default();
+        for node in self.shared.nodes.values() {
+            let (used, total) = node.slice_usage();
+            usage.used += used;
+            usage.total += total;
+        }
+        usage
     }
 
     /// Starts the agent for `node` with its own in-process client; abort the handle to kill it.

@@ -57,18 +57,40 @@ struct NodeState {
     plugin_starts: u32,
 }
 
+/// Placement units of the node's GPUs: per profile name, and in all.
+#[derive(Debug, Clone, Default)]
+pub struct SliceUnits {
+    pub sizes: BTreeMap<String, u64>,
+    pub total: u64,
+}
+
+impl SliceUnits {
+    /// From the catalog models of the node's GPUs (unknown models count nothing).
+    pub fn of(catalog: &Catalog, models: &[&str]) -> SliceUnits {
+        let mut units = SliceUnits::default();
+        for m in models.iter().filter_map(|m| catalog.find(m)) {
+            units.total += m.placement_units as u64;
+            for p in &m.profiles {
+                units.sizes.entry(p.name.clone()).or_insert(p.size as u64);
+            }
+        }
+        units
+    }
+}
+
 pub struct SimNode {
     pub name: String,
     /// The node's address, for pod statuses.
     pub ip: String,
     pub nvml: SimNvml,
     pub assignments: SharedAssignments,
+    units: SliceUnits,
     state: Mutex<NodeState>,
 }
 
 impl SimNode {
-    pub fn new(name: &str, ip: &str, nvml: SimNvml) -> SimNode {
-        SimNode { name: name.to_string(), ip: ip.to_string(), nvml, assignments: SharedAssignments::default(), state: Mutex::new(NodeState::default()) }
+    pub fn new(name: &str, ip: &str, nvml: SimNvml, units: SliceUnits) -> SimNode {
+        SimNode { name: name.to_string(), ip: ip.to_string(), nvml, units, assignments: SharedAssignments::default(), state: Mutex::new(NodeState::default()) }
     }
 
     fn lock(&self) -> MutexGuard<'_, NodeState> {
@@ -175,6 +197,12 @@ impl SimNode {
     /// Devices per resource as the plugin last advertised them.
     pub fn advertised(&self) -> BTreeMap<String, Vec<Device>> {
         self.lock().advertised.clone()
+    }
+
+    /// Memory slices (placement units) held by running pods, and on all this node's MIG GPUs.
+    pub fn slice_usage(&self) -> (u64, u64) {
+        let used = self.lock().running.values().flat_map(|r| &r.devices).map(|d| self.units.sizes.get(&d.profile).copied().unwrap_or(0)).sum();
+        (used, self.units.total)
     }
 
     /// How often the device plugin has started on this node.

@@ -2,6 +2,7 @@
 //! geometry), labels, taints, CPU and memory.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Taint;
 
@@ -73,19 +74,24 @@ impl NodeSpec {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClusterSpec {
     pub nodes: Vec<NodeSpec>,
+    /// How long each NVML call that changes a GPU takes for agents (zero: instant).
+    pub nvml_latency: Duration,
 }
 
 impl ClusterSpec {
     pub fn new(nodes: Vec<NodeSpec>) -> ClusterSpec {
-        ClusterSpec { nodes }
+        ClusterSpec { nodes, nvml_latency: Duration::ZERO }
+    }
+
+    pub fn with_nvml_latency(mut self, per_change: Duration) -> ClusterSpec {
+        self.nvml_latency = per_change;
+        self
     }
 
     /// `count` identical nodes named `<prefix>-<n>` (n from 1, zero-padded to sort by name).
     pub fn uniform(prefix: &str, count: usize, model: &str, gpus: usize, geometry: &[(&str, u8)]) -> ClusterSpec {
         let width = count.to_string().len();
-        ClusterSpec {
-            nodes: (1..=count).map(|i| NodeSpec::new(format!("{prefix}-{i:0width$}"), model, gpus, geometry)).collect(),
-        }
+        ClusterSpec::new((1..=count).map(|i| NodeSpec::new(format!("{prefix}-{i:0width$}"), model, gpus, geometry)).collect())
     }
 
     pub fn gpu_count(&self) -> usize {
