@@ -10,3 +10,7 @@ pub mod apiserver;
 pub mod cli;
 pub mod controller;
 pub mod sim;
+pub mod cli;
+pub mod demo;
+pub mod apiserver;
+pub mod simcluster;

@@ -13,6 +13,7 @@ pub mod apiserver;
 pub mod approve;
 pub mod catalog;
 pub mod crds;
+pub mod demo;
 pub mod geometry;
 pub mod output;
 pub mod plan;
@@ -46,6 +47,8 @@ pub enum Command {
     Apiserver(apiserver::ApiserverArgs),
     /// Replay a workload trace on a simulated cluster and compare allocation strategies.
     Simulate(simulate::SimulateArgs),
+    /// Run Geometer end to end on a simulated GPU cluster with a shifting workload.
+    Demo(demo::DemoArgs),
 }
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
@@ -60,7 +63,8 @@ pub fn plugin_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 
 /// Turns a command's result into an exit code, printing errors the way a user reads them.
 pub fn run(cli: Cli) -> ExitCode {
-    init_logging(cli.log_json);
+    // The demo prints its own progress; the operator's logs only when something goes wrong.
+    init_logging(cli.log_json, if matches!(cli.command, Command::Demo(_)) { "warn" } else { "info" });
     match cli.command {
         Command::Catalog(args) => output::finish(catalog::run(args)),
         Command::Geometry(args) => output::finish(geometry::run(args)),
@@ -70,12 +74,13 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Approve(args) => output::finish(approve::run(args)),
         Command::Apiserver(args) => apiserver::run(args),
         Command::Simulate(args) => output::finish(simulate::run(args)),
+        Command::Demo(args) => output::finish(demo::run(args)),
     }
 }
 
-fn init_logging(json: bool) {
+fn init_logging(json: bool, default_level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("GEOMETER_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_env("GEOMETER_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = if json { builder.json().try_init() } else { builder.try_init() };
 }

@@ -1,0 +1,108 @@
+//! `geometer demo`: the whole operator on a simulated cluster in one process (see
+//! `crate::demo`). No arguments needed; flags change the mode, size, speed and seed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use clap::{Args, ValueEnum};
+
+use super::output::Failure;
+use crate::api::PolicyMode;
+use crate::demo::{self, Console, DemoOptions};
+
+/// The policy mode, as in `MigPolicy.spec.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Publish plans only; GPUs are never changed.
+    #[value(name = "DryRun")]
+    DryRun,
+    /// Publish plans and apply each one once it is approved.
+    #[value(name = "Approve")]
+    Approve,
+    /// Apply plans as soon as they are published.
+    #[value(name = "Auto")]
+    Auto,
+}
+
+impl From<ModeArg> for PolicyMode {
+    fn from(m: ModeArg) -> PolicyMode {
+        match m {
+            ModeArg::DryRun => PolicyMode::DryRun,
+            ModeArg::Approve => PolicyMode::Approve,
+            ModeArg::Auto => PolicyMode::Auto,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+#[command(about = "Run Geometer end to end on a simulated GPU cluster: API server (kubectl-ready), scheduler, kubelets, device plugins, the controller and one agent per node, with a shifting workload")]
+pub struct DemoArgs {
+    /// What the policy does with plans.
+    #[arg(long, value_enum, default_value = "Auto")]
+    pub policy_mode: ModeArg,
+    /// Seed of the workload; the same seed plays the same pods.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Scenario seconds per wall-clock second (pod run times and arrivals are compressed; the
+    /// controller's and agents' own timing is not).
+    #[arg(long, default_value_t = 3.0)]
+    pub speed: f64,
+    /// Simulated nodes: odd ones with 8 A100-80GB, even ones with 8 H100-80GB.
+    #[arg(long, default_value_t = 4)]
+    pub nodes: usize,
+    /// Length of the workload in scenario seconds (at the default speed, 120 takes 40 s).
+    #[arg(long, default_value_t = 120.0)]
+    pub duration: f64,
+    /// In Approve mode, wait for you to approve each plan with kubectl instead of approving it
+    /// after printing the command.
+    #[arg(long)]
+    pub wait_for_approval: bool,
+    /// Milliseconds each NVML call that changes a GPU takes (real GPUs take a while to create
+    /// an instance).
+    #[arg(long, default_value_t = 40, value_name = "MS")]
+    pub nvml_latency_ms: u64,
+    /// Where to write the kubeconfig for kubectl [default: a new temporary directory].
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Keep serving the API after the summary until Ctrl-C, to look around with kubectl.
+    #[arg(long)]
+    pub keep_serving: bool,
+    /// Seconds between progress lines.
+    #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
+    pub tick: f64,
+}
+
+pub fn run(args: DemoArgs) -> Result<(), Failure> {
+    if !(args.tick > 0.0 && args.tick.is_finite()) {
+        return Err(Failure::bad_input(anyhow!("--tick {} must be above 0 seconds", args.tick)));
+    }
+    let options = DemoOptions {
+        mode: args.policy_mode.into(),
+        seed: args.seed,
+        speed: args.speed,
+        nodes: args.nodes,
+        duration_s: args.duration,
+        wait_for_approval: args.wait_for_approval,
+        nvml_latency: Duration::from_millis(args.nvml_latency_ms),
+        serve_http: true,
+        kubeconfig: args.kubeconfig,
+        keep_serving: args.keep_serving,
+        tick: Duration::from_secs_f64(args.tick),
+    };
+    options.validate().map_err(|e| Failure::bad_input(e.into()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+        .map_err(Failure::internal)?;
+    runtime.block_on(async move {
+        tokio::select! {
+            result = demo::run(options, Console::stdout()) => result.map(|_| ()).map_err(|e| Failure::internal(e.into())),
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("interrupted");
+                Err(Failure { code: 130, error: None })
+            }
+        }
+    })
+}

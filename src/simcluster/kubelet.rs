@@ -1,0 +1,243 @@
+//! The kubelet stand-in for every simulated node (one task watching all pods): runs pods bound
+//! to its nodes on specific MIG devices, ends them after their run time, frees their devices
+//! when they are deleted, starts the device plugin pods (which advertise the node's slices),
+//! and, as their DaemonSet would, recreates a device plugin pod that was deleted.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::fit::container_mig_requests;
+use super::ledger::{Ending, PodRun, SimEvent};
+use super::node::SimNode;
+use super::objects::{self, is_device_plugin, RELEASES_ANNOTATION};
+use super::spec::DEVICE_PLUGIN_NAMESPACE;
+use super::Shared;
+
+/// Work the kubelet scheduled for itself.
+enum Later {
+    /// A pod's run time is over.
+    Complete { namespace: String, name: String, uid: String },
+    /// A device plugin could not read the GPUs; try starting it again.
+    RetryPlugin(Box<Pod>),
+}
+
+struct Kubelet {
+    shared: Arc<Shared>,
+    later: mpsc::UnboundedSender<Later>,
+    /// Pods started or refused, by uid: a later event for the same pod is not a new start.
+    handled: HashSet<String>,
+    /// Device plugin pods created so far, per node (names stay unique).
+    plugin_serial: BTreeMap<String, u32>,
+    /// Deleted pods whose devices were freed, per node.
+    releases: BTreeMap<String, u64>,
+}
+
+pub(super) async fn run(shared: Arc<Shared>) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut k = Kubelet { shared: shared.clone(), later: tx, handled: HashSet::new(), plugin_serial: BTreeMap::new(), releases: BTreeMap::new() };
+    let pods: Api<Pod> = Api::all(shared.client.clone());
+    let mut stream = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
+    let mut relisted: Option<BTreeSet<String>> = None;
+    loop {
+        tokio::select! {
+            event = stream.next() => match event {
+                Some(Ok(Event::Apply(pod))) => k.apply(pod).await,
+                Some(Ok(Event::InitApply(pod))) => {
+                    if let Some(seen) = relisted.as_mut() {
+                        seen.insert(format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()));
+                    }
+                    k.apply(pod).await;
+                }
+                Some(Ok(Event::Delete(pod))) => k.deleted(&pod).await,
+                Some(Ok(Event::Init)) => relisted = Some(BTreeSet::new()),
+                Some(Ok(Event::InitDone)) => {
+                    if let Some(seen) = relisted.take() {
+                        k.forget_missing(&seen).await;
+                    }
+                }
+                Some(Err(e)) => tracing::debug!(error = %e, "simulated kubelet: pod watch interrupted; retrying"),
+                None => return,
+            },
+            Some(job) = rx.recv() => match job {
+                Later::Complete { namespace, name, uid } => k.complete(&namespace, &name, &uid).await,
+                Later::RetryPlugin(pod) => k.apply(*pod).await,
+            },
+        }
+    }
+}
+
+impl Kubelet {
+    fn node_of(&self, pod: &Pod) -> Option<Arc<SimNode>> {
+        let name = pod.spec.as_ref()?.node_name.as_deref()?;
+        self.shared.nodes.get(name).cloned()
+    }
+
+    fn pods(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.shared.client.clone(), namespace)
+    }
+
+    async fn apply(&mut self, pod: Pod) {
+        let Some(node) = self.node_of(&pod) else { return };
+        let uid = pod.uid().unwrap_or_default();
+        if pod.metadata.deletion_timestamp.is_some() {
+            return self.deleted(&pod).await;
+        }
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if !matches!(phase, None | Some("Pending")) || self.handled.contains(&uid) {
+            return;
+        }
+        if is_device_plugin(&pod) {
+            self.start_plugin(&node, pod).await;
+        } else {
+            self.handled.insert(uid);
+            self.start_workload(&node, pod).await;
+        }
+    }
+
+    /// The plugin registers with the kubelet: the node's MIG resources become what the GPUs
+    /// have now, then the plugin pod reports ready.
+    async fn start_plugin(&mut self, node: &SimNode, pod: Pod) {
+        let (counts, start) = match node.start_plugin(&self.shared.catalog) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(node = %node.name, error = %e, "simulated device plugin cannot read the GPUs; retrying");
+                let later = self.later.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let _ = later.send(Later::RetryPlugin(Box::new(pod)));
+                });
+                return;
+            }
+        };
+        self.handled.insert(pod.uid().unwrap_or_default());
+        let nodes: Api<Node> = Api::all(self.shared.client.clone());
+        let written = async {
+            let current = nodes.get(&node.name).await?;
+            let patch = objects::advertise_patch(&current, &counts);
+            nodes.patch_status(&node.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            let status = objects::running_status(&pod, &node.ip);
+            self.pods(DEVICE_PLUGIN_NAMESPACE).patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await
+        };
+        match written.await {
+            Ok(_) => self.shared.ledger.emit(SimEvent::Advertised { node: node.name.clone(), resources: counts, start }),
+            Err(e) => tracing::warn!(node = %node.name, error = %e, "simulated device plugin could not publish the node's slices"),
+        }
+    }
+
+    async fn start_workload(&mut self, node: &SimNode, pod: Pod) {
+        let (ns, name, uid) = (pod.namespace().unwrap_or_default(), pod.name_any(), pod.uid().unwrap_or_default());
+        let key = format!("{ns}/{name}");
+        let api = self.pods(&ns);
+        match node.admit(&ns, &name, &uid, &container_mig_requests(&pod)) {
+            Ok(devices) => {
+                let status = objects::running_status(&pod, &node.ip);
+                if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await {
+                    tracing::debug!(pod = %key, error = %e, "simulated kubelet could not report the pod running");
+                }
+                let profiles: Vec<String> = devices.iter().map(|d| d.profile.clone()).collect();
+                let described = devices.iter().map(|d| format!("{} on GPU {}", d.profile, d.gpu)).collect();
+                self.shared.ledger.started(&uid, PodRun { pod: key.clone(), node: node.name.clone(), started: Instant::now(), ended: None, profiles });
+                self.shared.ledger.emit(SimEvent::Started { pod: key, node: node.name.clone(), devices: described });
+                if let Some(seconds) = objects::run_seconds(&pod) {
+                    let later = self.later.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+                        let _ = later.send(Later::Complete { namespace: ns, name, uid });
+                    });
+                }
+            }
+            Err(refusal) => {
+                let message = refusal.to_string();
+                let status = objects::ended_status(&pod, "Failed", "UnexpectedAdmissionError", &message);
+                if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await {
+                    tracing::debug!(pod = %key, error = %e, "simulated kubelet could not report the refusal");
+                }
+                let run = PodRun { pod: key.clone(), node: node.name.clone(), started: Instant::now(), ended: None, profiles: Vec::new() };
+                self.shared.ledger.started(&uid, run);
+                self.shared.ledger.ended(&uid, Ending::AdmissionFailed);
+                self.shared.ledger.emit(SimEvent::AdmissionFailed { pod: key, node: node.name.clone(), message });
+            }
+        }
+    }
+
+    /// The run time is over: devices free first, then the pod reports `Succeeded`, so whoever
+    /// reacts to the pod's end finds its slice free.
+    async fn complete(&mut self, namespace: &str, name: &str, uid: &str) {
+        let api = self.pods(namespace);
+        let Ok(Some(pod)) = api.get_opt(name).await else { return };
+        let Some(node) = self.node_of(&pod) else { return };
+        if pod.uid().as_deref() != Some(uid) || !node.is_running(namespace, name, uid) {
+            return;
+        }
+        node.release(namespace, name);
+        let status = objects::ended_status(&pod, "Succeeded", "Completed", "");
+        if let Err(e) = api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await {
+            tracing::debug!(pod = %name, error = %e, "simulated kubelet could not report the pod's end");
+        }
+        self.shared.ledger.ended(uid, Ending::Succeeded);
+        self.shared.ledger.emit(SimEvent::Succeeded { pod: format!("{namespace}/{name}"), node: node.name.clone() });
+    }
+
+    async fn deleted(&mut self, pod: &Pod) {
+        let Some(node) = self.node_of(pod) else { return };
+        let uid = pod.uid().unwrap_or_default();
+        self.handled.remove(&uid);
+        if is_device_plugin(pod) {
+            return self.recreate_plugin(&node.name).await;
+        }
+        let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        if node.is_running(&ns, &name, &uid) {
+            self.stopped(&node, &ns, &name, &uid).await;
+        }
+    }
+
+    async fn stopped(&mut self, node: &SimNode, ns: &str, name: &str, uid: &str) {
+        node.release(ns, name);
+        self.shared.ledger.ended(uid, Ending::Stopped);
+        self.shared.ledger.emit(SimEvent::Stopped { pod: format!("{ns}/{name}"), node: node.name.clone() });
+        // A cordoned node is being drained: tell its watchers (the agent) the devices are free.
+        let nodes: Api<Node> = Api::all(self.shared.client.clone());
+        let cordoned = nodes.get_opt(&node.name).await.ok().flatten().and_then(|n| n.spec?.unschedulable).unwrap_or(false);
+        if cordoned {
+            let count = self.releases.entry(node.name.clone()).or_insert(0);
+            *count += 1;
+            let touch = json!({"metadata": {"annotations": {RELEASES_ANNOTATION: count.to_string()}}});
+            if let Err(e) = nodes.patch(&node.name, &PatchParams::default(), &Patch::Merge(&touch)).await {
+                tracing::debug!(node = %node.name, error = %e, "simulated kubelet could not touch the node");
+            }
+        }
+    }
+
+    /// The DaemonSet controller's part: a deleted plugin pod comes back (with a new name).
+    async fn recreate_plugin(&mut self, node: &str) {
+        let serial = self.plugin_serial.entry(node.to_string()).or_insert(0);
+        *serial += 1;
+        let pod = objects::device_plugin_pod(node, *serial);
+        if let Err(e) = self.pods(DEVICE_PLUGIN_NAMESPACE).create(&PostParams::default(), &pod).await {
+            tracing::warn!(node, error = %e, "simulated DaemonSet could not recreate the device plugin pod");
+        }
+    }
+
+    /// After a re-list: pods the kubelet runs that no longer exist were deleted meanwhile.
+    async fn forget_missing(&mut self, seen: &BTreeSet<String>) {
+        for node in self.shared.nodes.values().cloned().collect::<Vec<_>>() {
+            for key in node.running() {
+                if !seen.contains(&key) {
+                    let (ns, name) = key.split_once('/').expect("namespace/name");
+                    let uid = node.uid_of(ns, name).unwrap_or_default();
+                    self.stopped(&node, ns, name, &uid).await;
+                }
+            }
+        }
+    }
+}
