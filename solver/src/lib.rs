@@ -4,3 +4,10 @@
 
 pub mod catalog;
 pub mod geometry;
+pub mod snapshot;
+pub mod plan;
+mod candidates;
+pub mod ilp;
+pub mod greedy;
+
+pub use ilp::plan;

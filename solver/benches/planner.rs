@@ -1,0 +1,33 @@
+//! Planning time: ILP and greedy on synthetic clusters (see `common`). Numbers go to
+//! BENCHMARKS.md; `planner_report` adds peak memory and plan quality.
+
+mod common;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use geometer_solver::catalog::Catalog;
+use geometer_solver::plan::PlanOptions;
+
+fn planning(c: &mut Criterion) {
+    let catalog = Catalog::builtin();
+    let options = PlanOptions::default();
+    let mut group = c.benchmark_group("plan");
+    group.sample_size(10);
+    for (gpus, pods) in common::SIZES {
+        let snapshot = common::cluster(gpus, pods, 7);
+        let id = format!("{gpus}gpus-{pods}pods");
+        group.bench_with_input(BenchmarkId::new("ilp", &id), &snapshot, |b, s| {
+            b.iter(|| geometer_solver::plan(s, catalog, &options).unwrap())
+        });
+        group.bench_with_input(BenchmarkId::new("greedy", &id), &snapshot, |b, s| {
+            b.iter(|| geometer_solver::greedy::plan(s, catalog, &options).unwrap())
+        });
+    }
+    let evicting = common::with_eviction(common::cluster(1000, 1000, 7));
+    group.bench_with_input(BenchmarkId::new("ilp-eviction", "1000gpus-1000pods"), &evicting, |b, s| {
+        b.iter(|| geometer_solver::plan(s, catalog, &options).unwrap())
+    });
+    group.finish();
+}
+
+criterion_group!(benches, planning);
+criterion_main!(benches);

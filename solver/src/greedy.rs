@@ -1,0 +1,124 @@
+//! The greedy baseline, planning the way existing dynamic-MIG tools do: count the slices the
+//! pending pods lack, walk the nodes in name order, and on each GPU pick the allowed geometry
+//! that adds the most lacking slices without touching an instance in use. It never evicts.
+//!
+//! It stays for comparison (benchmarks) and as the ILP's fallback, so it honours the policy's
+//! limits and pod eligibility like the ILP does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use crate::catalog::Catalog;
+use crate::geometry::{maximal_extensions, Geometry};
+use crate::plan::prepare::{Problem, User};
+use crate::plan::realize::{realize, Decision};
+use crate::plan::{Plan, PlanError, PlanOptions, SolverUsed};
+use crate::snapshot::Snapshot;
+
+/// Plans with the greedy baseline. `bound` is all plannable demand (no LP is solved).
+pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Result<Plan, PlanError> {
+    let started = Instant::now();
+    let problem = Problem::new(snapshot, catalog, options)?;
+    let decision = decide(&problem);
+    Ok(realize(&problem, decision, SolverUsed::Greedy, problem.trivial_bound() as f64, started, Vec::new()))
+}
+
+pub(crate) fn decide(problem: &Problem) -> Decision {
+    let keys = problem.profiles.len();
+    let mut targets: Vec<Geometry> = problem.gpus.iter().map(|g| g.current.clone()).collect();
+    let mut unserved: Vec<usize> = problem.plannable().map(|(i, _)| i).collect();
+    let mut extensions: BTreeMap<(usize, Geometry), Vec<Geometry>> = BTreeMap::new();
+    let (mut gpus_changed, mut nodes_changed) = (0u32, 0u32);
+    for (n, node) in problem.nodes.iter().enumerate() {
+        if unserved.is_empty() {
+            break;
+        }
+        let mut cpu = node.free_cpu;
+        let mut memory = node.free_memory;
+        // Free slices per profile on this node under the targets chosen so far.
+        let mut node_free = vec![0i64; keys];
+        for &g in &node.gpus {
+            add_free(problem, g, &targets[g], &mut node_free, 1);
+        }
+        let mut node_touched = false;
+        for &g in &node.gpus {
+            let here: Vec<usize> = unserved.iter().copied().filter(|&i| problem.pending[i].eligible.binary_search(&n).is_ok()).collect();
+            let mut lacking = vec![0i64; keys];
+            for &i in &here {
+                for &(k, c) in &problem.pending[i].needs.slices {
+                    lacking[k] += c as i64;
+                }
+            }
+            for k in 0..keys {
+                lacking[k] = (lacking[k] - node_free[k]).max(0);
+            }
+            if lacking.iter().all(|&l| l == 0) {
+                continue;
+            }
+            let limit_reached = problem.max_gpus_changed.is_some_and(|m| gpus_changed >= m)
+                || (!node_touched && problem.max_nodes_changed.is_some_and(|m| nodes_changed >= m));
+            if limit_reached {
+                continue;
+            }
+            let gpu = &problem.gpus[g];
+            let fixed = Geometry::new(
+                gpu.current.instances().iter().zip(&gpu.users).filter(|(_, u)| **u != User::Free).map(|(p, _)| *p).collect(),
+            );
+            let options = extensions
+                .entry((gpu.model, fixed.clone()))
+                .or_insert_with(|| maximal_extensions(problem.models[gpu.model], &fixed, &problem.allowed[gpu.model]));
+            let mut current_free = vec![0i64; keys];
+            add_free(problem, g, &gpu.current, &mut current_free, 1);
+            let mut best: Option<(i64, &Geometry)> = None;
+            for option in options.iter() {
+                let mut free = vec![0i64; keys];
+                add_free(problem, g, option, &mut free, 1);
+                let gain: i64 = (0..keys).map(|k| (free[k] - current_free[k]).max(0).min(lacking[k])).sum();
+                if gain > 0 && best.is_none_or(|(b, _)| gain > b) {
+                    best = Some((gain, option));
+                }
+            }
+            let Some((_, chosen)) = best else { continue };
+            add_free(problem, g, &targets[g], &mut node_free, -1);
+            targets[g] = chosen.clone();
+            add_free(problem, g, &targets[g], &mut node_free, 1);
+            gpus_changed += 1;
+            if !node_touched {
+                node_touched = true;
+                nodes_changed += 1;
+            }
+            // Pods that now fit on this node are served; the rest stay lacking.
+            let mut served = BTreeSet::new();
+            for &i in &here {
+                let needs = &problem.pending[i].needs;
+                let fits = needs.slices.iter().all(|&(k, c)| node_free[k] >= c as i64)
+                    && cpu.is_none_or(|c| c >= needs.cpu)
+                    && memory.is_none_or(|m| m >= needs.memory);
+                if fits {
+                    for &(k, c) in &needs.slices {
+                        node_free[k] -= c as i64;
+                    }
+                    cpu = cpu.map(|c| c - needs.cpu);
+                    memory = memory.map(|m| m - needs.memory);
+                    served.insert(i);
+                }
+            }
+            unserved.retain(|i| !served.contains(i));
+        }
+    }
+    Decision { targets, evicted: BTreeSet::new(), hints: None }
+}
+
+/// Adds `sign` times the instances of `target` that no pod holds, per profile key.
+fn add_free(problem: &Problem, g: usize, target: &Geometry, free: &mut [i64], sign: i64) {
+    let gpu = &problem.gpus[g];
+    for p in target.instances() {
+        let held = gpu.current.instances().iter().zip(&gpu.users).any(|(q, u)| q == p && *u != User::Free);
+        if held {
+            continue;
+        }
+        if let Some(k) = problem.key_of(g, p) {
+            free[k] += sign;
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! A small linear model of our own, handed to good_lp's HiGHS (default) or microlp backend.
+//! Owning the model lets the lexicographic stages and the LP relaxation rebuild the solver's
+//! problem from one description.
+
+use std::time::Duration;
+
+use good_lp::{variable, Expression, ProblemVariables, ResolutionError, Solution, SolutionStatus, SolverModel, WithInitialSolution};
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Var {
+    pub lo: f64,
+    pub hi: f64,
+    pub integer: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    pub coefs: Vec<(usize, f64)>,
+    pub lo: f64,
+    pub hi: f64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Lp {
+    pub vars: Vec<Var>,
+    pub rows: Vec<Row>,
+}
+
+pub(crate) struct Solved {
+    pub values: Vec<f64>,
+    /// Stopped by the time limit; `values` is the best incumbent.
+    pub timed_out: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SolveError {
+    #[error("the solver found no solution: {0}")]
+    Solver(String),
+    #[error("no solver backend compiled in (enable the `highs` or `microlp` feature)")]
+    #[cfg_attr(any(feature = "highs", feature = "microlp"), allow(dead_code))]
+    NoBackend,
+}
+
+impl Lp {
+    pub fn var(&mut self, lo: f64, hi: f64, integer: bool) -> usize {
+        self.vars.push(Var { lo, hi, integer });
+        self.vars.len() - 1
+    }
+
+    pub fn row(&mut self, coefs: Vec<(usize, f64)>, lo: f64, hi: f64) {
+        self.rows.push(Row { coefs, lo, hi });
+    }
+
+    /// Maximises `objective`; `relax` drops integrality (the LP bound).
+    pub fn maximise(
+        &self,
+        objective: &[(usize, f64)],
+        relax: bool,
+        initial: Option<&[f64]>,
+        time_limit: Duration,
+    ) -> Result<Solved, SolveError> {
+        let mut problem = ProblemVariables::new();
+        let vars: Vec<good_lp::Variable> = self
+            .vars
+            .iter()
+            .map(|v| {
+                let def = variable().bounds(v.lo..=v.hi);
+                problem.add(if v.integer && !relax { def.integer() } else { def })
+            })
+            .collect();
+        let mut obj = Expression::with_capacity(objective.len());
+        for &(v, c) in objective {
+            obj.add_mul(c, vars[v]);
+        }
+        let constraints: Vec<good_lp::Constraint> = self
+            .rows
+            .iter()
+            .flat_map(|r| {
+                let mut e = Expression::with_capacity(r.coefs.len());
+                for &(v, c) in &r.coefs {
+                    e.add_mul(c, vars[v]);
+                }
+                let mut out = Vec::with_capacity(2);
+                if r.lo == r.hi {
+                    out.push(e.eq(r.lo));
+                } else {
+                    if r.lo.is_finite() {
+                        out.push(e.clone().geq(r.lo));
+                    }
+                    if r.hi.is_finite() {
+                        out.push(e.leq(r.hi));
+                    }
+                }
+                out
+            })
+            .collect();
+        let initial: Option<Vec<(good_lp::Variable, f64)>> =
+            initial.map(|vals| vars.iter().copied().zip(vals.iter().copied()).collect());
+        let seconds = time_limit.as_secs_f64().max(0.001);
+        let unsolved = problem.maximise(obj);
+        run_backend(unsolved, constraints, initial, seconds, relax).map(|(values_of, timed_out)| Solved {
+            values: vars.iter().map(|&v| values_of(v)).collect(),
+            timed_out,
+        })
+    }
+}
+
+type Values = Box<dyn Fn(good_lp::Variable) -> f64>;
+
+fn finish<S: Solution + 'static>(result: Result<S, ResolutionError>) -> Result<(Values, bool), SolveError> {
+    let solution = result.map_err(|e| SolveError::Solver(e.to_string()))?;
+    let timed_out = matches!(solution.status(), SolutionStatus::TimeLimit);
+    Ok((Box::new(move |v| solution.value(v)), timed_out))
+}
+
+#[cfg(feature = "highs")]
+fn run_backend(
+    unsolved: good_lp::variable::UnsolvedProblem,
+    constraints: Vec<good_lp::Constraint>,
+    initial: Option<Vec<(good_lp::Variable, f64)>>,
+    seconds: f64,
+    relax: bool,
+) -> Result<(Values, bool), SolveError> {
+    let mut model = good_lp::solvers::highs::highs(unsolved)
+        .set_time_limit(seconds)
+        // Objectives are integers: stop only when no better integer value can exist.
+        .set_option("mip_rel_gap", 0.0)
+        .set_option("mip_abs_gap", 0.5)
+        // One thread: the machine is small and results must not depend on scheduling.
+        .set_option("threads", 1)
+        .set_option("output_flag", false);
+    if relax {
+        model = model.set_option("solver", "simplex");
+    }
+    if let Some(init) = initial {
+        model = model.with_initial_solution(init);
+    }
+    for c in constraints {
+        model.add_constraint(c);
+    }
+    finish(model.solve())
+}
+
+#[cfg(all(feature = "microlp", not(feature = "highs")))]
+fn run_backend(
+    unsolved: good_lp::variable::UnsolvedProblem,
+    constraints: Vec<good_lp::Constraint>,
+    initial: Option<Vec<(good_lp::Variable, f64)>>,
+    seconds: f64,
+    _relax: bool,
+) -> Result<(Values, bool), SolveError> {
+    use good_lp::WithTimeLimit;
+    let mut model = good_lp::solvers::microlp::microlp(unsolved).with_time_limit(seconds);
+    if let Some(init) = initial {
+        model = model.with_initial_solution(init);
+    }
+    for c in constraints {
+        model.add_constraint(c);
+    }
+    finish(model.solve())
+}
+
+#[cfg(not(any(feature = "highs", feature = "microlp")))]
+fn run_backend(
+    _: good_lp::variable::UnsolvedProblem,
+    _: Vec<good_lp::Constraint>,
+    _: Option<Vec<(good_lp::Variable, f64)>>,
+    _: f64,
+    _: bool,
+) -> Result<(Values, bool), SolveError> {
+    Err(SolveError::NoBackend)
+}
+
+/// Name of the compiled backend, for notes and benchmarks.
+pub(crate) fn backend_name() -> &'static str {
+    if cfg!(feature = "highs") {
+        "highs"
+    } else if cfg!(feature = "microlp") {
+        "microlp"
+    } else {
+        "none"
+    }
+}

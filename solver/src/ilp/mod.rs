@@ -1,0 +1,208 @@
+//! The ILP planner: candidates per GPU, aggregation into classes, a lexicographic integer
+//! program solved in stages (HiGHS through good_lp, or microlp), then disaggregation back to
+//! GPUs and pods. The greedy baseline runs alongside: it is the fallback when the solver fails
+//! or runs out of time without a plan, and the plan returned is never worse than greedy's.
+
+mod aggregate;
+mod backend;
+mod model;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use crate::candidates::{self, Candidates};
+use crate::catalog::Catalog;
+use crate::geometry::Geometry;
+use crate::plan::assign::Hints;
+use crate::plan::prepare::Problem;
+use crate::plan::realize::{realize, Decision};
+use crate::plan::{Plan, PlanError, PlanOptions, SolverUsed};
+use crate::snapshot::Snapshot;
+
+use aggregate::Aggregate;
+use backend::Lp;
+use model::Model;
+
+pub use backend_info::solver_backend;
+
+mod backend_info {
+    /// The MIP backend compiled in: `highs`, `microlp` or `none`.
+    pub fn solver_backend() -> &'static str {
+        super::backend::backend_name()
+    }
+}
+
+/// Stages combine levels while the combined objective stays below this, so that integer
+/// objective values stay exact in floating point and within the solver's tolerances.
+const MAX_STAGE_RANGE: f64 = 1e9;
+
+/// Plans with the ILP. Same input, same plan.
+pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Result<Plan, PlanError> {
+    let started = Instant::now();
+    let problem = Problem::new(snapshot, catalog, options)?;
+    let deadline = started + problem.time_limit;
+    let greedy = crate::greedy::decide(&problem);
+
+    let candidates = candidates::build(&problem);
+    let agg = aggregate::aggregate(&problem, &candidates);
+    let model = model::build(&problem, &agg);
+    let mut notes = Vec::new();
+    let bound = match model.lp.maximise(&model.levels[0].coefs, true, None, remaining(deadline)) {
+        Ok(s) if !s.timed_out => Some(objective_value(&model.levels[0].coefs, &s.values)),
+        _ => None,
+    };
+    let solved = solve_stages(&model, deadline, &mut notes);
+    let greedy_plan = |notes: Vec<String>, bound: Option<f64>| {
+        let b = bound.unwrap_or_else(|| problem.trivial_bound() as f64);
+        realize(&problem, crate::greedy::decide(&problem), SolverUsed::GreedyFallback, b, started, notes)
+    };
+    let Some(values) = solved else {
+        notes.push(format!("the {} solver found no plan; using the greedy plan", backend::backend_name()));
+        drop(greedy);
+        return Ok(greedy_plan(notes, bound));
+    };
+    let decision = disaggregate(&problem, &candidates, &agg, &model, &values);
+    let bound = bound.unwrap_or_else(|| problem.trivial_bound() as f64);
+    let ilp = realize(&problem, decision, SolverUsed::Ilp, bound, started, notes.clone());
+    let greedy = realize(&problem, greedy, SolverUsed::GreedyFallback, bound, started, Vec::new());
+    if greedy.objective.better(&ilp.objective) == std::cmp::Ordering::Greater {
+        let mut plan = greedy;
+        plan.notes = notes;
+        plan.notes.push(format!(
+            "the ILP plan scored below the greedy plan after disaggregation (demand met {} vs {}); using the greedy plan",
+            ilp.objective.demand_met, plan.objective.demand_met
+        ));
+        plan.solve_ms = started.elapsed().as_millis() as u64;
+        return Ok(plan);
+    }
+    let mut plan = ilp;
+    plan.solve_ms = started.elapsed().as_millis() as u64;
+    Ok(plan)
+}
+
+fn remaining(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
+}
+
+fn objective_value(coefs: &[(usize, f64)], values: &[f64]) -> f64 {
+    coefs.iter().map(|&(v, c)| c * values[v]).sum()
+}
+
+/// Solves the levels in strict order; levels whose ranges multiply to less than
+/// [`MAX_STAGE_RANGE`] share one stage with weights that keep the order strict. Each stage
+/// keeps what the previous ones achieved as a constraint and starts from their solution.
+fn solve_stages(model: &Model, deadline: Instant, notes: &mut Vec<String>) -> Option<Vec<f64>> {
+    let mut stages: Vec<Vec<usize>> = Vec::new();
+    let mut product = f64::INFINITY;
+    for (l, level) in model.levels.iter().enumerate() {
+        if level.coefs.is_empty() {
+            continue;
+        }
+        let width = level.range.max(0.0) + 1.0;
+        if product * width > MAX_STAGE_RANGE || stages.is_empty() {
+            stages.push(vec![l]);
+            product = width;
+        } else {
+            stages.last_mut().unwrap().push(l);
+            product *= width;
+        }
+    }
+    let mut lp: Lp = model.lp.clone();
+    let mut best: Option<Vec<f64>> = None;
+    if stages.is_empty() {
+        // Nothing to optimise: any feasible point (all current) will do.
+        return model.lp.maximise(&[], false, None, remaining(deadline)).ok().map(|s| s.values);
+    }
+    for stage in stages {
+        // Weight of each level: the product of the widths of the levels below it in the stage.
+        let mut weight = 1.0;
+        let mut objective: BTreeMap<usize, f64> = BTreeMap::new();
+        for &l in stage.iter().rev() {
+            for &(v, c) in &model.levels[l].coefs {
+                *objective.entry(v).or_default() += c * weight;
+            }
+            weight *= model.levels[l].range.max(0.0) + 1.0;
+        }
+        let objective: Vec<(usize, f64)> = objective.into_iter().collect();
+        let time = remaining(deadline);
+        if time.is_zero() {
+            notes.push("time limit reached before all objective levels were optimised; the plan is the best found".into());
+            break;
+        }
+        match lp.maximise(&objective, false, best.as_deref(), time) {
+            Ok(solved) => {
+                let value = objective_value(&objective, &solved.values);
+                lp.row(objective, value - 0.5, f64::INFINITY);
+                best = Some(solved.values);
+                if solved.timed_out {
+                    let names: Vec<&str> = stage.iter().map(|&l| model.levels[l].name).collect();
+                    notes.push(format!("time limit reached while optimising {}; the plan is the best found", names.join(", ")));
+                    break;
+                }
+            }
+            Err(e) => {
+                if best.is_some() {
+                    notes.push(format!("solver stopped early ({e}); the plan is the best found"));
+                }
+                break;
+            }
+        }
+    }
+    best
+}
+
+/// Class-level counts -> a target per GPU, the pods to evict, and node-group hints for pods.
+fn disaggregate(problem: &Problem, candidates: &Candidates, agg: &Aggregate, model: &Model, values: &[f64]) -> Decision {
+    let mut targets: Vec<Geometry> = problem.gpus.iter().map(|g| g.current.clone()).collect();
+    let mut evicted = BTreeSet::new();
+    // Changes go to the nodes with the most undecided GPUs first, the same order for every
+    // class, so that they gather on few nodes (node-change limit, pods needing several slices).
+    let mut per_node = vec![0u32; problem.nodes.len()];
+    for class in &agg.classes {
+        for (g, _) in &class.gpus {
+            per_node[problem.gpus[*g].node] += 1;
+        }
+    }
+    for (c, class) in agg.classes.iter().enumerate() {
+        let mut counts: Vec<u32> = model.x[c].iter().map(|&v| values[v].round().max(0.0) as u32).collect();
+        let total: u32 = counts.iter().sum();
+        let n = class.gpus.len() as u32;
+        if total != n {
+            // Rounding noise: the current geometry (entry 0) absorbs the difference.
+            counts[0] = (counts[0] + n).saturating_sub(total);
+        }
+        let mut members: Vec<&(usize, std::sync::Arc<Vec<usize>>)> = class.gpus.iter().collect();
+        members.sort_by_key(|(g, _)| (std::cmp::Reverse(per_node[problem.gpus[*g].node]), problem.gpus[*g].node, *g));
+        // Changed entries first, onto the front of the member list.
+        let mut order: Vec<usize> = (0..class.entries.len()).collect();
+        order.sort_by_key(|&i| (!class.entries[i].changed, i));
+        let mut next = 0usize;
+        for i in order {
+            for _ in 0..counts[i] {
+                let Some((g, cand_order)) = members.get(next) else { break };
+                next += 1;
+                let base = candidates.class_of_gpu[*g];
+                let cand = &candidates.classes[base].1[cand_order[i]];
+                targets[*g] = cand.geometry.clone();
+                for (s, &r) in candidates.evictable[*g].iter().enumerate() {
+                    if cand.evicts & (1 << s) != 0 {
+                        evicted.insert(r);
+                    }
+                }
+            }
+        }
+    }
+    let quota = model
+        .y
+        .iter()
+        .map(|(&key, &v)| (key, values[v].round().max(0.0) as u32))
+        .filter(|(_, q)| *q > 0)
+        .collect();
+    let hints = Hints {
+        pending_class: agg.pending_class.clone(),
+        running_class: agg.running_class.clone(),
+        node_group: agg.node_group.clone(),
+        quota,
+    };
+    Decision { targets, evicted, hints: Some(hints) }
+}

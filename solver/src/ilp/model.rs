@@ -1,0 +1,228 @@
+//! The integer program over the aggregate, with the objective split into levels that the
+//! stages optimise in strict order.
+
+use std::collections::BTreeMap;
+
+use crate::plan::prepare::Problem;
+
+use super::aggregate::Aggregate;
+use super::backend::Lp;
+
+/// A goal: coefficients to maximise and the width of its range (max - min), which sets the
+/// weight of the level above it.
+pub(crate) struct Level {
+    pub name: &'static str,
+    pub coefs: Vec<(usize, f64)>,
+    pub range: f64,
+}
+
+pub(crate) struct Model {
+    pub lp: Lp,
+    /// Per GPU class, per entry.
+    pub x: Vec<Vec<usize>>,
+    /// `(demand class, group) -> variable`.
+    pub y: BTreeMap<(usize, usize), usize>,
+    /// In order: demand met, evictions, GPUs changed, headroom, free ranges.
+    pub levels: Vec<Level>,
+}
+
+pub(crate) fn build(problem: &Problem, agg: &Aggregate) -> Model {
+    let keys = problem.profiles.len();
+    let mut lp = Lp::default();
+
+    // Free slices of GPUs that have nothing to decide, per group and profile.
+    let mut decided = vec![false; problem.gpus.len()];
+    for class in &agg.classes {
+        for (g, _) in &class.gpus {
+            decided[*g] = true;
+        }
+    }
+    let mut fixed_free = vec![vec![0f64; keys]; agg.groups.len()];
+    let mut fixed_total = vec![0f64; keys];
+    for (g, gpu) in problem.gpus.iter().enumerate() {
+        if decided[g] {
+            continue;
+        }
+        for (i, p) in gpu.current.instances().iter().enumerate() {
+            if gpu.users[i] != crate::plan::prepare::User::Free {
+                continue;
+            }
+            if let Some(k) = problem.key_of(g, p) {
+                fixed_total[k] += 1.0;
+                let group = agg.node_group[gpu.node];
+                if group != usize::MAX {
+                    fixed_free[group][k] += 1.0;
+                }
+            }
+        }
+    }
+
+    let mut x = Vec::with_capacity(agg.classes.len());
+    for class in &agg.classes {
+        let n = class.gpus.len() as f64;
+        let vars: Vec<usize> = class.entries.iter().map(|_| lp.var(0.0, n, true)).collect();
+        lp.row(vars.iter().map(|&v| (v, 1.0)).collect(), n, n);
+        x.push(vars);
+    }
+    let mut met = BTreeMap::new();
+    let mut running_count = vec![0u32; agg.demand.len()];
+    for d in agg.running_class.values() {
+        running_count[*d] += 1;
+    }
+    for (d, class) in agg.demand.iter().enumerate() {
+        if !class.running {
+            met.insert(d, lp.var(0.0, class.pending as f64, true));
+        }
+    }
+    let mut y = BTreeMap::new();
+    for (f, group) in agg.groups.iter().enumerate() {
+        for &d in &group.demand {
+            let class = &agg.demand[d];
+            let ub = if class.running { running_count[d] } else { class.pending } as f64;
+            y.insert((d, f), lp.var(0.0, ub, true));
+        }
+    }
+
+    // Every pending pod placed counts as met; every evicted pod must be placed again.
+    let mut placed: Vec<Vec<(usize, f64)>> = vec![Vec::new(); agg.demand.len()];
+    for (&(d, _), &v) in &y {
+        placed[d].push((v, 1.0));
+    }
+    for (c, gc) in agg.classes.iter().enumerate() {
+        for (i, e) in gc.entries.iter().enumerate() {
+            for &(d, count) in &e.evicted {
+                placed[d].push((x[c][i], -(count as f64)));
+            }
+        }
+    }
+    for (d, class) in agg.demand.iter().enumerate() {
+        let mut row = std::mem::take(&mut placed[d]);
+        if !class.running {
+            row.push((met[&d], -1.0));
+        }
+        lp.row(row, 0.0, 0.0);
+    }
+
+    // Slices per group and profile; CPU and memory per group.
+    let mut class_by_group: Vec<Vec<usize>> = vec![Vec::new(); agg.groups.len()];
+    for (c, gc) in agg.classes.iter().enumerate() {
+        class_by_group[gc.group].push(c);
+    }
+    for (f, group) in agg.groups.iter().enumerate() {
+        for k in 0..keys {
+            let mut row: Vec<(usize, f64)> = Vec::new();
+            for &d in &group.demand {
+                if let Some(&(_, need)) = agg.demand[d].needs.slices.iter().find(|s| s.0 == k) {
+                    row.push((y[&(d, f)], need as f64));
+                }
+            }
+            if row.is_empty() {
+                continue;
+            }
+            for &c in &class_by_group[f] {
+                for (i, e) in agg.classes[c].entries.iter().enumerate() {
+                    if e.free[k] > 0 {
+                        row.push((x[c][i], -(e.free[k] as f64)));
+                    }
+                }
+            }
+            lp.row(row, f64::NEG_INFINITY, fixed_free[f][k]);
+        }
+        let demand_cpu: u64 = group.demand.iter().map(|&d| agg.demand[d].needs.cpu * (agg.demand[d].pending + running_count[d]) as u64).sum();
+        if let Some(cpu) = group.cpu.filter(|&c| c < demand_cpu) {
+            let row = group.demand.iter().map(|&d| (y[&(d, f)], agg.demand[d].needs.cpu as f64)).collect();
+            lp.row(row, f64::NEG_INFINITY, cpu as f64);
+        }
+        let demand_mem: u64 =
+            group.demand.iter().map(|&d| agg.demand[d].needs.memory * (agg.demand[d].pending + running_count[d]) as u64).sum();
+        if let Some(mem) = group.memory.filter(|&m| m < demand_mem) {
+            // Memory in MiB keeps coefficients in a range solvers handle well.
+            let row = group.demand.iter().map(|&d| (y[&(d, f)], agg.demand[d].needs.memory as f64 / 1048576.0)).collect();
+            lp.row(row, f64::NEG_INFINITY, mem as f64 / 1048576.0);
+        }
+    }
+
+    let changed: Vec<(usize, f64)> = agg
+        .classes
+        .iter()
+        .enumerate()
+        .flat_map(|(c, gc)| gc.entries.iter().enumerate().filter(|(_, e)| e.changed).map(move |(i, _)| (c, i)))
+        .map(|(c, i)| (x[c][i], 1.0))
+        .collect();
+    if let Some(max) = problem.max_gpus_changed {
+        lp.row(changed.clone(), f64::NEG_INFINITY, max as f64);
+    }
+    if let Some(max) = problem.max_nodes_changed {
+        let mut z_all = Vec::new();
+        for (f, group) in agg.groups.iter().enumerate() {
+            let z = lp.var(0.0, group.nodes.len() as f64, true);
+            z_all.push((z, 1.0));
+            for &c in &class_by_group[f] {
+                let gc = &agg.classes[c];
+                let mut row: Vec<(usize, f64)> =
+                    gc.entries.iter().enumerate().filter(|(_, e)| e.changed).map(|(i, _)| (x[c][i], 1.0)).collect();
+                row.push((z, -(gc.max_per_node as f64)));
+                lp.row(row, f64::NEG_INFINITY, 0.0);
+            }
+        }
+        lp.row(z_all, f64::NEG_INFINITY, max as f64);
+    }
+
+    // Headroom: spare slices per profile, counted up to the policy's number.
+    let mut headroom = Vec::new();
+    for k in 0..keys {
+        let h = problem.headroom[k];
+        if h == 0 {
+            continue;
+        }
+        let s = lp.var(0.0, h as f64, true);
+        headroom.push((s, 1.0));
+        let mut row = vec![(s, 1.0)];
+        for (c, gc) in agg.classes.iter().enumerate() {
+            for (i, e) in gc.entries.iter().enumerate() {
+                if e.free[k] > 0 {
+                    row.push((x[c][i], -(e.free[k] as f64)));
+                }
+            }
+        }
+        for (&(d, _), &v) in &y {
+            if let Some(&(_, need)) = agg.demand[d].needs.slices.iter().find(|sl| sl.0 == k) {
+                row.push((v, need as f64));
+            }
+        }
+        lp.row(row, f64::NEG_INFINITY, fixed_total[k]);
+    }
+
+    let mut evictions = Vec::new();
+    let mut ranges = Vec::new();
+    let (mut ev_range, mut fr_range) = (0f64, 0f64);
+    for (c, gc) in agg.classes.iter().enumerate() {
+        let n = gc.gpus.len() as f64;
+        let mut ev_max = 0f64;
+        let mut fr_max = 0f64;
+        for (i, e) in gc.entries.iter().enumerate() {
+            let ev: u32 = e.evicted.iter().map(|(_, c)| c).sum();
+            if ev > 0 {
+                evictions.push((x[c][i], -(ev as f64)));
+            }
+            ranges.push((x[c][i], e.free_ranges as f64));
+            ev_max = ev_max.max(ev as f64);
+            fr_max = fr_max.max(e.free_ranges as f64);
+        }
+        ev_range += n * ev_max;
+        fr_range += n * fr_max;
+    }
+    let demand_met: Vec<(usize, f64)> = met.iter().map(|(&d, &v)| (v, agg.demand[d].weight as f64)).collect();
+    let demand_range: f64 = agg.demand.iter().map(|d| d.weight as f64 * d.pending as f64).sum();
+    let headroom_range: f64 = problem.headroom.iter().map(|&h| h as f64).sum();
+    let changed_neg: Vec<(usize, f64)> = changed.iter().map(|&(v, c)| (v, -c)).collect();
+    let changed_range: f64 = agg.classes.iter().map(|c| c.gpus.len() as f64).sum();
+    let levels = vec![
+        Level { name: "demand met", coefs: demand_met, range: demand_range },
+        Level { name: "evictions", coefs: evictions, range: ev_range },
+        Level { name: "GPUs changed", coefs: changed_neg, range: changed_range },
+        Level { name: "headroom", coefs: headroom, range: headroom_range },
+        Level { name: "free ranges", coefs: ranges, range: fr_range },
+    ];
+    Model { lp, x, y, levels }
+}

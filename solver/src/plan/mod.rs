@@ -1,0 +1,194 @@
+//! Planning output, and the steps shared by every planner: preparing a snapshot into a
+//! [`Problem`](prepare::Problem), assigning pods to the slices a decision leaves, and turning a
+//! decision into a [`Plan`] with reasons and an objective that both planners score alike.
+
+pub(crate) mod assign;
+pub(crate) mod prepare;
+pub(crate) mod realize;
+mod render;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::snapshot::SnapshotError;
+
+/// Knobs that are not part of the cluster's policy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlanOptions {
+    /// Overrides `policy.timeLimitMs`; default 10 s.
+    pub time_limit: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+}
+
+/// Which planner produced the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SolverUsed {
+    Ilp,
+    /// The ILP failed, ran out of time without a plan, or found a worse one than greedy.
+    GreedyFallback,
+    /// The greedy baseline was asked for directly.
+    Greedy,
+}
+
+/// An instance in a plan: profile name and start.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PlacedName {
+    pub profile: String,
+    pub start: u8,
+}
+
+/// One GPU: where it is, what it has, what it gets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuPlan {
+    pub node: String,
+    pub index: u32,
+    /// Catalog key.
+    pub model: String,
+    pub from: Vec<PlacedName>,
+    pub to: Vec<PlacedName>,
+    /// Instances destroyed, then created (largest first); instances that stay are not listed.
+    pub destroy: Vec<PlacedName>,
+    pub create: Vec<PlacedName>,
+    pub changed: bool,
+}
+
+/// A pod the plan evicts, and where its slices are made again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Eviction {
+    pub pod: String,
+    pub node: String,
+    pub gpu: u32,
+    /// Node the pod is expected to land on again.
+    pub rescheduled_to: String,
+}
+
+/// How a pending pod is expected to get its slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// Free slices of its profiles already exist on an eligible node: not demand for new ones.
+    ExistingSlices,
+    /// The plan creates the slices it needs.
+    NewSlices,
+    /// Left out; see `reason`.
+    Unmet,
+}
+
+/// Why a pending pod is left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum UnmetReason {
+    /// No managed GPU model has this profile.
+    UnknownProfile { profile: String },
+    /// The profile exists but the policy does not allow creating it.
+    ProfileNotAllowed { profile: String },
+    /// No managed node passes the pod's constraints; `detail` says which constraint excluded
+    /// how many nodes.
+    NoEligibleNode { detail: String },
+    /// Eligible nodes exist but not enough slices could be made there (hardware limits, or
+    /// higher-priority demand took them).
+    Capacity { detail: String },
+    /// Room could have been made but a policy limit stopped it.
+    PolicyLimit { limit: String },
+}
+
+impl UnmetReason {
+    pub fn summary(&self) -> String {
+        match self {
+            UnmetReason::UnknownProfile { profile } => format!("no managed GPU offers profile {profile}"),
+            UnmetReason::ProfileNotAllowed { profile } => {
+                format!("profile {profile} is not in the policy's allowedProfiles")
+            }
+            UnmetReason::NoEligibleNode { detail } => format!("no eligible node: {detail}"),
+            UnmetReason::Capacity { detail } => format!("capacity: {detail}"),
+            UnmetReason::PolicyLimit { limit } => format!("policy limit reached: {limit}"),
+        }
+    }
+}
+
+/// The fate of one pending pod.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PodOutcome {
+    /// `namespace/name`.
+    pub pod: String,
+    pub priority: i32,
+    /// Requested slices, `profile: count`.
+    pub requests: std::collections::BTreeMap<String, u32>,
+    /// Node the pod is expected to land on; null when unmet.
+    pub node: Option<String>,
+    pub placement: Placement,
+    /// Present exactly when `node` is null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<UnmetReason>,
+}
+
+/// The plan's score, compared lexicographically in field order (`evictions` and
+/// `gpus_changed` count against it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Objective {
+    /// Pending pods given new slices, each weighted by its priority rank (1 for the lowest
+    /// priority present, +1 per higher priority value).
+    pub demand_met: u64,
+    /// The same pods, counted.
+    pub pods_met: u32,
+    pub evictions: u32,
+    pub gpus_changed: u32,
+    /// Spare slices kept, counted up to each profile's headroom.
+    pub headroom: u32,
+    /// Sum of squared sizes (placement units) of the instances left free: larger free
+    /// instances can be split later without touching a pod.
+    pub free_ranges: u64,
+}
+
+impl Objective {
+    /// Lexicographic order of the planner's goals: `Greater` means better.
+    pub fn better(&self, other: &Objective) -> std::cmp::Ordering {
+        self.demand_met
+            .cmp(&other.demand_met)
+            .then(other.evictions.cmp(&self.evictions))
+            .then(other.gpus_changed.cmp(&self.gpus_changed))
+            .then(self.headroom.cmp(&other.headroom))
+            .then(self.free_ranges.cmp(&other.free_ranges))
+    }
+}
+
+/// A complete plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub solver: SolverUsed,
+    /// The current placements were guessed from labels and counts.
+    pub placements_inferred: bool,
+    /// Every managed GPU, by node name then index.
+    pub gpus: Vec<GpuPlan>,
+    pub evictions: Vec<Eviction>,
+    /// Every pending pod, by descending priority then name.
+    pub pods: Vec<PodOutcome>,
+    pub objective: Objective,
+    /// Upper bound on `objective.demand_met` (the LP relaxation, or all plannable demand when
+    /// no LP was solved).
+    pub bound: f64,
+    /// `(bound - demand_met) / bound`, 0 when the bound is 0.
+    pub gap: f64,
+    pub solve_ms: u64,
+    /// Anything a reviewer should know: time limit hit, fallback reasons, approximations.
+    pub notes: Vec<String>,
+}
+
+impl Plan {
+    pub fn changed_gpus(&self) -> impl Iterator<Item = &GpuPlan> {
+        self.gpus.iter().filter(|g| g.changed)
+    }
+
+    /// A terraform-plan-like text for people to review.
+    pub fn render_table(&self) -> String {
+        render::table(self)
+    }
+}

@@ -1,0 +1,238 @@
+//! A planner's decision (target per GPU, pods to evict) -> a [`Plan`]: enforce the hard rules
+//! once more, assign pods, give back changes nobody uses, explain every pod left out and score
+//! the result. Everything a planner decides passes through here, so a plan never breaks the
+//! policy or drops an instance in use, whatever the planner did.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use crate::geometry::{self, Geometry, Placed};
+
+use super::assign::{assign, Assignment, Hints};
+use super::prepare::{PodStatus, Problem, User};
+use super::{Eviction, GpuPlan, Objective, Placement, PlacedName, Plan, PodOutcome, SolverUsed, UnmetReason};
+
+pub(crate) struct Decision {
+    pub targets: Vec<Geometry>,
+    pub evicted: BTreeSet<usize>,
+    pub hints: Option<Hints>,
+}
+
+pub(crate) fn realize(
+    problem: &Problem,
+    mut decision: Decision,
+    solver: SolverUsed,
+    bound: f64,
+    started: Instant,
+    mut notes: Vec<String>,
+) -> Plan {
+    enforce_rules(problem, &mut decision, &mut notes);
+    enforce_limits(problem, &mut decision);
+    let assignment = settle(problem, &mut decision);
+
+    let names = |g: usize, geometry: &[Placed]| -> Vec<PlacedName> {
+        let model = problem.model_of(g);
+        geometry.iter().map(|p| PlacedName { profile: model.profile_info(p.profile).name.clone(), start: p.start }).collect()
+    };
+    let mut gpus = Vec::with_capacity(problem.gpus.len());
+    for (g, gpu) in problem.gpus.iter().enumerate() {
+        let target = &decision.targets[g];
+        let d = geometry::diff(&gpu.current, target, problem.model_of(g));
+        gpus.push(GpuPlan {
+            node: problem.nodes[gpu.node].name.to_string(),
+            index: gpu.index,
+            model: problem.model_of(g).key.clone(),
+            from: names(g, gpu.current.instances()),
+            to: names(g, target.instances()),
+            destroy: names(g, &d.destroy),
+            create: names(g, &d.create),
+            changed: !d.is_empty(),
+        });
+    }
+    let evictions: Vec<Eviction> = assignment
+        .evicted
+        .iter()
+        .map(|(&r, slot)| {
+            let pod = &problem.running[r];
+            Eviction {
+                pod: pod.key.clone(),
+                node: problem.nodes[pod.node].name.to_string(),
+                gpu: problem.gpus[pod.gpu].index,
+                rescheduled_to: problem.nodes[slot.as_ref().expect("settled").node].name.to_string(),
+            }
+        })
+        .collect();
+
+    let gpus_changed = gpus.iter().filter(|g| g.changed).count() as u32;
+    let nodes_changed = changed_nodes(problem, &decision.targets).len() as u32;
+    let limit_hit = match (problem.max_gpus_changed, problem.max_nodes_changed) {
+        (Some(m), _) if gpus_changed >= m => Some(format!("maxGpusChanged={m}")),
+        (_, Some(m)) if nodes_changed >= m => Some(format!("maxNodesChanged={m}")),
+        _ => None,
+    };
+    let mut objective = Objective { evictions: evictions.len() as u32, gpus_changed, ..Objective::default() };
+    let mut pods = Vec::with_capacity(problem.pending.len());
+    for (i, p) in problem.pending.iter().enumerate() {
+        let (node, placement, reason) = match (&p.status, &assignment.pending[i]) {
+            (PodStatus::Existing(n), _) => (Some(*n), Placement::ExistingSlices, None),
+            (PodStatus::Unmet(reason), _) => (None, Placement::Unmet, Some(reason.clone())),
+            (PodStatus::Plannable, Some(slot)) => {
+                objective.demand_met += p.weight;
+                objective.pods_met += 1;
+                (Some(slot.node), Placement::NewSlices, None)
+            }
+            (PodStatus::Plannable, None) => (None, Placement::Unmet, Some(unmet_reason(problem, i, limit_hit.as_deref()))),
+        };
+        pods.push(PodOutcome {
+            pod: p.key.clone(),
+            priority: p.pod.priority,
+            requests: p.pod.requests.clone(),
+            node: node.map(|n| problem.nodes[n].name.to_string()),
+            placement,
+            reason,
+        });
+    }
+    let mut spare = vec![0u32; problem.profiles.len()];
+    for (g, target) in decision.targets.iter().enumerate() {
+        let model = problem.model_of(g);
+        for (i, p) in target.instances().iter().enumerate() {
+            if !assignment.used[g][i] {
+                let size = model.profile_info(p.profile).size as u64;
+                objective.free_ranges += size * size;
+                if let Some(k) = problem.key_of(g, p) {
+                    spare[k] += 1;
+                }
+            }
+        }
+    }
+    objective.headroom = spare.iter().zip(&problem.headroom).map(|(s, h)| (*s).min(*h)).sum();
+    let bound = bound.max(objective.demand_met as f64);
+    let gap = if bound > 0.0 { (bound - objective.demand_met as f64) / bound } else { 0.0 };
+    notes.extend(problem.notes.iter().cloned());
+    Plan {
+        solver,
+        placements_inferred: problem.placements_inferred,
+        gpus,
+        evictions,
+        pods,
+        objective,
+        bound,
+        gap,
+        solve_ms: started.elapsed().as_millis() as u64,
+        notes,
+    }
+}
+
+/// A target that is invalid or drops an instance in use (by a pod not evicted) is replaced by
+/// the current geometry. Planners never do this; the check makes it impossible by construction.
+fn enforce_rules(problem: &Problem, decision: &mut Decision, notes: &mut Vec<String>) {
+    decision.evicted.retain(|&r| r < problem.running.len());
+    for (g, gpu) in problem.gpus.iter().enumerate() {
+        let target = &decision.targets[g];
+        let model = problem.model_of(g);
+        let keeps_users = gpu.current.instances().iter().zip(&gpu.users).all(|(p, u)| match u {
+            User::Free => true,
+            User::Pinned => target.contains(p),
+            User::Evictable(r) => decision.evicted.contains(r) || target.contains(p),
+        });
+        if *target != gpu.current && (!keeps_users || geometry::validate(model, target).is_err()) {
+            notes.push(format!(
+                "internal: planner proposed {} for {} GPU {}; kept the current geometry",
+                target.display(model),
+                problem.nodes[gpu.node].name,
+                gpu.index
+            ));
+            revert(problem, decision, g);
+        }
+    }
+    // An evicted pod whose instances all stay was evicted for nothing.
+    let pointless: Vec<usize> = decision
+        .evicted
+        .iter()
+        .copied()
+        .filter(|&r| {
+            let gpu = &problem.gpus[problem.running[r].gpu];
+            gpu.current.instances().iter().zip(&gpu.users).all(|(p, u)| *u != User::Evictable(r) || decision.targets[problem.running[r].gpu].contains(p))
+        })
+        .collect();
+    for r in pointless {
+        decision.evicted.remove(&r);
+    }
+}
+
+fn revert(problem: &Problem, decision: &mut Decision, g: usize) {
+    decision.targets[g] = problem.gpus[g].current.clone();
+    decision.evicted.retain(|&r| problem.running[r].gpu != g);
+}
+
+fn changed_nodes(problem: &Problem, targets: &[Geometry]) -> BTreeSet<usize> {
+    problem.gpus.iter().enumerate().filter(|(g, gpu)| targets[*g] != gpu.current).map(|(_, gpu)| gpu.node).collect()
+}
+
+/// Reverts changes from the last node backwards until the policy's limits hold.
+fn enforce_limits(problem: &Problem, decision: &mut Decision) {
+    if let Some(max) = problem.max_nodes_changed {
+        let nodes = changed_nodes(problem, &decision.targets);
+        for &n in nodes.iter().skip(max as usize) {
+            for &g in &problem.nodes[n].gpus {
+                revert(problem, decision, g);
+            }
+        }
+    }
+    if let Some(max) = problem.max_gpus_changed {
+        let changed: Vec<usize> = (0..problem.gpus.len()).filter(|&g| decision.targets[g] != problem.gpus[g].current).collect();
+        for &g in changed.iter().skip(max as usize) {
+            revert(problem, decision, g);
+        }
+    }
+}
+
+/// Assigns pods; reverts GPUs whose evicted pods find no new home and changed GPUs whose new
+/// instances nobody takes; repeats until nothing changes. Every round reverts at least one GPU,
+/// so it ends.
+fn settle(problem: &Problem, decision: &mut Decision) -> Assignment {
+    loop {
+        let a = assign(problem, &decision.targets, &decision.evicted, decision.hints.as_ref());
+        let mut reverted = false;
+        for (&r, slot) in &a.evicted {
+            if slot.is_none() {
+                revert(problem, decision, problem.running[r].gpu);
+                reverted = true;
+            }
+        }
+        if reverted {
+            continue;
+        }
+        for g in 0..problem.gpus.len() {
+            let current = &problem.gpus[g].current;
+            let target = &decision.targets[g];
+            if target == current {
+                continue;
+            }
+            // Also undoes evictions that made room nobody takes.
+            let uses_new = target.instances().iter().enumerate().any(|(i, p)| a.used[g][i] && !current.contains(p));
+            if !uses_new {
+                revert(problem, decision, g);
+                reverted = true;
+            }
+        }
+        if !reverted {
+            return a;
+        }
+    }
+}
+
+fn unmet_reason(problem: &Problem, i: usize, limit: Option<&str>) -> UnmetReason {
+    if let Some(limit) = limit {
+        return UnmetReason::PolicyLimit { limit: limit.to_string() };
+    }
+    let p = &problem.pending[i];
+    let wanted: Vec<String> = p.needs.slices.iter().map(|&(k, c)| format!("{c}x {}", problem.profiles[k])).collect();
+    UnmetReason::Capacity {
+        detail: format!(
+            "{} eligible node(s), but no room for {} there after higher-priority demand and the instances in use",
+            p.eligible.len(),
+            wanted.join(" + ")
+        ),
+    }
+}

@@ -1,0 +1,97 @@
+//! The human review of a plan, in the spirit of `terraform plan`: what changes, what is
+//! evicted, where every pending pod goes or why it does not.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use super::{Placement, PlacedName, Plan, SolverUsed};
+
+fn names(list: &[PlacedName]) -> String {
+    if list.is_empty() {
+        return "(empty)".to_string();
+    }
+    list.iter().map(|p| format!("{}@{}", p.profile, p.start)).collect::<Vec<_>>().join(",")
+}
+
+pub(super) fn table(plan: &Plan) -> String {
+    let mut out = String::new();
+    let solver = match plan.solver {
+        SolverUsed::Ilp => "ilp",
+        SolverUsed::GreedyFallback => "greedy (fallback)",
+        SolverUsed::Greedy => "greedy",
+    };
+    let _ = writeln!(out, "Geometer plan ({solver}, {} ms)", plan.solve_ms);
+    if plan.placements_inferred {
+        let _ = writeln!(out, "Note: current placements were inferred from node labels and counts, not read from the GPUs.");
+    }
+    let _ = writeln!(out);
+
+    let changed: Vec<_> = plan.changed_gpus().collect();
+    if changed.is_empty() {
+        let _ = writeln!(out, "No GPU changes.");
+    } else {
+        let _ = writeln!(out, "GPU changes:");
+    }
+    for gpu in &changed {
+        let _ = writeln!(out, "  ~ {} gpu {} ({})", gpu.node, gpu.index, gpu.model);
+        let _ = writeln!(out, "      from: {}", names(&gpu.from));
+        let _ = writeln!(out, "      to:   {}", names(&gpu.to));
+        for p in &gpu.destroy {
+            let _ = writeln!(out, "      - {}@{}", p.profile, p.start);
+        }
+        for p in &gpu.create {
+            let _ = writeln!(out, "      + {}@{}", p.profile, p.start);
+        }
+    }
+    if !plan.evictions.is_empty() {
+        let _ = writeln!(out, "\nEvictions:");
+        for e in &plan.evictions {
+            let _ = writeln!(out, "  ! {} from {} gpu {} -> expected on {}", e.pod, e.node, e.gpu, e.rescheduled_to);
+        }
+    }
+    if !plan.pods.is_empty() {
+        let _ = writeln!(out, "\nPending pods:");
+        let width = plan.pods.iter().map(|p| p.pod.len()).max().unwrap_or(0);
+        for p in &plan.pods {
+            let req = p.requests.iter().map(|(k, v)| format!("{v}x {k}")).collect::<Vec<_>>().join(" + ");
+            let (mark, what) = match (p.placement, &p.node, &p.reason) {
+                (Placement::NewSlices, Some(n), _) => ("+", format!("-> {n} (new slices)")),
+                (Placement::ExistingSlices, Some(n), _) => ("=", format!("-> {n} (free slices already there)")),
+                (_, _, Some(reason)) => ("x", format!("unmet: {}", reason.summary())),
+                _ => ("?", String::new()),
+            };
+            let _ = writeln!(out, "  {mark} {:width$}  prio {:>6}  {req}  {what}", p.pod, p.priority);
+        }
+    }
+    let nodes: BTreeSet<&str> = changed.iter().map(|g| g.node.as_str()).collect();
+    let placed_new = plan.pods.iter().filter(|p| p.placement == Placement::NewSlices).count();
+    let existing = plan.pods.iter().filter(|p| p.placement == Placement::ExistingSlices).count();
+    let unmet = plan.pods.len() - placed_new - existing;
+    let _ = writeln!(
+        out,
+        "\nPlan: {} GPU(s) to change on {} node(s), {} eviction(s); {} pending pod(s): {} get new slices, {} fit existing slices, {} unmet.",
+        changed.len(),
+        nodes.len(),
+        plan.evictions.len(),
+        plan.pods.len(),
+        placed_new,
+        existing,
+        unmet
+    );
+    let o = &plan.objective;
+    let _ = writeln!(
+        out,
+        "Objective: demand met {} (LP bound {:.1}, gap {:.1}%), evictions {}, GPUs changed {}, headroom {}, free ranges {}.",
+        o.demand_met,
+        plan.bound,
+        plan.gap * 100.0,
+        o.evictions,
+        o.gpus_changed,
+        o.headroom,
+        o.free_ranges
+    );
+    for note in &plan.notes {
+        let _ = writeln!(out, "Note: {note}");
+    }
+    out
+}

@@ -1,0 +1,212 @@
+//! Planning input: a cluster snapshot.
+//!
+//! Everything at this boundary is named (node names, model keys, profile names, `namespace/name`
+//! pod references), never an internal id, so that a snapshot can be written by hand, produced by
+//! the Kubernetes adapter or by the simulator, and read back in a bug report.
+
+mod feasibility;
+mod validate;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use feasibility::{eligibility, Ineligible};
+pub use validate::SnapshotError;
+
+/// A cluster as the planner sees it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Snapshot {
+    /// Managed nodes and their GPUs.
+    #[serde(default)]
+    pub nodes: Vec<Node>,
+    /// Pods waiting for MIG slices: the demand.
+    #[serde(default)]
+    pub pending: Vec<Pod>,
+    /// Pods bound to managed nodes that use MIG instances (`node` set). Only these can be
+    /// evicted, and only when the policy allows it.
+    #[serde(default)]
+    pub running: Vec<Pod>,
+    /// Without a policy: standard profiles, no headroom, nothing is ever evicted, no limits.
+    #[serde(default)]
+    pub policy: Option<Policy>,
+    /// True when instance placements were guessed (from labels and counts, not from the agent's
+    /// inventory); the plan repeats it so a reader knows the starts are a guess.
+    #[serde(default)]
+    pub placements_inferred: bool,
+}
+
+/// A managed node: the facts that decide which pods may land on it, and its GPUs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Node {
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+    /// `spec.unschedulable` (cordoned). Acts like the scheduler's
+    /// `node.kubernetes.io/unschedulable:NoSchedule` taint.
+    #[serde(default)]
+    pub unschedulable: bool,
+    /// Allocatable CPU minus what bound pods request, in millicores; absent: not limiting.
+    #[serde(default)]
+    pub free_cpu_millis: Option<u64>,
+    /// Allocatable memory minus what bound pods request, in bytes; absent: not limiting.
+    #[serde(default)]
+    pub free_memory_bytes: Option<u64>,
+    #[serde(default)]
+    pub gpus: Vec<Gpu>,
+}
+
+/// One GPU with MIG enabled and its current geometry.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Gpu {
+    pub index: u32,
+    /// Catalog key, PCI device id, NVML name or `nvidia.com/gpu.product` label value.
+    pub model: String,
+    #[serde(default)]
+    pub instances: Vec<Instance>,
+}
+
+/// A GPU instance as it exists now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Instance {
+    pub profile: String,
+    pub start: u8,
+    /// `namespace/name` of the pod using it; absent when free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+}
+
+/// A pod: pending demand, or (with `node`) a running pod that uses MIG instances.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default)]
+    pub priority: i32,
+    /// Effective MIG requests per profile name, as the scheduler computes them:
+    /// max(largest init container, sum of containers) + pod overhead.
+    #[serde(default)]
+    pub requests: BTreeMap<String, u32>,
+    #[serde(default)]
+    pub cpu_millis: u64,
+    #[serde(default)]
+    pub memory_bytes: u64,
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node affinity: the node must match at least one term.
+    #[serde(default)]
+    pub affinity: Vec<NodeSelectorTerm>,
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+    /// Running pods only: the node it is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Running pods only: carries a do-not-disrupt annotation; never evicted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub do_not_disrupt: bool,
+}
+
+impl Pod {
+    /// `namespace/name`, the reference instances use.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One term of a required node affinity: all its requirements must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeSelectorTerm {
+    #[serde(default)]
+    pub match_expressions: Vec<Requirement>,
+    /// Only `metadata.name` is a supported field, as in Kubernetes.
+    #[serde(default)]
+    pub match_fields: Vec<Requirement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Requirement {
+    pub key: String,
+    pub operator: Operator,
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    pub effect: TaintEffect,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TolerationOperator {
+    #[default]
+    Equal,
+    Exists,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Toleration {
+    /// Empty with `Exists`: tolerates every taint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub operator: TolerationOperator,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Empty: every effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<TaintEffect>,
+}
+
+/// What the planner may do.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Policy {
+    /// Profiles the planner may create (names or aliases). Empty: every standard profile
+    /// (no `+me`, `-me`, `+gfx` variants). Instances that exist are kept whatever their profile.
+    #[serde(default)]
+    pub allowed_profiles: Vec<String>,
+    /// Spare (unused) slices to keep per profile, cluster-wide, when a GPU changes anyway.
+    #[serde(default)]
+    pub headroom: BTreeMap<String, u32>,
+    /// Whether pods using instances may be evicted to make room (never do-not-disrupt pods).
+    #[serde(default)]
+    pub eviction_allowed: bool,
+    #[serde(default)]
+    pub max_gpus_changed: Option<u32>,
+    #[serde(default)]
+    pub max_nodes_changed: Option<u32>,
+    /// Solver time limit; the best plan found by then is used.
+    #[serde(default)]
+    pub time_limit_ms: Option<u64>,
+}

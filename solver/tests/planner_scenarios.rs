@@ -1,0 +1,267 @@
+//! End-to-end planner scenarios: small clusters where the right answer is known.
+
+use geometer_solver::catalog::Catalog;
+use geometer_solver::plan::{Placement, Plan, PlanError, PlanOptions, SolverUsed, UnmetReason};
+use geometer_solver::snapshot::Snapshot;
+
+fn snapshot(yaml: &str) -> Snapshot {
+    serde_saphyr::from_str(yaml).expect("test snapshot parses")
+}
+
+fn ilp(s: &Snapshot) -> Plan {
+    geometer_solver::plan(s, Catalog::builtin(), &PlanOptions::default()).expect("plans")
+}
+
+fn greedy(s: &Snapshot) -> Plan {
+    geometer_solver::greedy::plan(s, Catalog::builtin(), &PlanOptions::default()).expect("plans")
+}
+
+fn outcome<'p>(plan: &'p Plan, pod: &str) -> &'p geometer_solver::plan::PodOutcome {
+    plan.pods.iter().find(|p| p.pod == pod).unwrap_or_else(|| panic!("{pod} in plan"))
+}
+
+#[test]
+fn empty_gpu_is_partitioned_for_pending_pods() {
+    let s = snapshot(
+        r#"
+nodes:
+- name: a
+  gpus: [{index: 0, model: A100-40GB}]
+pending:
+- {namespace: ml, name: one, requests: {1g.5gb: 1}}
+- {namespace: ml, name: two, requests: {1g.5gb: 2}}
+- {namespace: ml, name: big, requests: {3g.20gb: 1}}
+"#,
+    );
+    let plan = ilp(&s);
+    assert_eq!(plan.solver, SolverUsed::Ilp);
+    assert_eq!(plan.objective.pods_met, 3, "{}", plan.render_table());
+    assert!(plan.pods.iter().all(|p| p.node.as_deref() == Some("a") && p.placement == Placement::NewSlices));
+    let gpu = &plan.gpus[0];
+    assert!(gpu.changed);
+    assert!(gpu.to.iter().filter(|p| p.profile == "1g.5gb").count() >= 3);
+    assert!(gpu.to.iter().any(|p| p.profile == "3g.20gb"));
+    assert_eq!(plan.gap, 0.0);
+}
+
+#[test]
+fn a_pod_that_fits_free_slices_is_not_demand() {
+    let s = snapshot(
+        r#"
+nodes:
+- name: a
+  gpus:
+  - index: 0
+    model: A100-40GB
+    instances: [{profile: 3g.20gb, start: 0}, {profile: 3g.20gb, start: 4, pod: ml/busy}]
+pending:
+- {namespace: ml, name: fits, requests: {3g.20gb: 1}}
+"#,
+    );
+    for plan in [ilp(&s), greedy(&s)] {
+        let p = outcome(&plan, "ml/fits");
+        assert_eq!(p.placement, Placement::ExistingSlices);
+        assert_eq!(p.node.as_deref(), Some("a"));
+        assert!(!plan.gpus[0].changed, "nothing to change: {}", plan.render_table());
+        assert_eq!(plan.objective.demand_met, 0, "not demand for new slices");
+    }
+}
+
+#[test]
+fn every_pod_left_out_says_why() {
+    let s = snapshot(
+        r#"
+nodes:
+- name: a
+  labels: {pool: a100}
+  freeCpuMillis: 4000
+  gpus: [{index: 0, model: A100-40GB}]
+pending:
+- {namespace: ml, name: unknown, requests: {5g.50gb: 1}}
+- {namespace: ml, name: media, requests: {1g.5gb+me: 1}}
+- {namespace: ml, name: wrong-pool, requests: {1g.5gb: 1}, nodeSelector: {pool: h100}}
+- {namespace: ml, name: hungry, requests: {1g.5gb: 1}, cpuMillis: 8000}
+- {namespace: ml, name: h100-only, requests: {1g.10gb: 8}}
+"#,
+    );
+    let plan = ilp(&s);
+    assert!(matches!(&outcome(&plan, "ml/unknown").reason, Some(UnmetReason::UnknownProfile { profile }) if profile == "5g.50gb"));
+    assert!(matches!(&outcome(&plan, "ml/media").reason, Some(UnmetReason::ProfileNotAllowed { profile }) if profile == "1g.5gb+me"));
+    match &outcome(&plan, "ml/wrong-pool").reason {
+        Some(UnmetReason::NoEligibleNode { detail }) => assert!(detail.contains("nodeSelector") && detail.contains("pool=h100"), "{detail}"),
+        other => panic!("{other:?}"),
+    }
+    match &outcome(&plan, "ml/hungry").reason {
+        Some(UnmetReason::NoEligibleNode { detail }) => assert!(detail.contains("cpu"), "{detail}"),
+        other => panic!("{other:?}"),
+    }
+    // 8 x 1g.10gb exceed one A100-40GB (at most 4 fit).
+    assert!(matches!(&outcome(&plan, "ml/h100-only").reason, Some(UnmetReason::Capacity { .. })));
+    assert!(plan.pods.iter().all(|p| p.node.is_none() == p.reason.is_some()));
+}
+
+const BUSY_7G: &str = r#"
+nodes:
+- name: a
+  gpus:
+  - index: 0
+    model: A100-40GB
+    instances: [{profile: 7g.40gb, start: 0, pod: batch/whole}]
+- name: b
+  gpus: [{index: 0, model: A100-40GB, instances: [{profile: 3g.20gb, start: 0, pod: batch/half}]}]
+running:
+- {namespace: batch, name: whole, node: a, requests: {7g.40gb: 1}}
+- {namespace: batch, name: half, node: b, requests: {3g.20gb: 1}}
+pending:
+- {namespace: ml, name: p0, priority: 100, requests: {3g.20gb: 1}, nodeSelector: {kubernetes.io/hostname: a}}
+- {namespace: ml, name: p1, priority: 100, requests: {3g.20gb: 1}, nodeSelector: {kubernetes.io/hostname: a}}
+"#;
+
+#[test]
+fn without_a_policy_nothing_is_evicted() {
+    let mut s = snapshot(BUSY_7G);
+    for n in &mut s.nodes {
+        n.labels.insert("kubernetes.io/hostname".into(), n.name.clone());
+    }
+    let plan = ilp(&s);
+    assert!(plan.evictions.is_empty());
+    assert_eq!(plan.objective.pods_met, 0);
+    assert!(plan.gpus.iter().all(|g| !g.changed));
+}
+
+#[test]
+fn eviction_when_allowed_moves_the_pod_and_meets_demand() {
+    let mut s = snapshot(BUSY_7G);
+    for n in &mut s.nodes {
+        n.labels.insert("kubernetes.io/hostname".into(), n.name.clone());
+    }
+    s.policy = Some(geometer_solver::snapshot::Policy { eviction_allowed: true, ..Default::default() });
+    // Swapping the two batch pods (7g to b, 3g to a) frees one 3g.20gb on a: one pod met.
+    let plan = ilp(&s);
+    assert_eq!(plan.objective.pods_met, 1, "{}", plan.render_table());
+    let moved: Vec<(&str, &str)> = plan.evictions.iter().map(|e| (e.pod.as_str(), e.rescheduled_to.as_str())).collect();
+    assert_eq!(moved, [("batch/half", "a"), ("batch/whole", "b")]);
+    // With b free, the 7g pod moves there and both 3g pods fit on a.
+    s.nodes[1].gpus[0].instances.clear();
+    s.running.retain(|p| p.name != "half");
+    let plan = ilp(&s);
+    assert_eq!(plan.objective.pods_met, 2, "{}", plan.render_table());
+    assert_eq!(plan.evictions.len(), 1);
+    assert_eq!(plan.evictions[0].pod, "batch/whole");
+    assert_eq!(plan.evictions[0].rescheduled_to, "b");
+    let b = plan.gpus.iter().find(|g| g.node == "b").unwrap();
+    assert!(b.to.iter().any(|p| p.profile == "7g.40gb"));
+
+    // do-not-disrupt wins over the policy.
+    s.running[0].do_not_disrupt = true;
+    assert_eq!(s.running[0].name, "whole");
+    let plan = ilp(&s);
+    assert!(plan.evictions.is_empty());
+    assert_eq!(plan.objective.pods_met, 0);
+}
+
+/// Greedy walks nodes by name and fills `a` with the 1g slices everyone can use; the 3g pods
+/// that only fit on `a` then stay unmet. The ILP puts the 1g slices on `b`.
+#[test]
+fn ilp_meets_demand_greedy_misses() {
+    let s = snapshot(
+        r#"
+nodes:
+- {name: a, labels: {zone: x}, gpus: [{index: 0, model: A100-40GB}]}
+- {name: b, labels: {zone: y}, gpus: [{index: 0, model: A100-40GB}]}
+pending:
+- {namespace: ml, name: big-0, requests: {3g.20gb: 1}, nodeSelector: {zone: x}}
+- {namespace: ml, name: big-1, requests: {3g.20gb: 1}, nodeSelector: {zone: x}}
+- {namespace: ml, name: s0, requests: {1g.5gb: 1}}
+- {namespace: ml, name: s1, requests: {1g.5gb: 1}}
+- {namespace: ml, name: s2, requests: {1g.5gb: 1}}
+- {namespace: ml, name: s3, requests: {1g.5gb: 1}}
+- {namespace: ml, name: s4, requests: {1g.5gb: 1}}
+- {namespace: ml, name: s5, requests: {1g.5gb: 1}}
+- {namespace: ml, name: s6, requests: {1g.5gb: 1}}
+"#,
+    );
+    let g = greedy(&s);
+    let i = ilp(&s);
+    assert_eq!(g.objective.pods_met, 7, "{}", g.render_table());
+    assert_eq!(i.objective.pods_met, 9, "{}", i.render_table());
+    assert_eq!(outcome(&i, "ml/big-0").node.as_deref(), Some("a"));
+    assert_eq!(outcome(&i, "ml/s0").node.as_deref(), Some("b"));
+}
+
+#[test]
+fn policy_limits_hold() {
+    let mut s = snapshot(
+        r#"
+nodes:
+- {name: a, gpus: [{index: 0, model: H100-80GB}, {index: 1, model: H100-80GB}]}
+- {name: b, gpus: [{index: 0, model: H100-80GB}]}
+pending:
+- {namespace: ml, name: w0, requests: {7g.80gb: 1}}
+- {namespace: ml, name: w1, requests: {7g.80gb: 1}}
+- {namespace: ml, name: w2, requests: {7g.80gb: 1}}
+"#,
+    );
+    assert_eq!(ilp(&s).objective.pods_met, 3);
+    s.policy = Some(geometer_solver::snapshot::Policy { max_gpus_changed: Some(2), ..Default::default() });
+    let plan = ilp(&s);
+    assert_eq!(plan.objective.gpus_changed, 2);
+    assert_eq!(plan.objective.pods_met, 2);
+    let left = plan.pods.iter().find(|p| p.node.is_none()).unwrap();
+    assert!(matches!(&left.reason, Some(UnmetReason::PolicyLimit { limit }) if limit == "maxGpusChanged=2"));
+    s.policy = Some(geometer_solver::snapshot::Policy { max_nodes_changed: Some(1), ..Default::default() });
+    let plan = ilp(&s);
+    let nodes: std::collections::BTreeSet<&str> = plan.changed_gpus().map(|g| g.node.as_str()).collect();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(plan.objective.pods_met, 2, "node a has two GPUs: {}", plan.render_table());
+}
+
+#[test]
+fn higher_priority_wins_scarce_slices() {
+    let s = snapshot(
+        r#"
+nodes:
+- {name: a, gpus: [{index: 0, model: A100-40GB}]}
+pending:
+- {namespace: ml, name: low, priority: 0, requests: {7g.40gb: 1}}
+- {namespace: ml, name: high, priority: 1000, requests: {4g.20gb: 1}}
+"#,
+    );
+    let plan = ilp(&s);
+    assert_eq!(outcome(&plan, "ml/high").node.as_deref(), Some("a"));
+    assert!(outcome(&plan, "ml/low").node.is_none());
+}
+
+#[test]
+fn errors_name_field_and_value() {
+    let s = snapshot(
+        r#"
+nodes:
+- {name: a, gpus: [{index: 0, model: Z9000}]}
+"#,
+    );
+    let err = geometer_solver::plan(&s, Catalog::builtin(), &PlanOptions::default()).unwrap_err();
+    let PlanError::Snapshot(e) = &err;
+    assert_eq!(e.field, "nodes[0].gpus[0].model");
+    assert_eq!(e.value, "Z9000");
+    assert!(err.to_string().contains("--catalog"), "{err}");
+
+    let s = snapshot(
+        r#"
+nodes:
+- {name: a, gpus: [{index: 0, model: A100-40GB, instances: [{profile: 3g.20gb, start: 2}]}]}
+"#,
+    );
+    let err = geometer_solver::plan(&s, Catalog::builtin(), &PlanOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("nodes[0].gpus[0].instances") && err.contains("3g.20gb@2"), "{err}");
+
+    let s = snapshot("pending: [{namespace: ml, name: x, requests: {1g.5gb: 0}}]");
+    let err = geometer_solver::plan(&s, Catalog::builtin(), &PlanOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("pending[0].requests.1g.5gb"), "{err}");
+}
+
+#[test]
+fn unknown_snapshot_fields_are_rejected_by_name() {
+    let err = serde_saphyr::from_str::<Snapshot>("nodes: [{name: a, gpuz: []}]").unwrap_err().to_string();
+    assert!(err.contains("gpuz"), "{err}");
+}
