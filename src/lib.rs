@@ -6,4 +6,5 @@
 pub mod agent;
 pub mod api;
 pub mod cli;
+pub mod interop;
 pub mod apiserver;

@@ -11,6 +11,7 @@ pub mod agent;
 pub mod catalog;
 pub mod crds;
 pub mod geometry;
+pub mod migparted;
 pub mod output;
 pub mod apiserver;
 
@@ -36,6 +37,8 @@ pub enum Command {
     Agent(agent::AgentArgs),
     /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
     Apiserver(apiserver::ApiserverArgs),
+    /// Convert between NVIDIA mig-parted configs and Geometer's MigNodes, MigPlans and MigPolicies.
+    Migparted(migparted::MigpartedArgs),
 }
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
@@ -57,6 +60,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Crds(args) => output::finish(crds::run(args)),
         Command::Agent(args) => output::finish(agent::run(args)),
         Command::Apiserver(args) => apiserver::run(args),
+        Command::Migparted(args) => output::finish(migparted::run(args)),
     }
 }
 
