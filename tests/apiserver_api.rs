@@ -143,6 +143,11 @@ async fn label_and_field_selectors() {
         }
     }
     assert_eq!(seen.len(), 7);
+
+    let default: Api<Pod> = Api::default_namespaced(server.client());
+    default.delete_collection(&DeleteParams::default(), &ListParams::default().labels("paged=yes")).await.unwrap();
+    assert!(pods.list(&ListParams::default().labels("paged=yes")).await.unwrap().items.is_empty());
+    assert_eq!(pods.list(&ListParams::default()).await.unwrap().items.len(), 3, "others stay");
 }
 
 #[tokio::test]
@@ -200,6 +205,13 @@ async fn server_side_apply_owns_fields() {
     let labels = after.metadata.labels.unwrap();
     assert!(!labels.contains_key("team"), "geometer stopped applying team");
     assert_eq!(labels["pool"], "h100", "admin owns pool now");
+
+    // kube-lease-manager applies without metadata: the URL names the object.
+    let nameless = json!({"apiVersion": "v1", "kind": "Node", "spec": {"podCIDR": "10.0.0.0/24"}});
+    let applied = nodes.patch("n", &PatchParams::apply("leases"), &Patch::Apply(&nameless)).await.unwrap();
+    assert_eq!(applied.spec.unwrap().pod_cidr.as_deref(), Some("10.0.0.0/24"));
+    let wrong_kind = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "n"}});
+    assert_eq!(api_code(nodes.patch("n", &PatchParams::apply("x"), &Patch::Apply(&wrong_kind)).await.unwrap_err()), 400);
 
     let missing_manager = nodes.patch("n", &PatchParams::default(), &Patch::Apply(&fewer)).await.unwrap_err();
     assert_eq!(api_code(missing_manager), 422);
@@ -450,4 +462,32 @@ async fn crd_created_at_run_time_is_served_with_schema_rules() {
     // Deleting the CRD takes its objects and its endpoint with it.
     crds.delete("widgets.example.dev", &DeleteParams::default()).await.unwrap();
     assert_eq!(api_code(widgets.list(&ListParams::default()).await.unwrap_err()), 404);
+}
+
+#[tokio::test]
+async fn recorder_events_show_up_as_core_events() {
+    use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let server = ApiServer::new();
+    let node = server.seed(&node("gpu-1")).unwrap();
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: node.metadata.name.clone(),
+        uid: node.metadata.uid.clone(),
+        ..Default::default()
+    };
+    let recorder = Recorder::new(server.client(), Reporter { controller: "geometer-agent".into(), instance: Some("gpu-1".into()) });
+    let event = Event { type_: EventType::Normal, reason: "Repartitioned".into(), note: Some("3 x 2g.20gb".into()), action: "Reconfigure".into(), secondary: None };
+    recorder.publish(&event, &reference).await.unwrap();
+    recorder.publish(&event, &reference).await.unwrap();
+
+    // kubectl describe node lists core events by the involved object.
+    let core: Api<CoreEvent> = Api::all(server.client());
+    let selector = format!("involvedObject.kind=Node,involvedObject.name=gpu-1,involvedObject.uid={}", node.metadata.uid.unwrap());
+    let found = core.list(&ListParams::default().fields(&selector)).await.unwrap().items;
+    assert_eq!(found.len(), 1, "the repeat updates the same event");
+    assert_eq!(found[0].message.as_deref(), Some("3 x 2g.20gb"));
+    assert_eq!(found[0].reporting_component.as_deref(), Some("geometer-agent"));
+    assert_eq!(found[0].series.as_ref().and_then(|s| s.count), Some(2));
 }

@@ -5,6 +5,7 @@
 //! groups, engine totals and compute slices hold. Search (placement, enumeration, maximal
 //! extensions) lives in `search`, spec parsing in `spec`, the diff in `diff`.
 
+mod cache;
 mod diff;
 mod error;
 mod rules;

@@ -38,6 +38,7 @@ mod openapi;
 mod patch;
 mod pods;
 mod printers;
+mod protobuf;
 mod read;
 mod registry;
 mod request;

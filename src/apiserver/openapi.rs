@@ -1,5 +1,5 @@
 //! The slice of OpenAPI v3 kubectl needs: per group-version documents whose PATCH operations
-//! carry `x-kubernetes-group-version-kind` and a `fieldValidation` parameter (so `kubectl
+//! carry `x-kubernetes-group-version-kind` and a `fieldValidation` query parameter (so `kubectl
 //! apply/create` use server-side field validation instead of failing to download schemas),
 //! and component schemas for `kubectl explain` (full for CRDs, a stub for built-ins).
 //!
@@ -27,11 +27,19 @@ fn schema_name(rt: &ResourceType, version: &str) -> String {
     format!("{group}.{version}.{}", rt.kind)
 }
 
+/// kubectl looks for `fieldValidation` among a PATCH operation's own parameters.
 fn operation(rt: &ResourceType, version: &str, action: &str) -> Value {
+    let names: &[&str] = match action {
+        "list" | "get" => &["pretty"],
+        "delete" => &["dryRun", "pretty"],
+        "patch" => &["dryRun", "fieldManager", "fieldValidation", "force", "pretty"],
+        _ => &["dryRun", "fieldManager", "fieldValidation", "pretty"],
+    };
     json!({
         "operationId": format!("{action}{}", rt.kind),
         "x-kubernetes-action": action,
         "x-kubernetes-group-version-kind": {"group": rt.group, "version": version, "kind": rt.kind},
+        "parameters": params(names),
         "responses": {"200": {"description": "OK"}},
     })
 }
@@ -59,14 +67,12 @@ pub fn group_version(registry: &Registry, group: &str, version: &str) -> Option<
         paths.insert(prefix.clone(), json!({
             "get": operation(rt, version, "list"),
             "post": operation(rt, version, "post"),
-            "parameters": params(&["fieldManager", "fieldValidation", "dryRun", "pretty"]),
         }));
         let item_ops = json!({
             "get": operation(rt, version, "get"),
             "put": operation(rt, version, "put"),
             "patch": operation(rt, version, "patch"),
             "delete": operation(rt, version, "delete"),
-            "parameters": params(&["fieldManager", "fieldValidation", "dryRun", "force", "pretty"]),
         });
         paths.insert(format!("{prefix}/{{name}}"), item_ops);
         if rt.has_status(version) {
@@ -74,7 +80,6 @@ pub fn group_version(registry: &Registry, group: &str, version: &str) -> Option<
                 "get": operation(rt, version, "get"),
                 "put": operation(rt, version, "put"),
                 "patch": operation(rt, version, "patch"),
-                "parameters": params(&["fieldManager", "fieldValidation", "dryRun", "force", "pretty"]),
             }));
         }
         let mut schema = rt

@@ -123,13 +123,27 @@ impl Store {
         let manager = req.explicit_manager.ok_or_else(|| {
             ApiError::invalid("PatchOptions", "", vec![("fieldManager".into(), "Required value: is required for apply patch".into())])
         })?;
-        let applied = parse_yaml_or_json(req.body)?;
+        let mut applied = parse_yaml_or_json(req.body)?;
         if !applied.is_object() {
             return Err(ApiError::bad_request("an apply configuration must be an object"));
         }
-        let applied_name = applied["metadata"]["name"].as_str().unwrap_or("");
-        if applied_name != name {
-            return Err(ApiError::bad_request(format!("the name of the object ({applied_name}) does not match the name on the URL ({name})")));
+        let expected = rt.api_version(version);
+        if applied["apiVersion"].as_str() != Some(expected.as_str()) || applied["kind"].as_str() != Some(rt.kind.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "an apply configuration for {} must say apiVersion: {expected} and kind: {}, got apiVersion: {} and kind: {}",
+                rt.qualified(), rt.kind, applied["apiVersion"], applied["kind"]
+            )));
+        }
+        if !applied["metadata"]["managedFields"].is_null() {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil in an apply configuration"));
+        }
+        // The name may be left out (the URL names the object), but must not contradict it.
+        match applied["metadata"]["name"].as_str().unwrap_or("") {
+            "" => applied["metadata"]["name"] = json!(name),
+            n if n != name => {
+                return Err(ApiError::bad_request(format!("the name of the object ({n}) does not match the name on the URL ({name})")));
+            }
+            _ => {}
         }
         let scope = scope_of(rt, version, req.subresource);
         let applied = scoped(&applied, scope);

@@ -112,6 +112,9 @@ fn parse_body(req: &ApiRequest) -> ApiResult<Value> {
         return Ok(json!({}));
     }
     let media = req.content_type.split(';').next().unwrap_or("").trim();
+    if media == "application/vnd.kubernetes.protobuf" {
+        return super::protobuf::decode(&req.body);
+    }
     if media.contains("protobuf") || media.contains("cbor") {
         return Err(ApiError::unsupported_media_type(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {media})"

@@ -4,6 +4,7 @@
 
 use crate::catalog::{GpuModel, ProfileId};
 
+use super::cache;
 use super::rules::{self, Rules, State};
 use super::{validate, Geometry, GeometryError, Placed};
 
@@ -15,16 +16,10 @@ struct Choice {
     mask: u32,
 }
 
+/// Every (profile, start) of the `allowed` profiles (existing ids, no repeats).
 fn choices(rules: &Rules, allowed: &[ProfileId]) -> Vec<Choice> {
-    let mut allowed: Vec<ProfileId> = allowed
-        .iter()
-        .copied()
-        .filter(|&p| p < rules.profiles.len())
-        .collect();
-    allowed.sort_unstable();
-    allowed.dedup();
     let mut out = Vec::new();
-    for &profile in &allowed {
+    for &profile in allowed {
         for &start in &rules.profiles[profile].starts {
             out.push(Choice {
                 profile,
@@ -58,7 +53,8 @@ fn check_ids(model: &GpuModel, ids: &[ProfileId]) -> Result<(), GeometryError> {
 
 /// Every maximal geometry that contains `fixed` unchanged and adds only `allowed` profiles.
 /// "Maximal": no allowed profile fits anywhere any more. Sorted; empty when `fixed` is invalid.
-/// When nothing can be added, the answer is `fixed` itself.
+/// When nothing can be added, the answer is `fixed` itself. Results are memoized per model
+/// content, fixed part and allowed set, since planners ask the same question for many GPUs.
 pub fn maximal_extensions(
     model: &GpuModel,
     fixed: &Geometry,
@@ -67,79 +63,94 @@ pub fn maximal_extensions(
     if validate(model, fixed).is_err() {
         return Vec::new();
     }
-    let rules = Rules::new(model);
-    let choices = choices(&rules, allowed);
-    let mut state = state_of(&rules, fixed);
-    let mut out = Vec::new();
-    let mut chosen = Vec::new();
-    walk(
-        &rules,
-        &choices,
-        0,
-        &mut state,
-        &mut chosen,
-        &mut |state, chosen| {
-            if is_maximal(&rules, &choices, state) {
+    let allowed = normalized(model, allowed);
+    cache::get_or_compute(model, fixed, &allowed, || {
+        let rules = Rules::new(model);
+        let choices = choices(&rules, &allowed);
+        let state = state_of(&rules, fixed);
+        let mut out = Vec::new();
+        walk(&rules, &choices, state, &mut |addable, chosen| {
+            if addable.is_empty() {
                 out.push(with_chosen(fixed, &choices, chosen));
             }
-        },
-    );
-    out.sort();
-    out
+        });
+        out.sort();
+        out
+    })
 }
 
 /// Every valid geometry built from `allowed` (the empty one included), or only the maximal
 /// ones. Sorted by instances, so the order is the same on every run.
 pub fn enumerate(model: &GpuModel, allowed: &[ProfileId], maximal_only: bool) -> Vec<Geometry> {
     let rules = Rules::new(model);
-    let choices = choices(&rules, allowed);
-    let mut state = State::new(&rules);
+    let choices = choices(&rules, &normalized(model, allowed));
     let mut out = Vec::new();
-    let mut chosen = Vec::new();
     let empty = Geometry::empty();
-    walk(
-        &rules,
-        &choices,
-        0,
-        &mut state,
-        &mut chosen,
-        &mut |state, chosen| {
-            if !maximal_only || is_maximal(&rules, &choices, state) {
-                out.push(with_chosen(&empty, &choices, chosen));
-            }
-        },
-    );
+    walk(&rules, &choices, State::new(&rules), &mut |addable, chosen| {
+        if !maximal_only || addable.is_empty() {
+            out.push(with_chosen(&empty, &choices, chosen));
+        }
+    });
     out.sort();
     out
 }
 
-/// Visits every set of choices (in increasing index order, so each set once) that keeps the
-/// rules, starting from `state`.
-fn walk(
+/// Allowed profile ids that exist, sorted and without repeats.
+fn normalized(model: &GpuModel, allowed: &[ProfileId]) -> Vec<ProfileId> {
+    let mut ids: Vec<ProfileId> = allowed.iter().copied().filter(|&p| p < model.profiles.len()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// Visits every set of choices that keeps the rules, each set once (choices join in increasing
+/// index order), with the choices that could still be added to it. Every rule is monotone (an
+/// instance that cannot join a set cannot join a superset either), so each node only rechecks
+/// what its parent could still add; a set is maximal when that list is empty.
+fn walk(rules: &Rules, choices: &[Choice], mut state: State, visit: &mut dyn FnMut(&[usize], &[usize])) {
+    // One stack holds the addable list of every level of the current path, so the search
+    // allocates nothing per node.
+    let mut stack: Vec<usize> = (0..choices.len())
+        .filter(|&i| state.can_add(rules, choices[i].profile, choices[i].mask))
+        .collect();
+    let mut chosen = Vec::new();
+    let len = stack.len();
+    descend(rules, choices, 0, 0..len, &mut stack, &mut state, &mut chosen, visit);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn descend(
     rules: &Rules,
     choices: &[Choice],
     from: usize,
+    level: std::ops::Range<usize>,
+    stack: &mut Vec<usize>,
     state: &mut State,
     chosen: &mut Vec<usize>,
-    visit: &mut dyn FnMut(&State, &[usize]),
+    visit: &mut dyn FnMut(&[usize], &[usize]),
 ) {
-    visit(state, chosen);
-    for i in from..choices.len() {
-        let c = choices[i];
-        if state.can_add(rules, c.profile, c.mask) {
-            state.add(rules, c.profile, c.mask);
-            chosen.push(i);
-            walk(rules, choices, i + 1, state, chosen, visit);
-            chosen.pop();
-            state.remove(rules, c.profile, c.mask);
+    visit(&stack[level.clone()], chosen);
+    for k in level.clone() {
+        let i = stack[k];
+        if i < from {
+            continue;
         }
+        let c = choices[i];
+        state.add(rules, c.profile, c.mask);
+        chosen.push(i);
+        let child_start = stack.len();
+        for m in level.clone() {
+            let j = stack[m];
+            if j != i && state.can_add(rules, choices[j].profile, choices[j].mask) {
+                stack.push(j);
+            }
+        }
+        let child_end = stack.len();
+        descend(rules, choices, i + 1, child_start..child_end, stack, state, chosen, visit);
+        stack.truncate(child_start);
+        chosen.pop();
+        state.remove(rules, c.profile, c.mask);
     }
-}
-
-fn is_maximal(rules: &Rules, choices: &[Choice], state: &State) -> bool {
-    !choices
-        .iter()
-        .any(|c| state.can_add(rules, c.profile, c.mask))
 }
 
 fn with_chosen(base: &Geometry, choices: &[Choice], chosen: &[usize]) -> Geometry {

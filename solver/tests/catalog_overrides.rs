@@ -1,0 +1,193 @@
+//! User catalog files (`--catalog FILE`): parsing, overriding built-in models, and errors that
+//! name the model, profile, field and value.
+
+use geometer_solver::catalog::{Catalog, CatalogError, CatalogFile, GpuModel};
+use geometer_solver::geometry::{parse_spec, validate};
+use proptest::prelude::*;
+
+const NEW_GPU: &str = r#"
+models:
+- key: X100-16GB
+  description: a test GPU
+  architecture: Test
+  nvml_names: [NVIDIA X100 16GB]
+  device_ids: ['0x1ABC10DE']
+  memory_mib: 16384
+  memory_status: verified
+  placement_units: 4
+  compute_slices: 4
+  engine_totals: {dec: 2, jpeg: 1, ofa: 1}
+  profiles:
+  - {name: 1g.4gb, compute_slices: 1, memory_mib: 4096, starts: [0, 1, 2, 3], size: 1, max_instances: 4,
+     engines: {dec: 0}, nvml_profile_index: 0, placements_status: verified}
+  - {name: 1g.4gb+me, aliases: [1g.4gb.me], compute_slices: 1, memory_mib: 4096, starts: [0, 1, 2, 3], size: 1,
+     max_instances: 1, engines: {dec: 1, jpeg: 1, ofa: 1}, nvml_profile_index: 7}
+  - {name: 2g.8gb, compute_slices: 2, memory_mib: 8192, starts: [0, 2], size: 2, max_instances: 2,
+     engines: {dec: 1}, nvml_profile_index: 1, nvidia_smi_profile_id: 14}
+  - {name: 4g.16gb, compute_slices: 4, memory_mib: 16384, starts: [0], size: 4, max_instances: 1,
+     engines: {dec: 2, jpeg: 1, ofa: 1}, nvml_profile_index: 3}
+  exclusive_groups:
+  - {profiles: [1g.4gb+me], max_total: 1, status: inferred}
+"#;
+
+/// A replacement for the built-in A100-40GB: a different device id and only two profiles.
+const REPLACE_A100: &str = r#"
+models:
+- key: a100-40gb
+  nvml_names: [NVIDIA A100 Custom]
+  device_ids: ['0x20B010DE', '0x1FFF10DE']
+  placement_units: 8
+  compute_slices: 7
+  profiles:
+  - {name: 7g.40gb, compute_slices: 7, memory_mib: 40192, starts: [0], size: 8, max_instances: 1, nvml_profile_index: 4}
+  - {name: 1g.5gb, compute_slices: 1, memory_mib: 4864, starts: [0, 1, 2, 3, 4, 5, 6], size: 1, max_instances: 7, nvml_profile_index: 0}
+"#;
+
+fn key_of<'a>(cat: &'a Catalog, q: &str) -> Option<&'a str> {
+    cat.find(q).map(|m| m.key.as_str())
+}
+
+#[test]
+fn a_new_model_is_added_and_found_every_way() {
+    let extra = Catalog::from_yaml(NEW_GPU).unwrap();
+    let cat = Catalog::builtin().with_overrides(extra);
+    assert_eq!(cat.models().len(), Catalog::builtin().models().len() + 1);
+    assert_eq!(key_of(&cat, "x100-16gb"), Some("X100-16GB"));
+    assert_eq!(key_of(&cat, "0x1ABC10DE"), Some("X100-16GB"));
+    assert_eq!(key_of(&cat, "1abc"), Some("X100-16GB"));
+    assert_eq!(key_of(&cat, "NVIDIA X100 16GB"), Some("X100-16GB"));
+    assert_eq!(key_of(&cat, "NVIDIA-X100-16GB-SHARED"), Some("X100-16GB"));
+    assert_eq!(key_of(&cat, "A100-40GB"), Some("A100-40GB"), "built-ins stay");
+    let m = cat.find("X100-16GB").unwrap();
+    assert_eq!(m.profile("1g.4gb.me"), m.profile("1g.4gb+me"));
+    // Fields left out default to "unverified", and engines to unknown.
+    let me = m.profile_info(m.profile("1g.4gb+me").unwrap());
+    assert_eq!(me.placements_status, geometer_solver::catalog::Verification::Unverified);
+    // Its rules work: the +me cap and the engine totals.
+    let spec = |s: &str| parse_spec(m, s).unwrap().fixed();
+    assert!(validate(m, &spec("2g.8gb@0,2g.8gb@2")).is_ok());
+    assert!(validate(m, &spec("2g.8gb@0,1g.4gb+me@2,1g.4gb@3")).is_ok());
+    assert!(validate(m, &spec("1g.4gb+me@0,1g.4gb+me@1")).is_err());
+}
+
+#[test]
+fn same_key_replaces_and_reindexes_ids_and_names() {
+    let before = Catalog::builtin();
+    assert_eq!(key_of(before, "NVIDIA-A100-PCIE-40GB"), Some("A100-40GB"));
+    let cat = before.with_overrides(Catalog::from_yaml(REPLACE_A100).unwrap());
+    assert_eq!(cat.models().len(), before.models().len(), "replaced in place, not added");
+    let position = cat.models().iter().position(|m| m.key == "a100-40gb");
+    assert_eq!(position, before.models().iter().position(|m| m.key == "A100-40GB"));
+    let m = cat.find("A100-40GB").unwrap();
+    assert_eq!(m.profiles.len(), 2);
+    assert_eq!(key_of(&cat, "0x1FFF10DE"), Some("a100-40gb"));
+    assert_eq!(key_of(&cat, "NVIDIA A100 Custom"), Some("a100-40gb"));
+    // The replaced model's old ids and names are gone with it.
+    assert_eq!(key_of(&cat, "0x20B110DE"), None);
+    assert_eq!(key_of(&cat, "NVIDIA-A100-PCIE-40GB"), None);
+    assert!(m.profile("3g.20gb").is_none());
+    // Untouched models are unchanged.
+    assert_eq!(cat.find("H100-80GB"), before.find("H100-80GB"));
+}
+
+#[test]
+fn an_override_takes_a_device_id_from_another_model() {
+    let text = NEW_GPU.replace("0x1ABC10DE", "0x233010DE");
+    let cat = Catalog::builtin().with_overrides(Catalog::from_yaml(&text).unwrap());
+    assert_eq!(key_of(&cat, "0x233010DE"), Some("X100-16GB"));
+    assert_eq!(key_of(&cat, "H100-80GB"), Some("H100-80GB"));
+}
+
+#[test]
+fn catalog_file_form_round_trips() {
+    let models: Vec<&GpuModel> = Catalog::builtin().models().iter().collect();
+    let unplaceable: Vec<_> = Catalog::builtin().unplaceable().iter().collect();
+    let text = CatalogFile::from_models(&models, &unplaceable).to_yaml();
+    let again = Catalog::from_yaml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(again.models(), Catalog::builtin().models());
+    assert_eq!(again.unplaceable(), Catalog::builtin().unplaceable());
+}
+
+/// The error for NEW_GPU with `from` replaced by `to`, as text.
+fn error_after(from: &str, to: &str) -> String {
+    assert!(NEW_GPU.contains(from), "fixture lacks {from:?}");
+    let text = NEW_GPU.replacen(from, to, 1);
+    match Catalog::from_yaml(&text) {
+        Ok(_) => panic!("{from:?} -> {to:?} was accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn assert_names(message: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(message.contains(part), "{message:?} should name {part:?}");
+    }
+}
+
+#[test]
+fn errors_name_model_profile_field_and_value() {
+    let e = error_after("starts: [0, 2], size: 2", "starts: [0, 3], size: 2");
+    assert_names(&e, &["X100-16GB", "2g.8gb", "starts", "3", "placement units"]);
+    let e = error_after("starts: [0, 2], size: 2", "starts: [2, 0], size: 2");
+    assert_names(&e, &["2g.8gb", "starts", "increasing"]);
+    let e = error_after("starts: [0], size: 4", "starts: [0], size: 5");
+    assert_names(&e, &["4g.16gb", "size", "5", "between 1 and 4"]);
+    let e = error_after("'0x1ABC10DE'", "'0xZZ'");
+    assert_names(&e, &["X100-16GB", "device_ids", "0xZZ", "0x20B010DE"]);
+    let e = error_after("profiles: [1g.4gb+me], max_total", "profiles: [1g.4gb+xx], max_total");
+    assert_names(&e, &["X100-16GB", "exclusive_groups.profiles", "1g.4gb+xx"]);
+    let e = error_after("name: 2g.8gb", "name: 2g.8gb+foo");
+    assert_names(&e, &["2g.8gb+foo", "name", "+me"]);
+    let e = error_after("aliases: [1g.4gb.me]", "aliases: [1g.4gb]");
+    assert_names(&e, &["1g.4gb", "another profile"]);
+    let e = error_after("engines: {dec: 2, jpeg: 1, ofa: 1}, nvml_profile_index: 3", "engines: {dec: 3}, nvml_profile_index: 3");
+    assert_names(&e, &["4g.16gb", "engines.dec", "3", "engine_totals.dec"]);
+    let e = error_after("compute_slices: 4, memory_mib: 16384", "compute_slices: 9, memory_mib: 16384");
+    assert_names(&e, &["4g.16gb", "compute_slices", "9"]);
+    let e = error_after("placement_units: 4", "placement_units: 40");
+    assert_names(&e, &["X100-16GB", "placement_units", "40"]);
+    let e = error_after("max_instances: 4", "max_instances: 0");
+    assert_names(&e, &["1g.4gb", "max_instances", "0"]);
+    let e = error_after("memory_status: verified", "memory_status: maybe");
+    assert_names(&e, &["maybe"]);
+    let e = error_after("  compute_slices: 4\n", "  compute_slices: 4\n  colour: red\n");
+    assert_names(&e, &["colour"]);
+    let e = error_after("memory_mib: 4096, starts: [0, 1, 2, 3], size: 1, max_instances: 4", "memory_mib: -1, starts: [0, 1, 2, 3], size: 1, max_instances: 4");
+    assert_names(&e, &["1g.4gb", "memory_mib", "-1"]);
+}
+
+#[test]
+fn duplicates_and_empty_files_are_rejected() {
+    let twice = format!("{NEW_GPU}{}", NEW_GPU.replace("models:\n", "").replace("0x1ABC10DE", "0x1ABD10DE"));
+    let e = Catalog::from_yaml(&twice).unwrap_err().to_string();
+    assert_names(&e, &["X100-16GB", "key", "twice"]);
+    let shared_id = format!("{NEW_GPU}{}", NEW_GPU.replace("models:\n", "").replace("X100-16GB", "X200"));
+    let e = Catalog::from_yaml(&shared_id).unwrap_err().to_string();
+    assert_names(&e, &["X200", "device_ids", "0x1ABC10DE", "X100-16GB"]);
+    assert_eq!(Catalog::from_yaml("models: []\n").unwrap_err(), CatalogError::Empty);
+    assert!(matches!(Catalog::from_yaml("models: [").unwrap_err(), CatalogError::Parse { .. }));
+    assert!(matches!(Catalog::from_yaml("- just a list").unwrap_err(), CatalogError::Parse { .. }));
+    let no_profiles = "models:\n- {key: Y, placement_units: 8, compute_slices: 7, profiles: []}\n";
+    assert_names(&Catalog::from_yaml(no_profiles).unwrap_err().to_string(), &["model Y", "profiles", "unplaceable"]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn from_yaml_never_panics_on_arbitrary_text(text in "\\PC{0,200}") {
+        let _ = Catalog::from_yaml(&text);
+    }
+
+    #[test]
+    fn from_yaml_never_panics_on_damaged_catalogs(cut in 0..NEW_GPU.len(), junk in "[-0-9a-z:{}\\[\\], \n]{0,12}") {
+        let cut = (0..=cut).rev().find(|&i| NEW_GPU.is_char_boundary(i)).unwrap_or(0);
+        let text = format!("{}{}{}", &NEW_GPU[..cut], junk, &NEW_GPU[cut..]);
+        if let Ok(cat) = Catalog::from_yaml(&text) {
+            // Whatever is accepted is usable: every model enumerates without panicking.
+            for m in cat.models() {
+                let _ = geometer_solver::geometry::enumerate(m, &m.all_profiles(), true);
+            }
+        }
+    }
+}
