@@ -8,12 +8,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod agent;
+pub mod agent_run;
+pub mod apiserver;
 pub mod catalog;
 pub mod crds;
 pub mod geometry;
 pub mod migparted;
 pub mod output;
-pub mod apiserver;
 
 #[derive(Debug, Parser)]
 #[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]

@@ -1,0 +1,115 @@
+//! Draining: do-not-disrupt pods are never evicted, PodDisruptionBudgets are honoured.
+
+mod agent_support;
+
+use std::time::Duration;
+
+use agent_support::{Harness, WORKLOADS};
+use geometer::api::{MigNodePhase, MigNodeStatus};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::DeleteParams;
+use kube::Api;
+use serde_json::json;
+
+fn condition(h: &Harness, type_: &str) -> Option<(String, String, String)> {
+    let status = h.mignode().status?;
+    let c = status.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_do_not_disrupt_pod_is_never_evicted_and_the_drain_times_out_cleanly() {
+    let h = Harness::new(&[("H100-80GB", &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+    h.run_pod("precious", 0, "3g.40gb", 4, &[("geometer.dev/do-not-disrupt", "true")], &[]);
+    let mut cfg = h.config();
+    cfg.drain.timeout = Duration::from_secs(1);
+    // Long enough to see the failure before the retry starts a new drain.
+    cfg.backoff = geometer::agent::reconcile::backoff::Backoff::new(Duration::from_millis(500), Duration::from_secs(1));
+    let agent = h.spawn_agent(cfg, None);
+    h.set_spec(&[(0, &[("3g.40gb", 0), ("1g.10gb", 4)])]).await;
+
+    let (_, reason, message) = h
+        .wait_for("DrainBlocked", |h| condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True"))
+        .await;
+    assert_eq!(reason, "DoNotDisrupt");
+    assert!(message.contains("ml/precious") && message.contains("geometer.dev/do-not-disrupt"), "{message}");
+    // Waiting on a protected pod does not cordon the node: nothing can move anyway.
+    assert_eq!(h.cordon_state(), (false, false));
+
+    let (phase, (_, reason, message)) = h
+        .wait_for("Failed: DrainTimeout", |h| {
+            let c = condition(h, MigNodeStatus::FAILED).filter(|c| c.0 == "True")?;
+            Some((h.mignode().status?.phase, c))
+        })
+        .await;
+    assert_eq!(reason, "DrainTimeout");
+    assert_eq!(phase, MigNodePhase::Failed);
+    assert!(message.contains("ml/precious") && message.contains("Retrying in"), "{message}");
+    // It retries (backing off) and keeps refusing to evict: repeated events fold into a series.
+    h.wait_for("a second drain timeout", |h| {
+        let count: i32 = h.events_with_reason("DrainTimeout").iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum();
+        (count >= 2).then_some(())
+    })
+    .await;
+    agent.abort();
+
+    assert_eq!(h.evictions(), 0, "a do-not-disrupt pod is never evicted");
+    assert!(h.pod_exists("precious"));
+    assert_eq!(h.running(), vec!["precious"]);
+    assert_eq!(h.geometry(0), vec!["3g.40gb@0", "3g.40gb@4"], "nothing changed on the GPU");
+    assert_eq!(h.cordon_state(), (false, false), "no cordon left behind");
+    let pod_events: Vec<_> = h
+        .events_with_reason("DrainBlocked")
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("precious"))
+        .collect();
+    assert!(!pod_events.is_empty(), "the pod itself carries an event saying why");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protection_for_a_duration_is_waited_out_then_the_pod_is_evicted() {
+    let h = Harness::new(&[("H100-80GB", &[("7g.80gb", 0)])]).await;
+    h.run_pod("short-lived-protection", 0, "7g.80gb", 0, &[("karpenter.sh/do-not-disrupt", "2s")], &[]);
+    let agent = h.spawn_agent(h.config(), None);
+    let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+    h.wait_for("DrainBlocked", |h| condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True" && c.1 == "DoNotDisrupt"))
+        .await;
+    h.wait_ready(generation).await;
+    agent.abort();
+    assert!(!h.pod_exists("short-lived-protection"));
+    assert_eq!(h.geometry(0), vec!["3g.40gb@0", "3g.40gb@4"]);
+    assert_eq!(h.cordon_state(), (false, false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pdb_refusal_is_retried_until_the_budget_allows_it() {
+    let h = Harness::new(&[("H100-80GB", &[("7g.80gb", 0)])]).await;
+    h.run_pod("guarded", 0, "7g.80gb", 0, &[], &[("app", "guarded")]);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "guarded", "namespace": WORKLOADS},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+    }))
+    .unwrap();
+    h.server.seed(&pdb).unwrap();
+    let agent = h.spawn_agent(h.config(), None);
+    let generation = h.set_spec(&[(0, &[("4g.40gb", 0), ("3g.40gb", 4)])]).await;
+
+    let (_, reason, message) = h
+        .wait_for("DrainBlocked by the PDB", |h| condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True"))
+        .await;
+    assert_eq!(reason, "PodDisruptionBudget");
+    assert!(message.contains("ml/guarded"), "{message}");
+    h.wait_for("retried evictions", |h| (h.evictions() >= 3).then_some(())).await;
+    assert!(h.pod_exists("guarded"));
+    assert_eq!(h.geometry(0), vec!["7g.80gb@0"], "nothing changes while the budget refuses");
+    assert_eq!(h.cordon_state(), (true, true), "cordoned by us while draining");
+    assert!(!h.events_with_reason("EvictionRefused").is_empty());
+
+    Api::<PodDisruptionBudget>::namespaced(h.client.clone(), WORKLOADS).delete("guarded", &DeleteParams::default()).await.unwrap();
+    h.wait_ready(generation).await;
+    agent.abort();
+    assert!(!h.pod_exists("guarded"));
+    assert_eq!(h.geometry(0), vec!["3g.40gb@4", "4g.40gb@0"]);
+    assert_eq!(h.cordon_state(), (false, false));
+    assert_eq!(condition(&h, MigNodeStatus::DRAIN_BLOCKED).unwrap().0, "False");
+}
