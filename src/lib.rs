@@ -8,3 +8,5 @@ pub mod api;
 pub mod cli;
 pub mod interop;
 pub mod apiserver;
+pub mod cli;
+pub mod controller;

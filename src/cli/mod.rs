@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 pub mod agent;
 pub mod agent_run;
 pub mod apiserver;
+pub mod approve;
 pub mod catalog;
 pub mod crds;
 pub mod geometry;
@@ -36,6 +37,8 @@ pub enum Command {
     Crds(crds::CrdsArgs),
     /// The node agent; `probe` prints what NVML reports on this machine.
     Agent(agent::AgentArgs),
+    /// Approve a MigPlan of a policy in Approve mode (sets spec.approved: true).
+    Approve(approve::ApproveArgs),
     /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
     Apiserver(apiserver::ApiserverArgs),
     /// Convert between NVIDIA mig-parted configs and Geometer's MigNodes, MigPlans and MigPolicies.
@@ -60,6 +63,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Geometry(args) => output::finish(geometry::run(args)),
         Command::Crds(args) => output::finish(crds::run(args)),
         Command::Agent(args) => output::finish(agent::run(args)),
+        Command::Approve(args) => output::finish(approve::run(args)),
         Command::Apiserver(args) => apiserver::run(args),
         Command::Migparted(args) => output::finish(migparted::run(args)),
     }
