@@ -5,8 +5,7 @@
 
 pub mod agent;
 pub mod api;
-pub mod cli;
-pub mod interop;
 pub mod apiserver;
 pub mod cli;
 pub mod controller;
+pub mod interop;
