@@ -1,6 +1,7 @@
 //! Rendering `deploy/` with the real `kubectl kustomize`, for the deploy tests.
 #![allow(dead_code)]
 
+pub mod observe;
 pub mod rbac;
 
 use std::path::{Path, PathBuf};
