@@ -238,6 +238,39 @@ fn gpu_operator_overlay_uses_the_operators_device_plugin_and_keeps_mig_manager_o
     assert_eq!(node_selector["nvidia.com/mig.capable"], "true");
 }
 
+/// A node requirement as text: `key=value`, or `key Operator [values]`.
+fn requirement(key: &str, operator: &str, values: &Value) -> String {
+    match values.as_array().filter(|v| !v.is_empty()) {
+        Some(v) => format!("{key} {operator} {}", v.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")),
+        None => format!("{key} {operator}"),
+    }
+}
+
+/// What a label selector (matchLabels, matchExpressions) requires of a node.
+fn selector_requirements(selector: &Value) -> std::collections::BTreeSet<String> {
+    let mut out: std::collections::BTreeSet<String> =
+        selector["matchLabels"].as_object().into_iter().flatten().map(|(k, v)| format!("{k}={}", v.as_str().unwrap())).collect();
+    for e in selector["matchExpressions"].as_array().into_iter().flatten() {
+        out.insert(requirement(e["key"].as_str().unwrap(), e["operator"].as_str().unwrap(), &e["values"]));
+    }
+    out
+}
+
+/// What a pod template's nodeSelector and required node affinity (one term) require.
+fn pod_node_requirements(workload: &Value) -> std::collections::BTreeSet<String> {
+    let spec = &workload["spec"]["template"]["spec"];
+    let mut out: std::collections::BTreeSet<String> =
+        spec["nodeSelector"].as_object().into_iter().flatten().map(|(k, v)| format!("{k}={}", v.as_str().unwrap())).collect();
+    let terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].as_array();
+    if let Some(terms) = terms {
+        assert_eq!(terms.len(), 1, "the test compares one node selector term (several are ORed)");
+        for e in terms[0]["matchExpressions"].as_array().into_iter().flatten() {
+            out.insert(requirement(e["key"].as_str().unwrap(), e["operator"].as_str().unwrap(), &e["values"]));
+        }
+    }
+    out
+}
+
 #[test]
 fn default_policy_is_dry_run_and_manages_exactly_the_nodes_with_an_agent() {
     if !kubectl_available() {
@@ -245,12 +278,16 @@ fn default_policy_is_dry_run_and_manages_exactly_the_nodes_with_an_agent() {
     }
     for dir in kustomizations().into_iter().filter(|d| d.contains("overlays/")) {
         let objects = render(&dir);
-        let policy: MigPolicy = serde_json::from_value(object(&objects, "MigPolicy", "default").clone()).unwrap();
+        let policy_doc = object(&objects, "MigPolicy", "default");
+        let policy: MigPolicy = serde_json::from_value(policy_doc.clone()).unwrap();
         assert_eq!(policy.spec.mode, PolicyMode::DryRun, "{dir}");
-        let selector = serde_json::to_value(policy.spec.node_selector.match_labels.clone().unwrap_or_default()).unwrap();
-        let agent_nodes = &object(&objects, "DaemonSet", "geometer-agent")["spec"]["template"]["spec"]["nodeSelector"];
-        assert_eq!(&selector, agent_nodes, "{dir}: a node the policy selects without an agent would never change; one with an agent but no policy is never planned");
-        assert!(policy.spec.node_selector.match_expressions.is_none(), "{dir}: the test compares matchLabels only");
+        let policy_nodes = selector_requirements(&policy_doc["spec"]["nodeSelector"]);
+        let agent_nodes = pod_node_requirements(object(&objects, "DaemonSet", "geometer-agent"));
+        assert_eq!(
+            policy_nodes, agent_nodes,
+            "{dir}: a node the policy selects without an agent would never change; one with an agent but no policy is never planned"
+        );
+        assert!(policy_nodes.contains("geometer.dev/unmanaged DoesNotExist"), "{dir}: the documented opt-out label");
     }
 }
 
