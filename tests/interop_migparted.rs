@@ -219,3 +219,22 @@ fn export_errors_name_the_problem() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("document 1: neither a Kubernetes object"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_mignode_without_anything_to_export_is_left_out_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mignodes.yaml");
+    let mut text = std::fs::read_to_string(fixture("mignodes.yaml")).unwrap();
+    // A third node whose agent has not reported yet, as `kubectl get mignodes -o yaml` shows it.
+    text.push_str("- apiVersion: geometer.dev/v1alpha1\n  kind: MigNode\n  metadata:\n    name: gpu-new\n  spec: {}\n");
+    std::fs::write(&path, text).unwrap();
+    let out = geometer(&["migparted", "export", path.to_str().unwrap(), "--geometry", "current"]);
+    let cfg = MigPartedConfig::parse(&stdout(&out)).unwrap();
+    assert_eq!(cfg.mig_configs.keys().collect::<Vec<_>>(), ["gpu-1", "gpu-2"]);
+    assert!(stderr(&out).contains("note: left out MigNode gpu-new has no inventory"), "{}", stderr(&out));
+
+    std::fs::write(&path, "apiVersion: geometer.dev/v1alpha1\nkind: MigNode\nmetadata:\n  name: gpu-new\nspec: {}\n").unwrap();
+    let out = geometer(&["migparted", "export", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "nothing at all to export is an error");
+    assert!(stderr(&out).contains("nothing to export: MigNode gpu-new has neither"), "{}", stderr(&out));
+}

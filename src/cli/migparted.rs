@@ -123,9 +123,10 @@ fn run_export(args: ExportArgs) -> Result<(), Failure> {
         GeometryArg::Current => Which::Current,
         GeometryArg::Planned => Which::Planned,
     };
-    let mut layouts = export::layouts(&docs, which)
+    let found = export::layouts(&docs, which)
         .with_context(|| format!("cannot export {}", args.input.display()))
         .map_err(Failure::bad_input)?;
+    let mut layouts = found.layouts;
     if !args.nodes.is_empty() {
         let missing: Vec<&String> = args.nodes.iter().filter(|n| !layouts.iter().any(|l| &l.node == *n)).collect();
         if !missing.is_empty() {
@@ -152,6 +153,9 @@ fn run_export(args: ExportArgs) -> Result<(), Failure> {
         (None, _) => export::to_config(&layouts, str::to_string),
     };
     print!("{}", config.to_yaml());
+    for why in &found.skipped {
+        eprintln!("note: left out {why}");
+    }
     eprintln!(
         "note: mig-parted configs hold instance counts, not placements; mig-parted (or mig-manager) chooses the placements when it applies a config"
     );

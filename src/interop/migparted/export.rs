@@ -67,29 +67,42 @@ pub enum ExportError {
     Empty(String),
 }
 
+/// What [`layouts`] found: the nodes to export, and the nodes left out with the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub layouts: Vec<NodeLayout>,
+    /// E.g. a MigNode whose agent has not reported yet: said, not fatal, unless nothing is left.
+    pub skipped: Vec<String>,
+}
+
 /// Layouts of every node in `docs` (1-based document numbers in errors), in node name order.
-pub fn layouts(docs: &[Value], which: Which) -> Result<Vec<NodeLayout>, ExportError> {
+pub fn layouts(docs: &[Value], which: Which) -> Result<Found, ExportError> {
     let mut by_node: BTreeMap<String, (usize, NodeLayout)> = BTreeMap::new();
-    let mut add = |index: usize, layout: NodeLayout| match by_node.get(&layout.node) {
-        Some((first, _)) => Err(ExportError::DuplicateNode { node: layout.node.clone(), first: *first, second: index }),
-        None => {
-            by_node.insert(layout.node.clone(), (index, layout));
-            Ok(())
-        }
-    };
+    let mut skipped = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
         let index = i + 1;
-        let fail = |message: String| ExportError::Document { index, message };
         for item in items(doc) {
-            for layout in layouts_of(item, which).map_err(fail)? {
-                add(index, layout)?;
+            let found = layouts_of(item, which).map_err(|message| ExportError::Document { index, message })?;
+            let layouts = match found {
+                Ok(layouts) => layouts,
+                Err(why) => {
+                    skipped.push(why);
+                    continue;
+                }
+            };
+            for layout in layouts {
+                if let Some((first, _)) = by_node.get(&layout.node) {
+                    return Err(ExportError::DuplicateNode { node: layout.node.clone(), first: *first, second: index });
+                }
+                by_node.insert(layout.node.clone(), (index, layout));
             }
         }
     }
     if by_node.is_empty() {
-        return Err(ExportError::Empty("the input holds no MigNode, MigPlan, snapshot or plan with GPUs".into()));
+        let why = if skipped.is_empty() { "the input holds no MigNode, MigPlan, snapshot or plan with GPUs".to_string() } else { skipped.join("; ") };
+        return Err(ExportError::Empty(why));
     }
-    Ok(by_node.into_values().map(|(_, layout)| layout).collect())
+    Ok(Found { layouts: by_node.into_values().map(|(_, layout)| layout).collect(), skipped })
 }
 
 /// `kind: List` (and `MigNodeList`, ...) holds its objects in `items`.
@@ -101,25 +114,26 @@ fn items(doc: &Value) -> Vec<&Value> {
     }
 }
 
-fn layouts_of(doc: &Value, which: Which) -> Result<Vec<NodeLayout>, String> {
+/// Outer error: the document is wrong. Inner error: a MigNode with nothing to export yet.
+fn layouts_of(doc: &Value, which: Which) -> Result<Result<Vec<NodeLayout>, String>, String> {
     let kind = doc.get("kind").and_then(Value::as_str);
     match kind {
         Some("MigNode") => {
             let node: MigNode = serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid MigNode: {e}"))?;
-            Ok(vec![from_mig_node(&node, which)?])
+            Ok(from_mig_node(&node, which).map(|layout| vec![layout]))
         }
         Some("MigPlan") => {
             let plan: MigPlan = serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid MigPlan: {e}"))?;
-            Ok(from_mig_plan(&plan, which))
+            Ok(Ok(from_mig_plan(&plan, which)))
         }
         Some(other) => Err(format!("kind {other} holds no MIG geometry; give MigNodes, MigPlans, a snapshot or a plan")),
         None if doc.get("solver").is_some() && doc.get("gpus").is_some() => {
             let plan: Plan = serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid plan: {e}"))?;
-            Ok(from_plan(&plan, which))
+            Ok(Ok(from_plan(&plan, which)))
         }
         None if doc.get("nodes").is_some() => {
             let snapshot: Snapshot = serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid snapshot: {e}"))?;
-            from_snapshot(&snapshot, which)
+            from_snapshot(&snapshot, which).map(Ok)
         }
         None => Err("neither a Kubernetes object (no kind), a snapshot (no nodes) nor a plan (no solver and gpus)".into()),
     }
