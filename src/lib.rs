@@ -9,3 +9,4 @@ pub mod apiserver;
 pub mod cli;
 pub mod controller;
 pub mod interop;
+pub mod sim;

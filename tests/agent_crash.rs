@@ -83,7 +83,7 @@ async fn a_kill_at_every_step_boundary_converges() {
             Box::pin(async {})
         })
     };
-    let (h, generation, keeper) = scenario().await;
+    let (h, generation, _) = scenario().await;
     let seen = Arc::new(AtomicUsize::new(0));
     let agent = h.spawn_agent(config(&h), Some(counting_hook(seen.clone(), 0, tokio::sync::mpsc::unbounded_channel().0)));
     h.wait_ready(generation).await;

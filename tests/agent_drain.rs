@@ -113,3 +113,84 @@ async fn a_pdb_refusal_is_retried_until_the_budget_allows_it() {
     assert_eq!(h.cordon_state(), (false, false));
     assert_eq!(condition(&h, MigNodeStatus::DRAIN_BLOCKED).unwrap().0, "False");
 }
+
+/// A MigPolicy with the given disruption rules, and the MigPlan `plan-1` (which the harness's
+/// MigNode spec names) belonging to it.
+fn seed_policy(h: &Harness, disruption: serde_json::Value) {
+    h.server
+        .seed_value(json!({
+            "apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy",
+            "metadata": {"name": "gpu-pool"},
+            "spec": {"mode": "Auto", "disruption": disruption},
+        }))
+        .expect("MigPolicy");
+    h.server
+        .seed_value(json!({
+            "apiVersion": "geometer.dev/v1alpha1", "kind": "MigPlan",
+            "metadata": {"name": "plan-1"},
+            "spec": {"policy": "gpu-pool"},
+        }))
+        .expect("MigPlan");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_without_evictions_is_obeyed_and_its_drain_timeout_applies() {
+    let h = Harness::new(&[("H100-80GB", &[("7g.80gb", 0)])]).await;
+    h.run_pod("ordinary", 0, "7g.80gb", 0, &[], &[]);
+    seed_policy(&h, json!({"evictionAllowed": false, "drainTimeoutSeconds": 1}));
+    // The agent's own drain timeout is long: only the policy's can end the wait.
+    let agent = h.spawn_agent(h.config(), None);
+    h.set_spec(&[(0, &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+
+    let (_, reason, message) = h
+        .wait_for("DrainBlocked", |h| condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True"))
+        .await;
+    assert_eq!(reason, "EvictionNotAllowed");
+    assert!(message.contains("MigPolicy gpu-pool") && message.contains("ml/ordinary"), "{message}");
+    h.wait_for("Failed: DrainTimeout", |h| condition(h, MigNodeStatus::FAILED).filter(|c| c.0 == "True" && c.1 == "DrainTimeout"))
+        .await;
+    agent.abort();
+    assert_eq!(h.evictions(), 0);
+    assert!(h.pod_exists("ordinary"));
+    assert_eq!(h.geometry(0), vec!["7g.80gb@0"]);
+    assert_eq!(h.cordon_state(), (false, false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policys_do_not_disrupt_keys_replace_the_agents() {
+    let h = Harness::new(&[("H100-80GB", &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+    h.run_pod("custom-protected", 0, "3g.40gb", 0, &[("example.com/keep", "true")], &[]);
+    h.run_pod("default-key-only", 0, "3g.40gb", 4, &[("geometer.dev/do-not-disrupt", "true")], &[]);
+    seed_policy(&h, json!({"evictionAllowed": true, "doNotDisruptAnnotations": ["example.com/keep"]}));
+    let agent = h.spawn_agent(h.config(), None);
+    // Only the instance of the pod with the default key goes: under this policy it may move.
+    let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("1g.10gb", 4)])]).await;
+    h.wait_ready(generation).await;
+    agent.abort();
+    assert!(!h.pod_exists("default-key-only"), "the policy does not list geometer.dev/do-not-disrupt");
+    assert!(h.pod_exists("custom-protected"));
+    assert_eq!(h.geometry(0), vec!["1g.10gb@4", "3g.40gb@0"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_outside_kubernetes_are_waited_for_never_killed() {
+    let h = Harness::new(&[("H100-80GB", &[("7g.80gb", 0)])]).await;
+    let device = h.devices[&(0, "7g.80gb@0".to_string())].clone();
+    let pid = h.sim.start_process(0, &device).unwrap();
+    let agent = h.spawn_agent(h.config(), None);
+    let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+
+    let (_, reason, message) = h
+        .wait_for("DrainBlocked by a process", |h| condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True"))
+        .await;
+    assert_eq!(reason, "ProcessesOutsideKubernetes");
+    assert!(message.contains("7g.80gb@0") && message.contains("1 process"), "{message}");
+    assert_eq!(h.geometry(0), vec!["7g.80gb@0"]);
+    assert_eq!(h.cordon_state(), (true, true), "cordoned so that no pod joins the process meanwhile");
+
+    assert!(h.sim.stop_process(pid));
+    h.wait_ready(generation).await;
+    agent.abort();
+    assert_eq!(h.geometry(0), vec!["3g.40gb@0", "3g.40gb@4"]);
+    assert_eq!(h.cordon_state(), (false, false));
+}

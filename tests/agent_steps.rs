@@ -73,6 +73,7 @@ async fn a_change_without_eviction_takes_every_step_in_order() {
         assert!(!h.events_with_reason(reason).is_empty(), "event {reason} among {all:?}");
     }
     assert_eq!(h.evictions(), 0);
+    assert_eq!(h.plugin_restarts(), 1, "the device plugin is restarted once, by eviction");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,7 +138,12 @@ async fn a_change_that_needs_eviction_evicts_only_pods_on_instances_that_go() {
     assert!(!h.pod_exists("mover"), "the pod on the instance that goes was evicted");
     assert!(h.pod_exists("keeper"));
     assert_eq!(h.running(), vec!["keeper"]);
-    let evictions: Vec<_> = h.server.requests().into_iter().filter(|r| r.resource.as_deref() == Some("pods/eviction")).collect();
+    let evictions: Vec<_> = h
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.resource.as_deref() == Some("pods/eviction") && r.namespace.as_deref() == Some("ml"))
+        .collect();
     assert_eq!(evictions.len(), 1, "{evictions:?}");
     assert_eq!(evictions[0].name.as_deref(), Some("mover"));
     assert_eq!(h.geometry(0), vec!["1g.10gb@4", "1g.10gb@5", "1g.20gb@6", "3g.40gb@0"]);

@@ -91,6 +91,19 @@ fn same_key_replaces_and_reindexes_ids_and_names() {
 }
 
 #[test]
+fn memoized_searches_follow_the_overriding_rules_not_the_key() {
+    use geometer_solver::geometry::{maximal_extensions, Geometry};
+    let builtin = Catalog::builtin().find("A100-40GB").unwrap();
+    let before = maximal_extensions(builtin, &Geometry::empty(), &builtin.standard_profiles());
+    assert_eq!(before.len(), 78);
+    let cat = Catalog::builtin().with_overrides(Catalog::from_yaml(REPLACE_A100).unwrap());
+    let replaced = cat.find("A100-40GB").unwrap();
+    let after = maximal_extensions(replaced, &Geometry::empty(), &replaced.standard_profiles());
+    // Only 7g.40gb or 7 x 1g.5gb fit on the replacement.
+    assert_eq!(after.len(), 2);
+}
+
+#[test]
 fn an_override_takes_a_device_id_from_another_model() {
     let text = NEW_GPU.replace("0x1ABC10DE", "0x233010DE");
     let cat = Catalog::builtin().with_overrides(Catalog::from_yaml(&text).unwrap());

@@ -16,6 +16,7 @@ pub mod crds;
 pub mod geometry;
 pub mod migparted;
 pub mod output;
+pub mod simulate;
 
 #[derive(Debug, Parser)]
 #[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
@@ -43,6 +44,8 @@ pub enum Command {
     Apiserver(apiserver::ApiserverArgs),
     /// Convert between NVIDIA mig-parted configs and Geometer's MigNodes, MigPlans and MigPolicies.
     Migparted(migparted::MigpartedArgs),
+    /// Replay a workload trace on a simulated cluster and compare allocation strategies.
+    Simulate(simulate::SimulateArgs),
 }
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
@@ -66,6 +69,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Approve(args) => output::finish(approve::run(args)),
         Command::Apiserver(args) => apiserver::run(args),
         Command::Migparted(args) => output::finish(migparted::run(args)),
+        Command::Simulate(args) => output::finish(simulate::run(args)),
     }
 }
 

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use geometer::agent::nvml::sim::SimGpuOptions;
 use geometer::agent::nvml::sim::SimNvml;
 use geometer::agent::nvml::{GpuIndex, NvmlBackend};
 use geometer::agent::pod_resources::DeviceAssignment;
@@ -26,6 +27,9 @@ pub const NODE: &str = "gpu-1";
 pub const WORKLOADS: &str = "ml";
 pub const PLUGIN_NAMESPACE: &str = "gpu-operator";
 pub const PLUGIN_LABEL: (&str, &str) = ("app", "nvidia-device-plugin-daemonset");
+
+/// One simulated GPU: model, initial geometry (`profile`, `start`), options.
+pub type SimGpuSetup<'a> = (&'a str, &'a [(&'a str, u8)], SimGpuOptions);
 
 /// A workload pod the simulated kubelet runs on a MIG device.
 #[derive(Debug, Clone)]
@@ -70,6 +74,12 @@ fn ready_pod(namespace: &str, name: &str, labels: serde_json::Value, annotations
 impl Harness {
     /// A node with GPUs of the given models, each with its initial geometry.
     pub async fn new(gpus: &[(&str, &[(&str, u8)])]) -> Harness {
+        let with_options: Vec<_> = gpus.iter().map(|&(m, g)| (m, g, SimGpuOptions::default())).collect();
+        Harness::new_with(&with_options).await
+    }
+
+    /// GPUs with chosen simulation options (e.g. MIG mode off).
+    pub async fn new_with(gpus: &[SimGpuSetup<'_>]) -> Harness {
         let server = ApiServer::new();
         for crd in geometer::api::crds() {
             server.seed(&crd).expect("CRD");
@@ -79,8 +89,8 @@ impl Harness {
         }
         let sim = SimNvml::new(NODE);
         let mut devices = BTreeMap::new();
-        for (model, geometry) in gpus {
-            let gpu = sim.add_gpu(model).expect("simulated GPU");
+        for (model, geometry, options) in gpus {
+            let gpu = sim.add_gpu_with(model, *options).expect("simulated GPU");
             let created = sim.set_geometry(gpu, geometry).expect("initial geometry");
             for (&(profile, start), device) in geometry.iter().zip(created) {
                 devices.insert((gpu, format!("{profile}@{start}")), device.uuid);
@@ -89,14 +99,14 @@ impl Harness {
         server
             .seed(&serde_json::from_value::<Node>(json!({"metadata": {"name": NODE, "uid": "node-uid-1"}})).unwrap())
             .expect("node");
+        advertise(&server, &sim).await;
+        let labels = json!({ PLUGIN_LABEL.0: PLUGIN_LABEL.1 });
+        server.seed(&ready_pod(PLUGIN_NAMESPACE, "nvidia-device-plugin-0", labels, json!({}), json!({}))).expect("device plugin pod");
         let workloads = Arc::new(Mutex::new(BTreeMap::new()));
         let assignments = SharedAssignments::default();
         let client = server.client();
         let kubelet = tokio::spawn(kubelet(server.clone(), sim.clone(), assignments.clone(), workloads.clone()));
-        let h = Harness { server, client, sim, assignments, devices, workloads, kubelet };
-        h.advertise().await;
-        h.start_device_plugin(0);
-        h
+        Harness { server, client, sim, assignments, devices, workloads, kubelet }
     }
 
     /// Agent settings for tests: tiny waits so that nothing takes long, and a drain timeout
@@ -148,15 +158,22 @@ impl Harness {
         self.workloads.lock().unwrap().insert(format!("{WORKLOADS}/{name}"), Workload { gpu, uuid, pid, placed });
     }
 
-    fn start_device_plugin(&self, generation: u32) {
-        let labels = json!({ PLUGIN_LABEL.0: PLUGIN_LABEL.1 });
-        let pod = ready_pod(PLUGIN_NAMESPACE, &format!("nvidia-device-plugin-{generation}"), labels, json!({}), json!({}));
-        self.server.seed(&pod).expect("device plugin pod");
-    }
-
-    /// Sets the node's allocatable from the simulated GPUs, as a starting device plugin does.
-    async fn advertise(&self) {
-        advertise(&self.server, &self.sim).await;
+    /// Runs a pod that holds the whole of `gpu` (`nvidia.com/gpu`), with a process on it.
+    pub fn run_whole_gpu_pod(&self, name: &str, gpu: GpuIndex, gpu_uuid: &str) {
+        let pod = ready_pod(WORKLOADS, name, json!({}), json!({}), json!({"nvidia.com/gpu": "1"}));
+        self.server.seed(&pod).expect("pod");
+        let pid = self.sim.start_gpu_process(gpu).expect("process");
+        self.assignments.update(|list| {
+            list.push(DeviceAssignment {
+                namespace: WORKLOADS.into(),
+                pod: name.into(),
+                container: "main".into(),
+                resource: "nvidia.com/gpu".into(),
+                device_id: gpu_uuid.into(),
+            })
+        });
+        let placed = PlacedInstance::new("whole-gpu", 0);
+        self.workloads.lock().unwrap().insert(format!("{WORKLOADS}/{name}"), Workload { gpu, uuid: gpu_uuid.into(), pid, placed });
     }
 
     /// Writes the MigNode's spec (creating the MigNode if needed) and returns its generation.
@@ -251,8 +268,22 @@ impl Harness {
         self.workloads.lock().unwrap().keys().map(|k| k.split('/').nth(1).unwrap().to_string()).collect()
     }
 
+    /// Eviction requests for workload pods (the device plugin is restarted by eviction too).
     pub fn evictions(&self) -> usize {
-        self.server.requests().iter().filter(|r| r.resource.as_deref() == Some("pods/eviction")).count()
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| r.resource.as_deref() == Some("pods/eviction") && r.namespace.as_deref() == Some(WORKLOADS))
+            .count()
+    }
+
+    /// Eviction requests for device plugin pods: one per restart.
+    pub fn plugin_restarts(&self) -> usize {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| r.resource.as_deref() == Some("pods/eviction") && r.namespace.as_deref() == Some(PLUGIN_NAMESPACE))
+            .count()
     }
 }
 

@@ -2,12 +2,12 @@
 
 use std::collections::BTreeSet;
 
-use kube::api::DeleteParams;
 use kube::runtime::events::EventType;
 
 use super::conditions;
 use super::cordon::{self, Applied};
 use super::decide::Next;
+use super::drain::{self, EvictionOutcome};
 use super::round::Context;
 use super::runner::{Agent, Outcome, StepError};
 use super::sources::StepPoint;
@@ -217,25 +217,25 @@ impl Agent {
         Ok(Outcome::Continue)
     }
 
+    /// Restarts the device plugin by evicting its pods on this node; their DaemonSet brings
+    /// them back, and a starting plugin enumerates the MIG devices anew. Eviction rather than
+    /// delete: the agent needs no right to delete pods, and a budget on the plugin is honoured.
     async fn restart_device_plugin(&mut self) -> Result<Outcome, StepError> {
         let pods = self.device_plugin_pods().await?;
-        let live: Vec<_> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
-        if live.is_empty() && pods.is_empty() {
+        if pods.is_empty() {
             return Err(StepError::NoDevicePlugin { node: self.cfg.node.clone(), selector: self.cfg.device_plugin_selector.clone() });
         }
-        let mut deleted = BTreeSet::new();
-        for pod in live {
-            let (ns, name) = (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone().unwrap_or_default());
-            match self.pods(&ns).delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
+        let mut restarted = BTreeSet::new();
+        for pod in &pods {
+            if pod.metadata.deletion_timestamp.is_none() {
+                if let EvictionOutcome::Refused { message } = drain::evict(&self.client, pod).await? {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    return Err(StepError::DevicePluginRefused { pod: name, message });
+                }
             }
-            deleted.insert(pod.metadata.uid.clone().unwrap_or_default());
+            restarted.extend(pod.metadata.uid.clone());
         }
-        // Pods already being deleted count as restarted too.
-        deleted.extend(pods.iter().filter(|p| p.metadata.deletion_timestamp.is_some()).filter_map(|p| p.metadata.uid.clone()));
-        self.mem.restarted_plugin = Some(deleted);
+        self.mem.restarted_plugin = Some(restarted);
         Ok(Outcome::Continue)
     }
 
@@ -283,7 +283,7 @@ impl Agent {
             self.uncordon(&cx).await?;
             self.hook(StepPoint::Taken(step)).await;
         }
-        Err(StepError::DrainTimeout { timeout: self.cfg.drain.timeout, waiting })
+        Err(StepError::DrainTimeout { timeout: cx.disruption.settings.timeout, waiting })
     }
 }
 

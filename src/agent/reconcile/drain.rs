@@ -43,11 +43,22 @@ pub enum PodDrain {
     Terminating,
     /// Protected by a do-not-disrupt annotation: never evicted.
     Protected(Blocked),
+    /// The policy allows no evictions: waited for, never evicted.
+    Forbidden { why: String },
     /// May be evicted now.
     Evictable(Box<Pod>),
 }
 
-pub fn classify(pod: Option<Pod>, keys: &[String], now: Timestamp) -> PodDrain {
+impl PodDrain {
+    /// The pod may not be evicted now (so nothing is evicted: see the drain step).
+    pub fn blocks(&self) -> bool {
+        matches!(self, PodDrain::Protected(_) | PodDrain::Forbidden { .. })
+    }
+}
+
+/// Where `pod` stands. `eviction_forbidden` gives the reason when the policy allows no
+/// evictions.
+pub fn classify(pod: Option<Pod>, keys: &[String], now: Timestamp, eviction_forbidden: Option<&str>) -> PodDrain {
     let Some(pod) = pod else { return PodDrain::Gone };
     if pod.metadata.deletion_timestamp.is_some() {
         return PodDrain::Terminating;
@@ -58,8 +69,11 @@ pub fn classify(pod: Option<Pod>, keys: &[String], now: Timestamp) -> PodDrain {
         return PodDrain::Terminating;
     }
     match disruption::evaluate(&pod, keys, now) {
-        Disruption::Allowed => PodDrain::Evictable(Box::new(pod)),
         Disruption::Blocked(b) => PodDrain::Protected(b),
+        Disruption::Allowed => match eviction_forbidden {
+            Some(why) => PodDrain::Forbidden { why: why.to_string() },
+            None => PodDrain::Evictable(Box::new(pod)),
+        },
     }
 }
 
@@ -149,15 +163,17 @@ mod tests {
     fn pods_are_classified_by_presence_deletion_phase_and_protection() {
         let now = Timestamp::UNIX_EPOCH;
         let keys = DrainSettings::default().do_not_disrupt_keys;
-        assert_eq!(classify(None, &keys, now), PodDrain::Gone);
+        assert_eq!(classify(None, &keys, now, None), PodDrain::Gone);
         let mut deleting = pod(&[]);
         deleting.metadata.deletion_timestamp = Some(Time(now));
-        assert_eq!(classify(Some(deleting), &keys, now), PodDrain::Terminating);
+        assert_eq!(classify(Some(deleting), &keys, now, None), PodDrain::Terminating);
         let mut done = pod(&[("geometer.dev/do-not-disrupt", "true")]);
         done.status.as_mut().unwrap().phase = Some("Succeeded".into());
-        assert_eq!(classify(Some(done), &keys, now), PodDrain::Terminating);
-        assert!(matches!(classify(Some(pod(&[("karpenter.sh/do-not-disrupt", "true")])), &keys, now), PodDrain::Protected(_)));
-        assert!(matches!(classify(Some(pod(&[])), &keys, now), PodDrain::Evictable(_)));
+        assert_eq!(classify(Some(done), &keys, now, None), PodDrain::Terminating);
+        assert!(matches!(classify(Some(pod(&[("karpenter.sh/do-not-disrupt", "true")])), &keys, now, None), PodDrain::Protected(_)));
+        assert!(matches!(classify(Some(pod(&[])), &keys, now, None), PodDrain::Evictable(_)));
+        let forbidden = classify(Some(pod(&[])), &keys, now, Some("MigPolicy p allows no evictions"));
+        assert!(forbidden.blocks() && matches!(forbidden, PodDrain::Forbidden { .. }));
     }
 
     #[test]

@@ -22,18 +22,26 @@ impl Agent {
         let mut pause = self.cfg.poll_interval;
         let mut blocked: Vec<String> = Vec::new();
         let mut reason: Option<&'static str> = None;
-        let protected = cx.pods.iter().any(|(_, p)| matches!(p, PodDrain::Protected(_)));
+        let protected = cx.pods.iter().any(|(_, p)| p.blocks());
 
         for (pod_ref, state) in &cx.pods {
             match state {
                 PodDrain::Protected(b) => {
                     blocked.push(format!("{pod_ref}: {}", b.why));
-                    reason = Some("DoNotDisrupt");
+                    reason.get_or_insert("DoNotDisrupt");
                     if let Some(until) = b.until {
                         pause = pause.min(self.clock.until(until));
                     }
                     if self.mem.announced.insert(pod_ref.clone()) {
                         let note = format!("not evicting {pod_ref}: {}; the MIG change waits for it", b.why);
+                        self.warn_about_pod(pod_ref, "DrainBlocked", note).await;
+                    }
+                }
+                PodDrain::Forbidden { why } => {
+                    blocked.push(format!("{pod_ref}: {why}"));
+                    reason.get_or_insert("EvictionNotAllowed");
+                    if self.mem.announced.insert(pod_ref.clone()) {
+                        let note = format!("not evicting {pod_ref}: {why}");
                         self.warn_about_pod(pod_ref, "DrainBlocked", note).await;
                     }
                 }
@@ -88,7 +96,7 @@ impl Agent {
         let g = Some(cx.generation);
         let step = cx.status.step.as_mut().expect("the drain step was recorded");
         step.pod = cx.pods.first().map(|(p, _)| p.clone());
-        let deadline = step.started_at.0.checked_add(SignedDuration::try_from(self.cfg.drain.timeout).unwrap_or(SignedDuration::MAX)).ok();
+        let deadline = step.started_at.0.checked_add(SignedDuration::try_from(cx.disruption.settings.timeout).unwrap_or(SignedDuration::MAX)).ok();
         if let Some(deadline) = deadline {
             pause = pause.min(self.clock.until(deadline).max(Duration::from_millis(1)));
         }
@@ -137,6 +145,7 @@ pub(super) fn waiting_for(cx: &Context) -> String {
             PodDrain::Gone => format!("{pod} (deleted, device not released yet)"),
             PodDrain::Terminating => format!("{pod} (terminating)"),
             PodDrain::Protected(b) => format!("{pod} ({})", b.why),
+            PodDrain::Forbidden { why } => format!("{pod} ({why})"),
             PodDrain::Evictable(_) => format!("{pod} (eviction pending)"),
         })
         .collect();

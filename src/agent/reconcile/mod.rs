@@ -19,6 +19,7 @@ pub mod decide;
 pub mod disruption;
 pub mod drain;
 mod draining;
+pub mod policy;
 mod round;
 mod runner;
 pub mod sources;

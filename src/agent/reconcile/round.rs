@@ -13,6 +13,7 @@ use super::conditions;
 use super::cordon::CordonState;
 use super::decide::{self, Facts};
 use super::drain::{classify, split_pod_ref, PodDrain};
+use super::policy::Disruption;
 use super::runner::{Agent, GpuRules, Outcome, StepError};
 use super::work::{model_of, GpuModels, NodeWork};
 use crate::agent::catalog_check;
@@ -32,6 +33,8 @@ pub(super) struct Context {
     pub pods: Vec<(String, PodDrain)>,
     /// How allocatable differs from the GPUs (empty: it agrees).
     pub mismatches: Vec<String>,
+    /// The rules the drain follows.
+    pub disruption: Disruption,
 }
 
 impl Agent {
@@ -61,7 +64,13 @@ impl Agent {
         let last = status.step.clone();
         let last_action = last.as_ref().map(|s| s.action);
         let failed = status.phase == MigNodePhase::Failed;
-        let pods = self.pods_to_leave(&work, now).await?;
+        let must_leave = !work.pods_to_evict().is_empty() || work.gpus.iter().any(|g| g.busy_without_pod().next().is_some());
+        let disruption = if must_leave || last_action == Some(StepAction::Evict) {
+            self.disruption(&mignode.spec).await
+        } else {
+            Disruption { settings: self.cfg.drain.clone(), eviction_allowed: true, source: "agent flags".into() }
+        };
+        let pods = self.pods_to_leave(&work, &disruption, now).await?;
         let plugin_pods = match last_action {
             Some(StepAction::RestartDevicePlugin | StepAction::WaitForAllocatable) => self.device_plugin_pods().await?,
             _ => Vec::new(),
@@ -72,15 +81,15 @@ impl Agent {
             work: &work,
             cordon,
             last_step: last_action,
-            drain_blocked: pods.iter().any(|(_, p)| matches!(p, PodDrain::Protected(_))),
+            drain_blocked: pods.iter().any(|(_, p)| p.blocks()),
             plugin_restarted: self.mem.restarted_plugin.is_some(),
             advertised: mismatches.is_empty() && fresh_plugin.iter().any(|p| advertise::plugin_ready(p)),
-            expired: self.expired(last.as_ref(), now),
+            expired: self.expired(last.as_ref(), &disruption, now),
             failed,
         };
         let next = decide::next(&facts);
         tracing::debug!(node = %self.cfg.node, ?next, "decided");
-        let cx = Context { node, generation, status, inventory, models, work, cordon, pods, mismatches };
+        let cx = Context { node, generation, status, inventory, models, work, cordon, pods, mismatches, disruption };
         self.take(next, cx).await
     }
 
@@ -187,12 +196,15 @@ impl Agent {
     }
 
     /// The pods that must leave, each looked up in the API now.
-    async fn pods_to_leave(&self, work: &NodeWork, now: Timestamp) -> Result<Vec<(String, PodDrain)>, StepError> {
+    async fn pods_to_leave(&self, work: &NodeWork, disruption: &Disruption, now: Timestamp) -> Result<Vec<(String, PodDrain)>, StepError> {
+        let forbidden = (!disruption.eviction_allowed).then(|| {
+            format!("{} does not allow evictions (spec.disruption.evictionAllowed is false); waiting for the pod to leave", disruption.source)
+        });
         let mut out = Vec::new();
         for pod_ref in work.pods_to_evict() {
             let (namespace, name) = split_pod_ref(&pod_ref);
             let pod = self.pods(namespace).get_opt(name).await?;
-            out.push((pod_ref.clone(), classify(pod, &self.cfg.drain.do_not_disrupt_keys, now)));
+            out.push((pod_ref.clone(), classify(pod, &disruption.settings.do_not_disrupt_keys, now, forbidden.as_deref())));
         }
         Ok(out)
     }
@@ -216,10 +228,10 @@ impl Agent {
     }
 
     /// Whether the recorded wait ran past its timeout.
-    fn expired(&self, last: Option<&AgentStep>, now: Timestamp) -> bool {
+    fn expired(&self, last: Option<&AgentStep>, disruption: &Disruption, now: Timestamp) -> bool {
         let Some(step) = last else { return false };
         let timeout = match step.action {
-            StepAction::Evict => self.cfg.drain.timeout,
+            StepAction::Evict => disruption.settings.timeout,
             StepAction::WaitForAllocatable => self.cfg.advertise_timeout,
             _ => return false,
         };

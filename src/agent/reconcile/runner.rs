@@ -79,6 +79,8 @@ pub enum StepError {
     AdvertiseTimeout { timeout: Duration, mismatches: String },
     #[error("no NVIDIA device plugin pod on node {node} matches the label selector {selector:?}; set --device-plugin-selector to the labels of its DaemonSet's pods")]
     NoDevicePlugin { node: String, selector: String },
+    #[error("the eviction of device plugin pod {pod} (to make it advertise the new slices) was refused: {message}")]
+    DevicePluginRefused { pod: String, message: String },
     #[error("GPU {gpu}: MIG mode was turned on but is pending a GPU reset the driver could not do (something still holds the GPU); it becomes active after `nvidia-smi -r -i {gpu}` on an idle GPU or a reboot")]
     MigModePending { gpu: u32 },
     #[error("GPU {gpu}: instance {instance} is in use ({user}); it is never destroyed while in use")]
@@ -103,6 +105,7 @@ impl StepError {
             StepError::DrainTimeout { .. } => "DrainTimeout",
             StepError::AdvertiseTimeout { .. } => "AdvertiseTimeout",
             StepError::NoDevicePlugin { .. } => "NoDevicePlugin",
+            StepError::DevicePluginRefused { .. } => "DevicePluginRestartRefused",
             StepError::MigModePending { .. } => "MigModePendingReset",
             StepError::InUse { .. } => "InstanceInUse",
             StepError::Placement { .. } => "PlacementUnknown",

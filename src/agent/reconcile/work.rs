@@ -242,7 +242,7 @@ mod tests {
     #[test]
     fn instances_in_both_geometries_stay_and_creates_come_largest_first() {
         let have = h100(0, vec![instance("3g.40gb", 0, 4, 1, Some("ml/keep")), instance("1g.10gb", 4, 1, 2, None)]);
-        let work = NodeWork::plan(&[want(0, &[("3g.40gb", 0), ("1g.10gb", 6), ("2g.20gb", 4)])], &[have.clone()], &models(&[have])).unwrap();
+        let work = NodeWork::plan(&[want(0, &[("3g.40gb", 0), ("1g.10gb", 6), ("2g.20gb", 4)])], std::slice::from_ref(&have), &models(std::slice::from_ref(&have))).unwrap();
         let gpu = &work.gpus[0];
         assert_eq!(gpu.keep.iter().map(|i| i.gpu_instance_id).collect::<Vec<_>>(), vec![1]);
         assert_eq!(gpu.destroy.iter().map(|i| i.gpu_instance_id).collect::<Vec<_>>(), vec![2]);
@@ -257,7 +257,7 @@ mod tests {
     #[test]
     fn only_adding_instances_needs_no_cordon() {
         let have = h100(0, vec![instance("3g.40gb", 0, 4, 1, Some("ml/a"))]);
-        let work = NodeWork::plan(&[want(0, &[("3g.40gb", 0), ("3g.40gb", 4)])], &[have.clone()], &models(&[have])).unwrap();
+        let work = NodeWork::plan(&[want(0, &[("3g.40gb", 0), ("3g.40gb", 4)])], std::slice::from_ref(&have), &models(std::slice::from_ref(&have))).unwrap();
         assert!(!work.needs_cordon());
         assert_eq!(work.gpus[0].create, vec![PlacedInstance::new("3g.40gb", 4)]);
     }
@@ -296,7 +296,7 @@ mod tests {
     fn a_gpu_named_by_its_nvml_product_name_is_found_in_the_catalog() {
         let mut have = h100(0, vec![instance("3g.40gb", 0, 4, 1, None)]);
         have.model = "NVIDIA H100 80GB HBM3".into();
-        let work = NodeWork::plan(&[want(0, &[("3g.40gb", 0)])], &[have.clone()], &models(&[have])).unwrap();
+        let work = NodeWork::plan(&[want(0, &[("3g.40gb", 0)])], std::slice::from_ref(&have), &models(std::slice::from_ref(&have))).unwrap();
         assert!(work.is_done(), "{work:?}");
     }
 
@@ -305,7 +305,7 @@ mod tests {
         let mut have = h100(0, vec![]);
         have.mig_mode = MigModeStatus { current: false, pending: false };
         have.pod = Some("ml/whole".into());
-        let work = NodeWork::plan(&[want(0, &[("7g.80gb", 0)])], &[have.clone()], &models(&[have])).unwrap();
+        let work = NodeWork::plan(&[want(0, &[("7g.80gb", 0)])], std::slice::from_ref(&have), &models(std::slice::from_ref(&have))).unwrap();
         let gpu = &work.gpus[0];
         assert!(gpu.enable_mig && gpu.needs_cordon());
         assert_eq!(gpu.pods_to_evict(), vec!["ml/whole".to_string()]);
@@ -315,7 +315,7 @@ mod tests {
     #[test]
     fn instances_the_catalog_cannot_name_go() {
         let have = h100(0, vec![instance("9g.99gb", 0, 8, 1, None)]);
-        let work = NodeWork::plan(&[want(0, &[])], &[have.clone()], &models(&[have])).unwrap();
+        let work = NodeWork::plan(&[want(0, &[])], std::slice::from_ref(&have), &models(std::slice::from_ref(&have))).unwrap();
         assert_eq!(work.gpus[0].destroy.len(), 1);
     }
 
