@@ -19,7 +19,7 @@ use deploy_support::rbac::{Access, Authorizer, Permission};
 use deploy_support::{kubectl_available, kustomizations, render};
 use geometer::agent::reconcile::backoff::Backoff;
 use geometer::agent::reconcile::Agent;
-use geometer::api::{MigNode, MigNodeStatus};
+use geometer::api::{MigNode, MigNodeStatus, MigPlan, MigPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::DeleteParams;
 use kube::Api;
@@ -57,6 +57,18 @@ async fn agent_scenarios() -> BTreeSet<Access> {
     }))
     .unwrap();
     h.server.seed(&pdb).unwrap();
+    // The drain follows the rules of the policy behind the plan the MigNode spec names.
+    let policy: MigPolicy = serde_json::from_value(json!({
+        "apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy", "metadata": {"name": "pool"},
+        "spec": {"mode": "Auto", "disruption": {"evictionAllowed": true}},
+    }))
+    .unwrap();
+    let plan: MigPlan = serde_json::from_value(json!({
+        "apiVersion": "geometer.dev/v1alpha1", "kind": "MigPlan", "metadata": {"name": "plan-1"}, "spec": {"policy": "pool"},
+    }))
+    .unwrap();
+    h.server.seed(&policy).unwrap();
+    h.server.seed(&plan).unwrap();
     let agent = spawn_signed_agent(&h, h.config());
     h.wait_for("the agent creates its MigNode", |h| h.server.object::<MigNode>("", NODE)).await;
     let generation = h.set_spec(&[(0, &[("4g.40gb", 0), ("3g.40gb", 4)])]).await;

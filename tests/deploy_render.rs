@@ -1,6 +1,6 @@
 //! `kubectl kustomize` renders deploy/base and every overlay; every rendered object parses as
 //! its Kubernetes type without losing a field; the pieces fit together (selectors, ports,
-//! arguments the real CLI accepts, the agent's RoleBinding where its device plugin runs).
+//! arguments the real CLI accepts, the default policy and the agent on the same nodes).
 //! Skips, saying so, without kubectl.
 
 mod deploy_support;
@@ -101,13 +101,12 @@ fn every_kustomization_has_crds_namespace_controller_and_agent() {
         object(&objects, "Namespace", "geometer-system");
         for o in objects.iter().filter(|o| o["metadata"]["namespace"].is_string()) {
             let ns = o["metadata"]["namespace"].as_str().unwrap();
-            // Only the agent's device-plugin RoleBinding lives outside geometer-system.
-            assert!(
-                ns == "geometer-system" || (o["kind"] == "RoleBinding" && o["metadata"]["name"] == "geometer-agent-device-plugin-restart"),
-                "{dir}: {} {} is in namespace {ns}",
-                o["kind"],
-                o["metadata"]["name"]
-            );
+            assert_eq!(ns, "geometer-system", "{dir}: {} {} is outside Geometer's namespace", o["kind"], o["metadata"]["name"]);
+        }
+        for kind in ["MigPolicy", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Namespace"] {
+            for o in objects.iter().filter(|o| o["kind"] == kind) {
+                assert!(o["metadata"]["namespace"].is_null(), "{dir}: cluster-scoped {kind} {} has a namespace", o["metadata"]["name"]);
+            }
         }
         for crd in objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition") {
             let parsed: CustomResourceDefinition = serde_json::from_value(crd.clone()).unwrap();
@@ -202,21 +201,6 @@ fn container_arguments_are_accepted_by_the_geometer_cli() {
 }
 
 #[test]
-fn agent_may_restart_the_device_plugin_where_it_looks_for_it() {
-    if !kubectl_available() {
-        return;
-    }
-    for dir in kustomizations() {
-        let objects = render(&dir);
-        let agent_args = args(object(&objects, "DaemonSet", "geometer-agent"));
-        let ns = flag(&agent_args, "--device-plugin-namespace")
-            .unwrap_or_else(|| panic!("{dir}: the agent must be told the device plugin's namespace (its delete right is namespaced)"));
-        let binding = object(&objects, "RoleBinding", "geometer-agent-device-plugin-restart");
-        assert_eq!(binding["metadata"]["namespace"], ns, "{dir}: the agent looks for the device plugin in {ns}, but may only delete pods in {}", binding["metadata"]["namespace"]);
-    }
-}
-
-#[test]
 fn gpu_operator_overlay_uses_the_operators_device_plugin_and_keeps_mig_manager_off_geometers_nodes() {
     if !kubectl_available() {
         return;
@@ -227,11 +211,8 @@ fn gpu_operator_overlay_uses_the_operators_device_plugin_and_keeps_mig_manager_o
     let overlay_args = args(agent);
     assert_eq!(flag(&overlay_args, "--device-plugin-namespace"), Some("gpu-operator"));
     assert_eq!(flag(&overlay_args, "--device-plugin-selector"), Some("app=nvidia-device-plugin-daemonset"));
-    // The overlay restates the argument list; it must not drop what the base passes.
     for arg in args(object(&base, "DaemonSet", "geometer-agent")) {
-        if !arg.starts_with("--device-plugin-") {
-            assert!(overlay_args.contains(&arg), "the gpu-operator overlay drops the base agent argument {arg}");
-        }
+        assert!(overlay_args.contains(&arg), "the gpu-operator overlay drops the base agent argument {arg}");
     }
     let node_selector = &agent["spec"]["template"]["spec"]["nodeSelector"];
     assert_eq!(node_selector["nvidia.com/gpu.deploy.mig-manager"], "false", "mig-manager's DaemonSet selects =true: one owner per node");
