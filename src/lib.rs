@@ -9,6 +9,7 @@ pub mod api;
 pub mod apiserver;
 pub mod cli;
 pub mod controller;
+pub mod interop;
 pub mod sim;
 pub mod cli;
 pub mod demo;

@@ -82,11 +82,16 @@ pub struct RecordedRequest {
     pub path: String,
     pub query: String,
     pub verb: Option<Verb>,
+    /// API group of the resource, `""` for the core group; None for non-resource paths.
+    pub group: Option<String>,
     /// `pods`, `pods/eviction`, ...; None for discovery and other non-resource paths.
     pub resource: Option<String>,
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub status: u16,
+    /// The User-Agent header: tells apart the clients sharing one server (e.g. to check each
+    /// component's RBAC against the calls it made).
+    pub user_agent: String,
 }
 
 const REQUEST_LOG_LIMIT: usize = 10_000;

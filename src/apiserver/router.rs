@@ -54,10 +54,15 @@ pub async fn handle(inner: &Arc<Inner>, req: http::Request<Bytes>) -> http::Resp
         path: req.path.clone(),
         query: req.raw_query.clone(),
         verb,
+        group: match &req.target {
+            Target::Resource(rp) => Some(rp.group.clone()),
+            _ => None,
+        },
         resource: (!resource.is_empty()).then_some(resource),
         namespace,
         name,
         status: resp.status().as_u16(),
+        user_agent: req.user_agent.clone(),
     });
     resp
 }

@@ -15,6 +15,7 @@ pub mod catalog;
 pub mod crds;
 pub mod demo;
 pub mod geometry;
+pub mod migparted;
 pub mod output;
 pub mod plan;
 pub mod simulate;
@@ -45,6 +46,8 @@ pub enum Command {
     Approve(approve::ApproveArgs),
     /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
     Apiserver(apiserver::ApiserverArgs),
+    /// Convert between NVIDIA mig-parted configs and Geometer's MigNodes, MigPlans and MigPolicies.
+    Migparted(migparted::MigpartedArgs),
     /// Replay a workload trace on a simulated cluster and compare allocation strategies.
     Simulate(simulate::SimulateArgs),
     /// Run Geometer end to end on a simulated GPU cluster with a shifting workload.
@@ -73,6 +76,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Agent(args) => output::finish(agent::run(args)),
         Command::Approve(args) => output::finish(approve::run(args)),
         Command::Apiserver(args) => apiserver::run(args),
+        Command::Migparted(args) => output::finish(migparted::run(args)),
         Command::Simulate(args) => output::finish(simulate::run(args)),
         Command::Demo(args) => output::finish(demo::run(args)),
     }
