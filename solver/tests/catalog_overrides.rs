@@ -258,3 +258,12 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_file_can_make_an_unplaceable_gpu_placeable() {
+    let text = NEW_GPU.replace("X100-16GB", "RTX-PRO-5000");
+    let cat = Catalog::builtin().with_overrides(Catalog::from_yaml(&text).unwrap());
+    assert_eq!(key_of(&cat, "RTX PRO 5000"), Some("RTX-PRO-5000"));
+    assert!(cat.find_unplaceable("RTX PRO 5000").is_none());
+    assert!(cat.find_unplaceable("RTX-PRO-4500").is_some());
+}
