@@ -5,5 +5,7 @@
 
 pub mod agent;
 pub mod api;
-pub mod cli;
 pub mod apiserver;
+pub mod cli;
+pub mod controller;
+pub mod sim;

@@ -6,3 +6,4 @@ pub mod inventory;
 pub mod nvml;
 pub mod pod_resources;
 pub mod probe;
+pub mod reconcile;

@@ -22,6 +22,9 @@ pub enum AgentCommand {
     /// its possible placements, existing instances) and where the catalog disagrees. Read-only:
     /// never changes MIG mode or geometry.
     Probe(ProbeArgs),
+    /// Run the node agent: carry out this node's MigNode spec on its GPUs (cordon, drain,
+    /// repartition, re-advertise, uncordon), resuming from MigNode status after a restart.
+    Run(super::agent_run::RunArgs),
 }
 
 #[derive(Debug, Args)]
@@ -39,6 +42,7 @@ pub struct ProbeArgs {
 pub fn run(args: AgentArgs) -> Result<(), Failure> {
     match args.command {
         AgentCommand::Probe(args) => run_probe(args),
+        AgentCommand::Run(args) => super::agent_run::run(args),
     }
 }
 

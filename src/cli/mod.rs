@@ -8,11 +8,14 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod agent;
+pub mod agent_run;
+pub mod apiserver;
+pub mod approve;
 pub mod catalog;
 pub mod crds;
 pub mod geometry;
 pub mod output;
-pub mod apiserver;
+pub mod simulate;
 
 #[derive(Debug, Parser)]
 #[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
@@ -34,8 +37,12 @@ pub enum Command {
     Crds(crds::CrdsArgs),
     /// The node agent; `probe` prints what NVML reports on this machine.
     Agent(agent::AgentArgs),
+    /// Approve a MigPlan of a policy in Approve mode (sets spec.approved: true).
+    Approve(approve::ApproveArgs),
     /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
     Apiserver(apiserver::ApiserverArgs),
+    /// Replay a workload trace on a simulated cluster and compare allocation strategies.
+    Simulate(simulate::SimulateArgs),
 }
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
@@ -56,7 +63,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Geometry(args) => output::finish(geometry::run(args)),
         Command::Crds(args) => output::finish(crds::run(args)),
         Command::Agent(args) => output::finish(agent::run(args)),
+        Command::Approve(args) => output::finish(approve::run(args)),
         Command::Apiserver(args) => apiserver::run(args),
+        Command::Simulate(args) => output::finish(simulate::run(args)),
     }
 }
 

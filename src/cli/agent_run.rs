@@ -1,0 +1,168 @@
+//! `geometer agent run`: the node agent's daemon. Watches its MigNode and Node, and carries
+//! out the MigNode's desired geometry on this node's GPUs (see `crate::agent::reconcile`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use clap::Args;
+
+use super::catalog::CatalogSource;
+use super::output::Failure;
+use crate::agent::nvml::real::{RealNvml, NVML_LIBRARY};
+use crate::agent::nvml::sim::SimNvml;
+use crate::agent::nvml::NvmlBackend;
+use crate::agent::pod_resources::DEFAULT_SOCKET;
+use crate::agent::reconcile::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR;
+use crate::agent::reconcile::disruption::{parse_go_duration, DEFAULT_KEYS};
+use crate::agent::reconcile::{Agent, AgentConfig, DeviceAssignments, KubeletPodResources, SharedAssignments};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Node this agent manages; its MigNode has the same name. In the DaemonSet this comes from
+    /// the downward API (`spec.nodeName`).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node: String,
+    #[command(flatten)]
+    pub catalog: CatalogSource,
+    /// Use simulated GPUs instead of NVML, e.g. `H100-80GB:8` (repeatable; any catalog key, PCI
+    /// id or NVML name). Without `--pod-resources-socket` no device counts as in use.
+    #[arg(long, value_name = "MODEL:COUNT")]
+    pub simulate: Vec<String>,
+    /// NVML library to load (real backend only).
+    #[arg(long, value_name = "PATH", default_value = NVML_LIBRARY)]
+    pub nvml_library: String,
+    /// The kubelet's PodResources socket, which says which pod holds which device [default:
+    /// /var/lib/kubelet/pod-resources/kubelet.sock, none with --simulate].
+    #[arg(long, value_name = "PATH")]
+    pub pod_resources_socket: Option<PathBuf>,
+    /// Label selector of the NVIDIA device plugin pods, restarted after a change so that they
+    /// advertise the new slices.
+    #[arg(long, value_name = "SELECTOR", default_value = DEFAULT_DEVICE_PLUGIN_SELECTOR)]
+    pub device_plugin_selector: String,
+    /// Namespace of the device plugin pods [default: any].
+    #[arg(long, value_name = "NAMESPACE")]
+    pub device_plugin_namespace: Option<String>,
+    /// Longest wait for pods to leave before a change fails (Go duration: 30s, 10m, 1h).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration)]
+    pub drain_timeout: Duration,
+    /// Pod annotation that forbids evicting the pod (value "true", or a duration since the pod
+    /// started). Repeat for several; replaces the defaults.
+    #[arg(long = "do-not-disrupt-annotation", value_name = "KEY", default_values_t = DEFAULT_KEYS.map(String::from))]
+    pub do_not_disrupt_annotations: Vec<String>,
+    /// Longest wait for the node's allocatable to show new slices after the device plugin
+    /// restart before it is restarted again.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = duration)]
+    pub advertise_timeout: Duration,
+    /// How often the GPUs and the kubelet are read again when nothing watched changes.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    pub poll_interval: Duration,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    parse_go_duration(text).ok_or_else(|| format!("{text:?} is not a duration; write it like 30s, 10m or 1h30m"))
+}
+
+/// `MODEL:COUNT` from `--simulate`.
+fn simulated_gpus(specs: &[String]) -> Result<Vec<(String, u32)>, Failure> {
+    specs
+        .iter()
+        .map(|spec| {
+            let (model, count) = spec.rsplit_once(':').ok_or_else(|| {
+                Failure::bad_input(anyhow!("--simulate {spec:?}: expected MODEL:COUNT, e.g. H100-80GB:8"))
+            })?;
+            let count: u32 = count
+                .parse()
+                .ok()
+                .filter(|&c| c > 0)
+                .ok_or_else(|| Failure::bad_input(anyhow!("--simulate {spec:?}: the count {count:?} must be a whole number above 0")))?;
+            Ok((model.to_string(), count))
+        })
+        .collect()
+}
+
+pub fn run(args: RunArgs) -> Result<(), Failure> {
+    let catalog = args.catalog.load()?;
+    let sims = simulated_gpus(&args.simulate)?;
+    let nvml: Arc<dyn NvmlBackend> = if sims.is_empty() {
+        Arc::new(RealNvml::init_with_library(&args.nvml_library).map_err(|e| Failure::internal(anyhow!(e)))?)
+    } else {
+        let sim = SimNvml::with_catalog(args.node.clone(), catalog.clone());
+        for (model, count) in &sims {
+            for _ in 0..*count {
+                sim.add_gpu(model).map_err(|e| Failure::bad_input(anyhow!("--simulate {model}:{count}: {e}")))?;
+            }
+        }
+        Arc::new(sim)
+    };
+    let devices: Arc<dyn DeviceAssignments> = match (&args.pod_resources_socket, sims.is_empty()) {
+        (Some(path), _) => Arc::new(KubeletPodResources::new(path)),
+        (None, true) => Arc::new(KubeletPodResources::new(DEFAULT_SOCKET)),
+        (None, false) => Arc::new(SharedAssignments::default()),
+    };
+    let mut cfg = AgentConfig::new(args.node.clone());
+    cfg.catalog = Arc::new(catalog);
+    cfg.drain.timeout = args.drain_timeout;
+    cfg.drain.do_not_disrupt_keys = args.do_not_disrupt_annotations;
+    cfg.device_plugin_selector = args.device_plugin_selector;
+    cfg.device_plugin_namespace = args.device_plugin_namespace;
+    cfg.advertise_timeout = args.advertise_timeout;
+    cfg.poll_interval = args.poll_interval;
+
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime").map_err(Failure::internal)?;
+    runtime.block_on(async move {
+        let client = kube::Client::try_default()
+            .await
+            .context("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG)")
+            .map_err(Failure::internal)?;
+        tracing::info!(node = %cfg.node, simulated = !sims.is_empty(), "geometer agent starting");
+        let agent = Agent::new(cfg, client, nvml, devices);
+        tokio::select! {
+            _ = agent.run() => Ok(()),
+            _ = shutdown() => {
+                tracing::info!("shutting down; the next agent resumes from MigNode status");
+                Ok(())
+            }
+        }
+    })
+}
+
+/// SIGTERM (the kubelet stopping the pod) or Ctrl-C. Stopping between awaits is safe: every
+/// step was recorded before it was taken.
+async fn shutdown() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simulate_specs_parse_and_bad_ones_name_the_flag() {
+        assert_eq!(simulated_gpus(&["H100-80GB:8".into()]).unwrap(), vec![("H100-80GB".to_string(), 8)]);
+        assert_eq!(simulated_gpus(&["10de:2330:2".into()]).unwrap(), vec![("10de:2330".to_string(), 2)]);
+        for bad in ["H100-80GB", "H100-80GB:0", "H100-80GB:x"] {
+            let err = simulated_gpus(&[bad.into()]).unwrap_err();
+            assert_eq!(err.code, 2);
+            assert!(err.error.unwrap().to_string().contains("--simulate"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations_use_go_syntax() {
+        assert_eq!(duration("10m"), Ok(Duration::from_secs(600)));
+        assert!(duration("ten minutes").unwrap_err().contains("30s"));
+    }
+}

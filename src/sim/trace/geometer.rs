@@ -1,0 +1,313 @@
+//! Geometer's own trace format, in CSV or YAML (the README's "Simulator" section documents it).
+//!
+//! CSV header (any column order; only `name` and `arrival_s` are required):
+//! `name,arrival_s,duration_s,mig,num_gpu,gpu_milli,cpu_milli,memory_mib,priority,gpu_models,nodes,do_not_disrupt`
+//!
+//! `mig` is `1g.10gb`, `1g.10gb*2` or `1g.10gb*2|3g.40gb`; lists are `|`-separated.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+
+use super::records::{Row, Table};
+use super::{seconds_to_millis, GpuRequest, Trace, TraceError, TracePod};
+
+const COLUMNS: &[&str] = &[
+    "name",
+    "arrival_s",
+    "duration_s",
+    "mig",
+    "num_gpu",
+    "gpu_milli",
+    "cpu_milli",
+    "memory_mib",
+    "priority",
+    "gpu_models",
+    "nodes",
+    "do_not_disrupt",
+];
+
+/// Reads a trace; YAML when the file name ends in `.yaml`/`.yml` or the text starts like YAML.
+pub fn parse(file: &str, text: &str) -> Result<Trace, TraceError> {
+    let lower = file.to_ascii_lowercase();
+    let first = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).unwrap_or("");
+    if lower.ends_with(".yaml") || lower.ends_with(".yml") || first.starts_with("pods:") || first == "---" {
+        parse_yaml(file, text)
+    } else {
+        parse_csv(file, text)
+    }
+}
+
+pub fn parse_csv(file: &str, text: &str) -> Result<Trace, TraceError> {
+    let table = Table::parse(file, text)?;
+    table.require("name")?;
+    table.require("arrival_s")?;
+    if !table.has("mig") && !table.has("num_gpu") {
+        table.require("mig")?;
+    }
+    let mut pods = Vec::new();
+    for row in table.rows() {
+        pods.push(pod_from_row(&row)?);
+    }
+    finish(file, pods)
+}
+
+fn pod_from_row(row: &Row<'_, '_>) -> Result<TracePod, TraceError> {
+    let name = row.get("name");
+    if name.is_empty() {
+        return Err(row.error("name", "is required"));
+    }
+    let mig = row.get("mig");
+    let num_gpu = row.get("num_gpu");
+    let request = match (mig.is_empty(), num_gpu.is_empty()) {
+        (false, false) => return Err(row.error("mig", "give either mig or num_gpu/gpu_milli, not both")),
+        (true, true) => return Err(row.error("mig", "one of mig or num_gpu is required")),
+        (false, true) => GpuRequest::Mig(parse_mig(mig).map_err(|reason| row.error("mig", reason))?),
+        (true, false) => GpuRequest::Share {
+            num_gpu: row.number("num_gpu", None)?,
+            gpu_milli: row.number("gpu_milli", Some(1000))?,
+        },
+    };
+    check_request(&request).map_err(|(field, reason)| row.error(field, reason))?;
+    let do_not_disrupt = match row.get("do_not_disrupt").to_ascii_lowercase().as_str() {
+        "" | "false" | "no" | "0" => false,
+        "true" | "yes" | "1" => true,
+        _ => return Err(row.error("do_not_disrupt", "must be true or false")),
+    };
+    Ok(TracePod {
+        name: name.to_string(),
+        arrival: row.seconds("arrival_s")?.ok_or_else(|| row.error("arrival_s", "is required"))?,
+        duration: row.seconds("duration_s")?,
+        request,
+        cpu_milli: row.number("cpu_milli", Some(0))?,
+        memory_mib: row.number("memory_mib", Some(0))?,
+        priority: row.number("priority", Some(0))?,
+        gpu_models: row.list("gpu_models"),
+        nodes: row.list("nodes"),
+        do_not_disrupt,
+    })
+}
+
+/// `1g.10gb*2|3g.40gb` into `[("1g.10gb", 2), ("3g.40gb", 1)]`, merging repeats.
+fn parse_mig(text: &str) -> Result<Vec<(String, u32)>, String> {
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    for item in text.split('|').map(str::trim) {
+        let (profile, count) = match item.split_once('*') {
+            Some((p, c)) => (p.trim(), c.trim().parse::<u32>().map_err(|_| format!("count in {item:?} is not a whole number"))?),
+            None => (item, 1),
+        };
+        if profile.is_empty() {
+            return Err(format!("item {item:?} has no profile name"));
+        }
+        let total = counts.entry(profile.to_string()).or_default();
+        *total = total.saturating_add(count);
+    }
+    Ok(counts.into_iter().collect())
+}
+
+/// Checks the request's shape; on error returns the field to blame and why.
+fn check_request(request: &GpuRequest) -> Result<(), (&'static str, String)> {
+    match request {
+        GpuRequest::Mig(items) => {
+            let total: u64 = items.iter().map(|(_, c)| u64::from(*c)).sum();
+            if items.iter().any(|(_, c)| *c == 0) {
+                return Err(("mig", "every count must be at least 1".into()));
+            }
+            if total > 64 {
+                return Err(("mig", format!("asks for {total} instances; at most 64 per pod")));
+            }
+        }
+        GpuRequest::Share { num_gpu, gpu_milli } => {
+            if *num_gpu == 0 || *num_gpu > 64 {
+                return Err(("num_gpu", "must be between 1 and 64 (CPU-only pods are not GPU demand)".into()));
+            }
+            if *gpu_milli == 0 || *gpu_milli > 1000 {
+                return Err(("gpu_milli", "must be between 1 and 1000 thousandths of a GPU".into()));
+            }
+            if *gpu_milli < 1000 && *num_gpu > 1 {
+                return Err(("gpu_milli", "a share below 1000 is only valid with num_gpu 1".into()));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct YamlTrace {
+    pods: Vec<YamlPod>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct YamlPod {
+    name: String,
+    arrival_s: f64,
+    #[serde(default)]
+    duration_s: Option<f64>,
+    #[serde(default)]
+    mig: Option<BTreeMap<String, u32>>,
+    #[serde(default)]
+    num_gpu: Option<u32>,
+    #[serde(default)]
+    gpu_milli: Option<u32>,
+    #[serde(default)]
+    cpu_milli: u64,
+    #[serde(default)]
+    memory_mib: u64,
+    #[serde(default)]
+    priority: i32,
+    #[serde(default)]
+    gpu_models: Vec<String>,
+    #[serde(default)]
+    nodes: Vec<String>,
+    #[serde(default)]
+    do_not_disrupt: bool,
+}
+
+pub fn parse_yaml(file: &str, text: &str) -> Result<Trace, TraceError> {
+    let doc: YamlTrace =
+        serde_saphyr::from_str(text).map_err(|e| TraceError::Yaml { file: file.into(), reason: e.to_string() })?;
+    let mut pods = Vec::with_capacity(doc.pods.len());
+    for (i, p) in doc.pods.into_iter().enumerate() {
+        let field = |field: &str, value: String, reason: String| TraceError::Field {
+            file: file.into(),
+            line: i + 1,
+            field: format!("pods[{i}].{field}"),
+            value,
+            reason,
+        };
+        let request = match (p.mig, p.num_gpu) {
+            (Some(_), Some(_)) => return Err(field("mig", p.name, "give either mig or num_gpu/gpu_milli, not both".into())),
+            (None, None) => return Err(field("mig", p.name, "one of mig or num_gpu is required".into())),
+            (Some(mig), None) => GpuRequest::Mig(mig.into_iter().collect()),
+            (None, Some(num_gpu)) => GpuRequest::Share { num_gpu, gpu_milli: p.gpu_milli.unwrap_or(1000) },
+        };
+        check_request(&request).map_err(|(f, reason)| field(f, format!("{request:?}"), reason))?;
+        let arrival = seconds_to_millis(&p.arrival_s.to_string()).map_err(|r| field("arrival_s", p.arrival_s.to_string(), r))?;
+        let duration = match p.duration_s {
+            Some(d) => Some(seconds_to_millis(&d.to_string()).map_err(|r| field("duration_s", d.to_string(), r))?),
+            None => None,
+        };
+        if p.name.trim().is_empty() {
+            return Err(field("name", p.name, "is required".into()));
+        }
+        pods.push(TracePod {
+            name: p.name,
+            arrival,
+            duration,
+            request,
+            cpu_milli: p.cpu_milli,
+            memory_mib: p.memory_mib,
+            priority: p.priority,
+            gpu_models: p.gpu_models,
+            nodes: p.nodes,
+            do_not_disrupt: p.do_not_disrupt,
+        });
+    }
+    finish(file, pods)
+}
+
+/// Unique names, pods in arrival order (stable, so equal arrivals keep file order).
+fn finish(file: &str, mut pods: Vec<TracePod>) -> Result<Trace, TraceError> {
+    let mut seen = HashSet::new();
+    for p in &pods {
+        if !seen.insert(p.name.as_str()) {
+            return Err(TraceError::Invalid { file: file.into(), reason: format!("pod name {:?} appears twice", p.name) });
+        }
+    }
+    if pods.is_empty() {
+        return Err(TraceError::Invalid { file: file.into(), reason: "the trace has no pods".into() });
+    }
+    pods.sort_by_key(|p| p.arrival);
+    Ok(Trace { pods, notes: Vec::new() })
+}
+
+fn seconds(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        (ms / 1000).to_string()
+    } else {
+        format!("{}.{:03}", ms / 1000, ms % 1000)
+    }
+}
+
+/// Writes a trace in the CSV format `parse_csv` reads.
+pub fn to_csv(trace: &Trace) -> String {
+    let mut out = COLUMNS.join(",");
+    out.push('\n');
+    for p in &trace.pods {
+        let (mig, num_gpu, gpu_milli) = match &p.request {
+            GpuRequest::Mig(items) => {
+                let text: Vec<String> =
+                    items.iter().map(|(n, c)| if *c == 1 { n.clone() } else { format!("{n}*{c}") }).collect();
+                (text.join("|"), String::new(), String::new())
+            }
+            GpuRequest::Share { num_gpu, gpu_milli } => (String::new(), num_gpu.to_string(), gpu_milli.to_string()),
+        };
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            p.name,
+            seconds(p.arrival),
+            p.duration.map(seconds).unwrap_or_default(),
+            mig,
+            num_gpu,
+            gpu_milli,
+            p.cpu_milli,
+            p.memory_mib,
+            p.priority,
+            p.gpu_models.join("|"),
+            p.nodes.join("|"),
+            p.do_not_disrupt,
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CSV: &str = "name,arrival_s,duration_s,mig,num_gpu,gpu_milli,priority,do_not_disrupt,gpu_models\n\
+        a,0,10,1g.10gb*2|3g.40gb,,,5,true,A100-80GB|H100-80GB\n\
+        b,1.5,,,1,470,0,,\n";
+
+    #[test]
+    fn csv_round_trips() {
+        let t = parse("t.csv", CSV).unwrap();
+        assert_eq!(t.pods.len(), 2);
+        assert_eq!(t.pods[0].request, GpuRequest::Mig(vec![("1g.10gb".into(), 2), ("3g.40gb".into(), 1)]));
+        assert_eq!(t.pods[0].gpu_models, ["A100-80GB", "H100-80GB"]);
+        assert!(t.pods[0].do_not_disrupt);
+        assert_eq!(t.pods[1].arrival, 1500);
+        assert_eq!(t.pods[1].duration, None);
+        assert_eq!(t.pods[1].request, GpuRequest::Share { num_gpu: 1, gpu_milli: 470 });
+        let again = parse("t.csv", &to_csv(&t)).unwrap();
+        assert_eq!(again, t);
+    }
+
+    #[test]
+    fn yaml_reads_the_same_pods() {
+        let yaml = "pods:\n- name: a\n  arrival_s: 0\n  duration_s: 10\n  mig: {1g.10gb: 2, 3g.40gb: 1}\n  priority: 5\n  do_not_disrupt: true\n  gpu_models: [A100-80GB, H100-80GB]\n- name: b\n  arrival_s: 1.5\n  num_gpu: 1\n  gpu_milli: 470\n";
+        assert_eq!(parse("t.yaml", yaml).unwrap(), parse("t.csv", CSV).unwrap());
+    }
+
+    #[test]
+    fn errors_name_field_and_value() {
+        let e = parse("t.csv", "name,arrival_s,mig\na,-1,1g.10gb\n").unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("\"arrival_s\"") && e.contains("\"-1\""), "{e}");
+        let e = parse("t.csv", "name,arrival_s,num_gpu,gpu_milli\na,0,2,500\n").unwrap_err().to_string();
+        assert!(e.contains("\"gpu_milli\"") && e.contains("\"500\""), "{e}");
+        let e = parse("t.csv", "name,arrival_s,mig\na,0,1g.10gb*x\n").unwrap_err().to_string();
+        assert!(e.contains("\"mig\"") && e.contains("1g.10gb*x"), "{e}");
+        let e = parse("t.csv", "name,mig\na,1g.10gb\n").unwrap_err().to_string();
+        assert!(e.contains("missing column \"arrival_s\""), "{e}");
+        let e = parse("t.csv", "name,arrival_s,mig\na,0\n").unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("2 fields"), "{e}");
+        let e = parse("t.yaml", "pods:\n- name: a\n  arrival_s: 0\n  gpus: 1\n").unwrap_err().to_string();
+        assert!(e.contains("gpus"), "{e}");
+        let e = parse("t.csv", "name,arrival_s,mig\na,0,1g.10gb\na,1,1g.10gb\n").unwrap_err().to_string();
+        assert!(e.contains("\"a\" appears twice"), "{e}");
+    }
+}

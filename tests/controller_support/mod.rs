@@ -1,0 +1,4 @@
+//! Shared by the controller's integration tests.
+#![allow(dead_code)]
+
+pub mod mock_api;

@@ -1,0 +1,83 @@
+//! `geometer simulate` end to end: generated trace in, table and files out, exit codes.
+
+use std::process::Command;
+
+fn geometer() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_geometer"))
+}
+
+fn generated_trace(dir: &std::path::Path, pods: usize) -> std::path::PathBuf {
+    let out = geometer().args(["simulate", "--generate", &pods.to_string(), "--seed", "3"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let path = dir.join("trace.csv");
+    std::fs::write(&path, &out.stdout).unwrap();
+    path
+}
+
+#[test]
+fn writes_table_csv_and_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = generated_trace(dir.path(), 60);
+    let out_dir = dir.path().join("out");
+    let out = geometer()
+        .args(["simulate", "--trace"])
+        .arg(&trace)
+        .args(["--cluster", "1xA100-80GB:4,1xH100-80GB:4", "--strategy", "whole-gpu", "--strategy", "static:all-balanced", "-o"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("| whole-gpu | "), "{stdout}");
+    assert!(stdout.contains("| static:all-balanced | "), "{stdout}");
+    let summary = std::fs::read_to_string(out_dir.join("summary.csv")).unwrap();
+    assert_eq!(summary.lines().count(), 3, "{summary}");
+    let series = std::fs::read_to_string(out_dir.join("timeseries.csv")).unwrap();
+    // 200 buckets per strategy plus the header.
+    assert_eq!(series.lines().count(), 401);
+    let svg = std::fs::read_to_string(out_dir.join("chart.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert_eq!(svg.matches("<polyline").count(), 6, "two strategies in three line panels");
+}
+
+#[test]
+fn same_seed_same_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = generated_trace(dir.path(), 80);
+    let run = || {
+        let out = geometer()
+            .args(["simulate", "--trace"])
+            .arg(&trace)
+            .args(["--cluster", "2xA100-80GB:2", "--load", "1.3", "--seed", "9", "--strategy", "whole-gpu,static:all-1g"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        // Drop the wall-time notes, the only lines allowed to differ.
+        String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.contains("wall time")).collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = generated_trace(dir.path(), 10);
+    let cases: [(&[&str], &str); 4] = [
+        (&["--cluster", "2xA100-80GB"], "GPUS"),
+        (&["--cluster", "2xT9:8"], "\"T9\""),
+        (&["--cluster", "2xA100-80GB:8", "--strategy", "magic"], "\"magic\""),
+        (&["--cluster", "2xA100-80GB:8", "--mapping", "share"], "\"share\""),
+    ];
+    for (args, expected) in cases {
+        let out = geometer().args(["simulate", "--trace"]).arg(&trace).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "name,arrival_s,mig\na,soon,1g.10gb\n").unwrap();
+    let out = geometer().args(["simulate", "--cluster", "1xA100-80GB:8", "--trace"]).arg(&bad).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("\"arrival_s\"") && stderr.contains("\"soon\""), "{stderr}");
+}
