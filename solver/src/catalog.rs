@@ -5,6 +5,7 @@
 //! [`Catalog::with_overrides`]). Every value that was not seen on hardware is marked
 //! `inferred` or `unverified` in the data, and the agent trusts NVML over the catalog.
 
+mod file;
 mod lookup;
 mod schema;
 
@@ -15,7 +16,8 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-pub use schema::{CatalogError, CatalogFile};
+pub use file::CatalogFile;
+pub use schema::CatalogError;
 
 /// Index into [`GpuModel::profiles`].
 pub type ProfileId = usize;

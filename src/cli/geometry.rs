@@ -56,11 +56,20 @@ pub enum GeometryCommand {
 pub fn run(args: GeometryArgs) -> Result<(), Failure> {
     let catalog = args.source.load()?;
     match args.command {
-        GeometryCommand::Check { model, spec, output } => {
+        GeometryCommand::Check {
+            model,
+            spec,
+            output,
+        } => {
             let model = CatalogSource::find(&catalog, &model)?;
             check(model, &spec, output)
         }
-        GeometryCommand::Enumerate { model, profiles, maximal, output } => {
+        GeometryCommand::Enumerate {
+            model,
+            profiles,
+            maximal,
+            output,
+        } => {
             let model = CatalogSource::find(&catalog, &model)?;
             enumerate(model, &profiles, maximal, output)
         }
@@ -140,7 +149,9 @@ fn check(model: &GpuModel, spec: &str, format: OutputFormat) -> Result<(), Failu
     match result {
         Ok(_) => Ok(()),
         // An id the model lacks cannot come from a parsed spec; anything else is a "no".
-        Err(GeometryError::UnknownProfileId { .. }) => Err(Failure::internal(anyhow!("profile id out of range"))),
+        Err(GeometryError::UnknownProfileId { .. }) => {
+            Err(Failure::internal(anyhow!("profile id out of range")))
+        }
         Err(_) => Err(Failure::answered_no()),
     }
 }
@@ -155,11 +166,20 @@ fn check_table(model: &GpuModel, g: &Geometry, placed: bool) -> String {
     let mut by_start: Vec<_> = g.instances().to_vec();
     by_start.sort();
     let mut next = by_start.iter().peekable();
-    let range = |a: u8, b: u8| if a == b { a.to_string() } else { format!("{a}-{b}") };
+    let range = |a: u8, b: u8| {
+        if a == b {
+            a.to_string()
+        } else {
+            format!("{a}-{b}")
+        }
+    };
     while unit < model.placement_units {
         if let Some(p) = next.next_if(|p| p.start == unit) {
             let profile = model.profile_info(p.profile);
-            rows.push(vec![range(unit, unit + profile.size - 1), profile.name.clone()]);
+            rows.push(vec![
+                range(unit, unit + profile.size - 1),
+                profile.name.clone(),
+            ]);
             unit += profile.size;
         } else if used & (1 << unit) != 0 {
             // Only reachable for overlapping instances, which a valid geometry never has.
@@ -174,13 +194,21 @@ fn check_table(model: &GpuModel, g: &Geometry, placed: bool) -> String {
         }
     }
     out.push_str(&output::table(&["UNITS", "INSTANCE"], &rows));
-    out.push_str(&format!("compute slices used: {} of {}\n", g.compute_slices(model), model.compute_slices));
+    out.push_str(&format!(
+        "compute slices used: {} of {}\n",
+        g.compute_slices(model),
+        model.compute_slices
+    ));
     out
 }
 
 /// Profile ids from `--profiles`; bad input names the unknown profile and the known ones.
 pub fn profile_ids(model: &GpuModel, names: &[String]) -> Result<Vec<ProfileId>, Failure> {
-    let names: Vec<&str> = names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()).collect();
+    let names: Vec<&str> = names
+        .iter()
+        .map(|n| n.trim())
+        .filter(|n| !n.is_empty())
+        .collect();
     if names.is_empty() {
         return Ok(model.standard_profiles());
     }
@@ -213,10 +241,18 @@ struct EnumerateOut {
     geometries: Vec<Vec<InstanceOut>>,
 }
 
-fn enumerate(model: &GpuModel, profiles: &[String], maximal: bool, format: OutputFormat) -> Result<(), Failure> {
+fn enumerate(
+    model: &GpuModel,
+    profiles: &[String],
+    maximal: bool,
+    format: OutputFormat,
+) -> Result<(), Failure> {
     let ids = profile_ids(model, profiles)?;
     let found = geometry::enumerate(model, &ids, maximal);
-    let names: Vec<String> = ids.iter().map(|&id| model.profile_info(id).name.clone()).collect();
+    let names: Vec<String> = ids
+        .iter()
+        .map(|&id| model.profile_info(id).name.clone())
+        .collect();
     let out = EnumerateOut {
         model: model.key.clone(),
         profiles: names.clone(),
@@ -230,8 +266,17 @@ fn enumerate(model: &GpuModel, profiles: &[String], maximal: bool, format: Outpu
             text.push_str(&g.display(model));
             text.push('\n');
         }
-        let kind = if maximal { "maximal geometries" } else { "valid geometries (the empty one included)" };
-        text.push_str(&format!("{} {kind} of {} from {}\n", found.len(), model.key, names.join(", ")));
+        let kind = if maximal {
+            "maximal geometries"
+        } else {
+            "valid geometries (the empty one included)"
+        };
+        text.push_str(&format!(
+            "{} {kind} of {} from {}\n",
+            found.len(),
+            model.key,
+            names.join(", ")
+        ));
         text
     })
 }

@@ -137,8 +137,22 @@ mod tests {
         assert_eq!(parse_device_id("0X20B0"), Some(0x20B010DE));
         assert_eq!(parse_device_id("10de:20b0"), Some(0x20B010DE));
         assert_eq!(parse_device_id("0x10de:0x20b0"), Some(0x20B010DE));
-        assert_eq!(parse_device_id("8086:20b0"), Some(0x20B08086), "other vendors keep their id");
-        for bad in ["", "0x", "20b", "20b01", "0x20B010DE0", "g0b0", "10de:20b010de", "1:20b0", "0x20b0 extra"] {
+        assert_eq!(
+            parse_device_id("8086:20b0"),
+            Some(0x20B08086),
+            "other vendors keep their id"
+        );
+        for bad in [
+            "",
+            "0x",
+            "20b",
+            "20b01",
+            "0x20B010DE0",
+            "g0b0",
+            "10de:20b010de",
+            "1:20b0",
+            "0x20b0 extra",
+        ] {
             assert_eq!(parse_device_id(bad), None, "{bad:?}");
         }
         assert_eq!(format_device_id(0x20B010DE), "0x20B010DE");
@@ -146,10 +160,25 @@ mod tests {
 
     #[test]
     fn names_normalize_like_gpu_operator_labels() {
-        assert_eq!(normalize_name("NVIDIA A100-SXM4-40GB"), "nvidia-a100-sxm4-40gb");
-        assert_eq!(normalize_name("NVIDIA-A100-SXM4-40GB-SHARED"), "nvidia-a100-sxm4-40gb");
-        assert_eq!(normalize_name("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"), "nvidia-a100-sxm4-40gb");
-        assert_eq!(normalize_name("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED"), "nvidia-a100-sxm4-40gb");
-        assert_eq!(product_label("NVIDIA H100 80GB HBM3"), "NVIDIA-H100-80GB-HBM3");
+        assert_eq!(
+            normalize_name("NVIDIA A100-SXM4-40GB"),
+            "nvidia-a100-sxm4-40gb"
+        );
+        assert_eq!(
+            normalize_name("NVIDIA-A100-SXM4-40GB-SHARED"),
+            "nvidia-a100-sxm4-40gb"
+        );
+        assert_eq!(
+            normalize_name("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"),
+            "nvidia-a100-sxm4-40gb"
+        );
+        assert_eq!(
+            normalize_name("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED"),
+            "nvidia-a100-sxm4-40gb"
+        );
+        assert_eq!(
+            product_label("NVIDIA H100 80GB HBM3"),
+            "NVIDIA-H100-80GB-HBM3"
+        );
     }
 }

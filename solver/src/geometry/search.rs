@@ -86,18 +86,27 @@ pub fn enumerate(model: &GpuModel, allowed: &[ProfileId], maximal_only: bool) ->
     let choices = choices(&rules, &normalized(model, allowed));
     let mut out = Vec::new();
     let empty = Geometry::empty();
-    walk(&rules, &choices, State::new(&rules), &mut |addable, chosen| {
-        if !maximal_only || addable.is_empty() {
-            out.push(with_chosen(&empty, &choices, chosen));
-        }
-    });
+    walk(
+        &rules,
+        &choices,
+        State::new(&rules),
+        &mut |addable, chosen| {
+            if !maximal_only || addable.is_empty() {
+                out.push(with_chosen(&empty, &choices, chosen));
+            }
+        },
+    );
     out.sort();
     out
 }
 
 /// Allowed profile ids that exist, sorted and without repeats.
 fn normalized(model: &GpuModel, allowed: &[ProfileId]) -> Vec<ProfileId> {
-    let mut ids: Vec<ProfileId> = allowed.iter().copied().filter(|&p| p < model.profiles.len()).collect();
+    let mut ids: Vec<ProfileId> = allowed
+        .iter()
+        .copied()
+        .filter(|&p| p < model.profiles.len())
+        .collect();
     ids.sort_unstable();
     ids.dedup();
     ids
@@ -107,7 +116,12 @@ fn normalized(model: &GpuModel, allowed: &[ProfileId]) -> Vec<ProfileId> {
 /// index order), with the choices that could still be added to it. Every rule is monotone (an
 /// instance that cannot join a set cannot join a superset either), so each node only rechecks
 /// what its parent could still add; a set is maximal when that list is empty.
-fn walk(rules: &Rules, choices: &[Choice], mut state: State, visit: &mut dyn FnMut(&[usize], &[usize])) {
+fn walk(
+    rules: &Rules,
+    choices: &[Choice],
+    mut state: State,
+    visit: &mut dyn FnMut(&[usize], &[usize]),
+) {
     // One stack holds the addable list of every level of the current path, so the search
     // allocates nothing per node.
     let mut stack: Vec<usize> = (0..choices.len())
@@ -115,7 +129,16 @@ fn walk(rules: &Rules, choices: &[Choice], mut state: State, visit: &mut dyn FnM
         .collect();
     let mut chosen = Vec::new();
     let len = stack.len();
-    descend(rules, choices, 0, 0..len, &mut stack, &mut state, &mut chosen, visit);
+    descend(
+        rules,
+        choices,
+        0,
+        0..len,
+        &mut stack,
+        &mut state,
+        &mut chosen,
+        visit,
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -146,7 +169,16 @@ fn descend(
             }
         }
         let child_end = stack.len();
-        descend(rules, choices, i + 1, child_start..child_end, stack, state, chosen, visit);
+        descend(
+            rules,
+            choices,
+            i + 1,
+            child_start..child_end,
+            stack,
+            state,
+            chosen,
+            visit,
+        );
         stack.truncate(child_start);
         chosen.pop();
         state.remove(rules, c.profile, c.mask);
