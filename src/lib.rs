@@ -11,7 +11,5 @@ pub mod cli;
 pub mod controller;
 pub mod interop;
 pub mod sim;
-pub mod cli;
 pub mod demo;
-pub mod apiserver;
 pub mod simcluster;
