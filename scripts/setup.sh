@@ -7,7 +7,9 @@ set -euo pipefail
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v c++ >/dev/null 2>&1 || need+=(g++)
-if ! ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' && ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
+# libclang itself (libclang.so or libclang-N.so), not libclang-cpp, which LLVM packages bring
+# without the C API that bindgen loads.
+if ! ldconfig -p 2>/dev/null | grep -Eq 'libclang(-[0-9.]+)?\.so' && ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* >/dev/null 2>&1; then
   need+=(libclang-dev clang)
 fi
 
