@@ -89,9 +89,14 @@ fn mixed_cluster_from_gpu_operator_labels() {
     assert_eq!(pod(&plan, "prod/llm-3")["placement"], "existing-slices");
     assert_eq!(pod(&plan, "prod/llm-3")["node"], "h100-1");
     assert_eq!(pod(&plan, "training/pretrain-7g")["node"], "h100-2");
-    for i in 0..4 {
-        let p = pod(&plan, &format!("inference/embed-{i}"));
-        assert!(p["node"].as_str().unwrap().starts_with("h100"), "{p}");
+    // h100-2's two free GPUs hold 14 compute slices; the 7g pod, four 1g and two 2g pods want
+    // 15, so exactly one small pod waits, for capacity, and the rest go to h100-2.
+    let small: Vec<String> = (0..4).map(|i| format!("inference/embed-{i}")).chain((0..2).map(|i| format!("inference/rerank-{i}"))).collect();
+    let unmet: Vec<&String> = small.iter().filter(|p| pod(&plan, p)["node"].is_null()).collect();
+    assert_eq!(unmet.len(), 1, "{unmet:?}");
+    assert_eq!(pod(&plan, unmet[0])["reason"]["kind"], "capacity");
+    for p in small.iter().filter(|p| !unmet.contains(p)) {
+        assert_eq!(pod(&plan, p)["node"], "h100-2", "{p}");
     }
     let untolerated = pod(&plan, "research/no-toleration");
     assert!(untolerated["node"].is_null());
@@ -125,7 +130,10 @@ fn constraints_example_explains_each_pod() {
     assert_eq!(pod(&plan, "team-b/west-tolerant")["node"], "gpu-west-1");
     assert_eq!(pod(&plan, "team-b/west-intolerant")["reason"]["kind"], "no-eligible-node");
     assert_eq!(pod(&plan, "team-a/too-big-for-cpu")["reason"]["kind"], "no-eligible-node");
-    assert_eq!(pod(&plan, "team-c/media")["reason"]["kind"], "profile-not-allowed");
+    // The one node this pod may use has no GPU model with the media-engine profile.
+    let media = pod(&plan, "team-c/media");
+    assert_eq!(media["reason"]["kind"], "no-eligible-node");
+    assert!(media["reason"]["detail"].as_str().unwrap().contains("1g.10gb+me"), "{media}");
     assert_eq!(pod(&plan, "team-c/unknown-profile")["reason"]["kind"], "unknown-profile");
 }
 

@@ -130,7 +130,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
 
 /// SIGTERM (the kubelet stopping the pod) or Ctrl-C. Stopping between awaits is safe: every
 /// step was recorded before it was taken.
-async fn shutdown() {
+pub(crate) async fn shutdown() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -12,12 +12,14 @@ pub mod agent_run;
 pub mod apiserver;
 pub mod approve;
 pub mod catalog;
+pub mod controller;
 pub mod crds;
 pub mod demo;
 pub mod geometry;
 pub mod migparted;
 pub mod output;
 pub mod plan;
+pub mod plan_live;
 pub mod simulate;
 
 #[derive(Debug, Parser)]
@@ -40,6 +42,9 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Print Geometer's CustomResourceDefinitions as YAML (`geometer crds | kubectl apply -f -`).
     Crds(crds::CrdsArgs),
+    /// The controller: plans MIG geometry from pending demand, publishes MigPlans, rolls them
+    /// out node by node (leader-elected; serves /metrics, /healthz, /readyz).
+    Controller(controller::ControllerArgs),
     /// The node agent; `probe` prints what NVML reports on this machine.
     Agent(agent::AgentArgs),
     /// Approve a MigPlan of a policy in Approve mode (sets spec.approved: true).
@@ -73,6 +78,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Geometry(args) => output::finish(geometry::run(args)),
         Command::Plan(args) => output::finish(plan::run(args)),
         Command::Crds(args) => output::finish(crds::run(args)),
+        Command::Controller(args) => output::finish(controller::run(args)),
         Command::Agent(args) => output::finish(agent::run(args)),
         Command::Approve(args) => output::finish(approve::run(args)),
         Command::Apiserver(args) => apiserver::run(args),

@@ -29,9 +29,11 @@ pub enum SolverChoice {
 pub struct PlanArgs {
     /// Cluster snapshot: a Kubernetes List in YAML or JSON as `kubectl get nodes,pods -A -o yaml`
     /// prints it (optionally with MigNode/MigPolicy objects), or a planner snapshot
-    /// (`nodes`/`pending`/`running`/`policy`). `-` reads standard input.
+    /// (`nodes`/`pending`/`running`/`policy`). `-` reads standard input. Without it, the
+    /// cluster of the current kubeconfig is read (read-only) and each MigPolicy is planned as
+    /// the controller would plan it now (`kubectl geometer plan`).
     #[arg(long, value_name = "FILE")]
-    pub snapshot: String,
+    pub snapshot: Option<String>,
     /// Policy file: a MigPolicy object, or the fields allowedProfiles, headroom,
     /// evictionAllowed, maxGpusChanged, maxNodesChanged, timeLimitMs. Wins over a MigPolicy in
     /// the snapshot. Without any policy nothing is evicted.
@@ -68,7 +70,10 @@ fn is_planner_snapshot(value: &serde_json::Value) -> bool {
 
 pub fn run(args: PlanArgs) -> Result<(), Failure> {
     let catalog = args.catalog.load()?;
-    let text = read_input(&args.snapshot)?;
+    let Some(snapshot) = &args.snapshot else {
+        return super::plan_live::run(&args, catalog);
+    };
+    let text = read_input(snapshot)?;
     let bad = |e: anyhow::Error| Failure::bad_input(e);
     let policy = match &args.policy {
         Some(path) => {

@@ -93,6 +93,28 @@ pub fn pod(namespace: &str, name: &str, node: Option<&str>) -> Pod {
     .expect("pod fixture")
 }
 
+/// A pending pod the scheduler marked `Unschedulable`: demand for a `profile` slice.
+pub fn unschedulable(namespace: &str, name: &str, profile: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-{name}")},
+        "spec": {"containers": [{"name": "main", "image": "x",
+            "resources": {"limits": {format!("nvidia.com/mig-{profile}"): "1"}}}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    }))
+    .expect("pod fixture")
+}
+
+/// A schedulable node with 64 CPUs and 512 GiB in `pool`.
+pub fn node(name: &str, pool: &str) -> k8s_openapi::api::core::v1::Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"pool": pool}},
+        "status": {"allocatable": {"cpu": "64", "memory": "512Gi"}}
+    }))
+    .expect("node fixture")
+}
+
 pub fn by_name(nodes: Vec<MigNode>) -> BTreeMap<String, Arc<MigNode>> {
     nodes.into_iter().map(|n| (n.metadata.name.clone().unwrap(), Arc::new(n))).collect()
 }

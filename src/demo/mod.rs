@@ -23,7 +23,7 @@ use crate::apiserver::ApiServer;
 use crate::simcluster::{SimCluster, SimClusterError};
 
 pub use display::Console;
-pub use operator::{demo_policy, OperatorHandles, POLICY_NAME};
+pub use operator::{demo_policy, start_controller, OperatorHandles, POLICY_NAME};
 pub use scenario::Scenario;
 pub use summary::Summary;
 

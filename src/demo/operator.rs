@@ -2,7 +2,10 @@
 //! simulated node, each with its own in-process client as if it ran in its own pod.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+use geometer_solver::catalog::Catalog;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::PostParams;
@@ -14,6 +17,9 @@ use super::{DemoError, DemoOptions};
 use crate::agent::reconcile::backoff::Backoff;
 use crate::api::{Batching, Disruption, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits};
 use crate::apiserver::ApiServer;
+use crate::controller::health::Health;
+use crate::controller::metrics::Metrics;
+use crate::controller::run::{self, Settings};
 use crate::simcluster::SimCluster;
 
 pub const POLICY_NAME: &str = "demo";
@@ -81,5 +87,18 @@ pub async fn start(server: &ApiServer, cluster: &SimCluster, options: &DemoOptio
         })
         .collect();
     let _ = console;
-    Ok(OperatorHandles { agents, controller: None })
+    Ok(OperatorHandles { agents, controller: Some(start_controller(server.client())) })
+}
+
+/// The real controller on `client`, without leader election (one replica), as a task.
+pub fn start_controller(client: kube::Client) -> JoinHandle<()> {
+    let mut settings = Settings::new("demo-controller", Arc::new(Catalog::builtin().clone()));
+    settings.resync = Duration::from_secs(5);
+    tokio::spawn(async move {
+        let metrics = Arc::new(Metrics::new());
+        let health = Arc::new(Health::default());
+        if let Err(e) = run::run(client, settings, metrics, health, std::future::pending()).await {
+            tracing::error!(error = %e, "demo controller stopped");
+        }
+    })
 }

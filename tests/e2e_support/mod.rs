@@ -41,6 +41,8 @@ pub struct E2e {
     pub cluster: SimCluster,
     pub agents: BTreeMap<String, JoinHandle<()>>,
     pub controller: Option<JoinHandle<()>>,
+    /// How often agents re-read their GPUs when nothing watched changes.
+    pub poll: Duration,
 }
 
 impl Drop for E2e {
@@ -57,6 +59,11 @@ impl Drop for E2e {
 impl E2e {
     /// Cluster, policy, an agent per node and the controller, all started.
     pub async fn new(spec: &ClusterSpec, policy: MigPolicy) -> E2e {
+        E2e::with_poll(spec, policy, Duration::from_millis(50)).await
+    }
+
+    /// As [`E2e::new`], with agents polling every `poll` (large clusters poll less often).
+    pub async fn with_poll(spec: &ClusterSpec, policy: MigPolicy, poll: Duration) -> E2e {
         let server = ApiServer::new();
         for crd in geometer::api::crds() {
             server.seed(&crd).expect("CRD");
@@ -64,7 +71,7 @@ impl E2e {
         server.seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": NS}})).unwrap()).expect("namespace");
         let cluster = SimCluster::start(&server, spec).await.expect("simulated cluster starts");
         Api::<MigPolicy>::all(server.client()).create(&PostParams::default(), &policy).await.expect("policy");
-        let mut e2e = E2e { server, cluster, agents: BTreeMap::new(), controller: None };
+        let mut e2e = E2e { server, cluster, agents: BTreeMap::new(), controller: None, poll };
         for node in e2e.cluster.node_names() {
             e2e.start_agent(&node, None);
         }
@@ -74,7 +81,7 @@ impl E2e {
 
     pub fn agent_config(&self, node: &str) -> AgentConfig {
         let mut cfg = self.cluster.agent_config(node);
-        cfg.poll_interval = Duration::from_millis(50);
+        cfg.poll_interval = self.poll;
         cfg.backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
         cfg.eviction_backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
         cfg.drain.timeout = Duration::from_secs(60);

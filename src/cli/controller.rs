@@ -1,0 +1,77 @@
+//! `geometer controller`: plans MIG geometry from pending demand and rolls plans out (see
+//! `crate::controller`). Runs against the in-cluster config or the current kubeconfig.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context};
+use clap::Args;
+
+use super::catalog::CatalogSource;
+use super::output::Failure;
+use crate::controller::health::{self, Health};
+use crate::controller::leader::LeaseSettings;
+use crate::controller::metrics::Metrics;
+use crate::controller::run::{self, RunError, Settings};
+
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    pub catalog: CatalogSource,
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Namespace of the leader-election Lease (the controller's own namespace in a cluster).
+    #[arg(long, env = "POD_NAMESPACE", value_name = "NAMESPACE", default_value = "geometer-system")]
+    pub lease_namespace: String,
+    /// Run without leader election. Only for a single replica: two replicas without it would
+    /// both publish and apply plans.
+    #[arg(long)]
+    pub no_leader_election: bool,
+    /// This replica's name in the lease and in events [default: POD_NAME, else host name].
+    #[arg(long, env = "POD_NAME", value_name = "NAME")]
+    pub identity: Option<String>,
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    format!("{}-{}", if host.is_empty() { "geometer" } else { &host }, std::process::id())
+}
+
+pub fn run(args: ControllerArgs) -> Result<(), Failure> {
+    let catalog = args.catalog.load()?;
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let mut settings = Settings::new(identity.clone(), Arc::new(catalog));
+    if !args.no_leader_election {
+        settings.lease = Some(LeaseSettings::new(args.lease_namespace.clone(), identity));
+    }
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime").map_err(Failure::internal)?;
+    runtime.block_on(async move {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| Failure::bad_input(anyhow!("cannot reach the Kubernetes API (no in-cluster config and no usable KUBECONFIG): {e}")))?;
+        let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+            .await
+            .map_err(|e| Failure::bad_input(anyhow!("--metrics-addr {}: cannot listen: {e}", args.metrics_addr)))?;
+        let metrics = Arc::new(Metrics::new());
+        let health = Arc::new(Health::default());
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let endpoint = tokio::spawn(health::serve(listener, metrics.clone(), health.clone(), wait(stopped)));
+        tracing::info!(metrics = %args.metrics_addr, leader_election = !args.no_leader_election, "geometer controller starting");
+        let result = run::run(client, settings, metrics, health.clone(), super::agent_run::shutdown()).await;
+        if let Err(e) = &result {
+            health.set_failed(e.to_string());
+        }
+        let _ = stop.send(true);
+        let _ = endpoint.await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(e @ RunError::Leader(_)) => Err(Failure::internal(e.into())),
+            Err(e @ RunError::LostLeadership) => Err(Failure::internal(e.into())),
+        }
+    })
+}
+
+async fn wait(mut stopped: tokio::sync::watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await;
+}

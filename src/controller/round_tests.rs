@@ -1,0 +1,146 @@
+use super::*;
+use crate::controller::fixtures::{self, by_name, in_phase, mignode, unschedulable, Inst};
+
+const SEVEN: &[Inst<'static>] = &[("7g.80gb", 0, None)];
+
+struct World {
+    policy: MigPolicy,
+    nodes: BTreeMap<String, Arc<Node>>,
+    mignodes: BTreeMap<String, Arc<MigNode>>,
+    pods: Vec<Arc<Pod>>,
+}
+
+impl World {
+    /// Two H100 nodes with one free 7g.80gb GPU each, and `pending` pods wanting 1g.10gb.
+    fn new(pending: usize) -> World {
+        let mut policy = fixtures::policy("pool", "Auto");
+        policy.metadata.uid = Some("uid-pool".into());
+        World {
+            policy,
+            nodes: ["gpu-a", "gpu-b"].iter().map(|n| (n.to_string(), Arc::new(fixtures::node(n, "pool")))).collect(),
+            mignodes: by_name(vec![mignode("gpu-a", 1, None, &[(0, SEVEN)]), mignode("gpu-b", 1, None, &[(0, SEVEN)])]),
+            pods: (0..pending).map(|i| Arc::new(unschedulable("ml", &format!("infer-{i}"), "1g.10gb"))).collect(),
+        }
+    }
+
+    fn prepare(&self) -> Prepared {
+        let managed: Vec<String> = self.nodes.keys().cloned().collect();
+        let input = RoundInput { policy: &self.policy, managed: &managed, nodes: &self.nodes, mignodes: &self.mignodes, pods: &self.pods };
+        prepare(&input, Catalog::builtin()).unwrap()
+    }
+
+    fn decide(&self, open: &[&MigPlan]) -> Decision {
+        let prepared = self.prepare();
+        let solved = solve(&prepared, Catalog::builtin(), &self.policy).unwrap();
+        let pods: BTreeMap<String, &Pod> = self.pods.iter().map(|p| (adapter_pods::key(p), &**p)).collect();
+        decide(&self.policy, &solved, &prepared, open, &pods, Timestamp::from_second(1_700_000_000).unwrap())
+    }
+}
+
+fn published(decision: Decision) -> (MigPlan, Vec<Action>) {
+    match decision {
+        Decision::Publish { plan, events } => (*plan, events),
+        other => panic!("expected a plan, got {other:?}"),
+    }
+}
+
+#[test]
+fn demand_is_only_unschedulable_mig_pods() {
+    let mut world = World::new(2);
+    world.pods.push(Arc::new(fixtures::pod("ml", "bound", Some("gpu-a"))));
+    world.pods.push(Arc::new(fixtures::pod("ml", "not-yet-marked", None)));
+    let demand = demand(&world.pods);
+    assert_eq!(demand.keys().collect::<Vec<_>>(), ["ml/infer-0", "ml/infer-1"]);
+    assert_eq!(demand["ml/infer-0"]["1g.10gb"], 1);
+    let fp = demand_fingerprint(&world.policy, &demand);
+    assert!(fp.is_some());
+    assert_eq!(demand_fingerprint(&world.policy, &DemandByPod::new()), None);
+    world.policy.metadata.generation = Some(2);
+    assert_ne!(demand_fingerprint(&world.policy, &demand), fp, "a policy edit is a new batch");
+}
+
+#[test]
+fn a_missing_profile_becomes_a_plan_with_the_target_geometry() {
+    let world = World::new(3);
+    let (plan, events) = published(world.decide(&[]));
+    assert_eq!(plan.spec.policy, "pool");
+    assert_eq!(plan.spec.summary.pods_helped, 3);
+    assert_eq!(plan.spec.summary.gpus_changed, 1, "three 1g.10gb fit on one GPU: {:?}", plan.spec.nodes);
+    let gpu = &plan.spec.nodes[0].gpus[0];
+    assert_eq!(gpu.operations.destroy, vec![crate::api::PlacedInstance::new("7g.80gb", 0)]);
+    assert!(gpu.to.iter().filter(|p| p.profile == "1g.10gb").count() >= 3, "{:?}", gpu.to);
+    assert_eq!(plan.labels()[POLICY_LABEL], "pool");
+    assert_eq!(plan.owner_references()[0].uid, "uid-pool");
+    assert!(plan.name_any().starts_with("pool-20231114-"), "{}", plan.name_any());
+    let status = plan.status.as_ref().unwrap();
+    assert_eq!(status.phase, MigPlanPhase::Proposed);
+    assert!(status.conditions[0].message.contains("3 pending pod(s)"), "{:?}", status.conditions);
+    assert_eq!(events.len(), 3, "one event per helped pod");
+}
+
+#[test]
+fn the_same_plan_is_not_published_twice() {
+    let world = World::new(2);
+    let (first, _) = published(world.decide(&[]));
+    match world.decide(&[&first]) {
+        Decision::Unchanged { plan } => assert_eq!(plan, first.name_any()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn no_demand_for_new_slices_publishes_nothing() {
+    let mut world = World::new(1);
+    world.mignodes = by_name(vec![
+        mignode("gpu-a", 1, None, &[(0, &[("4g.40gb", 0, None), ("1g.10gb", 6, None)])]),
+        mignode("gpu-b", 1, None, &[(0, SEVEN)]),
+    ]);
+    match world.decide(&[]) {
+        Decision::NothingToDo { events } => assert!(events.is_empty(), "the pod fits an existing free slice"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn nodes_that_have_not_settled_stay_out() {
+    let mut world = World::new(1);
+    let busy = in_phase(mignode("gpu-a", 2, Some("older"), &[(0, SEVEN)]), "Draining", "");
+    let failed = in_phase(mignode("gpu-b", 1, None, &[(0, SEVEN)]), "Failed", "drain timed out");
+    world.mignodes = by_name(vec![busy, failed]);
+    let prepared = world.prepare();
+    assert!(prepared.snapshot.nodes.is_empty());
+    let why: BTreeMap<&str, &str> = prepared.excluded.iter().map(|(n, w)| (n.as_str(), w.as_str())).collect();
+    assert!(why["gpu-a"].contains("reconfiguring"), "{why:?}");
+    assert!(why["gpu-b"].contains("drain timed out"), "{why:?}");
+    world.mignodes.remove("gpu-b");
+    let prepared = world.prepare();
+    assert!(prepared.excluded.iter().any(|(n, w)| n == "gpu-b" && w.contains("agent")), "{:?}", prepared.excluded);
+}
+
+#[test]
+fn a_node_the_catalog_cannot_place_stays_out_and_the_rest_is_planned() {
+    let mut world = World::new(1);
+    world.mignodes = by_name(vec![mignode("gpu-a", 1, None, &[(0, &[("4g.40gb", 3, None)])]), mignode("gpu-b", 1, None, &[(0, SEVEN)])]);
+    let prepared = world.prepare();
+    assert_eq!(prepared.snapshot.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["gpu-b"]);
+    assert!(prepared.excluded.iter().any(|(n, w)| n == "gpu-a" && w.contains("4g.40gb@3")), "{:?}", prepared.excluded);
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!(plan.spec.nodes[0].node, "gpu-b");
+}
+
+#[test]
+fn a_disallowed_profile_is_explained_on_the_pod() {
+    let mut world = World::new(1);
+    world.policy.spec.allowed_profiles = vec!["2g.20gb".into()];
+    match world.decide(&[]) {
+        Decision::NothingToDo { events } => match &events[..] {
+            [Action::Event(e)] => {
+                assert!(e.warning && e.reason == "NoSlicePlanned", "{e:?}");
+                assert!(e.note.contains("allowedProfiles"), "{}", e.note);
+                assert_eq!(e.regarding.name.as_deref(), Some("infer-0"));
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}

@@ -1,0 +1,136 @@
+//! The whole operator end to end on the simulated cluster: in-memory API server, simulated
+//! nodes, device plugin, scheduler and kubelet, the real controller and a real agent per node.
+
+mod e2e_support;
+
+use e2e_support::{kubectl, policy, wait_for, E2e, NS};
+use geometer::api::{MigPlanPhase, PolicyMode};
+use geometer::simcluster::{ClusterSpec, MigPod, NodeSpec};
+
+const WHOLE: &[(&str, u8)] = &[("7g.80gb", 0)];
+
+fn two_nodes() -> ClusterSpec {
+    ClusterSpec::new(vec![NodeSpec::new("gpu-1", "H100-80GB", 2, WHOLE), NodeSpec::new("gpu-2", "H100-80GB", 2, WHOLE)])
+}
+
+async fn submit_small(e2e: &E2e, names: &[&str]) {
+    for name in names {
+        e2e.submit(MigPod::new(NS, name).slice("1g.10gb", 1).run_seconds(3600.0).build()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demand_shift_is_planned_applied_and_the_pods_run() {
+    let e2e = E2e::new(&two_nodes(), policy(PolicyMode::Auto, false)).await;
+    // Whole-GPU slices are free; pods wanting 1g.10gb cannot run until GPUs are repartitioned.
+    let pods = ["small-0", "small-1", "small-2", "small-3"];
+    submit_small(&e2e, &pods).await;
+    wait_for("the pods running", || e2e.running(&pods).then_some(())).await;
+    let plan = wait_for("a succeeded plan", || e2e.plans().into_iter().find(|p| E2e::plan_phase(p) == MigPlanPhase::Succeeded)).await;
+    assert!(plan.spec.summary.pods_helped >= 1);
+    // Only as many GPUs changed as the pods needed (7 x 1g.10gb fit on one GPU).
+    let changed: usize = ["gpu-1", "gpu-2"].iter().map(|n| (0..2).filter(|g| e2e.geometry(n, *g) != ["7g.80gb@0"]).count()).sum();
+    assert_eq!(changed, 1, "one GPU repartitioned for four 1g.10gb pods");
+    wait_for("nodes settled and uncordoned", || e2e.settled().then_some(())).await;
+    assert!(e2e.evictions().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_leaves_gpus_alone_and_kubectl_shows_the_plan() {
+    let e2e = E2e::new(&two_nodes(), policy(PolicyMode::DryRun, false)).await;
+    submit_small(&e2e, &["small-0"]).await;
+    let plan = wait_for("a proposed plan", || e2e.plans().into_iter().next()).await;
+    let name = plan.metadata.name.clone().unwrap();
+    for node in ["gpu-1", "gpu-2"] {
+        for gpu in 0..2 {
+            assert_eq!(e2e.geometry(node, gpu), ["7g.80gb@0"], "DryRun never changes a GPU");
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let (_addr, _serving) = e2e.server.serve_http("127.0.0.1:0").await.unwrap();
+    e2e.server.write_kubeconfig(&kubeconfig).unwrap();
+    match kubectl(&e2e.server, &kubeconfig, &["get", "migplans"]) {
+        Ok(table) => {
+            assert!(table.contains("PODS-HELPED") && table.contains(&name), "{table}");
+            let described = kubectl(&e2e.server, &kubeconfig, &["describe", "migplan", &name]).unwrap();
+            assert!(described.contains("1g.10gb") && described.contains("DryRun"), "{described}");
+        }
+        Err(why) => eprintln!("skipping the kubectl part: {why}"),
+    }
+    assert_eq!(E2e::plan_phase(&e2e.plans()[0]), MigPlanPhase::Proposed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_waits_for_kubectl_patch_then_applies() {
+    let e2e = E2e::new(&two_nodes(), policy(PolicyMode::Approve, false)).await;
+    submit_small(&e2e, &["small-0"]).await;
+    let plan = wait_for("a proposed plan", || e2e.plans().into_iter().next()).await;
+    let name = plan.metadata.name.clone().unwrap();
+    assert!(!e2e.running(&["small-0"]));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let (_addr, _serving) = e2e.server.serve_http("127.0.0.1:0").await.unwrap();
+    e2e.server.write_kubeconfig(&kubeconfig).unwrap();
+    let patched = kubectl(&e2e.server, &kubeconfig, &["patch", "migplan", &name, "--type=merge", "-p", r#"{"spec":{"approved":true}}"#]);
+    if let Err(why) = patched {
+        eprintln!("kubectl unavailable ({why}); approving through the API instead");
+        geometer::controller::approval::approve(e2e.server.client(), &name).await.unwrap();
+    }
+    wait_for("the pod running", || e2e.running(&["small-0"]).then_some(())).await;
+    let done = wait_for("Succeeded", || e2e.plans().into_iter().find(|p| E2e::plan_phase(p) == MigPlanPhase::Succeeded)).await;
+    assert_eq!(done.metadata.name.as_deref(), Some(name.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_do_not_disrupt_pod_is_never_evicted() {
+    // One GPU, fully used by a protected pod on a 7g slice; a 1g pod waits. With eviction
+    // allowed the planner still must not evict the protected pod.
+    let spec = ClusterSpec::new(vec![NodeSpec::new("gpu-1", "H100-80GB", 1, WHOLE)]);
+    let e2e = E2e::new(&spec, policy(PolicyMode::Auto, true)).await;
+    e2e.submit(MigPod::new(NS, "protected").slice("7g.80gb", 1).annotation("geometer.dev/do-not-disrupt", "true").run_seconds(3600.0).build()).await;
+    wait_for("the protected pod running", || e2e.running(&["protected"]).then_some(())).await;
+    submit_small(&e2e, &["small-0"]).await;
+    // Give the controller rounds to consider it.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert!(e2e.evictions().is_empty(), "{:?}", e2e.evictions());
+    assert!(e2e.running(&["protected"]));
+    assert_eq!(e2e.geometry("gpu-1", 0), ["7g.80gb@0"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarting_the_controller_and_an_agent_mid_rollout_still_converges() {
+    let e2e_spec = two_nodes().with_nvml_latency(std::time::Duration::from_millis(200));
+    let mut e2e = E2e::new(&e2e_spec, policy(PolicyMode::Auto, false)).await;
+    let pods = ["small-0", "small-1", "small-2", "small-3", "small-4", "small-5", "small-6", "small-7", "small-8"];
+    submit_small(&e2e, &pods).await;
+    // As soon as a node starts reconfiguring, kill both the controller and that node's agent.
+    let node = wait_for("a node reconfiguring", || {
+        e2e.cluster.node_names().into_iter().find(|n| e2e.mignode(n).and_then(|m| m.spec.plan).is_some())
+    })
+    .await;
+    e2e.kill_controller();
+    e2e.kill_agent(&node);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    e2e.start_agent(&node, None);
+    e2e.start_controller();
+    wait_for("every pod running", || e2e.running(&pods).then_some(())).await;
+    wait_for("nodes settled and uncordoned", || e2e.settled().then_some(())).await;
+    assert!(e2e.plans().iter().all(|p| E2e::plan_phase(p) != MigPlanPhase::Failed), "{:?}", e2e.plans());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_node_scenario_finishes() {
+    let spec = ClusterSpec::uniform("gpu", 100, "A100-80GB", 8, WHOLE);
+    let mut wide = policy(PolicyMode::Auto, false);
+    wide.spec.disruption.max_nodes_reconfiguring = 20;
+    let e2e = E2e::with_poll(&spec, wide, std::time::Duration::from_secs(1)).await;
+    let names: Vec<String> = (0..60).map(|i| format!("p-{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        let profile = ["1g.10gb", "2g.20gb", "3g.40gb"][i % 3];
+        e2e.submit(MigPod::new(NS, name).slice(profile, 1).run_seconds(3600.0).build()).await;
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    wait_for("all 60 pods running", || e2e.running(&refs).then_some(())).await;
+    wait_for("nodes settled", || e2e.settled().then_some(())).await;
+}
