@@ -32,7 +32,7 @@ async fn a_demand_shift_is_planned_applied_and_the_pods_run() {
     let changed: usize = ["gpu-1", "gpu-2"].iter().map(|n| (0..2).filter(|g| e2e.geometry(n, *g) != ["7g.80gb@0"]).count()).sum();
     assert_eq!(changed, 1, "one GPU repartitioned for four 1g.10gb pods");
     wait_for("nodes settled and uncordoned", || e2e.settled().then_some(())).await;
-    assert!(e2e.evictions().is_empty());
+    assert!(e2e.evictions().is_empty(), "{:?}", e2e.evictions());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,20 +82,54 @@ async fn approve_waits_for_kubectl_patch_then_applies() {
     assert_eq!(done.metadata.name.as_deref(), Some(name.as_str()));
 }
 
+/// One node, two H100s split in halves, with a 3g pod on the first half of each GPU and the
+/// second halves free; then a pod wanting a whole GPU. Only moving one half-GPU pod to the other
+/// GPU's free half makes room for it, so a plan with eviction evicts unless the pods are
+/// protected. Kubelet admission takes the lowest free GPU and placement first, which is what
+/// puts the pods where they are.
+async fn fragmented(protected: bool) -> E2e {
+    let spec = ClusterSpec::new(vec![NodeSpec::new("gpu-1", "H100-80GB", 2, &[("3g.40gb", 0), ("3g.40gb", 4)])]);
+    let e2e = E2e::new(&spec, policy(PolicyMode::Auto, true)).await;
+    for name in ["a", "b", "c", "d"] {
+        let mut pod = MigPod::new(NS, name).slice("3g.40gb", 1).run_seconds(3600.0);
+        if protected {
+            pod = pod.annotation("geometer.dev/do-not-disrupt", "true");
+        }
+        e2e.submit(pod.build()).await;
+        wait_for("the half-GPU pod running", || e2e.running(&[name]).then_some(())).await;
+    }
+    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(e2e.server.client(), NS);
+    for name in ["b", "d"] {
+        pods.delete(name, &Default::default()).await.unwrap();
+        wait_for("the pod gone", || e2e.phase(name).is_none().then_some(())).await;
+    }
+    e2e.submit(MigPod::new(NS, "whole").slice("7g.80gb", 1).run_seconds(3600.0).build()).await;
+    e2e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_protection_the_plan_moves_a_pod_to_make_room() {
+    let e2e = fragmented(false).await;
+    wait_for("the whole-GPU pod running", || e2e.running(&["whole"]).then_some(())).await;
+    let evicted = e2e.evictions();
+    assert_eq!(evicted.len(), 1, "{evicted:?}");
+    assert!(["ml/a", "ml/c"].contains(&evicted[0].as_str()), "{evicted:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_do_not_disrupt_pod_is_never_evicted() {
-    // One GPU, fully used by a protected pod on a 7g slice; a 1g pod waits. With eviction
-    // allowed the planner still must not evict the protected pod.
-    let spec = ClusterSpec::new(vec![NodeSpec::new("gpu-1", "H100-80GB", 1, WHOLE)]);
-    let e2e = E2e::new(&spec, policy(PolicyMode::Auto, true)).await;
-    e2e.submit(MigPod::new(NS, "protected").slice("7g.80gb", 1).annotation("geometer.dev/do-not-disrupt", "true").run_seconds(3600.0).build()).await;
-    wait_for("the protected pod running", || e2e.running(&["protected"]).then_some(())).await;
-    submit_small(&e2e, &["small-0"]).await;
-    // Give the controller rounds to consider it.
-    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let e2e = fragmented(true).await;
+    // The controller says on the pod why it cannot help.
+    let note = wait_for("the waiting pod's event", || {
+        e2e.server.objects::<k8s_openapi::api::events::v1::Event>().into_iter().find_map(|e| {
+            (e.regarding.as_ref()?.name.as_deref() == Some("whole") && e.reason.as_deref() == Some("NoSlicePlanned")).then(|| e.note.unwrap_or_default())
+        })
+    })
+    .await;
+    assert!(note.contains("7g.80gb"), "{note}");
     assert!(e2e.evictions().is_empty(), "{:?}", e2e.evictions());
-    assert!(e2e.running(&["protected"]));
-    assert_eq!(e2e.geometry("gpu-1", 0), ["7g.80gb@0"]);
+    assert!(e2e.running(&["a", "c"]));
+    assert_eq!(e2e.phase("whole").as_deref(), Some("Pending"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -148,12 +148,13 @@ impl E2e {
         pods.iter().all(|p| self.phase(p).as_deref() == Some("Running"))
     }
 
-    /// Evictions requested so far, as `namespace/name`.
+    /// Evictions of workload pods (namespace [`NS`]) so far, as `namespace/name`; the agent's
+    /// restarts of the device plugin are not counted.
     pub fn evictions(&self) -> Vec<String> {
         self.server
             .requests()
             .iter()
-            .filter(|r| r.resource.as_deref() == Some("pods/eviction") && r.status < 300)
+            .filter(|r| r.resource.as_deref() == Some("pods/eviction") && r.status < 300 && r.namespace.as_deref() == Some(NS))
             .map(|r| format!("{}/{}", r.namespace.clone().unwrap_or_default(), r.name.clone().unwrap_or_default()))
             .collect()
     }
