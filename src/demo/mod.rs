@@ -203,7 +203,7 @@ pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, Demo
     let m = *milestones.lock().unwrap_or_else(|p| p.into_inner());
     let last_arrival = samples.last_arrival;
     summary.utilisation_before = summary::mean_utilisation(&samples.samples, None, m.first_change.or(Some(last_arrival)));
-    summary.utilisation_after = m.last_ready.and_then(|r| summary::mean_utilisation(&samples.samples, Some(r), Some(last_arrival)));
+    summary.utilisation_after = m.first_ready.and_then(|r| summary::mean_utilisation(&samples.samples, Some(r), Some(last_arrival)));
     console.raw("\n");
     console.raw(summary.render());
     if options.keep_serving && options.serve_http {

@@ -26,7 +26,8 @@ use crate::simcluster::{pod_requests, SimCluster};
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Milestones {
     pub first_change: Option<Instant>,
-    pub last_ready: Option<Instant>,
+    /// When the first node finished its first reconfiguration.
+    pub first_ready: Option<Instant>,
 }
 
 /// What the clock gathered.
@@ -139,7 +140,7 @@ pub async fn track_milestones(client: kube::Client, milestones: Arc<Mutex<Milest
         if busy {
             m.first_change.get_or_insert_with(Instant::now);
         } else if was {
-            m.last_ready = Some(Instant::now());
+            m.first_ready.get_or_insert_with(Instant::now);
         }
     }
 }

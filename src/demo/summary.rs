@@ -37,8 +37,8 @@ pub struct Summary {
     pub plans_applied: usize,
     /// Distinct GPUs whose instances were destroyed or created.
     pub gpus_reconfigured: usize,
-    /// Mean share of memory slices held by pods before the first reconfiguration and after the
-    /// last one (None when there was no such stretch).
+    /// Mean share of memory slices held by pods before the first reconfiguration, and from the
+    /// first reconfigured node until the last pod arrived (None when there was no such stretch).
     pub utilisation_before: Option<f64>,
     pub utilisation_after: Option<f64>,
 }
@@ -124,7 +124,7 @@ impl Summary {
         let _ = writeln!(out, "  evictions           {}", self.evictions);
         let _ = writeln!(
             out,
-            "  memory slices used  {} before the first reconfiguration, {} after the last",
+            "  memory slices used  {} before the first reconfiguration, {} after it (until the last arrival)",
             percent(self.utilisation_before),
             percent(self.utilisation_after)
         );
