@@ -230,9 +230,9 @@ fn owner(policy: &MigPolicy) -> Option<OwnerReference> {
 /// How the plan was made, for `kubectl describe migplan`: solver, time, gap to the bound, and
 /// the nodes left out.
 fn planned_condition(solved: &Plan, prepared: &Prepared, generation: Option<i64>, now: Timestamp) -> Condition {
+    let solver = serde_json::to_value(solved.solver).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
     let mut message = format!(
-        "{:?} solver, {} ms, {} pending pod(s) considered, objective {} (bound {:.0}, gap {:.1}%)",
-        solved.solver,
+        "{solver} solver, {} ms, {} pending pod(s) considered, objective {} (bound {:.0}, gap {:.1}%)",
         solved.solve_ms,
         prepared.snapshot.pending.len(),
         solved.objective.demand_met,
