@@ -1,0 +1,183 @@
+//! The whole operator at scale: 1,000 simulated nodes x 8 H100s, 9,000 running pods, then a
+//! demand shift of 1,000 pods for a profile no GPU offers. The controller runs as its own
+//! process (`geometer controller`) against the in-memory API server over HTTP, so its memory is
+//! its own; the simulated cluster and one real agent per node run in this process.
+//!
+//! Prints: the controller's peak RSS, the time from the batch window closing to the plan being
+//! published, and from the shift to every shifted pod running.
+//!
+//! Run: `cargo bench --bench operator_scale` (env `SCALE_NODES` to change the node count).
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use geometer::api::{Batching, Disruption, MigPlan, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits};
+use geometer::apiserver::ApiServer;
+use geometer::simcluster::{ClusterSpec, MigPod, SimCluster};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::PostParams;
+use kube::Api;
+
+const GPUS_PER_NODE: usize = 8;
+const SEVEN_SMALL: &[(&str, u8)] = &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.10gb", 6)];
+const IDLE: u32 = 2;
+
+fn policy() -> MigPolicy {
+    MigPolicy::new(
+        "scale",
+        MigPolicySpec {
+            node_selector: Default::default(),
+            mode: PolicyMode::Auto,
+            allowed_profiles: Vec::new(),
+            headroom: BTreeMap::new(),
+            batching: Batching { idle_seconds: IDLE, max_seconds: 10 },
+            stabilisation_seconds: 0,
+            disruption: Disruption { eviction_allowed: false, max_nodes_reconfiguring: 100, drain_timeout_seconds: 120, ..Disruption::default() },
+            solver: SolverLimits { time_limit_ms: 10_000, ..SolverLimits::default() },
+        },
+    )
+}
+
+/// `VmHWM` and `VmRSS` of a process, in MiB.
+fn memory(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+struct Controller(Child);
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn unschedulable(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
+}
+
+fn phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref())
+}
+
+async fn wait(what: &str, limit: Duration, mut check: impl FnMut() -> bool) -> Instant {
+    let deadline = Instant::now() + limit;
+    loop {
+        if check() {
+            return Instant::now();
+        }
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let nodes: usize = std::env::var("SCALE_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000);
+    let running_pods = nodes * 9;
+    let shifted_pods = nodes;
+    let t = Instant::now();
+    let server = ApiServer::new();
+    for crd in geometer::api::crds() {
+        server.seed(&crd).unwrap();
+    }
+    server.seed(&serde_json::from_value::<Namespace>(serde_json::json!({"metadata": {"name": "ml"}})).unwrap()).unwrap();
+    let spec = ClusterSpec::uniform("gpu", nodes, "H100-80GB", GPUS_PER_NODE, SEVEN_SMALL);
+    let cluster = SimCluster::start(&server, &spec).await.expect("cluster");
+    Api::<MigPolicy>::all(server.client()).create(&PostParams::default(), &policy()).await.unwrap();
+    let mut agents = Vec::new();
+    for node in cluster.node_names() {
+        let mut cfg = cluster.agent_config(&node);
+        cfg.poll_interval = Duration::from_secs(5);
+        agents.push(cluster.spawn_agent(&node, cfg));
+    }
+    let pods: Api<Pod> = Api::namespaced(server.client(), "ml");
+    for i in 0..running_pods {
+        pods.create(&PostParams::default(), &MigPod::new("ml", &format!("small-{i:05}")).slice("1g.10gb", 1).resources("1", "4Gi").run_seconds(1e6).build()).await.unwrap();
+    }
+    wait("the first pods running", Duration::from_secs(900), || {
+        server.objects::<Pod>().iter().filter(|p| p.metadata.namespace.as_deref() == Some("ml") && phase(p) == Some("Running")).count() == running_pods
+    })
+    .await;
+    let inventories = wait("every agent's inventory", Duration::from_secs(600), || {
+        server.objects::<geometer::api::MigNode>().iter().filter(|m| m.status.as_ref().is_some_and(|s| !s.gpus.is_empty())).count() == nodes
+    })
+    .await;
+    let setup = inventories - t;
+
+    let (addr, _serving) = server.serve_http("127.0.0.1:0").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new(env!("CARGO_BIN_EXE_geometer"))
+        .args(["controller", "--no-leader-election", "--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("GEOMETER_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start geometer controller");
+    let controller = Controller(child);
+    let pid = controller.0.id();
+    // Ready once its caches hold the whole cluster.
+    let ready_started = Instant::now();
+    loop {
+        let ok = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).is_ok_and(|mut s| {
+            use std::io::{Read, Write};
+            let _ = s.write_all(b"GET /readyz HTTP/1.0\r\n\r\n");
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/1.0 200")
+        });
+        if ok {
+            break;
+        }
+        assert!(ready_started.elapsed() < Duration::from_secs(300), "controller never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cache_fill = ready_started.elapsed();
+    let (idle_rss, _) = memory(pid);
+
+    // The shift: pods for 3g.40gb, which no GPU offers.
+    let shift = Instant::now();
+    for i in 0..shifted_pods {
+        pods.create(&PostParams::default(), &MigPod::new("ml", &format!("big-{i:05}")).slice("3g.40gb", 1).resources("4", "32Gi").run_seconds(1e6).build()).await.unwrap();
+    }
+    let is_big = |p: &Pod| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("big-"));
+    let all_unschedulable = wait("the shifted pods marked Unschedulable", Duration::from_secs(300), || {
+        server.objects::<Pod>().iter().filter(|p| is_big(p) && unschedulable(p)).count() == shifted_pods
+    })
+    .await;
+    let window_closes = all_unschedulable + Duration::from_secs(IDLE.into());
+    let published = wait("a plan", Duration::from_secs(300), || !server.objects::<MigPlan>().is_empty()).await;
+    let plan = server.objects::<MigPlan>().remove(0);
+    let running = wait("the shifted pods running", Duration::from_secs(1800), || {
+        server.objects::<Pod>().iter().filter(|p| is_big(p) && phase(p) == Some("Running")).count() == shifted_pods
+    })
+    .await;
+    let (peak, rss) = memory(pid);
+    let secs = |d: Duration| format!("{:.2} s", d.as_secs_f64());
+    let signed = |a: Instant, b: Instant| if a >= b { format!("{:.2} s", (a - b).as_secs_f64()) } else { format!("-{:.2} s", (b - a).as_secs_f64()) };
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!("| cluster | {nodes} nodes x {GPUS_PER_NODE} H100-80GB = {} GPUs, {running_pods} running pods + {shifted_pods} shifted pods |", nodes * GPUS_PER_NODE);
+    println!("| controller at {addr} over HTTP, pid {pid} | separate process |");
+    println!("| setup (cluster, pods running, agent inventories) | {} |", secs(setup));
+    println!("| controller cache fill to /readyz | {} |", secs(cache_fill));
+    println!("| controller RSS when ready | {idle_rss:.0} MiB |");
+    println!("| shift submitted -> last pod marked Unschedulable | {} |", secs(all_unschedulable - shift));
+    println!("| batch window closes (last change + idle {IDLE} s) -> plan published | {} |", signed(published, window_closes));
+    println!("| plan: solver time | {} ms |", plan.spec.solve_ms);
+    println!("| plan: GPUs changed / nodes / pods helped | {} / {} / {} |", plan.spec.summary.gpus_changed, plan.spec.summary.nodes_changed, plan.spec.summary.pods_helped);
+    println!("| shift submitted -> every shifted pod running | {} |", secs(running - shift));
+    println!("| controller peak RSS (VmHWM) / RSS at end | {peak:.0} MiB / {rss:.0} MiB |");
+    drop(controller);
+    for a in agents {
+        a.abort();
+    }
+}
