@@ -18,6 +18,7 @@ pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
 pub mod naming;
+pub mod pass;
 pub mod policy_check;
 pub mod plan_spec;
 pub mod policy_status;
