@@ -14,7 +14,8 @@
 //!
 //! Run: `cargo bench --bench apiserver` (after `--`: `--runs N`, default 5 sync runs;
 //! `--transport in-process|http|both`, default both; one per process gives RSS figures that
-//! the other transport's earlier run does not inflate).
+//! the other transport's earlier run does not inflate; `--keep-managed-fields` to cache
+//! objects whole, where by default the reflectors drop managedFields as the controller does).
 //! A plain `main` (harness = false): the phases need fresh reflectors and memory readings
 //! between them, which a sampling harness would blur.
 
@@ -73,6 +74,9 @@ fn populate(server: &ApiServer) {
     }
 }
 
+/// `--keep-managed-fields`: cache objects whole instead of as the controller does.
+static KEEP_MANAGED_FIELDS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// What a reflector reports to the benchmark: its first full sync, and each applied object.
 enum Seen {
     Synced(Instant),
@@ -85,7 +89,16 @@ where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = watcher::watcher(Api::<K>::all(client), watcher::Config::default()).default_backoff().reflect(writer);
+    let keep = KEEP_MANAGED_FIELDS.load(std::sync::atomic::Ordering::Relaxed);
+    let stream = watcher::watcher(Api::<K>::all(client), watcher::Config::default())
+        .default_backoff()
+        // As the controller's caches (src/controller/cache.rs): managedFields are never read.
+        .modify(move |obj: &mut K| {
+            if !keep {
+                obj.meta_mut().managed_fields = None;
+            }
+        })
+        .reflect(writer);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
@@ -265,6 +278,10 @@ fn main() {
     let runs = flag(&args, "--runs", |v| v.parse().ok().filter(|&n: &usize| n > 0)).unwrap_or(5);
     let transport = flag(&args, "--transport", |v| ["in-process", "http", "both"].contains(&v).then(|| v.to_string()))
         .unwrap_or_else(|| "both".to_string());
+    if args.iter().any(|a| a == "--keep-managed-fields") {
+        KEEP_MANAGED_FIELDS.store(true, std::sync::atomic::Ordering::Relaxed);
+        println!("reflectors keep managedFields");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let baseline = (status_kib("VmRSS:"), counting_alloc::mark());
     let server = ApiServer::new();
