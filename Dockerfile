@@ -1,17 +1,19 @@
 # Geometer: one image for the controller and the node agent.
 #
-# Not fully static on purpose: the agent loads libnvidia-ml.so.1 from the host driver at run time
-# (dlopen), which needs glibc's dynamic loader. Everything else (HiGHS, libstdc++) is linked in,
-# so the final image only needs glibc: distroless/cc.
+# Not static on purpose: the agent loads libnvidia-ml.so.1 from the host driver at run time
+# (dlopen, through the NVIDIA container runtime), which needs glibc's dynamic loader. HiGHS (C++)
+# is compiled in statically; the binary then needs glibc, libstdc++ and libgcc_s, which is
+# exactly what distroless/cc ships.
 #
-# Build:  docker build -t geometer:dev .
+# Build (from the repository root):  docker build -t geometer:dev .
 FROM rust:1-bookworm AS build
+# cmake builds HiGHS; libclang is what highs-sys' bindgen needs. protoc is not needed (the
+# kubelet PodResources protos are compiled by protox, in Rust).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends cmake clang libclang-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-ENV RUSTFLAGS="-C link-arg=-static-libstdc++ -C link-arg=-static-libgcc"
 RUN cargo build --release --locked --bin geometer \
  && cp target/release/geometer /geometer
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use agent_support::{Harness, NODE, WORKLOADS};
 use deploy_support::observe::{accesses, client_as};
-use deploy_support::rbac::{Access, Authorizer, Permission};
+use deploy_support::rbac::{compare, Access, Authorizer};
 use deploy_support::{kubectl_available, kustomizations, render};
 use geometer::agent::reconcile::backoff::Backoff;
 use geometer::agent::reconcile::Agent;
@@ -94,28 +94,6 @@ async fn agent_scenarios() -> BTreeSet<Access> {
     agent.abort();
     seen.extend(accesses(&h.server, AGENT));
     seen
-}
-
-/// Fails with every call the RBAC denies and every permission nobody used or justified.
-fn compare(component: &str, rendering: &str, authorizer: &Authorizer, seen: &BTreeSet<Access>, unobserved: &[(&str, &str, &str, &str)]) {
-    let denied: Vec<String> = seen.iter().filter(|a| authorizer.allows(a).is_none()).map(|a| a.to_string()).collect();
-    assert!(denied.is_empty(), "{rendering}: the {component}'s RBAC denies calls it makes:\n  {}", denied.join("\n  "));
-
-    let justified = |p: &Permission| unobserved.iter().any(|(g, r, v, _)| p.group == *g && p.resource == *r && p.verb == *v);
-    let permissions = authorizer.permissions();
-    let unused: Vec<String> =
-        permissions.iter().filter(|p| !seen.iter().any(|a| p.used_by(a)) && !justified(p)).map(|p| p.to_string()).collect();
-    assert!(
-        unused.is_empty(),
-        "{rendering}: the {component} is granted permissions it never used in the scenarios; remove them or justify them in this test:\n  {}",
-        unused.join("\n  ")
-    );
-    for (g, r, v, why) in unobserved {
-        assert!(
-            permissions.iter().any(|p| p.group == *g && p.resource == *r && p.verb == *v),
-            "{rendering}: the justification for {v} {g}/{r} ({why}) is stale: no rule grants it"
-        );
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

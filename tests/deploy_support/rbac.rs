@@ -184,3 +184,26 @@ impl Permission {
             && (self.names.is_empty() || access.name.as_ref().is_some_and(|n| self.names.contains(n)))
     }
 }
+
+/// Fails with every call in `seen` the RBAC denies and every permission granted that no call
+/// used and no entry of `unobserved` (group, resource, verb, reason) justifies.
+pub fn compare(component: &str, rendering: &str, authorizer: &Authorizer, seen: &BTreeSet<Access>, unobserved: &[(&str, &str, &str, &str)]) {
+    let denied: Vec<String> = seen.iter().filter(|a| authorizer.allows(a).is_none()).map(|a| a.to_string()).collect();
+    assert!(denied.is_empty(), "{rendering}: the {component}'s RBAC denies calls it makes:\n  {}", denied.join("\n  "));
+
+    let justified = |p: &Permission| unobserved.iter().any(|(g, r, v, _)| p.group == *g && p.resource == *r && p.verb == *v);
+    let permissions = authorizer.permissions();
+    let unused: Vec<String> =
+        permissions.iter().filter(|p| !seen.iter().any(|a| p.used_by(a)) && !justified(p)).map(|p| p.to_string()).collect();
+    assert!(
+        unused.is_empty(),
+        "{rendering}: the {component} is granted permissions it never used in the scenarios; remove them or justify them in the test:\n  {}",
+        unused.join("\n  ")
+    );
+    for (g, r, v, why) in unobserved {
+        assert!(
+            permissions.iter().any(|p| p.group == *g && p.resource == *r && p.verb == *v),
+            "{rendering}: the justification for {v} {g}/{r} ({why}) is stale: no rule grants it"
+        );
+    }
+}
