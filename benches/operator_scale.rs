@@ -156,6 +156,10 @@ async fn main() {
     let window_closes = all_unschedulable + Duration::from_secs(IDLE.into());
     let published = wait("a plan", Duration::from_secs(300), || !server.objects::<MigPlan>().is_empty()).await;
     let plan = server.objects::<MigPlan>().remove(0);
+    let succeeded = wait("the plan Succeeded", Duration::from_secs(1800), || {
+        server.objects::<MigPlan>().iter().any(|p| p.status.as_ref().is_some_and(|s| s.phase == geometer::api::MigPlanPhase::Succeeded))
+    })
+    .await;
     let running = wait("the shifted pods running", Duration::from_secs(1800), || {
         server.objects::<Pod>().iter().filter(|p| is_big(p) && phase(p) == Some("Running")).count() == shifted_pods
     })
@@ -174,6 +178,8 @@ async fn main() {
     println!("| batch window closes (last change + idle {IDLE} s) -> plan published | {} |", signed(published, window_closes));
     println!("| plan: solver time | {} ms |", plan.spec.solve_ms);
     println!("| plan: GPUs changed / nodes / pods helped | {} / {} / {} |", plan.spec.summary.gpus_changed, plan.spec.summary.nodes_changed, plan.spec.summary.pods_helped);
+    println!("| plan published -> Succeeded (every node cordoned, repartitioned, re-advertised, uncordoned) | {} |", secs(succeeded - published));
+    println!("| plan Succeeded -> every shifted pod running (simulated scheduler and kubelet) | {} |", secs(running - succeeded));
     println!("| shift submitted -> every shifted pod running | {} |", secs(running - shift));
     println!("| controller peak RSS (VmHWM) / RSS at end | {peak:.0} MiB / {rss:.0} MiB |");
     drop(controller);

@@ -93,6 +93,22 @@ pub fn mig_node_gpus(obj: &Value) -> Result<(String, Vec<Gpu>), AdapterError> {
     Ok((name, gpus))
 }
 
+/// GPUs of a typed MigNode's inventory (what its agent read from NVML).
+pub fn inventory(node: &crate::api::MigNode) -> Vec<Gpu> {
+    let gpus = node.status.as_ref().map(|s| s.gpus.as_slice()).unwrap_or_default();
+    gpus.iter()
+        .map(|g| Gpu {
+            index: g.index,
+            model: g.model.clone(),
+            instances: g
+                .instances
+                .iter()
+                .map(|i| Instance { profile: i.profile.clone(), start: i.start, pod: i.pod.clone() })
+                .collect(),
+        })
+        .collect()
+}
+
 /// A MigPolicy object.
 pub fn mig_policy(obj: &Value) -> Result<PolicyObject, AdapterError> {
     let name = name_of(obj);

@@ -11,6 +11,7 @@ pub mod pods;
 pub mod quantity;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use geometer_solver::catalog::Catalog;
 use geometer_solver::snapshot::{Policy, Snapshot};
@@ -32,12 +33,15 @@ pub enum AdapterError {
     Field { object: String, field: String, value: String, problem: String },
 }
 
-/// The objects of a List, by kind.
+/// The objects of a List, by kind. Shared (`Arc`), so that the controller hands its cached
+/// objects over without copying them.
 #[derive(Debug, Default)]
 pub struct Objects {
-    pub nodes: Vec<Node>,
-    pub pods: Vec<Pod>,
+    pub nodes: Vec<Arc<Node>>,
+    pub pods: Vec<Arc<Pod>>,
     pub mig_nodes: Vec<Value>,
+    /// MigNode inventories already read (the controller's typed MigNodes), by node name.
+    pub inventories: BTreeMap<String, Vec<geometer_solver::snapshot::Gpu>>,
     pub policies: Vec<Value>,
     /// Kinds present but not used, with counts.
     pub ignored: BTreeMap<String, usize>,
@@ -87,8 +91,8 @@ pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
         let name = item.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
         let bad = |e: serde_json::Error| AdapterError::Object { index, kind: kind.clone(), name: name.clone(), problem: e.to_string() };
         match kind.as_str() {
-            "Node" => objects.nodes.push(serde_json::from_value(item).map_err(bad)?),
-            "Pod" => objects.pods.push(serde_json::from_value(item).map_err(bad)?),
+            "Node" => objects.nodes.push(Arc::new(serde_json::from_value(item).map_err(bad)?)),
+            "Pod" => objects.pods.push(Arc::new(serde_json::from_value(item).map_err(bad)?)),
             "MigNode" => objects.mig_nodes.push(item),
             "MigPolicy" => objects.policies.push(item),
             _ => *objects.ignored.entry(if kind.is_empty() { "(no kind)".into() } else { kind }).or_default() += 1,
@@ -155,13 +159,13 @@ pub fn build_snapshot(objects: &Objects, catalog: &Catalog, policy: Option<Polic
         }
     }
 
-    let mut inventories: BTreeMap<String, Vec<geometer_solver::snapshot::Gpu>> = BTreeMap::new();
+    let mut inventories = objects.inventories.clone();
     for obj in &objects.mig_nodes {
         let (name, gpus) = crd::mig_node_gpus(obj)?;
         inventories.insert(name, gpus);
     }
     let mut snapshot = Snapshot::default();
-    let mut sorted_nodes: Vec<&Node> = objects.nodes.iter().collect();
+    let mut sorted_nodes: Vec<&Node> = objects.nodes.iter().map(|n| &**n).collect();
     sorted_nodes.sort_by(|a, b| nodes::name(a).cmp(nodes::name(b)));
     let mut seen = BTreeSet::new();
     for node in sorted_nodes {

@@ -117,9 +117,8 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
     }
     let mut objects = Objects::default();
     for name in &included {
-        objects.nodes.push((*input.nodes[*name]).clone());
-        let inventory = serde_json::to_value(&*input.mignodes[*name]).map_err(|e| AdapterError::Syntax(e.to_string()))?;
-        objects.mig_nodes.push(inventory);
+        objects.nodes.push(input.nodes[*name].clone());
+        objects.inventories.insert(name.to_string(), adapter::crd::inventory(&input.mignodes[*name]));
     }
     for pod in input.pods {
         let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
@@ -128,7 +127,7 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
             None => pod.spec.as_ref().is_some_and(|_| adapter_pods::demand_check(pod).is_ok()),
         };
         if relevant && adapter_pods::effective_requests(pod).is_ok() {
-            objects.pods.push((**pod).clone());
+            objects.pods.push(pod.clone());
         }
     }
     let mut built = adapter::build_snapshot(&objects, catalog, Some(policy_object(input.policy)?))?;
