@@ -94,7 +94,8 @@ fn objective_value(coefs: &[(usize, f64)], values: &[f64]) -> f64 {
 
 /// Solves the levels in strict order; levels whose ranges multiply to less than
 /// [`MAX_STAGE_RANGE`] share one stage with weights that keep the order strict. Each stage
-/// keeps what the previous ones achieved as a constraint and starts from their solution.
+/// keeps what the previous ones achieved as a constraint (and, with microlp, starts from their
+/// solution; see the backend for why HiGHS does not).
 fn solve_stages(model: &Model, deadline: Instant, notes: &mut Vec<String>) -> Option<Vec<f64>> {
     if model.lp.vars.is_empty() {
         return Some(Vec::new()); // Nothing to decide: every GPU keeps its geometry.

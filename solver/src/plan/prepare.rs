@@ -249,6 +249,7 @@ impl<'a> Problem<'a> {
         let mut running = Vec::new();
         let mut notes = Vec::new();
         if policy.eviction_allowed {
+            let mut running_eligible: BTreeMap<ConstraintKey, Arc<[usize]>> = BTreeMap::new();
             for (key, gpu_set) in &pod_gpus {
                 let Some(pod) = running_by_key.get(*key) else { continue };
                 if pod.do_not_disrupt {
@@ -279,9 +280,23 @@ impl<'a> Problem<'a> {
                     continue;
                 }
                 let needs = Needs { slices: slices.into_iter().collect(), cpu: pod.cpu_millis, memory: pod.memory_bytes };
-                let eligible: Vec<usize> =
-                    node_order.iter().enumerate().filter(|(_, n)| eligibility(pod, n).is_ok()).map(|(i, _)| i).collect();
-                let eligible = Arc::from(eligible);
+                // Pods from one template share one list (and so one demand class in the ILP).
+                let constraints = ConstraintKey {
+                    node_selector: pod.node_selector.clone(),
+                    affinity: pod.affinity.clone(),
+                    tolerations: pod.tolerations.clone(),
+                    cpu: pod.cpu_millis,
+                    memory: pod.memory_bytes,
+                    profiles: Vec::new(),
+                };
+                let eligible = running_eligible
+                    .entry(constraints)
+                    .or_insert_with(|| {
+                        let nodes: Vec<usize> =
+                            node_order.iter().enumerate().filter(|(_, n)| eligibility(pod, n).is_ok()).map(|(i, _)| i).collect();
+                        Arc::from(nodes)
+                    })
+                    .clone();
                 let idx = running.len();
                 running.push(RunningInfo { key: key.to_string(), node: gpu.node, gpu: g, needs, eligible });
                 let gpu = &mut gpus[g];
