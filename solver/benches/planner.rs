@@ -1,5 +1,5 @@
-//! Planning time: ILP and greedy on synthetic clusters (see `common`). Numbers go to
-//! BENCHMARKS.md; `planner_report` adds peak memory and plan quality.
+//! Planning time: ILP and greedy on synthetic clusters (see `common`), with eviction off and
+//! allowed. Numbers go to BENCHMARKS.md; `planner_report` adds peak memory and plan quality.
 
 mod common;
 
@@ -13,19 +13,19 @@ fn planning(c: &mut Criterion) {
     let mut group = c.benchmark_group("plan");
     group.sample_size(10);
     for (gpus, pods) in common::SIZES {
-        let snapshot = common::cluster(gpus, pods, 7);
+        let keep = common::cluster(gpus, pods, 7);
+        let evict = common::with_eviction(keep.clone());
         let id = format!("{gpus}gpus-{pods}pods");
-        group.bench_with_input(BenchmarkId::new("ilp", &id), &snapshot, |b, s| {
+        group.bench_with_input(BenchmarkId::new("ilp", &id), &keep, |b, s| {
             b.iter(|| geometer_solver::plan(s, catalog, &options).unwrap())
         });
-        group.bench_with_input(BenchmarkId::new("greedy", &id), &snapshot, |b, s| {
+        group.bench_with_input(BenchmarkId::new("ilp-eviction", &id), &evict, |b, s| {
+            b.iter(|| geometer_solver::plan(s, catalog, &options).unwrap())
+        });
+        group.bench_with_input(BenchmarkId::new("greedy", &id), &keep, |b, s| {
             b.iter(|| geometer_solver::greedy::plan(s, catalog, &options).unwrap())
         });
     }
-    let evicting = common::with_eviction(common::cluster(1000, 1000, 7));
-    group.bench_with_input(BenchmarkId::new("ilp-eviction", "1000gpus-1000pods"), &evicting, |b, s| {
-        b.iter(|| geometer_solver::plan(s, catalog, &options).unwrap())
-    });
     group.finish();
 }
 

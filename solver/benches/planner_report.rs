@@ -1,9 +1,10 @@
-//! Plan quality and peak memory per benchmark size: ILP against greedy on demand met and GPUs
-//! changed, the gap to the LP bound, solve time, and peak RSS (VmHWM) of a process that only
-//! builds the cluster and plans it once.
+//! Plan quality, planning time and peak memory per benchmark size: ILP against greedy on demand
+//! met and GPUs changed, the gap to the LP bound, median planning time over repeated runs, and
+//! the peak RSS (VmHWM) of a process that only builds the cluster and plans it.
 //!
-//! `cargo bench -p geometer-solver --bench planner_report` prints a Markdown table. Each size
-//! runs in a child process of this binary so that peak memory is per size.
+//! `cargo bench -p geometer-solver --bench planner_report` prints a Markdown table. Each row
+//! runs in a child process of this binary so that peak memory is per row. Environment:
+//! `PLANNER_REPORT_REPS` (plans per row, default 5; the time is their median).
 
 mod common;
 
@@ -11,7 +12,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use geometer_solver::catalog::Catalog;
-use geometer_solver::plan::PlanOptions;
+use geometer_solver::plan::{PlanOptions, Placement};
 
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -23,76 +24,93 @@ fn peak_rss_mib() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-fn child(gpus: usize, pods: usize, planner: &str, evict: bool) {
-    let mut snapshot = common::cluster(gpus, pods, 7);
+/// Plans one cluster `reps` times and prints one `RESULT` line (fields in `COLUMNS` order).
+fn child(scenario: &str, gpus: usize, pods: usize, planner: &str, evict: bool, reps: usize) {
+    let mut snapshot = match scenario {
+        "90%-busy" => common::cluster_with(gpus, pods, 7, common::BUSY_SHARE),
+        _ => common::cluster(gpus, pods, 7),
+    };
     if evict {
         snapshot = common::with_eviction(snapshot);
     }
     let catalog = Catalog::builtin();
     let options = PlanOptions::default();
-    let started = Instant::now();
-    let plan = match planner {
-        "greedy" => geometer_solver::greedy::plan(&snapshot, catalog, &options),
-        _ => geometer_solver::plan(&snapshot, catalog, &options),
+    let mut times = Vec::with_capacity(reps);
+    let mut last = None;
+    for _ in 0..reps.max(1) {
+        let started = Instant::now();
+        let plan = match planner {
+            "greedy" => geometer_solver::greedy::plan(&snapshot, catalog, &options),
+            _ => geometer_solver::plan(&snapshot, catalog, &options),
+        }
+        .unwrap();
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        let mut same = plan.clone();
+        same.solve_ms = 0;
+        if let Some(previous) = &last {
+            assert_eq!(previous, &same, "same input, same plan");
+        }
+        last = Some(same);
     }
-    .unwrap();
-    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    let plan = last.unwrap();
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    for note in &plan.notes {
+        eprintln!("note: {note}");
+    }
+    let existing = plan.pods.iter().filter(|p| p.placement == Placement::ExistingSlices).count();
     let o = &plan.objective;
     println!(
-        "RESULT {ms:.1} {} {} {} {} {:.1} {:.4} {:.1} {:?}",
+        "RESULT {median:.1} {:.1} {} {} {existing} {} {} {:.1} {:.2}% {:.1} {:?}",
+        times[0],
         o.demand_met,
         o.pods_met,
         o.gpus_changed,
         o.evictions,
         plan.bound,
-        plan.gap,
+        plan.gap * 100.0,
         peak_rss_mib(),
         plan.solver
     );
 }
 
+const COLUMNS: &str = "median ms | min ms | demand met | pods on new slices | pods on existing slices | GPUs changed | evictions | LP bound | gap to bound | peak RSS MiB | solver";
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let reps: usize = std::env::var("PLANNER_REPORT_REPS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
     if let Some(pos) = args.iter().position(|a| a == "--child") {
-        let gpus = args[pos + 1].parse().unwrap();
-        let pods = args[pos + 2].parse().unwrap();
-        child(gpus, pods, &args[pos + 3], args[pos + 4] == "evict");
+        let a = &args[pos + 1..];
+        child(&a[0], a[1].parse().unwrap(), a[2].parse().unwrap(), &a[3], a[4] == "evict", reps);
         return;
     }
     if args.iter().any(|a| a == "--list") {
         return;
     }
     let me = std::env::current_exe().unwrap();
-    println!("| GPUs | pods | eviction | planner | time ms | demand met | pods met | GPUs changed | evictions | LP bound | gap | peak RSS MiB | solver |");
-    println!("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
-    let mut runs: Vec<(usize, usize, bool)> = common::SIZES.iter().map(|&(g, p)| (g, p, false)).collect();
-    runs.push((1000, 1000, true));
-    runs.push((8000, 5000, true));
-    for (gpus, pods, evict) in runs {
-        for planner in ["ilp", "greedy"] {
-            let out = Command::new(&me)
-                .args(["--child", &gpus.to_string(), &pods.to_string(), planner, if evict { "evict" } else { "keep" }])
-                .output()
-                .expect("child runs");
-            let text = String::from_utf8_lossy(&out.stdout);
-            let Some(line) = text.lines().find_map(|l| l.strip_prefix("RESULT ")) else {
-                println!("| {gpus} | {pods} | {evict} | {planner} | failed: {} |", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
-                continue;
-            };
-            let f: Vec<&str> = line.split(' ').collect();
-            println!(
-                "| {gpus} | {pods} | {} | {planner} | {} | {} | {} | {} | {} | {} | {:.2}% | {} | {} |",
-                if evict { "allowed" } else { "off" },
-                f[0],
-                f[1],
-                f[2],
-                f[3],
-                f[4],
-                f[5],
-                f[6].parse::<f64>().unwrap_or(f64::NAN) * 100.0,
-                f[7],
-                f[8]
-            );
+    let columns = COLUMNS.split(" | ").count();
+    println!("| scenario | GPUs | pending pods | eviction | planner | {COLUMNS} |");
+    println!("|---|---:|---:|---|---|{}", "---:|".repeat(columns - 1) + "---|");
+    let mut runs: Vec<(&str, usize, usize)> = common::SIZES.iter().map(|&(g, p)| ("half-busy", g, p)).collect();
+    runs.extend(common::BUSY_SIZES.iter().map(|&(g, p)| ("90%-busy", g, p)));
+    for (scenario, gpus, pods) in runs {
+        for evict in [false, true] {
+            for planner in ["ilp", "greedy"] {
+                let mode = if evict { "evict" } else { "keep" };
+                let out = Command::new(&me)
+                    .args(["--child", scenario, &gpus.to_string(), &pods.to_string(), planner, mode])
+                    .output()
+                    .expect("child runs");
+                let text = String::from_utf8_lossy(&out.stdout);
+                let head = format!("| {scenario} | {gpus} | {pods} | {} | {planner} |", if evict { "allowed" } else { "off" });
+                match text.lines().find_map(|l| l.strip_prefix("RESULT ")) {
+                    Some(line) => println!("{head} {} |", line.split(' ').collect::<Vec<_>>().join(" | ")),
+                    None => println!(
+                        "{head} failed: {} |",
+                        String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("no output")
+                    ),
+                }
+            }
         }
     }
 }

@@ -160,6 +160,23 @@ fn eviction_when_allowed_moves_the_pod_and_meets_demand() {
     assert_eq!(plan.objective.pods_met, 0);
 }
 
+#[test]
+fn eviction_allowed_but_not_needed_evicts_nobody() {
+    let mut s = snapshot(BUSY_7G);
+    // Pods that may land on b: its free half meets them without moving anyone.
+    for p in &mut s.pending {
+        p.node_selector.clear();
+    }
+    let without = ilp(&s);
+    s.policy = Some(geometer_solver::snapshot::Policy { eviction_allowed: true, ..Default::default() });
+    let with = ilp(&s);
+    assert_eq!(with.objective.pods_met, 1, "{}", with.render_table());
+    assert!(with.evictions.is_empty(), "{}", with.render_table());
+    assert_eq!(with.objective, without.objective);
+    assert_eq!(with.gpus, without.gpus);
+    assert_eq!(with.gap, 0.0);
+}
+
 /// Greedy walks nodes by name and fills `a` with the 1g slices everyone can use; the 3g pods
 /// that only fit on `a` then stay unmet. The ILP puts the 1g slices on `b`.
 #[test]

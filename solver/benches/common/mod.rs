@@ -61,8 +61,14 @@ fn config_geometry(model: &GpuModel, config: [usize; 5]) -> Geometry {
     place(model, &Geometry::empty(), &ids).expect("config fits")
 }
 
-/// `gpus` GPUs (8 per node, rounded up) and `pods` pending pods.
+/// `gpus` GPUs (8 per node, rounded up) and `pods` pending pods; half the GPUs busy.
 pub fn cluster(gpus: usize, pods: usize, seed: u64) -> Snapshot {
+    cluster_with(gpus, pods, seed, 0.5)
+}
+
+/// The same shape with a `busy_share` of GPUs holding pods (on a busy GPU three in four
+/// instances hold one).
+pub fn cluster_with(gpus: usize, pods: usize, seed: u64, busy_share: f64) -> Snapshot {
     let catalog = Catalog::builtin();
     let mut rng = Rng::new(seed);
     let mut snapshot = Snapshot::default();
@@ -74,7 +80,8 @@ pub fn cluster(gpus: usize, pods: usize, seed: u64) -> Snapshot {
         let name = format!("node-{n:05}");
         let mut node = Node {
             name: name.clone(),
-            labels: BTreeMap::from([("pool".into(), key.to_string()), ("zone".into(), format!("z{}", n % 4))]),
+            // Zones cut across models (every zone has every model), as in a real cluster.
+            labels: BTreeMap::from([("pool".into(), key.to_string()), ("zone".into(), format!("z{}", (n / MODELS.len()) % 4))]),
             free_cpu_millis: Some(64_000 + rng.below(64) * 1000),
             free_memory_bytes: Some((512u64 + rng.below(512)) << 30),
             ..Node::default()
@@ -82,7 +89,7 @@ pub fn cluster(gpus: usize, pods: usize, seed: u64) -> Snapshot {
         let config = CONFIGS[rng.below(CONFIGS.len() as u64) as usize];
         for index in 0..8.min(left) {
             let geometry = config.map(|c| config_geometry(model, c)).unwrap_or_default();
-            let busy = rng.chance(0.5);
+            let busy = rng.chance(busy_share);
             let mut instances = Vec::new();
             for p in geometry.instances() {
                 let profile = model.profile_info(p.profile).name.clone();
@@ -138,5 +145,10 @@ pub fn with_eviction(mut snapshot: Snapshot) -> Snapshot {
     snapshot
 }
 
-/// The benchmark sizes: (GPUs, pending pods).
-pub const SIZES: [(usize, usize); 5] = [(10, 10), (100, 100), (1000, 1000), (8000, 1000), (8000, 5000)];
+/// The benchmark sizes: (GPUs, pending pods), half the GPUs busy.
+pub const SIZES: [(usize, usize); 8] =
+    [(10, 10), (100, 100), (1000, 10), (1000, 1000), (1000, 5000), (8000, 10), (8000, 1000), (8000, 5000)];
+
+/// A contended cluster: most GPUs busy, so pending pods compete for the room left.
+pub const BUSY_SHARE: f64 = 0.9;
+pub const BUSY_SIZES: [(usize, usize); 3] = [(100, 100), (1000, 1000), (8000, 5000)];

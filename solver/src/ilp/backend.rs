@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use good_lp::{variable, Expression, ProblemVariables, ResolutionError, Solution, SolutionStatus, SolverModel, WithInitialSolution};
+use good_lp::{variable, Expression, ProblemVariables, ResolutionError, Solution, SolutionStatus, SolverModel};
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Var {
@@ -132,9 +132,12 @@ fn run_backend(
     if relax {
         model = model.set_option("solver", "simplex");
     }
-    if let Some(init) = initial {
-        model = model.with_initial_solution(init);
-    }
+    // No MIP start for HiGHS: when presolve reduces the problem and the start is already
+    // optimal in the reduced space, HiGHS 1.16 hands back the start as given instead of the
+    // postsolved optimum (seen on the 8,000-GPU eviction benchmark: a stage reported -208 in
+    // the reduced space and returned a point worth -4,524 in the original one). A stage that
+    // runs out of time without a solution keeps the previous stage's answer instead.
+    let _ = initial;
     for c in constraints {
         model.add_constraint(c);
     }
@@ -149,7 +152,7 @@ fn run_backend(
     seconds: f64,
     _relax: bool,
 ) -> Result<(Values, bool), SolveError> {
-    use good_lp::WithTimeLimit;
+    use good_lp::{WithInitialSolution, WithTimeLimit};
     let mut model = good_lp::solvers::microlp::microlp(unsolved).with_time_limit(seconds);
     if let Some(init) = initial {
         model = model.with_initial_solution(init);

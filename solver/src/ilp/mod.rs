@@ -41,11 +41,35 @@ pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Re
     let started = Instant::now();
     let problem = Problem::new(snapshot, catalog, options)?;
     let deadline = started + problem.time_limit;
-    let greedy = crate::greedy::decide(&problem);
+    if problem.running.is_empty() {
+        return Ok(solve(&problem, started, deadline));
+    }
+    // Evicting pays only where it lets more demand be met, and candidates that evict make the
+    // model many times larger. So plan without them first: when that plan meets every
+    // plannable pod, no optimal plan evicts (fewest evictions comes right after demand met),
+    // and the plans that evict nobody are exactly the ones this smaller model has.
+    let keep = problem.without_eviction();
+    let kept = solve(&keep, started, deadline);
+    if kept.objective.demand_met >= keep.trivial_bound() {
+        return Ok(kept);
+    }
+    let evicting = solve(&problem, started, deadline);
+    // The bound with eviction is the one that holds for this problem.
+    let bound = kept.bound.max(evicting.bound);
+    let mut plan = if kept.objective.better(&evicting.objective) == std::cmp::Ordering::Greater { kept } else { evicting };
+    plan.bound = bound;
+    plan.gap = if bound > 0.0 { (bound - plan.objective.demand_met as f64) / bound } else { 0.0 };
+    plan.solve_ms = started.elapsed().as_millis() as u64;
+    Ok(plan)
+}
 
-    let candidates = candidates::build(&problem);
-    let agg = aggregate::aggregate(&problem, &candidates);
-    let model = model::build(&problem, &agg);
+/// The ILP on one problem, never worse than the greedy plan for it.
+fn solve(problem: &Problem, started: Instant, deadline: Instant) -> Plan {
+    let greedy = crate::greedy::decide(problem);
+
+    let candidates = candidates::build(problem);
+    let agg = aggregate::aggregate(problem, &candidates);
+    let model = model::build(problem, &agg);
     let mut notes = Vec::new();
     let bound = if model.levels[0].coefs.is_empty() {
         Some(0.0)
@@ -57,16 +81,16 @@ pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Re
     };
     let solved = solve_stages(&model, deadline, &mut notes);
     let bound = bound.unwrap_or_else(|| problem.trivial_bound() as f64);
-    let greedy = realize(&problem, greedy, SolverUsed::GreedyFallback, bound, started, Vec::new());
+    let greedy = realize(problem, greedy, SolverUsed::GreedyFallback, bound, started, Vec::new());
     let Some(values) = solved else {
         let mut plan = greedy;
         notes.push(format!("the {} solver found no plan in time; using the greedy plan", backend::backend_name()));
         plan.notes.splice(0..0, notes);
         plan.solve_ms = started.elapsed().as_millis() as u64;
-        return Ok(plan);
+        return plan;
     };
-    let decision = disaggregate(&problem, &candidates, &agg, &model, &values);
-    let ilp = realize(&problem, decision, SolverUsed::Ilp, bound, started, notes.clone());
+    let decision = disaggregate(problem, &candidates, &agg, &model, &values);
+    let ilp = realize(problem, decision, SolverUsed::Ilp, bound, started, notes.clone());
     // The greedy plan is always at hand: never return anything worse (the ILP can lose a little
     // when disaggregating, or stop at the time limit with a weak incumbent).
     let mut plan = if greedy.objective.better(&ilp.objective) == std::cmp::Ordering::Greater {
@@ -81,7 +105,7 @@ pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Re
         ilp
     };
     plan.solve_ms = started.elapsed().as_millis() as u64;
-    Ok(plan)
+    plan
 }
 
 fn remaining(deadline: Instant) -> Duration {
@@ -94,7 +118,8 @@ fn objective_value(coefs: &[(usize, f64)], values: &[f64]) -> f64 {
 
 /// Solves the levels in strict order; levels whose ranges multiply to less than
 /// [`MAX_STAGE_RANGE`] share one stage with weights that keep the order strict. Each stage
-/// keeps what the previous ones achieved as a constraint and starts from their solution.
+/// keeps what the previous ones achieved as a constraint (and, with microlp, starts from their
+/// solution; see the backend for why HiGHS does not).
 fn solve_stages(model: &Model, deadline: Instant, notes: &mut Vec<String>) -> Option<Vec<f64>> {
     if model.lp.vars.is_empty() {
         return Some(Vec::new()); // Nothing to decide: every GPU keeps its geometry.

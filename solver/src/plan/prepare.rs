@@ -24,6 +24,7 @@ pub(crate) enum User {
     Evictable(usize),
 }
 
+#[derive(Clone)]
 pub(crate) struct GpuInfo {
     pub node: usize,
     pub index: u32,
@@ -33,6 +34,7 @@ pub(crate) struct GpuInfo {
     pub users: Vec<User>,
 }
 
+#[derive(Clone)]
 pub(crate) struct NodeInfo<'a> {
     pub name: &'a str,
     pub gpus: Vec<usize>,
@@ -50,6 +52,7 @@ pub(crate) struct Needs {
     pub memory: u64,
 }
 
+#[derive(Clone)]
 pub(crate) enum PodStatus {
     /// For the planners.
     Plannable,
@@ -58,6 +61,7 @@ pub(crate) enum PodStatus {
     Unmet(UnmetReason),
 }
 
+#[derive(Clone)]
 pub(crate) struct PendingInfo<'a> {
     pub pod: &'a Pod,
     pub key: String,
@@ -70,6 +74,7 @@ pub(crate) struct PendingInfo<'a> {
     pub status: PodStatus,
 }
 
+#[derive(Clone)]
 pub(crate) struct RunningInfo {
     pub key: String,
     pub node: usize,
@@ -79,6 +84,7 @@ pub(crate) struct RunningInfo {
     pub eligible: Arc<[usize]>,
 }
 
+#[derive(Clone)]
 pub(crate) struct Problem<'a> {
     pub models: Vec<&'a GpuModel>,
     /// Canonical names of every profile that demand, headroom or an evictable pod refers to.
@@ -249,6 +255,7 @@ impl<'a> Problem<'a> {
         let mut running = Vec::new();
         let mut notes = Vec::new();
         if policy.eviction_allowed {
+            let mut running_eligible: BTreeMap<ConstraintKey, Arc<[usize]>> = BTreeMap::new();
             for (key, gpu_set) in &pod_gpus {
                 let Some(pod) = running_by_key.get(*key) else { continue };
                 if pod.do_not_disrupt {
@@ -279,9 +286,23 @@ impl<'a> Problem<'a> {
                     continue;
                 }
                 let needs = Needs { slices: slices.into_iter().collect(), cpu: pod.cpu_millis, memory: pod.memory_bytes };
-                let eligible: Vec<usize> =
-                    node_order.iter().enumerate().filter(|(_, n)| eligibility(pod, n).is_ok()).map(|(i, _)| i).collect();
-                let eligible = Arc::from(eligible);
+                // Pods from one template share one list (and so one demand class in the ILP).
+                let constraints = ConstraintKey {
+                    node_selector: pod.node_selector.clone(),
+                    affinity: pod.affinity.clone(),
+                    tolerations: pod.tolerations.clone(),
+                    cpu: pod.cpu_millis,
+                    memory: pod.memory_bytes,
+                    profiles: Vec::new(),
+                };
+                let eligible = running_eligible
+                    .entry(constraints)
+                    .or_insert_with(|| {
+                        let nodes: Vec<usize> =
+                            node_order.iter().enumerate().filter(|(_, n)| eligibility(pod, n).is_ok()).map(|(i, _)| i).collect();
+                        Arc::from(nodes)
+                    })
+                    .clone();
                 let idx = running.len();
                 running.push(RunningInfo { key: key.to_string(), node: gpu.node, gpu: g, needs, eligible });
                 let gpu = &mut gpus[g];
@@ -470,6 +491,19 @@ impl<'a> Problem<'a> {
     /// Pending pods the planners work on, in priority order.
     pub fn plannable(&self) -> impl Iterator<Item = (usize, &PendingInfo<'a>)> {
         self.pending.iter().enumerate().filter(|(_, p)| matches!(p.status, PodStatus::Plannable))
+    }
+
+    /// The same problem with eviction off: every evictable pod's instances stay, as when the
+    /// policy does not allow eviction.
+    pub fn without_eviction(&self) -> Problem<'a> {
+        let mut keep = self.clone();
+        keep.running.clear();
+        for user in keep.gpus.iter_mut().flat_map(|g| g.users.iter_mut()) {
+            if let User::Evictable(_) = user {
+                *user = User::Pinned;
+            }
+        }
+        keep
     }
 
     /// Upper bound on demand met: every plannable pod placed.
