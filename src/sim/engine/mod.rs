@@ -215,6 +215,13 @@ impl<'a> Engine<'a> {
         let Some(node) = self.state.find_node(pod, &self.requests[p]) else {
             return false;
         };
+        self.start_on(p, node);
+        true
+    }
+
+    /// Binds a pending pod to `node`, which has room for it.
+    fn start_on(&mut self, p: PodIdx, node: usize) {
+        let pod = &self.workload.pods[p];
         let held = self.state.bind(p, pod, &self.requests[p], node);
         self.pending.remove(p, pod.priority, &self.requests[p]);
         let run = &mut self.pods[p];
@@ -229,7 +236,6 @@ impl<'a> Engine<'a> {
         if let Some(duration) = pod.duration {
             self.push(self.now + duration, Event::Depart { pod: p, run: generation });
         }
-        true
     }
 
     fn depart(&mut self, p: PodIdx, run: u32) {
@@ -386,6 +392,12 @@ impl<'a> Engine<'a> {
                 self.promised_to.entry(node).or_default().push(p);
             }
         }
+        // An evicted pod the plan moves onto slices that already exist starts there now.
+        for &p in &replan.evictions {
+            if self.pods[p].promised.is_none() && self.pods[p].pending_since.is_some() {
+                self.try_start(p);
+            }
+        }
         if self.pending.pods().any(|p| self.pods[p].promised.is_none()) {
             self.demand_changed();
         }
@@ -402,9 +414,18 @@ impl<'a> Engine<'a> {
         }
         self.state.set_cordoned(node, false);
         self.state.recount(node);
+        // The pods the plan made this room for get it first (the planner's placements stand in
+        // for the scheduler's choice); otherwise a pod earlier in the queue, promised a node
+        // that is not ready yet, could take it, and a planner that evicts could chase that
+        // pod around the cluster for ever.
         for p in self.promised_to.remove(&node).unwrap_or_default() {
-            if self.pods[p].promised == Some(node) {
-                self.pods[p].promised = None;
+            if self.pods[p].promised != Some(node) {
+                continue;
+            }
+            self.pods[p].promised = None;
+            let pod = &self.workload.pods[p];
+            if self.pods[p].pending_since.is_some() && self.state.fits(pod, &self.requests[p], node) {
+                self.start_on(p, node);
             }
         }
         let offered: Vec<ProfileKey> = (0..self.workload.profiles.len()).filter(|&k| self.state.nodes[node].free[k] > 0).collect();

@@ -10,7 +10,9 @@ const WIDTH: f64 = 1200.0;
 const HEIGHT: f64 = 860.0;
 const BUCKETS: usize = 240;
 
-/// A stable colour per strategy; dashes mark the ones that never repartition.
+/// A stable colour per strategy; dashes mark the ones that never repartition. The dynamic ones
+/// are drawn in order with narrowing strokes, so that where their lines coincide each stays
+/// visible as a band inside the one drawn before.
 fn style(strategy: &str, index: usize) -> (&'static str, &'static str) {
     match strategy {
         "whole-gpu" => ("#7f7f7f", "6 4"),
@@ -20,6 +22,15 @@ fn style(strategy: &str, index: usize) -> (&'static str, &'static str) {
         "geometer" => ("#1f77b4", ""),
         "geometer-evict" => ("#2ca02c", ""),
         _ => (["#9467bd", "#8c564b", "#e377c2", "#d62728"][index % 4], ""),
+    }
+}
+
+fn stroke_width(strategy: &str) -> f64 {
+    match strategy {
+        "greedy" => 5.0,
+        "geometer" => 3.0,
+        "geometer-evict" => 1.5,
+        _ => 2.0,
     }
 }
 
@@ -141,11 +152,11 @@ fn trim(v: f64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-fn polyline(out: &mut String, points: &[(f64, f64)], colour: &str, dash: &str) {
+fn polyline(out: &mut String, points: &[(f64, f64)], colour: &str, dash: &str, width: f64) {
     let path: Vec<String> = points.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
     let _ = writeln!(
         out,
-        r##"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}" stroke-linejoin="round"/>"##,
+        r##"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="{width}" stroke-dasharray="{dash}" stroke-linejoin="round"/>"##,
         path.join(" ")
     );
 }
@@ -192,7 +203,7 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
         let (colour, dash) = style(&s.strategy, i);
         let points: Vec<(f64, f64)> =
             buckets.iter().map(|b| (top.px((b.start + b.end) as f64 / 2.0 / end as f64), top.py(b.memory_share))).collect();
-        polyline(&mut out, &points, colour, dash);
+        polyline(&mut out, &points, colour, dash, stroke_width(&s.strategy));
     }
 
     // 2. Pods waiting over time.
@@ -207,7 +218,7 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
             .iter()
             .map(|b| (right_top.px((b.start + b.end) as f64 / 2.0 / end as f64), right_top.py(b.pending / pending_top)))
             .collect();
-        polyline(&mut out, &points, colour, dash);
+        polyline(&mut out, &points, colour, dash, stroke_width(&s.strategy));
     }
 
     // 3. Wait distribution: share of all pods started within a wait (log scale).
@@ -233,7 +244,7 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
             }
             points.push((bottom.px(x / decades), bottom.py(k as f64 / total)));
         }
-        polyline(&mut out, &points, colour, dash);
+        polyline(&mut out, &points, colour, dash, stroke_width(&s.strategy));
     }
 
     // 4. Pods served and not served.
@@ -248,20 +259,22 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
         let (x0, w) = (p.x + 130.0, p.w - 130.0);
         let served_w = w * s.served as f64 / pods;
         let rest_w = w * s.not_served as f64 / pods;
+        let label = format!("{} served", s.served);
+        // White on the bar when it is wide enough for the label, else dark just after it.
+        let inside = served_w >= 12.0 + 8.5 * label.len() as f64;
+        let (label_x, label_fill) = if inside { (x0 + 6.0, "white") } else { (x0 + served_w + 6.0, "#222") };
         let _ = writeln!(
             out,
             r##"<text x="{:.1}" y="{:.1}" class="axis" text-anchor="end">{}</text>
 <rect x="{x0:.1}" y="{y:.1}" width="{served_w:.1}" height="{bar:.1}" fill="{colour}"/>
 <rect x="{:.1}" y="{y:.1}" width="{rest_w:.1}" height="{bar:.1}" fill="#ccc"/>
-<text x="{:.1}" y="{:.1}" class="axis" fill="white" style="font-weight:bold">{} served</text>
+<text x="{label_x:.1}" y="{:.1}" class="axis" fill="{label_fill}" style="font-weight:bold">{label}</text>
 <text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">{} not</text>"##,
             x0 - 8.0,
             y + bar / 2.0 + 5.0,
             escape(&s.strategy),
             x0 + served_w,
-            x0 + 6.0,
             y + bar / 2.0 + 5.0,
-            s.served,
             x0 + w - 4.0,
             y + bar / 2.0 + 4.0,
             s.not_served
