@@ -38,8 +38,17 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-const NODES: usize = 1_000;
-const PODS: usize = 20_000;
+/// 1 under `cargo bench`; 10 when `cargo test --all-targets` runs this as a smoke test (cargo
+/// passes `--bench` only to benchmarks it runs as such).
+static SCALE_DOWN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+fn node_count() -> usize {
+    1_000 / SCALE_DOWN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn pod_count() -> usize {
+    20_000 / SCALE_DOWN.load(std::sync::atomic::Ordering::Relaxed)
+}
 const POD_UPDATES: usize = 1_000;
 const NODE_UPDATES: usize = 100;
 /// Label the watch phase writes; its value is the round.
@@ -59,17 +68,17 @@ fn node(n: usize) -> serde_json::Value {
 fn pod(p: usize) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": format!("job-{p:05}"), "namespace": format!("team-{}", p % 20), "labels": {"app": "train", "shard": (p % 50).to_string()}},
-        "spec": {"nodeName": format!("gpu-{:04}", p % NODES), "containers": [{"name": "main", "image": "registry.example/train:1",
+        "spec": {"nodeName": format!("gpu-{:04}", p % node_count()), "containers": [{"name": "main", "image": "registry.example/train:1",
             "resources": {"requests": {"cpu": "1", "memory": "4Gi", "nvidia.com/mig-1g.10gb": "1"}, "limits": {"nvidia.com/mig-1g.10gb": "1"}}}],
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
 }
 
 fn populate(server: &ApiServer) {
-    for n in 0..NODES {
+    for n in 0..node_count() {
         server.seed_value(node(n)).expect("valid node");
     }
-    for p in 0..PODS {
+    for p in 0..pod_count() {
         server.seed_value(pod(p)).expect("valid pod");
     }
 }
@@ -152,7 +161,7 @@ async fn sync_both(client: &Client) -> (Reflectors, Duration) {
     let (pods, b) = start::<Pod>(client.clone(), pod_tx);
     let (n, p) = tokio::join!(synced(&mut node_rx), synced(&mut pod_rx));
     let took = n.max(p) - started;
-    assert_eq!((nodes.state().len(), pods.state().len()), (NODES, PODS), "a synced store holds every object");
+    assert_eq!((nodes.state().len(), pods.state().len()), (node_count(), pod_count()), "a synced store holds every object");
     (Reflectors { nodes, pods, tasks: vec![a, b], node_rx, pod_rx }, took)
 }
 
@@ -226,10 +235,10 @@ async fn measure(transport: &str, server: &ApiServer, client: Client, runs: usiz
         mib(status_kib("VmRSS:"))
     );
 
-    let pod_names: Vec<_> = (0..POD_UPDATES).map(|i| i * (PODS / POD_UPDATES)).map(|p| (Some(format!("team-{}", p % 20)), format!("job-{p:05}"))).collect();
+    let pod_names: Vec<_> = (0..POD_UPDATES).map(|i| i * (pod_count() / POD_UPDATES)).map(|p| (Some(format!("team-{}", p % 20)), format!("job-{p:05}"))).collect();
     let (latencies, span) = watch_round(|ns| Api::<Pod>::namespaced(client.clone(), ns.as_deref().unwrap()), pod_names, round, &mut reflectors.pod_rx).await;
     report_watch("pod", latencies, span);
-    let node_names: Vec<_> = (0..NODE_UPDATES).map(|n| (None, format!("gpu-{:04}", n * (NODES / NODE_UPDATES)))).collect();
+    let node_names: Vec<_> = (0..NODE_UPDATES).map(|n| (None, format!("gpu-{:04}", n * (node_count() / NODE_UPDATES)))).collect();
     let (latencies, span) = watch_round(|_| Api::<Node>::all(client.clone()), node_names, round, &mut reflectors.node_rx).await;
     report_watch("node", latencies, span);
     let labelled = reflectors.pods.state().iter().filter(|p| p.labels().get(ROUND).map(String::as_str) == Some(round)).count();
@@ -275,7 +284,12 @@ fn flag<T>(args: &[String], name: &str, parse: impl Fn(&str) -> Option<T>) -> Op
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let runs = flag(&args, "--runs", |v| v.parse().ok().filter(|&n: &usize| n > 0)).unwrap_or(5);
+    let smoke = !args.iter().any(|a| a == "--bench");
+    if smoke {
+        SCALE_DOWN.store(10, std::sync::atomic::Ordering::Relaxed);
+        println!("smoke run (cargo test): a tenth of the objects, one sync run; `cargo bench` measures");
+    }
+    let runs = flag(&args, "--runs", |v| v.parse().ok().filter(|&n: &usize| n > 0)).unwrap_or(if smoke { 1 } else { 5 });
     let transport = flag(&args, "--transport", |v| ["in-process", "http", "both"].contains(&v).then(|| v.to_string()))
         .unwrap_or_else(|| "both".to_string());
     if args.iter().any(|a| a == "--keep-managed-fields") {
@@ -289,7 +303,9 @@ fn main() {
     populate(&server);
     let seeded = (status_kib("VmRSS:"), counting_alloc::live());
     println!(
-        "seeded {NODES} nodes and {PODS} pods in {}; the server's store holds {} of heap; RSS {} before, {} after",
+        "seeded {} nodes and {} pods in {}; the server's store holds {} of heap; RSS {} before, {} after",
+        node_count(),
+        pod_count(),
         ms(started.elapsed()),
         heap_mib(seeded.1 - baseline.1),
         mib(baseline.0),

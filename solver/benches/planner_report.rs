@@ -87,18 +87,25 @@ fn main() {
     if args.iter().any(|a| a == "--list") {
         return;
     }
+    // Cargo passes `--bench` only under `cargo bench`; `cargo test --all-targets` runs this as a
+    // smoke test: the small sizes, one plan each.
+    let smoke = !args.iter().any(|a| a == "--bench");
     let me = std::env::current_exe().unwrap();
     let columns = COLUMNS.split(" | ").count();
     println!("| scenario | GPUs | pending pods | eviction | planner | {COLUMNS} |");
     println!("|---|---:|---:|---|---|{}", "---:|".repeat(columns - 1) + "---|");
     let mut runs: Vec<(&str, usize, usize)> = common::SIZES.iter().map(|&(g, p)| ("half-busy", g, p)).collect();
     runs.extend(common::BUSY_SIZES.iter().map(|&(g, p)| ("90%-busy", g, p)));
+    if smoke {
+        runs.retain(|&(_, gpus, _)| gpus <= 100);
+    }
     for (scenario, gpus, pods) in runs {
         for evict in [false, true] {
             for planner in ["ilp", "greedy"] {
                 let mode = if evict { "evict" } else { "keep" };
                 let out = Command::new(&me)
                     .args(["--child", scenario, &gpus.to_string(), &pods.to_string(), planner, mode])
+                    .env("PLANNER_REPORT_REPS", if smoke { "1".to_string() } else { reps.to_string() })
                     .output()
                     .expect("child runs");
                 let text = String::from_utf8_lossy(&out.stdout);
