@@ -4,8 +4,9 @@
 //! The controller's parts that talk to the API server run against the in-memory API server with
 //! a client that signs its requests `geometer-controller`: the caches (one reflector per kind),
 //! the executor (every kind of action, an event published twice so it folds into a series) and
-//! the leader election (join, lead, release). The server's request log then says which
-//! (group, resource, verb, namespace, name) the controller used.
+//! the leader election (join, lead, release); then the real controller loop (`geometer
+//! controller`'s `run`) plans and starts applying a plan for a pending pod. The server's request
+//! log then says which (group, resource, verb, namespace, name) the controller used.
 
 mod deploy_support;
 
@@ -21,7 +22,10 @@ use geometer::apiserver::ApiServer;
 use geometer::controller::actions::{Action, EventSpec};
 use geometer::controller::cache::Caches;
 use geometer::controller::execute::Executor;
+use geometer::controller::health::Health;
 use geometer::controller::leader::{LeaseSettings, Leadership};
+use geometer::controller::metrics::Metrics;
+use geometer::controller::run::{self, Settings};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Resource;
 use serde_json::json;
@@ -138,12 +142,54 @@ async fn controller_scenario() -> BTreeSet<Access> {
     seen
 }
 
+/// The real controller loop, leader-elected, from a pending pod to a plan being applied.
+async fn loop_scenario() -> BTreeSet<Access> {
+    let server = ApiServer::new();
+    for crd in geometer::api::crds() {
+        server.seed(&crd).expect("CRD");
+    }
+    for ns in [NAMESPACE, "team-a"] {
+        server.seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": ns}})).unwrap()).expect("namespace");
+    }
+    for object in [
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-a"},
+            "status": {"allocatable": {"cpu": "64", "memory": "512Gi"}}}),
+        json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigNode", "metadata": {"name": "gpu-a", "generation": 1}, "spec": {"gpus": []},
+            "status": {"phase": "Ready", "observedGeneration": 1, "gpuCount": 1, "gpus": [{"index": 0, "uuid": "GPU-0", "model": "H100-80GB",
+                "pciDeviceId": "0x233010DE", "migMode": {"current": true, "pending": true},
+                "instances": [{"profile": "7g.80gb", "start": 0, "size": 8, "gpuInstanceId": 0}]}]}}),
+        json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy", "metadata": {"name": "pool"},
+            "spec": {"mode": "Auto", "batching": {"idleSeconds": 1, "maxSeconds": 2}, "stabilisationSeconds": 0}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": "team-a"},
+            "spec": {"containers": [{"name": "main", "image": "train:1", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}),
+    ] {
+        server.seed_value(object).expect("seed");
+    }
+    let client = client_as(&server, CONTROLLER);
+    let mut settings = Settings::new("controller-0", Arc::new(geometer_solver::catalog::Catalog::builtin().clone()));
+    settings.lease = Some(LeaseSettings::new(NAMESPACE, "controller-0"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run::run(client, settings, Arc::new(Metrics::new()), Arc::new(Health::default()), async move {
+        let _ = stopped.await;
+    }));
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while server.object::<MigNode>("", "gpu-a").and_then(|m| m.spec.plan).is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "the controller never applied a plan");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop.send(());
+    task.await.expect("controller task").expect("controller stops cleanly");
+    accesses(&server, CONTROLLER)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_rbac_allows_exactly_the_calls_the_controller_makes() {
     if !kubectl_available() {
         return;
     }
-    let seen = controller_scenario().await;
+    let mut seen = controller_scenario().await;
+    seen.extend(loop_scenario().await);
     for dir in kustomizations() {
         let objects = render(&dir);
         let authorizer = Authorizer::for_service_account(&objects, NAMESPACE, CONTROLLER);
