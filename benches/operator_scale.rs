@@ -173,7 +173,7 @@ async fn main() {
     let published = wait("a plan", Duration::from_secs(300), || !server.objects::<MigPlan>().is_empty()).await;
     let plan = server.objects::<MigPlan>().remove(0);
     let succeeded = wait("the plan Succeeded", Duration::from_secs(1800), || {
-        server.objects::<MigPlan>().iter().any(|p| p.status.as_ref().is_some_and(|s| s.phase == geometer::api::MigPlanPhase::Succeeded))
+        server.objects::<MigPlan>().iter().any(|p| p.phase() == geometer::api::MigPlanPhase::Succeeded)
     })
     .await;
     let plans = server.objects::<MigPlan>().len();

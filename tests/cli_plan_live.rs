@@ -73,9 +73,12 @@ async fn plans_each_policy_from_the_cluster_and_writes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_policy_file_without_a_snapshot_is_refused() {
+async fn bad_flags_without_a_snapshot_are_refused() {
     let server = seeded();
     let out = geometer(&server, &["plan", "--policy", "examples/policy-no-eviction.yaml"]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--policy FILE goes with --snapshot"));
+    let out = geometer(&server, &["plan", "--time-limit-ms", "0"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--time-limit-ms 0"));
 }

@@ -3,7 +3,7 @@
 
 mod controller_support;
 
-use controller_support::world::{phase, wait_for, World};
+use controller_support::world::{wait_for, World};
 use geometer::api::MigPlanPhase;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
@@ -56,13 +56,13 @@ async fn dry_run_publishes_and_never_touches_a_mignode() {
         world.plans().into_iter().find(|p| p.status.as_ref().and_then(|s| s.message.as_deref()).is_some_and(|m| m.contains("DryRun")))
     })
     .await;
-    assert_eq!(phase(&plan), MigPlanPhase::Proposed);
+    assert_eq!(plan.phase(), MigPlanPhase::Proposed);
     // Several passes later (resync every 500 ms) it is still only a proposal.
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let mignode = world.mignode("gpu-a");
     assert_eq!(mignode.metadata.generation, Some(1), "DryRun never writes a MigNode");
     assert!(mignode.spec.gpus.is_empty());
-    assert_eq!(phase(&world.plans()[0]), MigPlanPhase::Proposed);
+    assert_eq!(world.plans()[0].phase(), MigPlanPhase::Proposed);
 }
 
 #[tokio::test]
@@ -95,7 +95,7 @@ async fn approve_mode_waits_for_approval_then_writes_the_mignode() {
     })
     .await;
     let name = plan.metadata.name.clone().unwrap();
-    assert_eq!(phase(&plan), MigPlanPhase::Proposed);
+    assert_eq!(plan.phase(), MigPlanPhase::Proposed);
     assert!(world.mignode("gpu-a").spec.gpus.is_empty(), "nothing applied before approval");
 
     geometer::controller::approval::approve(world.server.client(), &name).await.expect("approve");
@@ -103,7 +103,7 @@ async fn approve_mode_waits_for_approval_then_writes_the_mignode() {
     let target: Vec<String> = plan.spec.nodes[0].gpus[0].to.iter().map(|p| p.to_string()).collect();
     assert_eq!(geometry_of(&world, "gpu-a"), target);
     assert_eq!(written.metadata.generation, Some(2));
-    let applying = wait_for("Applying", || world.plans().into_iter().find(|p| phase(p) == MigPlanPhase::Applying)).await;
+    let applying = wait_for("Applying", || world.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Applying)).await;
     assert_eq!(applying.metadata.name.as_deref(), Some(name.as_str()));
 }
 
@@ -133,7 +133,7 @@ async fn a_pod_scheduled_elsewhere_supersedes_the_plan() {
     pod.spec.as_mut().unwrap().node_name = Some("other".into());
     pod.status.as_mut().unwrap().conditions = None;
     world.server.seed(&pod).unwrap();
-    let done = wait_for("Superseded", || world.plans().into_iter().find(|p| phase(p) == MigPlanPhase::Superseded)).await;
+    let done = wait_for("Superseded", || world.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Superseded)).await;
     assert_eq!(done.metadata.name, plan.metadata.name);
     let message = done.status.unwrap().message.unwrap();
     assert!(message.contains("ml/infer-0") && message.contains("other"), "{message}");

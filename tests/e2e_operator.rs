@@ -26,7 +26,7 @@ async fn a_demand_shift_is_planned_applied_and_the_pods_run() {
     let pods = ["small-0", "small-1", "small-2", "small-3"];
     submit_small(&e2e, &pods).await;
     wait_for("the pods running", || e2e.running(&pods).then_some(())).await;
-    let plan = wait_for("a succeeded plan", || e2e.plans().into_iter().find(|p| E2e::plan_phase(p) == MigPlanPhase::Succeeded)).await;
+    let plan = wait_for("a succeeded plan", || e2e.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Succeeded)).await;
     assert!(plan.spec.summary.pods_helped >= 1);
     // Only as many GPUs changed as the pods needed (7 x 1g.10gb fit on one GPU).
     let changed: usize = ["gpu-1", "gpu-2"].iter().map(|n| (0..2).filter(|g| e2e.geometry(n, *g) != ["7g.80gb@0"]).count()).sum();
@@ -58,7 +58,7 @@ async fn dry_run_leaves_gpus_alone_and_kubectl_shows_the_plan() {
         }
         Err(why) => eprintln!("skipping the kubectl part: {why}"),
     }
-    assert_eq!(E2e::plan_phase(&e2e.plans()[0]), MigPlanPhase::Proposed);
+    assert_eq!(e2e.plans()[0].phase(), MigPlanPhase::Proposed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,7 +78,7 @@ async fn approve_waits_for_kubectl_patch_then_applies() {
         geometer::controller::approval::approve(e2e.server.client(), &name).await.unwrap();
     }
     wait_for("the pod running", || e2e.running(&["small-0"]).then_some(())).await;
-    let done = wait_for("Succeeded", || e2e.plans().into_iter().find(|p| E2e::plan_phase(p) == MigPlanPhase::Succeeded)).await;
+    let done = wait_for("Succeeded", || e2e.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Succeeded)).await;
     assert_eq!(done.metadata.name.as_deref(), Some(name.as_str()));
 }
 
@@ -150,7 +150,7 @@ async fn restarting_the_controller_and_an_agent_mid_rollout_still_converges() {
     e2e.start_controller();
     wait_for("every pod running", || e2e.running(&pods).then_some(())).await;
     wait_for("nodes settled and uncordoned", || e2e.settled().then_some(())).await;
-    assert!(e2e.plans().iter().all(|p| E2e::plan_phase(p) != MigPlanPhase::Failed), "{:?}", e2e.plans());
+    assert!(e2e.plans().iter().all(|p| p.phase() != MigPlanPhase::Failed), "{:?}", e2e.plans());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

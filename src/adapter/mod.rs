@@ -159,11 +159,12 @@ pub fn build_snapshot(objects: &Objects, catalog: &Catalog, policy: Option<Polic
         }
     }
 
-    let mut inventories = objects.inventories.clone();
+    let mut parsed = BTreeMap::new();
     for obj in &objects.mig_nodes {
         let (name, gpus) = crd::mig_node_gpus(obj)?;
-        inventories.insert(name, gpus);
+        parsed.insert(name, gpus);
     }
+    let inventory = |name: &str| parsed.get(name).or_else(|| objects.inventories.get(name));
     let mut snapshot = Snapshot::default();
     let mut sorted_nodes: Vec<&Node> = objects.nodes.iter().map(|n| &**n).collect();
     sorted_nodes.sort_by(|a, b| nodes::name(a).cmp(nodes::name(b)));
@@ -176,7 +177,7 @@ pub fn build_snapshot(objects: &Objects, catalog: &Catalog, policy: Option<Polic
         }
         let empty = BTreeMap::new();
         let mut facts = nodes::planner_node(node, node_used.get(name).unwrap_or(&empty))?;
-        if let Some(gpus) = inventories.get(name) {
+        if let Some(gpus) = inventory(name) {
             facts.gpus = gpus.clone();
         } else {
             let Some((product, model)) = nodes::product_model(node, catalog) else { continue };
@@ -207,7 +208,8 @@ pub fn build_snapshot(objects: &Objects, catalog: &Catalog, policy: Option<Polic
         }
         snapshot.nodes.push(facts);
     }
-    for name in inventories.keys().filter(|n| !seen.contains(*n)) {
+    let named: BTreeSet<&String> = parsed.keys().chain(objects.inventories.keys()).collect();
+    for name in named.into_iter().filter(|n| !seen.contains(*n)) {
         warnings.push(format!("MigNode {name} has no Node in the input; ignored"));
     }
 

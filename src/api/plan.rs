@@ -112,6 +112,13 @@ impl MigPlanSpec {
     }
 }
 
+impl MigPlan {
+    /// The phase in the status; a plan without status yet is `Proposed`.
+    pub fn phase(&self) -> MigPlanPhase {
+        self.status.as_ref().map(|s| s.phase).unwrap_or_default()
+    }
+}
+
 /// Counts shown by `kubectl get migplans`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

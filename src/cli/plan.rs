@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
-use geometer_solver::plan::PlanOptions;
+use geometer_solver::catalog::Catalog;
+use geometer_solver::plan::{Plan, PlanError, PlanOptions};
 use geometer_solver::snapshot::Snapshot;
 
 use super::catalog::CatalogSource;
@@ -23,6 +24,15 @@ pub enum SolverChoice {
     Ilp,
     /// The greedy baseline that existing dynamic-MIG tools use, for comparison.
     Greedy,
+}
+
+impl SolverChoice {
+    pub fn plan(self, snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Result<Plan, PlanError> {
+        match self {
+            SolverChoice::Ilp => geometer_solver::plan(snapshot, catalog, options),
+            SolverChoice::Greedy => geometer_solver::greedy::plan(snapshot, catalog, options),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -70,6 +80,9 @@ fn is_planner_snapshot(value: &serde_json::Value) -> bool {
 
 pub fn run(args: PlanArgs) -> Result<(), Failure> {
     let catalog = args.catalog.load()?;
+    if args.time_limit_ms == Some(0) {
+        return Err(Failure::bad_input(anyhow!("--time-limit-ms 0: give a positive number of milliseconds")));
+    }
     let Some(snapshot) = &args.snapshot else {
         return super::plan_live::run(&args, catalog);
     };
@@ -102,14 +115,7 @@ pub fn run(args: PlanArgs) -> Result<(), Failure> {
         eprintln!("warning: no managed MIG nodes in the snapshot (GPU Operator labels, MIG capacity or MigNode objects)");
     }
     let options = PlanOptions { time_limit: args.time_limit_ms.map(Duration::from_millis) };
-    if options.time_limit == Some(Duration::ZERO) {
-        return Err(Failure::bad_input(anyhow!("--time-limit-ms 0: give a positive number of milliseconds")));
-    }
-    let result = match args.solver {
-        SolverChoice::Ilp => geometer_solver::plan(&snapshot, &catalog, &options),
-        SolverChoice::Greedy => geometer_solver::greedy::plan(&snapshot, &catalog, &options),
-    };
-    let mut plan = result.context("the snapshot does not fit the catalog").map_err(bad)?;
+    let mut plan = args.solver.plan(&snapshot, &catalog, &options).context("the snapshot does not fit the catalog").map_err(bad)?;
     plan.notes.extend(warnings);
     output::print(args.output, &plan, || plan.render_table())
 }

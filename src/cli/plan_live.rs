@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use geometer_solver::catalog::Catalog;
-use geometer_solver::plan::{Plan, PlanOptions};
+use geometer_solver::plan::Plan;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 
 use super::output::{self, Failure};
-use super::plan::{PlanArgs, SolverChoice};
+use super::plan::PlanArgs;
 use crate::api::{MigNode, MigPolicy};
 use crate::controller::{policy_status, round};
 
@@ -93,17 +93,11 @@ fn plan_all(
             match round::prepare(&input, catalog) {
                 Ok(prepared) => {
                     entry.excluded = prepared.excluded.iter().cloned().collect();
-                    let mut options = PlanOptions {
-                        time_limit: Some(Duration::from_millis(policy.spec.solver.time_limit_ms.max(1).into())),
-                    };
+                    let mut options = round::options(policy);
                     if let Some(ms) = args.time_limit_ms {
-                        options.time_limit = Some(Duration::from_millis(ms.max(1)));
+                        options.time_limit = Some(Duration::from_millis(ms));
                     }
-                    let solved = match args.solver {
-                        SolverChoice::Ilp => geometer_solver::plan(&prepared.snapshot, catalog, &options),
-                        SolverChoice::Greedy => geometer_solver::greedy::plan(&prepared.snapshot, catalog, &options),
-                    };
-                    match solved {
+                    match args.solver.plan(&prepared.snapshot, catalog, &options) {
                         Ok(mut plan) => {
                             plan.notes.extend(prepared.warnings);
                             entry.plan = Some(plan);

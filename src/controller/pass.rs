@@ -91,7 +91,7 @@ impl Controller {
     async fn plans(&self, seen: &Seen, reports: &BTreeMap<String, PolicyReport>, newest: &BTreeMap<String, Arc<MigPlan>>, now: Timestamp) -> Instant {
         let world = views::world_view(seen.pods.iter().map(|p| &**p), seen.mignodes.values().map(|m| &**m));
         let mut wake = Instant::now() + Duration::from_secs(3600);
-        for plan in seen.plans.iter().filter(|p| !phase(p).is_final()) {
+        for plan in seen.plans.iter().filter(|p| !p.phase().is_final()) {
             let policy_name = &plan.spec.policy;
             let policy = seen.policies.iter().find(|p| &p.name_any() == policy_name).map(|p| &**p);
             let report = reports.get(policy_name);
@@ -102,7 +102,7 @@ impl Controller {
             let another_applying = seen
                 .plans
                 .iter()
-                .find(|p| &p.spec.policy == policy_name && p.name_any() != plan.name_any() && phase(p) == MigPlanPhase::Applying)
+                .find(|p| &p.spec.policy == policy_name && p.name_any() != plan.name_any() && p.phase() == MigPlanPhase::Applying)
                 .map(|p| p.name_any());
             let decision = reconcile_plan(&PlanInputs {
                 plan,
@@ -143,7 +143,7 @@ impl Controller {
             let batcher = self.batchers.entry(name.clone()).or_insert_with(|| Batcher::new(windows));
             batcher.set_windows(windows);
             // When the newest plan ends, the demand it left deserves a new look.
-            let now_newest = newest.get(&name).map(|p| (p.name_any(), phase(p).is_final()));
+            let now_newest = newest.get(&name).map(|p| (p.name_any(), p.phase().is_final()));
             if let (Some((was, false)), Some((is, true))) = (self.newest_seen.get(&name), &now_newest) {
                 if was == is {
                     batcher.reset();
@@ -155,7 +155,7 @@ impl Controller {
             batcher.observe(instant, round::demand_fingerprint(policy, demand));
             if let Some(due) = batcher.poll(instant) {
                 tracing::info!(policy = %name, trigger = due.trigger.as_str(), waited_ms = due.waited.as_millis() as u64, "planning round");
-                let busy = seen.plans.iter().any(|p| p.spec.policy == name && matches!(phase(p), MigPlanPhase::Approved | MigPlanPhase::Applying));
+                let busy = seen.plans.iter().any(|p| p.spec.policy == name && matches!(p.phase(), MigPlanPhase::Approved | MigPlanPhase::Applying));
                 let retry = if busy {
                     self.metrics.count_round(super::metrics::RoundOutcome::Skipped);
                     true
@@ -217,7 +217,7 @@ impl Controller {
         let open: Vec<&MigPlan> = seen
             .plans
             .iter()
-            .filter(|p| p.spec.policy == policy.name_any() && phase(p) == MigPlanPhase::Proposed)
+            .filter(|p| p.spec.policy == policy.name_any() && p.phase() == MigPlanPhase::Proposed)
             .map(|p| &**p)
             .collect();
         match round::decide(policy, &solved, &prepared, &open, &pods, now) {
@@ -248,7 +248,7 @@ impl Controller {
     fn count(&self, seen: &Seen, reports: &BTreeMap<String, PolicyReport>, demand: &round::DemandByPod) {
         let mut plans: BTreeMap<String, i64> = BTreeMap::new();
         for plan in &seen.plans {
-            *plans.entry(format!("{:?}", phase(plan))).or_default() += 1;
+            *plans.entry(format!("{:?}", plan.phase())).or_default() += 1;
         }
         self.metrics.set_plans_by_phase(&plans);
         let mut by_profile: BTreeMap<String, i64> = BTreeMap::new();
@@ -273,10 +273,6 @@ impl Controller {
 
 fn by_name<K: ResourceExt>(list: Vec<Arc<K>>) -> BTreeMap<String, Arc<K>> {
     list.into_iter().map(|o| (o.name_any(), o)).collect()
-}
-
-fn phase(plan: &MigPlan) -> MigPlanPhase {
-    plan.status.as_ref().map(|s| s.phase).unwrap_or_default()
 }
 
 fn instant_of(at: Timestamp, now: Timestamp) -> Instant {

@@ -124,7 +124,7 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
         let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
         let relevant = match bound {
             Some(node) => included.contains(node),
-            None => pod.spec.as_ref().is_some_and(|_| adapter_pods::demand_check(pod).is_ok()),
+            None => pod.spec.is_some() && adapter_pods::demand_check(pod).is_ok(),
         };
         if relevant && adapter_pods::effective_requests(pod).is_ok() {
             objects.pods.push(pod.clone());
@@ -157,11 +157,15 @@ fn policy_object(policy: &MigPolicy) -> Result<adapter::PolicyObject, AdapterErr
     adapter::crd::mig_policy(&value)
 }
 
+/// The solver options a policy asks for (its time limit).
+pub fn options(policy: &MigPolicy) -> PlanOptions {
+    let limit = policy.spec.solver.time_limit_ms;
+    PlanOptions { time_limit: (limit > 0).then(|| Duration::from_millis(limit.into())) }
+}
+
 /// Runs the solver under the policy's time limit (ILP, greedy fallback inside).
 pub fn solve(prepared: &Prepared, catalog: &Catalog, policy: &MigPolicy) -> Result<Plan, geometer_solver::plan::PlanError> {
-    let limit = policy.spec.solver.time_limit_ms;
-    let options = PlanOptions { time_limit: (limit > 0).then(|| Duration::from_millis(limit.into())) };
-    geometer_solver::plan(&prepared.snapshot, catalog, &options)
+    geometer_solver::plan(&prepared.snapshot, catalog, &options(policy))
 }
 
 /// What a round ends with.

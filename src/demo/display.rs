@@ -73,7 +73,7 @@ pub async fn follow_plans(client: kube::Client, console: Console, mode: PolicyMo
             _ => continue,
         };
         let name = plan.name_any();
-        let phase = plan.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        let phase = plan.phase();
         match phases.insert(name.clone(), phase) {
             None => {
                 let s = plan.spec.summarize();

@@ -190,7 +190,7 @@ pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, Demo
     let mut summary = summary::summarize(&submissions.all(), &cluster.ledger().runs());
     let plans = server.objects::<MigPlan>();
     summary.plans = plans.len();
-    summary.plans_applied = plans.iter().filter(|p| p.status.as_ref().is_some_and(|s| s.phase == MigPlanPhase::Succeeded)).count();
+    summary.plans_applied = plans.iter().filter(|p| p.phase() == MigPlanPhase::Succeeded).count();
     let mut calls = Vec::new();
     for name in cluster.node_names() {
         if let Some(nvml) = cluster.nvml(&name) {

@@ -154,7 +154,7 @@ pub async fn approve_plans(client: kube::Client, console: Console) {
     let mut done = std::collections::BTreeSet::new();
     while let Some(event) = stream.next().await {
         let Ok(Event::Apply(plan) | Event::InitApply(plan)) = event else { continue };
-        let phase = plan.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        let phase = plan.phase();
         let name = plan.name_any();
         if plan.spec.approved || phase != MigPlanPhase::Proposed || !done.insert(name.clone()) {
             continue;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use geometer::api::{MigNode, MigPlan, MigPlanPhase, MigPolicy};
+use geometer::api::{MigNode, MigPlan, MigPolicy};
 use geometer::apiserver::ApiServer;
 use geometer::controller::health::Health;
 use geometer::controller::leader::LeaseSettings;
@@ -131,10 +131,6 @@ impl World {
     pub fn policy_object(&self, name: &str) -> MigPolicy {
         self.server.object::<MigPolicy>("", name).expect("policy")
     }
-}
-
-pub fn phase(plan: &MigPlan) -> MigPlanPhase {
-    plan.status.as_ref().map(|s| s.phase).unwrap_or_default()
 }
 
 /// Polls `check` until it gives a value. The deadline only stops a broken test from hanging.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use geometer::agent::reconcile::backoff::Backoff;
 use geometer::agent::reconcile::{AgentConfig, StepHook};
-use geometer::api::{Batching, Disruption, MigNode, MigPlan, MigPlanPhase, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits};
+use geometer::api::{Batching, Disruption, MigNode, MigPlan, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits};
 use geometer::apiserver::ApiServer;
 use geometer::simcluster::{ClusterSpec, SimCluster};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -123,10 +123,6 @@ impl E2e {
 
     pub fn plans(&self) -> Vec<MigPlan> {
         self.server.objects::<MigPlan>()
-    }
-
-    pub fn plan_phase(plan: &MigPlan) -> MigPlanPhase {
-        plan.status.as_ref().map(|s| s.phase).unwrap_or_default()
     }
 
     pub fn mignode(&self, node: &str) -> Option<MigNode> {
