@@ -31,6 +31,7 @@ fn policy() -> MigPolicy {
             mode: PolicyMode::Auto,
             allowed_profiles: Vec::new(),
             headroom: BTreeMap::new(),
+            forecast_window_seconds: 0,
             batching: Batching { idle_seconds: IDLE, max_seconds: 10 },
             stabilisation_seconds: 0,
             disruption: Disruption { eviction_allowed: false, max_nodes_reconfiguring: 100, drain_timeout_seconds: 120, ..Disruption::default() },

@@ -21,6 +21,7 @@ fn a_minimal_policy_gets_safe_defaults() {
         mode: PolicyMode::DryRun,
         allowed_profiles: vec![],
         headroom: Default::default(),
+        forecast_window_seconds: 0,
         batching: Batching::default(),
         stabilisation_seconds: 600,
         disruption: Disruption::default(),

@@ -16,8 +16,12 @@ fn cluster(spec: &str) -> Cluster {
 }
 
 fn run(kind: StrategyKind, cluster: &Cluster, trace: &Trace) -> Summary {
+    run_forecast(kind, cluster, trace, 0)
+}
+
+fn run_forecast(kind: StrategyKind, cluster: &Cluster, trace: &Trace, forecast_ms: u64) -> Summary {
     let workload = Workload::new(trace, cluster, Mapping::Compute);
-    let mut strategy = PlannerStrategy::new(kind, Catalog::builtin(), cluster, &workload, 5_000).unwrap();
+    let mut strategy = PlannerStrategy::new(kind, Catalog::builtin(), cluster, &workload, 5_000, forecast_ms).unwrap();
     Engine::new(cluster, &workload, Timings::default(), &mut strategy).run().unwrap()
 }
 
@@ -68,5 +72,28 @@ fn planners_are_deterministic_and_respect_do_not_disrupt() {
         // Every pod is do-not-disrupt: nobody may be evicted (the engine refuses such a plan).
         assert_eq!(a.evictions, 0, "{kind}");
         assert_eq!(a.served + a.not_served, 60);
+    }
+}
+
+#[test]
+fn the_forecast_readies_slices_before_the_next_pod_arrives() {
+    // One node, two A100-80GB. a (4g.40gb) at 0 and b (4g.40gb) at 100. Planning at 5 s gives a
+    // GPU 0; a 4g.40gb leaves room for a 3g.40gb there, not another 4g.40gb.
+    let c = cluster("1xA100-80GB:2");
+    let trace = trace_format::parse("t.csv", "name,arrival_s,duration_s,mig\na,0,1000,4g.40gb\nb,100,1000,4g.40gb\n").unwrap();
+    for kind in DYNAMIC {
+        // Without a forecast b waits for its own batch (to 105) and reconfiguration (to 135).
+        let s = run(kind, &c, &trace);
+        assert_eq!(s.waits, vec![35_000, 35_000], "{kind} without forecast");
+        // With a 60 s window the round at 5 s expects another pod like a and prepares a
+        // 4g.40gb on GPU 1, which no pod needs yet: b starts the moment it arrives.
+        // The greedy baseline never forecasts.
+        let s = run_forecast(kind, &c, &trace, 60_000);
+        let b_wait = if kind == StrategyKind::Greedy { 35_000 } else { 0 };
+        let mut expected = vec![35_000, b_wait];
+        expected.sort_unstable();
+        assert_eq!(s.waits, expected, "{kind} with forecast");
+        // Either way both GPUs end up partitioned: the forecast only moves the second earlier.
+        assert_eq!(s.gpus_reconfigured, 2, "{kind}");
     }
 }

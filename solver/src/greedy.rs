@@ -26,7 +26,8 @@ pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Re
 pub(crate) fn decide(problem: &Problem) -> Decision {
     let keys = problem.profiles.len();
     let mut targets: Vec<Geometry> = problem.gpus.iter().map(|g| g.current.clone()).collect();
-    let unserved: Vec<usize> = problem.plannable().map(|(i, _)| i).collect();
+    // Pending pods only: the baseline plans for no forecast.
+    let unserved: Vec<usize> = problem.plannable().filter(|(i, _)| !problem.is_expected(*i)).map(|(i, _)| i).collect();
     let mut left = unserved.len();
     let mut extensions: BTreeMap<(usize, Geometry), Vec<Geometry>> = BTreeMap::new();
     let (mut gpus_changed, mut nodes_changed) = (0u32, 0u32);

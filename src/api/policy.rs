@@ -64,6 +64,13 @@ pub struct MigPolicySpec {
     #[x_kube(validation = Rule::new(HEADROOM_KEYS_RULE).message("headroom keys must be MIG profile names such as 1g.10gb"))]
     pub headroom: BTreeMap<String, u32>,
 
+    /// Forecast: when a round plans, the slices that pods created in the last this many seconds
+    /// asked for are prepared too, on free capacity (after the pending pods, never by
+    /// eviction), so that the pods that come next find them ready instead of waiting for a
+    /// batch and a reconfiguration. A batch plus a reconfiguration is a good window. 0: off.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub forecast_window_seconds: u32,
+
     /// When a planning round starts after demand changes.
     #[serde(default)]
     pub batching: Batching,
@@ -193,6 +200,9 @@ pub struct MigPolicyStatus {
     pub observed_generation: Option<i64>,
 }
 
+fn is_zero(value: &u32) -> bool {
+    *value == 0
+}
 fn default_stabilisation_seconds() -> u32 {
     600
 }

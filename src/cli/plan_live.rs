@@ -89,7 +89,7 @@ fn plan_all(
             plan: None,
         };
         if report.is_valid() {
-            let input = round::RoundInput { policy, managed: &report.matched_nodes, nodes: &node_map, mignodes, pods };
+            let input = round::RoundInput { policy, managed: &report.matched_nodes, nodes: &node_map, mignodes, pods, now: jiff::Timestamp::now() };
             match round::prepare(&input, catalog) {
                 Ok(prepared) => {
                     entry.excluded = prepared.excluded.iter().cloned().collect();

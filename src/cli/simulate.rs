@@ -19,7 +19,7 @@ use crate::sim::report;
 use crate::sim::strategy::{PlannerStrategy, StaticStrategy, Strategy, StrategyKind, WholeGpu};
 use crate::sim::trace::load::{self, Lifetime, LoadMode};
 use crate::sim::trace::synthetic::Synthetic;
-use crate::sim::trace::{alibaba, geometer, GpuRequest, Trace};
+use crate::sim::trace::{alibaba, geometer, GpuRequest, Millis, Trace};
 use crate::sim::workload::Workload;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -99,6 +99,12 @@ pub struct SimulateArgs {
     /// ...or this many seconds after the batch opened.
     #[arg(long, default_value_t = 30.0)]
     pub batch_max_secs: f64,
+    /// Geometer's forecast (MigPolicy `spec.forecastWindowSeconds`): slices that pods arriving in
+    /// the last this many seconds asked for are prepared on free capacity ahead of the next
+    /// ones. 0 turns it off. Default: one batch plus one reconfiguration (60 s with the
+    /// defaults). The greedy baseline never forecasts.
+    #[arg(long, value_name = "SECS")]
+    pub forecast_secs: Option<f64>,
     /// Time limit for one ILP planning call, in milliseconds.
     #[arg(long, default_value_t = 2000)]
     pub plan_time_limit_ms: u64,
@@ -153,6 +159,10 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         batch_idle: millis("--batch-idle-secs", args.batch_idle_secs)?,
         batch_max: millis("--batch-max-secs", args.batch_max_secs)?,
     };
+    let forecast = match args.forecast_secs {
+        Some(secs) => millis("--forecast-secs", secs)?,
+        None => timings.batch_max + timings.reconfigure + timings.plugin_restart,
+    };
     let (cluster, mut notes) = build_cluster(&args, &catalog, &model_map)?;
     let trace_path = args.trace.clone().ok_or_else(|| bad(anyhow!("--trace FILE is required")))?;
     let mut trace = read_trace(&args, &trace_path, &model_map)?;
@@ -188,7 +198,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     let mut summaries: Vec<Summary> = Vec::new();
     let started = Instant::now();
     for kind in &kinds {
-        let mut strategy = build_strategy(*kind, &catalog, &cluster, &workload, args.plan_time_limit_ms)?;
+        let mut strategy = build_strategy(*kind, &catalog, &cluster, &workload, args.plan_time_limit_ms, forecast)?;
         let one = Instant::now();
         let summary = Engine::new(&cluster, &workload, timings, strategy.as_mut())
             .run()
@@ -203,7 +213,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         started.elapsed().as_secs_f64()
     ));
     let name = trace_path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-    let setup = describe(&args, &cluster, &workload, &name);
+    let setup = describe(&args, &cluster, &workload, &name, forecast);
     let mut markdown = format!("{setup}\n\n{}", report::markdown_table(&summaries));
     markdown.push_str("\nNotes:\n");
     for note in &notes {
@@ -276,6 +286,7 @@ fn build_strategy(
     cluster: &Cluster,
     workload: &Workload,
     time_limit_ms: u64,
+    forecast: Millis,
 ) -> Result<Box<dyn Strategy>, Failure> {
     Ok(match kind {
         StrategyKind::WholeGpu => Box::new(WholeGpu),
@@ -288,13 +299,13 @@ fn build_strategy(
             Box::new(StaticStrategy { layout, geometries })
         }
         _ => Box::new(
-            PlannerStrategy::new(kind, catalog, cluster, workload, time_limit_ms)
+            PlannerStrategy::new(kind, catalog, cluster, workload, time_limit_ms, forecast)
                 .map_err(|e| bad(anyhow!("--strategy {kind}: {e}")))?,
         ),
     })
 }
 
-fn describe(args: &SimulateArgs, cluster: &Cluster, workload: &Workload, name: &str) -> String {
+fn describe(args: &SimulateArgs, cluster: &Cluster, workload: &Workload, name: &str, forecast: Millis) -> String {
     let mut per_model: Vec<String> = Vec::new();
     for (i, m) in cluster.models.iter().enumerate() {
         let nodes = cluster.nodes.iter().filter(|n| n.model == i).count();
@@ -313,7 +324,7 @@ fn describe(args: &SimulateArgs, cluster: &Cluster, workload: &Workload, name: &
         None => "trace timestamps".into(),
     };
     format!(
-        "Trace {name}: {} pods, {mode}; cluster: {} ({} GPUs); mapping {}; drain {} s, reconfigure {} s, plugin restart {} s, batch {}/{} s.",
+        "Trace {name}: {} pods, {mode}; cluster: {} ({} GPUs); mapping {}; drain {} s, reconfigure {} s, plugin restart {} s, batch {}/{} s; Geometer forecast window {} s.",
         workload.pods.len(),
         per_model.join(", "),
         cluster.gpu_count(),
@@ -323,6 +334,7 @@ fn describe(args: &SimulateArgs, cluster: &Cluster, workload: &Workload, name: &
         args.plugin_restart_secs,
         args.batch_idle_secs,
         args.batch_max_secs,
+        forecast as f64 / 1000.0,
     )
 }
 

@@ -184,6 +184,7 @@ impl Controller {
             nodes: &seen.nodes,
             mignodes: &seen.mignodes,
             pods: &seen.pods,
+            now,
         };
         let prepared = match round::prepare(&input, &self.catalog) {
             Ok(p) => p,

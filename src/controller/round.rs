@@ -66,6 +66,8 @@ pub struct RoundInput<'a> {
     pub nodes: &'a BTreeMap<String, Arc<Node>>,
     pub mignodes: &'a BTreeMap<String, Arc<MigNode>>,
     pub pods: &'a [Arc<Pod>],
+    /// The round's clock, for the forecast window.
+    pub now: Timestamp,
 }
 
 /// The solver's input and what was left out of it.
@@ -131,6 +133,7 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
         }
     }
     let mut built = adapter::build_snapshot(&objects, catalog, Some(policy_object(input.policy)?))?;
+    built.snapshot.expected = forecast(input);
     // A node whose inventory the catalog cannot place (the catalog is wrong for that driver)
     // stays out instead of stopping the whole policy's planning.
     let snapshot = &mut built.snapshot;
@@ -145,6 +148,40 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
     snapshot.nodes.retain(|n| !unplaceable.contains(&n.name));
     snapshot.running.retain(|p| p.node.as_ref().is_none_or(|n| !unplaceable.contains(n)));
     Ok(Prepared { snapshot: built.snapshot, excluded, warnings: built.warnings, settling })
+}
+
+/// The policy's pods created within its forecast window (bound to its nodes, or waiting for
+/// slices), as the pods the next window is expected to bring. Empty when the window is 0.
+fn forecast(input: &RoundInput<'_>) -> Vec<geometer_solver::snapshot::Pod> {
+    let window = input.policy.spec.forecast_window_seconds;
+    if window == 0 {
+        return Vec::new();
+    }
+    let since = input.now - jiff::SignedDuration::from_secs(i64::from(window));
+    let managed: BTreeSet<&str> = input.managed.iter().map(String::as_str).collect();
+    let keys = &input.policy.spec.disruption.do_not_disrupt_annotations;
+    let mut expected = Vec::new();
+    for pod in input.pods {
+        let recent = pod.metadata.creation_timestamp.as_ref().is_some_and(|t| t.0 > since && t.0 <= input.now);
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
+        let ours = match node {
+            Some(node) => managed.contains(node),
+            None => adapter_pods::demand_check(pod).is_ok(),
+        };
+        if !(recent && ours) {
+            continue;
+        }
+        let Ok(requests) = adapter_pods::effective_requests(pod) else { continue };
+        if adapter_pods::mig_requests(&requests).is_empty() {
+            continue;
+        }
+        if let Ok(mut next) = adapter_pods::planner_pod(pod, &requests, keys) {
+            // Its constraints and requests, not its binding: the next one is not bound yet.
+            next.node = None;
+            expected.push(next);
+        }
+    }
+    expected
 }
 
 /// The policy as the adapter reads it. Its node selector has been applied already (the
@@ -210,7 +247,7 @@ pub fn decide(
     plan.status = Some(MigPlanStatus {
         phase: MigPlanPhase::Proposed,
         message: Some("published".to_string()),
-        conditions: vec![planned_condition(solved, prepared, policy.metadata.generation, now)],
+        conditions: vec![planned_condition(solved, prepared, policy, now)],
         ..MigPlanStatus::default()
     });
     let reference = plan.object_ref(&());
@@ -232,7 +269,8 @@ fn owner(policy: &MigPolicy) -> Option<OwnerReference> {
 
 /// How the plan was made, for `kubectl describe migplan`: solver, time, gap to the bound, and
 /// the nodes left out.
-fn planned_condition(solved: &Plan, prepared: &Prepared, generation: Option<i64>, now: Timestamp) -> Condition {
+fn planned_condition(solved: &Plan, prepared: &Prepared, policy: &MigPolicy, now: Timestamp) -> Condition {
+    let (generation, forecast_window) = (policy.metadata.generation, policy.spec.forecast_window_seconds);
     let solver = serde_json::to_value(solved.solver).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
     let mut message = format!(
         "{solver} solver, {} ms, {} pending pod(s) considered, objective {} (bound {:.0}, gap {:.1}%)",
@@ -242,6 +280,14 @@ fn planned_condition(solved: &Plan, prepared: &Prepared, generation: Option<i64>
         solved.bound,
         solved.gap * 100.0
     );
+    if !prepared.snapshot.expected.is_empty() {
+        message.push_str(&format!(
+            "; forecast: room prepared for {} of {} pod(s) like those created in the last {} s",
+            solved.objective.expected,
+            prepared.snapshot.expected.len(),
+            forecast_window
+        ));
+    }
     if !prepared.excluded.is_empty() {
         let left: Vec<String> = prepared.excluded.iter().map(|(n, why)| format!("{n} ({why})")).collect();
         message.push_str(&format!("; nodes left out until they settle: {}", left.join(", ")));

@@ -3,6 +3,10 @@ use crate::controller::fixtures::{self, by_name, in_phase, mignode, unschedulabl
 
 const SEVEN: &[Inst<'static>] = &[("7g.80gb", 0, None)];
 
+fn now() -> Timestamp {
+    Timestamp::from_second(1_700_000_000).unwrap()
+}
+
 struct World {
     policy: MigPolicy,
     nodes: BTreeMap<String, Arc<Node>>,
@@ -25,7 +29,7 @@ impl World {
 
     fn prepare(&self) -> Prepared {
         let managed: Vec<String> = self.nodes.keys().cloned().collect();
-        let input = RoundInput { policy: &self.policy, managed: &managed, nodes: &self.nodes, mignodes: &self.mignodes, pods: &self.pods };
+        let input = RoundInput { policy: &self.policy, managed: &managed, nodes: &self.nodes, mignodes: &self.mignodes, pods: &self.pods, now: now() };
         prepare(&input, Catalog::builtin()).unwrap()
     }
 
@@ -33,7 +37,7 @@ impl World {
         let prepared = self.prepare();
         let solved = solve(&prepared, Catalog::builtin(), &self.policy).unwrap();
         let pods: BTreeMap<String, &Pod> = self.pods.iter().map(|p| (adapter_pods::key(p), &**p)).collect();
-        decide(&self.policy, &solved, &prepared, open, &pods, Timestamp::from_second(1_700_000_000).unwrap())
+        decide(&self.policy, &solved, &prepared, open, &pods, now())
     }
 }
 
@@ -143,4 +147,50 @@ fn a_disallowed_profile_is_explained_on_the_pod() {
         },
         other => panic!("{other:?}"),
     }
+}
+
+/// A pending pod created `age` seconds before the round.
+fn pending_since(name: &str, profile: &str, age: i64) -> Arc<Pod> {
+    let mut pod = unschedulable("ml", name, profile);
+    pod.metadata.creation_timestamp = Some(Time(now() - jiff::SignedDuration::from_secs(age)));
+    Arc::new(pod)
+}
+
+/// The round's expected pods, as `namespace/name profile`.
+fn expected(world: &World) -> Vec<String> {
+    let pods = world.prepare().snapshot.expected;
+    assert!(pods.iter().all(|p| p.node.is_none()), "expected pods are not bound");
+    pods.iter().map(|p| format!("{} {}", p.key(), p.requests.keys().cloned().collect::<Vec<_>>().join("+"))).collect()
+}
+
+#[test]
+fn the_forecast_prepares_what_recent_pods_asked_for() {
+    // Three nodes with a free GPU each; a 4g.40gb pod came 30 s ago, a 1g.10gb pod 5 s ago.
+    let mut world = World::new(0);
+    world.nodes = ["gpu-a", "gpu-b", "gpu-c"].iter().map(|n| (n.to_string(), Arc::new(fixtures::node(n, "pool")))).collect();
+    world.mignodes = by_name(["gpu-a", "gpu-b", "gpu-c"].iter().map(|n| mignode(n, 1, None, &[(0, SEVEN)])).collect());
+    world.pods = vec![pending_since("mid", "4g.40gb", 30), pending_since("small", "1g.10gb", 5)];
+    let spare_4g = |plan: &MigPlan| {
+        plan.spec.nodes.iter().flat_map(|n| &n.gpus).flat_map(|g| &g.to).filter(|p| p.profile == "4g.40gb").count() - 1
+    };
+
+    // Off (the default): both pods share one GPU.
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!((plan.spec.summary.pods_helped, plan.spec.summary.gpus_changed), (2, 1), "{:?}", plan.spec.nodes);
+    assert!(world.prepare().snapshot.expected.is_empty());
+
+    // A 60 s window expects another 4g.40gb and 1g.10gb: a second GPU gets a 4g.40gb ready.
+    world.policy.spec.forecast_window_seconds = 60;
+    assert_eq!(expected(&world), ["ml/mid 4g.40gb", "ml/small 1g.10gb"]);
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!((plan.spec.summary.pods_helped, plan.spec.summary.gpus_changed), (2, 2), "{:?}", plan.spec.nodes);
+    assert_eq!(spare_4g(&plan), 1, "{:?}", plan.spec.nodes);
+    let planned = &plan.status.as_ref().unwrap().conditions[0].message;
+    assert!(planned.contains("forecast: room prepared for 2 of 2 pod(s) like those created in the last 60 s"), "{planned}");
+
+    // A 10 s window only sees the 1g.10gb pod, whose spare slices the first GPU has anyway.
+    world.policy.spec.forecast_window_seconds = 10;
+    assert_eq!(expected(&world), ["ml/small 1g.10gb"]);
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!(plan.spec.summary.gpus_changed, 1, "{:?}", plan.spec.nodes);
 }

@@ -37,6 +37,7 @@ pub fn demo_policy(mode: PolicyMode) -> MigPolicy {
             mode,
             allowed_profiles: Vec::new(),
             headroom: BTreeMap::new(),
+            forecast_window_seconds: 0,
             batching: Batching { idle_seconds: 2, max_seconds: 6 },
             stabilisation_seconds: 10,
             disruption: Disruption { eviction_allowed: true, max_nodes_reconfiguring: 2, drain_timeout_seconds: 60, ..Disruption::default() },

@@ -28,6 +28,7 @@ pub fn policy(mode: PolicyMode, eviction_allowed: bool) -> MigPolicy {
             mode,
             allowed_profiles: Vec::new(),
             headroom: BTreeMap::new(),
+            forecast_window_seconds: 0,
             batching: Batching { idle_seconds: 1, max_seconds: 2 },
             stabilisation_seconds: 0,
             disruption: Disruption { eviction_allowed, max_nodes_reconfiguring: 2, drain_timeout_seconds: 60, ..Disruption::default() },

@@ -22,7 +22,7 @@ pub(crate) struct Model {
     pub x: Vec<Vec<usize>>,
     /// `(demand class, group) -> variable`.
     pub y: BTreeMap<(usize, usize), usize>,
-    /// In order: demand met, evictions, GPUs changed, headroom, free ranges.
+    /// In order: demand met, evictions, expected demand, GPUs changed, headroom, free ranges.
     pub levels: Vec<Level>,
 }
 
@@ -212,7 +212,11 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate) -> Model {
         ev_range += n * ev_max;
         fr_range += n * fr_max;
     }
-    let demand_met: Vec<(usize, f64)> = met.iter().map(|(&d, &v)| (v, agg.demand[d].weight as f64)).collect();
+    // Expected pods (weight 0) count in a level of their own, below real demand and evictions.
+    let demand_met: Vec<(usize, f64)> =
+        met.iter().filter(|(&d, _)| agg.demand[d].weight > 0).map(|(&d, &v)| (v, agg.demand[d].weight as f64)).collect();
+    let expected: Vec<(usize, f64)> = met.iter().filter(|(&d, _)| agg.demand[d].weight == 0).map(|(_, &v)| (v, 1.0)).collect();
+    let expected_range: f64 = agg.demand.iter().filter(|d| d.weight == 0 && !d.running).map(|d| d.pending as f64).sum();
     let demand_range: f64 = agg.demand.iter().map(|d| d.weight as f64 * d.pending as f64).sum();
     let headroom_range: f64 = problem.headroom.iter().map(|&h| h as f64).sum();
     let changed_neg: Vec<(usize, f64)> = changed.iter().map(|&(v, c)| (v, -c)).collect();
@@ -220,6 +224,7 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate) -> Model {
     let levels = vec![
         Level { name: "demand met", coefs: demand_met, range: demand_range },
         Level { name: "evictions", coefs: evictions, range: ev_range },
+        Level { name: "expected demand", coefs: expected, range: expected_range },
         Level { name: "GPUs changed", coefs: changed_neg, range: changed_range },
         Level { name: "headroom", coefs: headroom, range: headroom_range },
         Level { name: "free ranges", coefs: ranges, range: fr_range },

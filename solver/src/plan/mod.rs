@@ -140,6 +140,9 @@ pub struct Objective {
     /// The same pods, counted.
     pub pods_met: u32,
     pub evictions: u32,
+    /// Expected pods ([`crate::snapshot::Snapshot::expected`]) given new slices.
+    #[serde(default)]
+    pub expected: u32,
     pub gpus_changed: u32,
     /// Spare slices kept, counted up to each profile's headroom.
     pub headroom: u32,
@@ -154,6 +157,7 @@ impl Objective {
         self.demand_met
             .cmp(&other.demand_met)
             .then(other.evictions.cmp(&self.evictions))
+            .then(self.expected.cmp(&other.expected))
             .then(other.gpus_changed.cmp(&self.gpus_changed))
             .then(self.headroom.cmp(&other.headroom))
             .then(self.free_ranges.cmp(&other.free_ranges))

@@ -65,7 +65,8 @@ pub(crate) enum PodStatus {
 pub(crate) struct PendingInfo<'a> {
     pub pod: &'a Pod,
     pub key: String,
-    /// 1 + rank of the pod's priority among the pending pods' distinct priorities.
+    /// 1 + rank of the pod's priority among the pending pods' distinct priorities; 0 for an
+    /// expected pod ([`Snapshot::expected`]), which counts in no demand met.
     pub weight: u64,
     pub needs: Needs,
     /// Nodes that pass the pod's constraints and have GPUs that may offer each profile
@@ -173,6 +174,9 @@ impl<'a> Problem<'a> {
             names.extend(pod.requests.keys().filter_map(|n| canonical(n)));
         }
         names.extend(policy.headroom.keys().filter_map(|n| canonical(n)));
+        for pod in &snapshot.expected {
+            names.extend(pod.requests.keys().filter_map(|n| canonical(n)));
+        }
         if policy.eviction_allowed {
             for node in &node_order {
                 for gpu in &node.gpus {
@@ -355,6 +359,12 @@ impl<'a> Problem<'a> {
             let weight = 1 + priorities.binary_search(&pod.priority).unwrap() as u64;
             pending.push(problem.pending_info(pod, weight, &mut ctx));
         }
+        // Expected pods last, with weight 0: they take what the pending pods leave.
+        for (i, pod) in snapshot.expected.iter().enumerate() {
+            let mut info = problem.pending_info(pod, 0, &mut ctx);
+            info.key = format!("expected[{i}] {}", info.key);
+            pending.push(info);
+        }
         problem.pending = pending;
         Ok(problem)
     }
@@ -488,7 +498,7 @@ impl<'a> Problem<'a> {
         Some(n)
     }
 
-    /// Pending pods the planners work on, in priority order.
+    /// Pending pods the planners work on, in priority order, then the expected pods.
     pub fn plannable(&self) -> impl Iterator<Item = (usize, &PendingInfo<'a>)> {
         self.pending.iter().enumerate().filter(|(_, p)| matches!(p.status, PodStatus::Plannable))
     }
@@ -504,6 +514,11 @@ impl<'a> Problem<'a> {
             }
         }
         keep
+    }
+
+    /// Whether a pending entry stands for an expected pod, not a real one.
+    pub fn is_expected(&self, i: usize) -> bool {
+        self.pending[i].weight == 0
     }
 
     /// Upper bound on demand met: every plannable pod placed.

@@ -73,6 +73,13 @@ pub(crate) fn realize(
     let mut objective = Objective { evictions: evictions.len() as u32, gpus_changed, ..Objective::default() };
     let mut pods = Vec::with_capacity(problem.pending.len());
     for (i, p) in problem.pending.iter().enumerate() {
+        if problem.is_expected(i) {
+            // Not a pod of the cluster: it only scores the room prepared for it.
+            if matches!((&p.status, &assignment.pending[i]), (PodStatus::Plannable, Some(_))) {
+                objective.expected += 1;
+            }
+            continue;
+        }
         let (node, placement, reason) = match (&p.status, &assignment.pending[i]) {
             (PodStatus::Existing(n), _) => (Some(*n), Placement::ExistingSlices, None),
             (PodStatus::Unmet(reason), _) => (None, Placement::Unmet, Some(reason.clone())),
@@ -209,7 +216,7 @@ fn settle(problem: &Problem, decision: &mut Decision) -> Assignment {
             if target == current {
                 continue;
             }
-            // Also undoes evictions that made room nobody takes.
+            // Also undoes evictions that made room nobody takes (expected pods count as takers).
             let uses_new = target.instances().iter().enumerate().any(|(i, p)| a.used[g][i] && !current.contains(p));
             if !uses_new {
                 revert(problem, decision, g);

@@ -81,11 +81,12 @@ pub(super) fn table(plan: &Plan) -> String {
     let o = &plan.objective;
     let _ = writeln!(
         out,
-        "Objective: demand met {} (LP bound {:.1}, gap {:.1}%), evictions {}, GPUs changed {}, headroom {}, free ranges {}.",
+        "Objective: demand met {} (LP bound {:.1}, gap {:.1}%), evictions {}, expected pods given room {}, GPUs changed {}, headroom {}, free ranges {}.",
         o.demand_met,
         plan.bound,
         plan.gap * 100.0,
         o.evictions,
+        o.expected,
         o.gpus_changed,
         o.headroom,
         o.free_ranges

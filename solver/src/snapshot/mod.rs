@@ -31,6 +31,13 @@ pub struct Snapshot {
     /// Without a policy: standard profiles, no headroom, nothing is ever evicted, no limits.
     #[serde(default)]
     pub policy: Option<Policy>,
+    /// Pods expected to arrive soon (a forecast, e.g. copies of recent arrivals), with the
+    /// same fields as pending pods; their names need not be unique. The planner prepares
+    /// slices for them where they could land, after the pending pods and never by eviction,
+    /// so that the pods that come next start without waiting for a reconfiguration. They are
+    /// not in the plan's pod list. Empty: plan for the pending pods only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expected: Vec<Pod>,
     /// True when instance placements were guessed (from labels and counts, not from the agent's
     /// inventory); the plan repeats it so a reader knows the starts are a guess.
     #[serde(default)]

@@ -108,6 +108,13 @@ impl Snapshot {
                 return Err(err(format!("{at}.name"), pod.key(), "pod listed twice"));
             }
         }
+        for (i, pod) in self.expected.iter().enumerate() {
+            let at = format!("expected[{i}]");
+            check_pod(&at, pod, catalog)?;
+            if let Some(node) = &pod.node {
+                return Err(err(format!("{at}.node"), node, "an expected pod is not bound yet; leave `node` out"));
+            }
+        }
         if let Some(policy) = &self.policy {
             for (i, name) in policy.allowed_profiles.iter().enumerate() {
                 check_profile_known(&format!("policy.allowedProfiles[{i}]"), name, catalog)?;

@@ -10,6 +10,7 @@ use geometer_solver::snapshot::{Gpu, Instance, Node, NodeSelectorTerm, Operator,
 
 use super::{PlanView, Replan, Slot, Strategy, StrategyError, StrategyKind};
 use crate::sim::cluster::Cluster;
+use crate::sim::trace::Millis;
 use crate::sim::workload::{ProfileKey, SimPod, Workload};
 
 /// Nodes carry their GPU model under this label, so that a pod's model constraint becomes a
@@ -28,6 +29,10 @@ pub struct PlannerStrategy {
     pod_index: HashMap<String, usize>,
     profile_names: Vec<String>,
     profile_keys: HashMap<String, ProfileKey>,
+    /// Forecast window in milliseconds (0: plan for pending pods only; always 0 for greedy).
+    forecast_window: Millis,
+    /// `(arrival, pod index)`, sorted.
+    arrivals: Vec<(Millis, usize)>,
 }
 
 impl PlannerStrategy {
@@ -37,6 +42,7 @@ impl PlannerStrategy {
         cluster: &Cluster,
         workload: &Workload,
         time_limit_ms: u64,
+        forecast_window: Millis,
     ) -> Result<Self, String> {
         if !kind.is_dynamic() {
             return Err(format!("{kind} does not plan"));
@@ -56,6 +62,13 @@ impl PlannerStrategy {
             pod_index: workload.pods.iter().enumerate().map(|(i, p)| (p.name.clone(), i)).collect(),
             profile_names: workload.profiles.clone(),
             profile_keys: workload.profiles.iter().enumerate().map(|(i, p)| (p.clone(), i)).collect(),
+            // The greedy baseline plans for pending pods only, as the tools it stands for do.
+            forecast_window: if kind == StrategyKind::Greedy { 0 } else { forecast_window },
+            arrivals: {
+                let mut a: Vec<(Millis, usize)> = workload.pods.iter().enumerate().map(|(i, p)| (p.arrival, i)).collect();
+                a.sort_unstable();
+                a
+            },
         })
     }
 
@@ -134,7 +147,20 @@ impl PlannerStrategy {
                 ..Policy::default()
             }),
             placements_inferred: false,
+            expected: self.forecast(view),
         }
+    }
+
+    /// The pods that arrived within the forecast window, as the pods the next window is
+    /// expected to bring (`MigPolicy.spec.forecastWindowSeconds`).
+    fn forecast(&self, view: &PlanView<'_>) -> Vec<Pod> {
+        if self.forecast_window == 0 {
+            return Vec::new();
+        }
+        // Arrivals in (now - window, now]; all of them while the run is younger than the window.
+        let first = view.now.checked_sub(self.forecast_window).map_or(0, |since| self.arrivals.partition_point(|&(t, _)| t <= since));
+        let last = self.arrivals.partition_point(|&(t, _)| t <= view.now);
+        self.arrivals[first..last].iter().map(|&(_, p)| self.pod(&view.workload.pods[p], None)).collect()
     }
 
     fn replan(&self, view: &PlanView<'_>, plan: &Plan) -> Result<Replan, String> {
