@@ -204,3 +204,33 @@ expected:
         plan.render_table()
     );
 }
+
+#[test]
+fn an_expected_pod_never_holds_a_free_slice_a_pending_pod_needs() {
+    // Seven free 1g.10gb; the pending 4g.40gb needs four of them destroyed. A 1g.10gb pod is
+    // expected: it must not pin one of those slices and leave the real pod without room.
+    let s = snapshot(
+        r#"
+nodes:
+- name: a
+  gpus:
+  - index: 0
+    model: A100-80GB
+    instances:
+    - {profile: 1g.10gb, start: 0}
+    - {profile: 1g.10gb, start: 1}
+    - {profile: 1g.10gb, start: 2}
+    - {profile: 1g.10gb, start: 3}
+    - {profile: 1g.10gb, start: 4}
+    - {profile: 1g.10gb, start: 5}
+    - {profile: 1g.10gb, start: 6}
+pending:
+- {namespace: ml, name: four, requests: {4g.40gb: 1}}
+expected:
+- {namespace: ml, name: next, requests: {1g.10gb: 1}}
+"#,
+    );
+    let plan = ilp(&s);
+    assert_eq!(plan.objective.pods_met, 1, "{}", plan.render_table());
+    assert_eq!(plan.objective.expected, 1, "a 1g.10gb stays free beside the 4g.40gb: {}", plan.render_table());
+}

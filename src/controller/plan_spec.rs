@@ -4,7 +4,7 @@
 //! Lists are capped at the CRD's `maxItems`; the summary counts everything, also what a capped
 //! list had to leave out, so `kubectl get migplans` never undercounts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use geometer_solver::plan::{Placement, Plan, PlacedName};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -69,7 +69,7 @@ pub fn to_spec(policy: &str, plan: &Plan) -> MigPlanSpec {
     let mut spec = MigPlanSpec {
         policy: policy.to_string(),
         approved: false,
-        nodes: nodes.into_iter().map(|(node, gpus)| NodeChange { node: node.to_string(), gpus }).collect(),
+        nodes: rollout_order(plan, nodes),
         evictions,
         demand,
         objective: plan.objective.demand_met as f64,
@@ -87,6 +87,20 @@ pub fn to_spec(policy: &str, plan: &Plan) -> MigPlanSpec {
     spec.demand.met.truncate(MAX_PLAN_DEMAND_ENTRIES);
     spec.demand.unmet.truncate(MAX_PLAN_DEMAND_ENTRIES);
     spec
+}
+
+/// Nodes in the order the rollout takes them (and a truncated plan keeps them): those that
+/// pending pods or evictions need first, then those changed only for the forecast; by name
+/// within each.
+fn rollout_order(plan: &Plan, nodes: BTreeMap<&str, Vec<GpuChange>>) -> Vec<NodeChange> {
+    let mut needed: BTreeSet<&str> = plan.pods.iter().filter(|p| p.placement == Placement::NewSlices).filter_map(|p| p.node.as_deref()).collect();
+    for e in &plan.evictions {
+        needed.insert(&e.node);
+        needed.insert(&e.rescheduled_to);
+    }
+    let mut ordered: Vec<NodeChange> = nodes.into_iter().map(|(node, gpus)| NodeChange { node: node.to_string(), gpus }).collect();
+    ordered.sort_by_key(|n| !needed.contains(n.node.as_str()));
+    ordered
 }
 
 /// Events on pending pods: which slice the plan makes for each (`SlicePlanned`), or why it

@@ -162,13 +162,17 @@ fn forecast(input: &RoundInput<'_>) -> Vec<geometer_solver::snapshot::Pod> {
     let keys = &input.policy.spec.disruption.do_not_disrupt_annotations;
     let mut expected = Vec::new();
     for pod in input.pods {
-        let recent = pod.metadata.creation_timestamp.as_ref().is_some_and(|t| t.0 > since && t.0 <= input.now);
+        // No upper bound: a pod stamped ahead of the controller's clock is recent too.
+        let recent = pod.metadata.creation_timestamp.as_ref().is_some_and(|t| t.0 > since);
+        if !recent || pod.metadata.deletion_timestamp.is_some() || adapter_pods::is_terminal(pod) {
+            continue;
+        }
         let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
         let ours = match node {
             Some(node) => managed.contains(node),
             None => adapter_pods::demand_check(pod).is_ok(),
         };
-        if !(recent && ours) {
+        if !ours {
             continue;
         }
         let Ok(requests) = adapter_pods::effective_requests(pod) else { continue };
@@ -282,7 +286,7 @@ fn planned_condition(solved: &Plan, prepared: &Prepared, policy: &MigPolicy, now
     );
     if !prepared.snapshot.expected.is_empty() {
         message.push_str(&format!(
-            "; forecast: room prepared for {} of {} pod(s) like those created in the last {} s",
+            "; forecast: room for {} of {} pod(s) like those created in the last {} s",
             solved.objective.expected,
             prepared.snapshot.expected.len(),
             forecast_window

@@ -170,6 +170,15 @@ fn the_forecast_prepares_what_recent_pods_asked_for() {
     world.nodes = ["gpu-a", "gpu-b", "gpu-c"].iter().map(|n| (n.to_string(), Arc::new(fixtures::node(n, "pool")))).collect();
     world.mignodes = by_name(["gpu-a", "gpu-b", "gpu-c"].iter().map(|n| mignode(n, 1, None, &[(0, SEVEN)])).collect());
     world.pods = vec![pending_since("mid", "4g.40gb", 30), pending_since("small", "1g.10gb", 5)];
+    // Recent too, but no guide to what comes next: a finished pod on a managed node, and a
+    // running one on a node of no policy.
+    let mut done = fixtures::pod("ml", "done", Some("gpu-a"));
+    done.metadata.creation_timestamp = Some(Time(now() - jiff::SignedDuration::from_secs(20)));
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    let mut elsewhere = fixtures::pod("ml", "elsewhere", Some("cpu-node"));
+    elsewhere.metadata.creation_timestamp = done.metadata.creation_timestamp.clone();
+    elsewhere.status.as_mut().unwrap().phase = Some("Running".into());
+    world.pods.extend([Arc::new(done), Arc::new(elsewhere)]);
     let spare_4g = |plan: &MigPlan| {
         plan.spec.nodes.iter().flat_map(|n| &n.gpus).flat_map(|g| &g.to).filter(|p| p.profile == "4g.40gb").count() - 1
     };
@@ -185,8 +194,10 @@ fn the_forecast_prepares_what_recent_pods_asked_for() {
     let (plan, _) = published(world.decide(&[]));
     assert_eq!((plan.spec.summary.pods_helped, plan.spec.summary.gpus_changed), (2, 2), "{:?}", plan.spec.nodes);
     assert_eq!(spare_4g(&plan), 1, "{:?}", plan.spec.nodes);
+    // The rollout takes the node the pending pods need before the one changed for the forecast.
+    assert_eq!(plan.spec.demand.met[0].node, plan.spec.nodes[0].node, "{:?}", plan.spec.nodes);
     let planned = &plan.status.as_ref().unwrap().conditions[0].message;
-    assert!(planned.contains("forecast: room prepared for 2 of 2 pod(s) like those created in the last 60 s"), "{planned}");
+    assert!(planned.contains("forecast: room for 2 of 2 pod(s) like those created in the last 60 s"), "{planned}");
 
     // A 10 s window only sees the 1g.10gb pod, whose spare slices the first GPU has anyway.
     world.policy.spec.forecast_window_seconds = 10;

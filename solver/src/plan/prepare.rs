@@ -405,7 +405,10 @@ impl<'a> Problem<'a> {
             ctx.cache.insert(cache_key.clone(), computed);
         }
         let (passing, outcome) = &ctx.cache[&cache_key];
-        if let Some(node) = self.reserve_existing(&info.needs, passing) {
+        // An expected pod reserves nothing: it is not there yet, and a slice it pinned could be
+        // one a real pod needs repartitioned. The planners count existing free slices anyway.
+        let reservation = if weight > 0 { self.reserve_existing(&info.needs, passing) } else { None };
+        if let Some(node) = reservation {
             info.status = PodStatus::Existing(node);
             info.eligible = Arc::from(vec![node]);
             return info;
