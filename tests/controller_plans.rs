@@ -171,3 +171,23 @@ async fn of_two_controllers_only_the_leader_plans() {
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     assert_eq!(world.plans().len(), 1, "the standby published nothing");
 }
+
+#[tokio::test]
+async fn with_a_forecast_the_plan_also_prepares_room_for_the_next_pod_like_the_last() {
+    let world = World::new();
+    world.node("gpu-a", "pool", &[SEVEN]);
+    world.node("gpu-b", "pool", &[SEVEN]);
+    world.policy("pool", "DryRun", json!({"forecastWindowSeconds": 600}));
+    world.pending("infer-0", "4g.40gb");
+    let _controller = world.start(None);
+
+    let plan = wait_for("a plan", || world.plans().into_iter().next()).await;
+    assert_eq!(plan.spec.demand.met.len(), 1, "the forecast is no pod of the plan: {:?}", plan.spec.demand);
+    // One GPU for infer-0 and the other with a 4g.40gb ready for the next pod like it; the
+    // rollout takes the pod's node first.
+    let fours: usize = plan.spec.nodes.iter().flat_map(|n| &n.gpus).flat_map(|g| &g.to).filter(|p| p.profile == "4g.40gb").count();
+    assert_eq!((plan.spec.nodes.len(), fours), (2, 2), "{:?}", plan.spec.nodes);
+    assert_eq!(plan.spec.nodes[0].node, plan.spec.demand.met[0].node);
+    let planned = plan.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Planned")).expect("Planned condition");
+    assert!(planned.message.contains("forecast: room for 1 of 1 pod(s) like those created in the last 600 s"), "{}", planned.message);
+}
