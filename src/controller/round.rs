@@ -77,14 +77,17 @@ pub struct Prepared {
     /// Managed nodes left out of this round, with why.
     pub excluded: Vec<(String, String)>,
     pub warnings: Vec<String>,
-    /// Some node left out is on its way to settling (reconfiguring, agent starting): a later
-    /// round may find more room.
+    /// Some node left out is on its way to settling (reconfiguring, agent starting, inside its
+    /// stabilisation window): a later round may find more room.
     pub settling: bool,
 }
 
 /// Why a managed node cannot be planned now, if it cannot, and whether that should pass on
-/// its own.
-fn not_plannable(node: &str, nodes: &BTreeMap<String, Arc<Node>>, mignode: Option<&Arc<MigNode>>) -> Option<(String, bool)> {
+/// its own. A node changed within the policy's stabilisation window stays out too: the
+/// rollout would not change it again before the window ends, so a plan for it would only wait
+/// (and make pods wait) while other nodes might have room now.
+fn not_plannable(node: &str, input: &RoundInput<'_>) -> Option<(String, bool)> {
+    let (nodes, mignode) = (input.nodes, input.mignodes.get(node));
     if !nodes.contains_key(node) {
         return Some(("the Node object is gone".into(), false));
     }
@@ -97,7 +100,11 @@ fn not_plannable(node: &str, nodes: &BTreeMap<String, Arc<Node>>, mignode: Optio
         AgentState::Failed(why) => Some((format!("failed: {why}"), false)),
         AgentState::Working(phase) => Some((format!("reconfiguring ({phase})"), true)),
         AgentState::Ready if !view.settled() => Some(("its agent has not yet observed the latest spec".into(), true)),
-        AgentState::Ready => None,
+        AgentState::Ready => {
+            let window = jiff::SignedDuration::from_secs(i64::from(input.policy.spec.stabilisation_seconds));
+            let until = view.spec_written_at.map(|written| written + window).filter(|until| *until > input.now)?;
+            Some((format!("changed less than stabilisationSeconds ago; may change again at {until}"), true))
+        }
     }
 }
 
@@ -107,7 +114,7 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
     let mut included = BTreeSet::new();
     let mut settling = false;
     for name in input.managed {
-        match not_plannable(name, input.nodes, input.mignodes.get(name)) {
+        match not_plannable(name, input) {
             Some((why, passes)) => {
                 settling |= passes;
                 excluded.push((name.clone(), why));

@@ -122,6 +122,28 @@ fn nodes_that_have_not_settled_stay_out() {
 }
 
 #[test]
+fn a_node_inside_its_stabilisation_window_stays_out_until_it_ends() {
+    let mut world = World::new(1);
+    world.policy.spec.stabilisation_seconds = 600;
+    let changed = |ago: i64| {
+        let mut node = mignode("gpu-a", 1, None, &[(0, SEVEN)]);
+        let at = crate::controller::views::written_at_value(now() - jiff::SignedDuration::from_secs(ago));
+        node.metadata.annotations = Some(BTreeMap::from([(crate::controller::views::SPEC_WRITTEN_AT.to_string(), at)]));
+        Arc::new(node)
+    };
+    // Changed a minute ago: the plan goes to gpu-b instead of waiting nine minutes for gpu-a.
+    world.mignodes.insert("gpu-a".into(), changed(60));
+    let prepared = world.prepare();
+    assert!(prepared.settling, "the window ends on its own");
+    assert!(prepared.excluded.iter().any(|(n, w)| n == "gpu-a" && w.contains("stabilisationSeconds")), "{:?}", prepared.excluded);
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!(plan.spec.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), ["gpu-b"]);
+    // Changed eleven minutes ago: planned like any other node.
+    world.mignodes.insert("gpu-a".into(), changed(660));
+    assert!(world.prepare().excluded.is_empty());
+}
+
+#[test]
 fn a_node_the_catalog_cannot_place_stays_out_and_the_rest_is_planned() {
     let mut world = World::new(1);
     world.mignodes = by_name(vec![mignode("gpu-a", 1, None, &[(0, &[("4g.40gb", 3, None)])]), mignode("gpu-b", 1, None, &[(0, SEVEN)])]);
