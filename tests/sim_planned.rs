@@ -97,3 +97,23 @@ fn the_forecast_readies_slices_before_the_next_pod_arrives() {
         assert_eq!(s.gpus_reconfigured, 2, "{kind}");
     }
 }
+
+#[test]
+fn a_node_inside_its_stabilisation_window_is_not_planned_again_until_it_ends() {
+    // One A100-80GB. a (4g.40gb) at 0 runs 50 s: planned at 5, ready at 35, gone at 85.
+    // b (7g.80gb) at 90 needs the GPU repartitioned.
+    let c = cluster("1xA100-80GB:1");
+    let trace = trace_format::parse("t.csv", "name,arrival_s,duration_s,mig\na,0,50,4g.40gb\nb,90,100,7g.80gb\n").unwrap();
+    let workload = Workload::new(&trace, &c, Mapping::Compute);
+    for (stabilisation, b_wait) in [(0, 35_000), (200_000, 150_000)] {
+        for kind in DYNAMIC {
+            let mut strategy = PlannerStrategy::new(kind, Catalog::builtin(), &c, &workload, 5_000, 0).unwrap();
+            let timings = Timings { stabilisation, ..Timings::default() };
+            let s = Engine::new(&c, &workload, timings, &mut strategy).run().unwrap();
+            // Without a window: batch to 95, ready at 125. With 200 s from the plan at 5: the
+            // window ends at 205, the batch then closes at 210 and the GPU is ready at 240.
+            assert_eq!(s.waits, vec![35_000, b_wait], "{kind}, stabilisation {stabilisation} ms");
+            assert_eq!(s.gpus_reconfigured, 2, "{kind}");
+        }
+    }
+}

@@ -99,6 +99,10 @@ pub struct SimulateArgs {
     /// ...or this many seconds after the batch opened.
     #[arg(long, default_value_t = 30.0)]
     pub batch_max_secs: f64,
+    /// A node a plan changed is not planned again for this many seconds (MigPolicy
+    /// `stabilisationSeconds`; the default is the policy's). 0 lets every batch change any node.
+    #[arg(long, default_value_t = 600.0)]
+    pub stabilisation_secs: f64,
     /// Geometer's forecast (MigPolicy `spec.forecastWindowSeconds`): slices that pods arriving in
     /// the last this many seconds asked for are prepared on free capacity ahead of the next
     /// ones. 0 turns it off. Default: one batch plus one reconfiguration (60 s with the
@@ -158,6 +162,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         plugin_restart: millis("--plugin-restart-secs", args.plugin_restart_secs)?,
         batch_idle: millis("--batch-idle-secs", args.batch_idle_secs)?,
         batch_max: millis("--batch-max-secs", args.batch_max_secs)?,
+        stabilisation: millis("--stabilisation-secs", args.stabilisation_secs)?,
     };
     let forecast = match args.forecast_secs {
         Some(secs) => millis("--forecast-secs", secs)?,
@@ -324,7 +329,7 @@ fn describe(args: &SimulateArgs, cluster: &Cluster, workload: &Workload, name: &
         None => "trace timestamps".into(),
     };
     format!(
-        "Trace {name}: {} pods, {mode}; cluster: {} ({} GPUs); mapping {}; drain {} s, reconfigure {} s, plugin restart {} s, batch {}/{} s; Geometer forecast window {} s.",
+        "Trace {name}: {} pods, {mode}; cluster: {} ({} GPUs); mapping {}; drain {} s, reconfigure {} s, plugin restart {} s, batch {}/{} s, stabilisation {} s; Geometer forecast window {} s.",
         workload.pods.len(),
         per_model.join(", "),
         cluster.gpu_count(),
@@ -334,6 +339,7 @@ fn describe(args: &SimulateArgs, cluster: &Cluster, workload: &Workload, name: &
         args.plugin_restart_secs,
         args.batch_idle_secs,
         args.batch_max_secs,
+        args.stabilisation_secs,
         forecast as f64 / 1000.0,
     )
 }

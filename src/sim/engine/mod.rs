@@ -35,11 +35,14 @@ pub struct Timings {
     pub batch_idle: Millis,
     /// ...or this long after it opened.
     pub batch_max: Millis,
+    /// A node a plan changed is not planned again for this long (MigPolicy
+    /// `stabilisationSeconds`), counted from the plan.
+    pub stabilisation: Millis,
 }
 
 impl Default for Timings {
     fn default() -> Self {
-        Timings { drain: 30_000, reconfigure: 10_000, plugin_restart: 20_000, batch_idle: 5_000, batch_max: 30_000 }
+        Timings { drain: 30_000, reconfigure: 10_000, plugin_restart: 20_000, batch_idle: 5_000, batch_max: 30_000, stabilisation: 0 }
     }
 }
 
@@ -55,6 +58,8 @@ pub enum SimError {
 enum Event {
     Depart { pod: PodIdx, run: u32 },
     Ready { node: usize },
+    /// A node's stabilisation window ends.
+    Stable { node: usize },
     Arrive { pod: PodIdx },
     BatchEnd { generation: u64 },
 }
@@ -63,7 +68,7 @@ impl Event {
     fn class(&self) -> u8 {
         match self {
             Event::Depart { .. } => 0,
-            Event::Ready { .. } => 1,
+            Event::Ready { .. } | Event::Stable { .. } => 1,
             Event::Arrive { .. } => 2,
             Event::BatchEnd { .. } => 3,
         }
@@ -105,6 +110,8 @@ pub struct Engine<'a> {
     state: ClusterState,
     pending: PendingQueue,
     in_flight: BTreeMap<usize, Reconfiguration>,
+    /// Per node: until when its stabilisation window keeps planners away.
+    stable_at: Vec<Millis>,
     /// Pods promised room by each in-flight node (some may have started elsewhere since).
     promised_to: BTreeMap<usize, Vec<PodIdx>>,
     batch_open: Option<Millis>,
@@ -144,6 +151,7 @@ impl<'a> Engine<'a> {
             state,
             pending: PendingQueue::new(workload.profiles.len()),
             in_flight: BTreeMap::new(),
+            stable_at: vec![0; cluster.nodes.len()],
             promised_to: BTreeMap::new(),
             batch_open: None,
             last_change: 0,
@@ -176,6 +184,11 @@ impl<'a> Engine<'a> {
                 Event::Arrive { pod } => self.arrive(pod),
                 Event::Depart { pod, run } => self.depart(pod, run),
                 Event::Ready { node } => self.ready(node)?,
+                Event::Stable { .. } => {
+                    if !self.pending.is_empty() {
+                        self.demand_changed();
+                    }
+                }
                 Event::BatchEnd { generation } => self.batch_end(generation)?,
             }
             let pending = self.pending.len() as u32;
@@ -307,7 +320,7 @@ impl<'a> Engine<'a> {
         let mut nodes = Vec::with_capacity(self.state.nodes.len());
         let mut gpus = Vec::new();
         for (n, node) in self.state.nodes.iter().enumerate() {
-            let plannable = !self.in_flight.contains_key(&n);
+            let plannable = !self.in_flight.contains_key(&n) && self.now >= self.stable_at[n];
             nodes.push(NodeView { index: n, plannable, cpu_free: node.cpu_free, memory_free: node.memory_free });
             if !plannable {
                 continue;
@@ -385,6 +398,10 @@ impl<'a> Engine<'a> {
             let drain = if drained.contains_key(&node) { self.timings.drain } else { 0 };
             self.push(self.now + drain + steps, Event::Ready { node });
             self.in_flight.insert(node, Reconfiguration { targets: targets.clone() });
+            if self.timings.stabilisation > 0 {
+                self.stable_at[node] = self.now + self.timings.stabilisation;
+                self.push(self.stable_at[node], Event::Stable { node });
+            }
         }
         for (p, node) in placements {
             if let Some(run) = self.pods.get_mut(p).filter(|r| r.pending_since.is_some()) {

@@ -94,7 +94,8 @@ pub struct PlanView<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeView {
     pub index: usize,
-    /// False while a reconfiguration is under way: the planner must leave the node alone.
+    /// False while a reconfiguration is under way or the node's stabilisation window lasts: the
+    /// planner must leave the node alone.
     pub plannable: bool,
     pub cpu_free: Option<u64>,
     pub memory_free: Option<u64>,
