@@ -1,31 +1,15 @@
 //! The simulator's accounting on traces small enough to work out by hand.
 
-use geometer::sim::cluster::{Cluster, ModelInfo, NodeSpec, ProfileInfo};
+mod sim_fixtures;
+
+use geometer::sim::cluster::{Cluster, NodeSpec};
 use geometer::sim::engine::{Engine, SimError, Timings};
 use geometer::sim::mapping::Mapping;
 use geometer::sim::metrics::Summary;
 use geometer::sim::strategy::{PlanView, Replan, Slot, StaticLayout, StaticStrategy, Strategy, StrategyError, StrategyKind, WholeGpu};
 use geometer::sim::trace::{geometer as trace_format, Trace};
 use geometer::sim::workload::Workload;
-
-/// An 80 GB A100 as the simulator sees it (from the NVIDIA MIG user guide's profile table).
-fn a100() -> ModelInfo {
-    let p = |name: &str, c, m, mib| ProfileInfo { name: name.into(), compute_slices: c, memory_slices: m, memory_mib: mib };
-    ModelInfo {
-        name: "A100-80GB".into(),
-        compute_slices: 7,
-        memory_slices: 8,
-        memory_mib: 81920,
-        profiles: vec![
-            p("1g.10gb", 1, 1, 9728),
-            p("1g.20gb", 1, 2, 19968),
-            p("2g.20gb", 2, 2, 19968),
-            p("3g.40gb", 3, 4, 40192),
-            p("4g.40gb", 4, 4, 40192),
-            p("7g.80gb", 7, 8, 80896),
-        ],
-    }
-}
+use sim_fixtures::a100;
 
 fn cluster(gpus: u32) -> Cluster {
     let node = NodeSpec { name: "node-a".into(), model: 0, gpus, cpu_milli: None, memory_mib: None };

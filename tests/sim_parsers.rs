@@ -1,19 +1,11 @@
 //! Trace and cluster parsers: no panic on any input, and errors that name field and value.
 
-use geometer::sim::cluster::{parse_cluster_spec, ModelInfo, ProfileInfo};
+mod sim_fixtures;
+
+use geometer::sim::cluster::parse_cluster_spec;
 use geometer::sim::trace::{alibaba, geometer as trace_format};
 use proptest::prelude::*;
-
-fn a100() -> Option<ModelInfo> {
-    let p = |name: &str, c, m| ProfileInfo { name: name.into(), compute_slices: c, memory_slices: m, memory_mib: u64::from(m) * 10_000 };
-    Some(ModelInfo {
-        name: "A100-80GB".into(),
-        compute_slices: 7,
-        memory_slices: 8,
-        memory_mib: 81920,
-        profiles: vec![p("1g.10gb", 1, 1), p("3g.40gb", 3, 4), p("7g.80gb", 7, 8)],
-    })
-}
+use sim_fixtures::a100;
 
 /// Fields that look like what the files hold, and some that do not.
 fn field() -> impl Strategy<Value = String> {
@@ -71,7 +63,7 @@ proptest! {
     fn alibaba_nodes_never_panic(text in table(NODES)) {
         if let Ok(nodes) = alibaba::read_nodes("n.csv", &text) {
             let map = alibaba::ModelMap::parse("G2=A100-80GB").unwrap();
-            let _ = alibaba::cluster_from_nodes(&nodes, &map, |_| a100());
+            let _ = alibaba::cluster_from_nodes(&nodes, &map, |_| Some(a100()));
         }
     }
 
@@ -80,13 +72,13 @@ proptest! {
         let _ = trace_format::parse("t.csv", &text);
         let _ = alibaba::read_pods("p.csv", &text);
         let _ = alibaba::read_nodes("n.csv", &text);
-        let _ = parse_cluster_spec(&text, |_| a100());
+        let _ = parse_cluster_spec(&text, |_| Some(a100()));
         let _ = alibaba::ModelMap::parse(&text);
     }
 
     #[test]
     fn cluster_specs_never_panic(count in "[0-9x]{0,8}", gpus in "-?[0-9]{0,12}", extra in "[a-z=0-9.:]{0,12}") {
-        let _ = parse_cluster_spec(&format!("{count}xA100-80GB:{gpus}{extra}"), |_| a100());
+        let _ = parse_cluster_spec(&format!("{count}xA100-80GB:{gpus}{extra}"), |_| Some(a100()));
     }
 }
 
@@ -101,10 +93,10 @@ fn alibaba_pod_errors_name_line_field_and_value() {
 fn node_list_without_a_mapping_says_what_to_do() {
     let text = format!("{NODES}\nopenb-node-0001,96000,393216,8,G2\n");
     let nodes = alibaba::read_nodes("n.csv", &text).unwrap();
-    let e = alibaba::cluster_from_nodes(&nodes, &alibaba::ModelMap::default(), |_| a100()).unwrap_err().to_string();
+    let e = alibaba::cluster_from_nodes(&nodes, &alibaba::ModelMap::default(), |_| Some(a100())).unwrap_err().to_string();
     assert!(e.contains("no GPUs"), "{e}");
     let map = alibaba::ModelMap::parse("G2=A100-80GB").unwrap();
-    let (cluster, notes) = alibaba::cluster_from_nodes(&nodes, &map, |_| a100()).unwrap();
+    let (cluster, notes) = alibaba::cluster_from_nodes(&nodes, &map, |_| Some(a100())).unwrap();
     assert_eq!((cluster.gpu_count(), cluster.nodes[0].cpu_milli), (8, Some(96_000)));
     assert!(notes.is_empty());
 }

@@ -1,23 +1,15 @@
 //! The room a plan makes goes to the pods it was made for: a pod earlier in the queue that was
 //! promised another node (still reconfiguring) must not take it.
 
-use geometer::sim::cluster::{Cluster, ModelInfo, NodeSpec, ProfileInfo};
+mod sim_fixtures;
+
+use geometer::sim::cluster::{Cluster, NodeSpec};
 use geometer::sim::engine::{Engine, Timings};
 use geometer::sim::mapping::Mapping;
 use geometer::sim::strategy::{PlanView, Replan, Slot, Strategy, StrategyError, StrategyKind};
 use geometer::sim::trace::geometer as trace_format;
 use geometer::sim::workload::Workload;
-
-fn a100() -> ModelInfo {
-    let p = |name: &str, c, m, mib| ProfileInfo { name: name.into(), compute_slices: c, memory_slices: m, memory_mib: mib };
-    ModelInfo {
-        name: "A100-80GB".into(),
-        compute_slices: 7,
-        memory_slices: 8,
-        memory_mib: 81920,
-        profiles: vec![p("1g.10gb", 1, 1, 9728), p("3g.40gb", 3, 4, 40192), p("7g.80gb", 7, 8, 80896)],
-    }
-}
+use sim_fixtures::a100;
 
 /// Plans one node per call: first node-b for `pinned` (pod 1), then node-a for `free` (pod 0).
 struct TwoPlans {

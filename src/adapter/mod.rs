@@ -145,7 +145,7 @@ pub fn build_snapshot(objects: &Objects, catalog: &Catalog, policy: Option<Polic
     let mut node_used: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
     let mut mig_users: BTreeMap<&str, BTreeMap<String, Vec<String>>> = BTreeMap::new();
     for (pod, reqs) in objects.pods.iter().zip(&requests) {
-        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty()) else { continue };
+        let Some(node) = pods::bound_node(pod) else { continue };
         if pods::is_terminal(pod) {
             continue;
         }
@@ -226,7 +226,7 @@ pub fn build_snapshot(objects: &Objects, catalog: &Catalog, policy: Option<Polic
     for (pod, reqs) in objects.pods.iter().zip(&requests) {
         let key = pods::key(pod);
         let mig = pods::mig_requests(reqs);
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
+        let node = pods::bound_node(pod);
         match node {
             Some(n) if managed.contains(n) && users.contains(key.as_str()) && !pods::is_terminal(pod) => {
                 running.push(pods::planner_pod(pod, reqs, &do_not_disrupt)?);

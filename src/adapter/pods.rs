@@ -101,6 +101,11 @@ pub fn mig_requests(requests: &BTreeMap<String, u64>) -> BTreeMap<String, u32> {
         .collect()
 }
 
+/// The node a pod is bound to (`spec.nodeName`), if any.
+pub fn bound_node(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
+}
+
 /// Whether a pod has finished (its requests no longer count on its node).
 pub fn is_terminal(pod: &Pod) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))

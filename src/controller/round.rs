@@ -130,12 +130,7 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
         objects.inventories.insert(name.to_string(), adapter::crd::inventory(&input.mignodes[*name]));
     }
     for pod in input.pods {
-        let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
-        let relevant = match bound {
-            Some(node) => included.contains(node),
-            None => pod.spec.is_some() && adapter_pods::demand_check(pod).is_ok(),
-        };
-        if relevant && adapter_pods::effective_requests(pod).is_ok() {
+        if on_nodes_or_demand(pod, &included) && adapter_pods::effective_requests(pod).is_ok() {
             objects.pods.push(pod.clone());
         }
     }
@@ -157,6 +152,14 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
     Ok(Prepared { snapshot: built.snapshot, excluded, warnings: built.warnings, settling })
 }
 
+/// Whether a pod is bound to one of `nodes`, or unbound and demand.
+fn on_nodes_or_demand(pod: &Pod, nodes: &BTreeSet<&str>) -> bool {
+    match adapter_pods::bound_node(pod) {
+        Some(node) => nodes.contains(node),
+        None => pod.spec.is_some() && adapter_pods::demand_check(pod).is_ok(),
+    }
+}
+
 /// The policy's pods created within its forecast window (bound to its nodes, or waiting for
 /// slices), as the pods the next window is expected to bring. Empty when the window is 0.
 fn forecast(input: &RoundInput<'_>) -> Vec<geometer_solver::snapshot::Pod> {
@@ -174,12 +177,7 @@ fn forecast(input: &RoundInput<'_>) -> Vec<geometer_solver::snapshot::Pod> {
         if !recent || pod.metadata.deletion_timestamp.is_some() || adapter_pods::is_terminal(pod) {
             continue;
         }
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
-        let ours = match node {
-            Some(node) => managed.contains(node),
-            None => adapter_pods::demand_check(pod).is_ok(),
-        };
-        if !ours {
+        if !on_nodes_or_demand(pod, &managed) {
             continue;
         }
         let Ok(requests) = adapter_pods::effective_requests(pod) else { continue };

@@ -193,7 +193,7 @@ pub fn parse_cluster_spec(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn a100() -> ModelInfo {

@@ -124,6 +124,19 @@ struct ConstraintKey {
     profiles: Vec<usize>,
 }
 
+impl ConstraintKey {
+    fn of(pod: &Pod, profiles: Vec<usize>) -> Self {
+        ConstraintKey {
+            node_selector: pod.node_selector.clone(),
+            affinity: pod.affinity.clone(),
+            tolerations: pod.tolerations.clone(),
+            cpu: pod.cpu_millis,
+            memory: pod.memory_bytes,
+            profiles,
+        }
+    }
+}
+
 /// Nodes passing the constraints, and the eligible ones (or why none is).
 type EligibleNodes = (Arc<[usize]>, Result<Arc<[usize]>, UnmetReason>);
 
@@ -291,16 +304,8 @@ impl<'a> Problem<'a> {
                 }
                 let needs = Needs { slices: slices.into_iter().collect(), cpu: pod.cpu_millis, memory: pod.memory_bytes };
                 // Pods from one template share one list (and so one demand class in the ILP).
-                let constraints = ConstraintKey {
-                    node_selector: pod.node_selector.clone(),
-                    affinity: pod.affinity.clone(),
-                    tolerations: pod.tolerations.clone(),
-                    cpu: pod.cpu_millis,
-                    memory: pod.memory_bytes,
-                    profiles: Vec::new(),
-                };
                 let eligible = running_eligible
-                    .entry(constraints)
+                    .entry(ConstraintKey::of(pod, Vec::new()))
                     .or_insert_with(|| {
                         let nodes: Vec<usize> =
                             node_order.iter().enumerate().filter(|(_, n)| eligibility(pod, n).is_ok()).map(|(i, _)| i).collect();
@@ -392,14 +397,7 @@ impl<'a> Problem<'a> {
             return info;
         }
         // Pods from one template share constraints: work out eligibility once per template.
-        let cache_key = ConstraintKey {
-            node_selector: pod.node_selector.clone(),
-            affinity: pod.affinity.clone(),
-            tolerations: pod.tolerations.clone(),
-            cpu: pod.cpu_millis,
-            memory: pod.memory_bytes,
-            profiles: info.needs.slices.iter().map(|s| s.0).collect(),
-        };
+        let cache_key = ConstraintKey::of(pod, info.needs.slices.iter().map(|s| s.0).collect());
         if !ctx.cache.contains_key(&cache_key) {
             let computed = self.eligible_nodes(pod, &info.needs, ctx.nodes);
             ctx.cache.insert(cache_key.clone(), computed);
