@@ -20,6 +20,7 @@
 //! between them, which a sampling harness would blur.
 
 #[path = "support/counting_alloc.rs"]
+#[allow(unsafe_code)] // a counting GlobalAlloc wrapper: measuring heap needs it
 mod counting_alloc;
 
 use std::collections::HashMap;
@@ -27,7 +28,7 @@ use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use geometer::apiserver::{ApiServer, Verb};
+use geometer_apiserver::{ApiServer, Verb};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};

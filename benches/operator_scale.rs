@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use geometer::api::{Batching, Disruption, MigPlan, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits};
-use geometer::apiserver::ApiServer;
-use geometer::simcluster::{ClusterSpec, MigPod, SimCluster};
+use geometer_api::{Batching, Disruption, MigPlan, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits};
+use geometer_apiserver::ApiServer;
+use geometer_simcluster::{ClusterSpec, MigPod, SimCluster};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::PostParams;
 use kube::Api;
@@ -88,7 +88,7 @@ async fn main() {
     let shifted_pods = nodes;
     let t = Instant::now();
     let server = ApiServer::new();
-    for crd in geometer::api::crds() {
+    for crd in geometer_api::crds() {
         server.seed(&crd).unwrap();
     }
     server.seed(&serde_json::from_value::<Namespace>(serde_json::json!({"metadata": {"name": "ml"}})).unwrap()).unwrap();
@@ -110,7 +110,7 @@ async fn main() {
     })
     .await;
     let inventories = wait("every agent's inventory", Duration::from_secs(600), || {
-        server.objects::<geometer::api::MigNode>().iter().filter(|m| m.status.as_ref().is_some_and(|s| !s.gpus.is_empty())).count() == nodes
+        server.objects::<geometer_api::MigNode>().iter().filter(|m| m.status.as_ref().is_some_and(|s| !s.gpus.is_empty())).count() == nodes
     })
     .await;
     let setup = inventories - t;
@@ -174,7 +174,7 @@ async fn main() {
     let published = wait("a plan", Duration::from_secs(300), || !server.objects::<MigPlan>().is_empty()).await;
     let plan = server.objects::<MigPlan>().remove(0);
     let succeeded = wait("the plan Succeeded", Duration::from_secs(1800), || {
-        server.objects::<MigPlan>().iter().any(|p| p.phase() == geometer::api::MigPlanPhase::Succeeded)
+        server.objects::<MigPlan>().iter().any(|p| p.phase() == geometer_api::MigPlanPhase::Succeeded)
     })
     .await;
     let plans = server.objects::<MigPlan>().len();

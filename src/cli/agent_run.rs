@@ -1,5 +1,5 @@
 //! `geometer agent run`: the node agent's daemon. Watches its MigNode and Node, and carries
-//! out the MigNode's desired geometry on this node's GPUs (see `crate::agent::reconcile`).
+//! out the MigNode's desired geometry on this node's GPUs (see `geometer_agent::reconcile`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,13 +10,13 @@ use clap::Args;
 
 use super::catalog::CatalogSource;
 use super::output::Failure;
-use crate::agent::nvml::real::{RealNvml, NVML_LIBRARY};
-use crate::agent::nvml::sim::SimNvml;
-use crate::agent::nvml::NvmlBackend;
-use crate::agent::pod_resources::DEFAULT_SOCKET;
-use crate::agent::reconcile::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR;
-use crate::agent::reconcile::disruption::{parse_go_duration, DEFAULT_KEYS};
-use crate::agent::reconcile::{Agent, AgentConfig, DeviceAssignments, KubeletPodResources, SharedAssignments};
+use geometer_agent::nvml::real::{RealNvml, NVML_LIBRARY};
+use geometer_agent::nvml::NvmlBackend;
+use geometer_agent::pod_resources::DEFAULT_SOCKET;
+use geometer_agent::reconcile::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR;
+use geometer_api::do_not_disrupt::parse_go_duration;
+use geometer_api::DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS as DEFAULT_KEYS;
+use geometer_agent::reconcile::{Agent, AgentConfig, DeviceAssignments, KubeletPodResources, SharedAssignments};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -64,6 +64,34 @@ fn duration(text: &str) -> Result<Duration, String> {
     parse_go_duration(text).ok_or_else(|| format!("{text:?} is not a duration; write it like 30s, 10m or 1h30m"))
 }
 
+/// Simulated GPUs for `--simulate` (developer builds only: the operator's image has none).
+#[cfg(feature = "demo")]
+fn simulated_nvml(
+    node: &str,
+    catalog: &geometer_solver::catalog::Catalog,
+    sims: &[(String, u32)],
+) -> Result<Arc<dyn NvmlBackend>, Failure> {
+    let sim = geometer_agent::nvml::sim::SimNvml::with_catalog(node.to_string(), catalog.clone());
+    for (model, count) in sims {
+        for _ in 0..*count {
+            sim.add_gpu(model).map_err(|e| Failure::bad_input(anyhow!("--simulate {model}:{count}: {e}")))?;
+        }
+    }
+    Ok(Arc::new(sim))
+}
+
+#[cfg(not(feature = "demo"))]
+fn simulated_nvml(
+    _node: &str,
+    _catalog: &geometer_solver::catalog::Catalog,
+    _sims: &[(String, u32)],
+) -> Result<Arc<dyn NvmlBackend>, Failure> {
+    Err(Failure::bad_input(anyhow!(
+        "--simulate: this geometer was built without the `demo` feature, so it has no simulated GPUs; \
+         use a developer build (cargo build -p geometer) or drop --simulate to use NVML"
+    )))
+}
+
 /// `MODEL:COUNT` from `--simulate`.
 fn simulated_gpus(specs: &[String]) -> Result<Vec<(String, u32)>, Failure> {
     specs
@@ -88,13 +116,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let nvml: Arc<dyn NvmlBackend> = if sims.is_empty() {
         Arc::new(RealNvml::init_with_library(&args.nvml_library).map_err(|e| Failure::internal(anyhow!(e)))?)
     } else {
-        let sim = SimNvml::with_catalog(args.node.clone(), catalog.clone());
-        for (model, count) in &sims {
-            for _ in 0..*count {
-                sim.add_gpu(model).map_err(|e| Failure::bad_input(anyhow!("--simulate {model}:{count}: {e}")))?;
-            }
-        }
-        Arc::new(sim)
+        simulated_nvml(&args.node, &catalog, &sims)?
     };
     let devices: Arc<dyn DeviceAssignments> = match (&args.pod_resources_socket, sims.is_empty()) {
         (Some(path), _) => Arc::new(KubeletPodResources::new(path)),

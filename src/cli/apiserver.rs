@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use crate::apiserver::ApiServer;
+use geometer_apiserver::ApiServer;
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl")]

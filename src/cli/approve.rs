@@ -4,7 +4,7 @@ use anyhow::anyhow;
 use clap::Args;
 
 use super::output::Failure;
-use crate::controller::approval::{approve, ApprovalError};
+use geometer_controller::approval::{approve, ApprovalError};
 
 #[derive(Debug, Args)]
 pub struct ApproveArgs {

@@ -9,10 +9,10 @@ use clap::Args;
 
 use super::catalog::CatalogSource;
 use super::output::Failure;
-use crate::controller::health::{self, Health};
-use crate::controller::leader::LeaseSettings;
-use crate::controller::metrics::Metrics;
-use crate::controller::run::{self, RunError, Settings};
+use geometer_controller::health::{self, Health};
+use geometer_controller::leader::LeaseSettings;
+use geometer_controller::metrics::Metrics;
+use geometer_controller::run::{self, RunError, Settings};
 
 #[derive(Debug, Args)]
 pub struct ControllerArgs {

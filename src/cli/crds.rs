@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::output::Failure;
-use crate::api;
+use geometer_api as api;
 
 #[derive(Debug, Args)]
 pub struct CrdsArgs {

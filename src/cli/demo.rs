@@ -1,5 +1,5 @@
 //! `geometer demo`: the whole operator on a simulated cluster in one process (see
-//! `crate::demo`). No arguments needed; flags change the mode, size, speed and seed.
+//! `geometer_simcluster::demo`). No arguments needed; flags change the mode, size, speed and seed.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,8 +8,8 @@ use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
 
 use super::output::Failure;
-use crate::api::PolicyMode;
-use crate::demo::{self, Console, DemoOptions};
+use geometer_api::PolicyMode;
+use geometer_simcluster::demo::{self, Console, DemoOptions};
 
 /// The policy mode, as in `MigPolicy.spec.mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

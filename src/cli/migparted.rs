@@ -11,9 +11,9 @@ use serde_json::Value;
 
 use super::catalog::CatalogSource;
 use super::output::Failure;
-use crate::api::PolicyMode;
-use crate::interop::migparted::export::{self, Which};
-use crate::interop::migparted::{import, MigPartedConfig};
+use geometer_api::PolicyMode;
+use geometer_api::migparted::export::{self, Which};
+use geometer_api::migparted::{import, MigPartedConfig};
 
 #[derive(Debug, Args)]
 pub struct MigpartedArgs {

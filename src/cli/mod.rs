@@ -9,17 +9,20 @@ use clap::{Parser, Subcommand};
 
 pub mod agent;
 pub mod agent_run;
+#[cfg(feature = "demo")]
 pub mod apiserver;
 pub mod approve;
 pub mod catalog;
 pub mod controller;
 pub mod crds;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod geometry;
 pub mod migparted;
 pub mod output;
 pub mod plan;
 pub mod plan_live;
+#[cfg(feature = "demo")]
 pub mod simulate;
 
 #[derive(Debug, Parser)]
@@ -50,13 +53,28 @@ pub enum Command {
     /// Approve a MigPlan of a policy in Approve mode (sets spec.approved: true).
     Approve(approve::ApproveArgs),
     /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
+    #[cfg(feature = "demo")]
     Apiserver(apiserver::ApiserverArgs),
     /// Convert between NVIDIA mig-parted configs and Geometer's MigNodes, MigPlans and MigPolicies.
     Migparted(migparted::MigpartedArgs),
     /// Replay a workload trace on a simulated cluster and compare allocation strategies.
+    #[cfg(feature = "demo")]
     Simulate(simulate::SimulateArgs),
     /// Run Geometer end to end on a simulated GPU cluster with a shifting workload.
+    #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
+}
+
+impl Command {
+    /// The demo prints its own progress, so the operator's logs only show when something goes
+    /// wrong.
+    fn prints_its_own_progress(&self) -> bool {
+        #[cfg(feature = "demo")]
+        if matches!(self, Command::Demo(_)) {
+            return true;
+        }
+        false
+    }
 }
 
 /// When installed as `kubectl-geometer`, kubectl runs us as `kubectl-geometer plan ...`;
@@ -72,7 +90,7 @@ pub fn plugin_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 /// Turns a command's result into an exit code, printing errors the way a user reads them.
 pub fn run(cli: Cli) -> ExitCode {
     // The demo prints its own progress; the operator's logs only when something goes wrong.
-    init_logging(cli.log_json, if matches!(cli.command, Command::Demo(_)) { "warn" } else { "info" });
+    init_logging(cli.log_json, if cli.command.prints_its_own_progress() { "warn" } else { "info" });
     match cli.command {
         Command::Catalog(args) => output::finish(catalog::run(args)),
         Command::Geometry(args) => output::finish(geometry::run(args)),
@@ -81,9 +99,12 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Controller(args) => output::finish(controller::run(args)),
         Command::Agent(args) => output::finish(agent::run(args)),
         Command::Approve(args) => output::finish(approve::run(args)),
+        #[cfg(feature = "demo")]
         Command::Apiserver(args) => apiserver::run(args),
         Command::Migparted(args) => output::finish(migparted::run(args)),
+        #[cfg(feature = "demo")]
         Command::Simulate(args) => output::finish(simulate::run(args)),
+        #[cfg(feature = "demo")]
         Command::Demo(args) => output::finish(demo::run(args)),
     }
 }

@@ -15,7 +15,7 @@ use geometer_solver::snapshot::Snapshot;
 
 use super::catalog::CatalogSource;
 use super::output::{self, Failure, OutputFormat};
-use crate::adapter;
+use geometer_controller::adapter;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum SolverChoice {
@@ -105,7 +105,7 @@ pub fn run(args: PlanArgs) -> Result<(), Failure> {
         (snapshot, Vec::new())
     } else {
         let objects = adapter::parse_objects(&text).context("invalid --snapshot").map_err(bad)?;
-        let built = adapter::build_snapshot(&objects, &catalog, policy).context("invalid --snapshot").map_err(bad)?;
+        let built = adapter::build_snapshot(&objects, &catalog, policy, jiff::Timestamp::now()).context("invalid --snapshot").map_err(bad)?;
         (built.snapshot, built.warnings)
     };
     for w in &warnings {

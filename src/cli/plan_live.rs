@@ -16,8 +16,8 @@ use serde::Serialize;
 
 use super::output::{self, Failure};
 use super::plan::PlanArgs;
-use crate::api::{MigNode, MigPolicy};
-use crate::controller::{policy_status, round};
+use geometer_api::{MigNode, MigPolicy};
+use geometer_controller::{policy_status, round};
 
 #[derive(Debug, Serialize)]
 struct PolicyPlan {

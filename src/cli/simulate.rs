@@ -10,17 +10,17 @@ use geometer_solver::catalog::Catalog;
 
 use super::catalog::CatalogSource;
 use super::output::Failure;
-use crate::sim::cluster::{parse_cluster_spec, Cluster};
-use crate::sim::engine::{Engine, Timings};
-use crate::sim::mapping::Mapping;
-use crate::sim::metrics::Summary;
-use crate::sim::models;
-use crate::sim::report;
-use crate::sim::strategy::{PlannerStrategy, StaticStrategy, Strategy, StrategyKind, WholeGpu};
-use crate::sim::trace::load::{self, Lifetime, LoadMode};
-use crate::sim::trace::synthetic::Synthetic;
-use crate::sim::trace::{alibaba, geometer, GpuRequest, Millis, Trace};
-use crate::sim::workload::Workload;
+use geometer_sim::cluster::{parse_cluster_spec, Cluster};
+use geometer_sim::engine::{Engine, Timings};
+use geometer_sim::mapping::Mapping;
+use geometer_sim::metrics::Summary;
+use geometer_sim::models;
+use geometer_sim::report;
+use geometer_sim::strategy::{PlannerStrategy, StaticStrategy, Strategy, StrategyKind, WholeGpu};
+use geometer_sim::trace::load::{self, Lifetime, LoadMode};
+use geometer_sim::trace::synthetic::Synthetic;
+use geometer_sim::trace::{alibaba, geometer, GpuRequest, Millis, Trace};
+use geometer_sim::workload::Workload;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TraceFormat {

@@ -1,0 +1,359 @@
+//! One simulated GPU: its reported profiles, instances and processes.
+
+use std::collections::BTreeMap;
+
+use geometer_solver::catalog::{GpuModel, ProfileId};
+use geometer_solver::geometry::{validate, Geometry, Placed};
+use uuid::Uuid;
+
+use super::super::{
+    ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo, MigMode,
+    Placement, ProcessInfo, Reason,
+};
+use super::SimGpuOptions;
+use geometer_api::PlacedInstance;
+
+/// Driver ids for profiles whose `nvidia-smi` id the catalog does not know: this base plus the
+/// NVML profile index, so they never collide with real ids (which are below 64).
+const SIM_PROFILE_ID_BASE: u32 = 1000;
+
+/// UUID namespace of simulated devices (a v5 UUID of the name "geometer.dev/sim").
+fn sim_namespace() -> Uuid {
+    Uuid::new_v5(&Uuid::NAMESPACE_DNS, b"sim.geometer.dev")
+}
+
+/// What the simulated NVML reports for one profile; tests may change it to model a driver that
+/// disagrees with the catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportedProfile {
+    pub info: GpuInstanceProfileInfo,
+    pub placements: Vec<Placement>,
+    /// Hidden profiles are not offered (as on a driver that lacks them).
+    pub hidden: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ProcessTarget {
+    Gpu,
+    GpuInstance(u32),
+}
+
+#[derive(Debug, Clone)]
+struct SimInstance {
+    profile: ProfileId,
+    start: u8,
+    size: u8,
+    profile_id: u32,
+    compute: Option<(u32, String)>,
+}
+
+pub(super) struct SimGpu {
+    node: String,
+    index: GpuIndex,
+    uuid: String,
+    name: String,
+    pci_device_id: u32,
+    /// `None`: the GPU cannot do MIG.
+    model: Option<GpuModel>,
+    mig: Option<MigMode>,
+    mig_mode_needs_reset: bool,
+    /// Parallel to `model.profiles`.
+    reported: Vec<ReportedProfile>,
+    instances: BTreeMap<u32, SimInstance>,
+    processes: BTreeMap<u32, ProcessTarget>,
+    /// Counts compute-instance creations so that a re-created device gets a new UUID, as on
+    /// real hardware, while runs stay reproducible.
+    serial: u64,
+}
+
+impl SimGpu {
+    pub(super) fn new(node: &str, index: GpuIndex, model: GpuModel, options: SimGpuOptions) -> SimGpu {
+        let reported = model.profiles.iter().map(reported_from_catalog).collect();
+        let name = model.nvml_names.first().cloned().unwrap_or_else(|| format!("NVIDIA {}", model.key));
+        let pci_device_id = model.device_ids.first().copied().unwrap_or(0);
+        SimGpu {
+            node: node.to_string(),
+            index,
+            uuid: format!("GPU-{}", Uuid::new_v5(&sim_namespace(), format!("{node}/{index}").as_bytes())),
+            name,
+            pci_device_id,
+            model: Some(model),
+            mig: Some(MigMode { current: options.mig_enabled, pending: options.mig_enabled }),
+            mig_mode_needs_reset: options.mig_mode_needs_reset,
+            reported,
+            instances: BTreeMap::new(),
+            processes: BTreeMap::new(),
+            serial: 0,
+        }
+    }
+
+    pub(super) fn without_mig(node: &str, index: GpuIndex, name: &str, pci_device_id: u32) -> SimGpu {
+        SimGpu {
+            node: node.to_string(),
+            index,
+            uuid: format!("GPU-{}", Uuid::new_v5(&sim_namespace(), format!("{node}/{index}").as_bytes())),
+            name: name.to_string(),
+            pci_device_id,
+            model: None,
+            mig: None,
+            mig_mode_needs_reset: false,
+            reported: Vec::new(),
+            instances: BTreeMap::new(),
+            processes: BTreeMap::new(),
+            serial: 0,
+        }
+    }
+
+    pub(super) fn model_key(&self) -> &str {
+        self.model.as_ref().map_or(self.name.as_str(), |m| m.key.as_str())
+    }
+
+    pub(super) fn device_info(&self) -> DeviceInfo {
+        DeviceInfo {
+            index: self.index,
+            uuid: self.uuid.clone(),
+            name: self.name.clone(),
+            pci_device_id: self.pci_device_id,
+            mig_mode: self.mig,
+        }
+    }
+
+    fn mig_on(&self) -> Result<&GpuModel, Reason> {
+        match (&self.model, self.mig) {
+            (Some(model), Some(mode)) if mode.current => Ok(model),
+            _ => Err(Reason::NotSupported),
+        }
+    }
+
+    pub(super) fn profile_infos(&self) -> Vec<GpuInstanceProfileInfo> {
+        if self.mig_on().is_err() {
+            return Vec::new();
+        }
+        let mut infos: Vec<_> = self.reported.iter().filter(|r| !r.hidden).map(|r| r.info.clone()).collect();
+        infos.sort_by_key(|i| i.profile_index);
+        infos
+    }
+
+    fn reported_by_id(&self, profile_id: u32) -> Option<(ProfileId, &ReportedProfile)> {
+        self.reported.iter().enumerate().find(|(_, r)| !r.hidden && r.info.id == profile_id)
+    }
+
+    pub(super) fn profile_id_by_name(&self, name: &str) -> Option<(u32, u32)> {
+        let model = self.model.as_ref()?;
+        let id = model.profile(name)?;
+        let r = &self.reported[id];
+        Some((r.info.id, r.placements.first().map_or(model.profiles[id].size as u32, |p| p.size)))
+    }
+
+    pub(super) fn possible_placements(&self, profile_id: u32) -> Result<Vec<Placement>, Reason> {
+        self.mig_on()?;
+        let (_, r) = self.reported_by_id(profile_id).ok_or(Reason::InvalidArgument)?;
+        Ok(r.placements.clone())
+    }
+
+    pub(super) fn gpu_instances(&self) -> Result<Vec<GpuInstanceInfo>, Reason> {
+        self.mig_on()?;
+        let mut out: Vec<_> = self.instances.iter().map(|(&id, i)| gi_info(id, i)).collect();
+        out.sort_by_key(|gi| (gi.placement.start, gi.id));
+        Ok(out)
+    }
+
+    /// The catalog model with NVML's reported placements and caps in place of the catalog's:
+    /// the rules the simulated driver enforces (NVML wins).
+    fn effective_model(&self) -> Result<GpuModel, Reason> {
+        let mut model = self.mig_on()?.clone();
+        for (profile, r) in model.profiles.iter_mut().zip(&self.reported) {
+            profile.starts = if r.hidden { Vec::new() } else { r.placements.iter().map(|p| p.start as u8).collect() };
+            profile.max_instances = if r.hidden { 0 } else { r.info.instance_count.min(u8::MAX as u32) as u8 };
+        }
+        Ok(model)
+    }
+
+    pub(super) fn create_gpu_instance(&mut self, profile_id: u32, placement: Placement) -> Result<GpuInstanceInfo, Reason> {
+        let model = self.effective_model()?;
+        let (profile, reported) = self.reported_by_id(profile_id).ok_or(Reason::InvalidArgument)?;
+        if !reported.placements.contains(&placement) {
+            return Err(Reason::InvalidArgument);
+        }
+        let start = placement.start as u8;
+        let current: Geometry = self.instances.values().map(|i| Placed::new(i.profile, i.start)).collect();
+        let proposed = current.with(Placed::new(profile, start));
+        if let Err(rule) = validate(&model, &proposed) {
+            tracing::debug!(gpu = self.index, %rule, "simulated NVML refuses the GPU instance");
+            return Err(Reason::InsufficientResources);
+        }
+        let id = (1..).find(|id| !self.instances.contains_key(id)).expect("ids are unbounded");
+        let instance = SimInstance { profile, start, size: placement.size as u8, profile_id, compute: None };
+        let info = gi_info(id, &instance);
+        self.instances.insert(id, instance);
+        Ok(info)
+    }
+
+    pub(super) fn destroy_gpu_instance(&mut self, id: u32) -> Result<(), Reason> {
+        self.mig_on()?;
+        let instance = self.instances.get(&id).ok_or(Reason::NotFound)?;
+        if instance.compute.is_some() || self.processes.values().any(|t| *t == ProcessTarget::GpuInstance(id)) {
+            return Err(Reason::InUse);
+        }
+        self.instances.remove(&id);
+        Ok(())
+    }
+
+    pub(super) fn compute_instances(&self, gi: u32) -> Result<Vec<ComputeInstanceInfo>, Reason> {
+        self.mig_on()?;
+        let instance = self.instances.get(&gi).ok_or(Reason::NotFound)?;
+        Ok(instance
+            .compute
+            .iter()
+            .map(|(id, _)| ComputeInstanceInfo { id: *id, gpu_instance_id: gi, profile_id: instance.profile_id })
+            .collect())
+    }
+
+    pub(super) fn create_compute_instance(&mut self, gi: u32) -> Result<ComputeInstanceInfo, Reason> {
+        self.mig_on()?;
+        self.serial += 1;
+        let name = format!("{}/{}/{}/{}", self.node, self.index, gi, self.serial);
+        let instance = self.instances.get_mut(&gi).ok_or(Reason::NotFound)?;
+        if instance.compute.is_some() {
+            // The full compute instance takes every slice of the GPU instance.
+            return Err(Reason::InsufficientResources);
+        }
+        let uuid = format!("MIG-{}", Uuid::new_v5(&sim_namespace(), name.as_bytes()));
+        instance.compute = Some((0, uuid));
+        Ok(ComputeInstanceInfo { id: 0, gpu_instance_id: gi, profile_id: instance.profile_id })
+    }
+
+    pub(super) fn destroy_compute_instance(&mut self, gi: u32, ci: u32) -> Result<(), Reason> {
+        self.mig_on()?;
+        let busy = self.processes.values().any(|t| *t == ProcessTarget::GpuInstance(gi));
+        let instance = self.instances.get_mut(&gi).ok_or(Reason::NotFound)?;
+        match &instance.compute {
+            Some((id, _)) if *id == ci => {
+                if busy {
+                    return Err(Reason::InUse);
+                }
+                instance.compute = None;
+                Ok(())
+            }
+            _ => Err(Reason::NotFound),
+        }
+    }
+
+    pub(super) fn mig_devices(&self) -> Vec<MigDeviceInfo> {
+        if self.mig_on().is_err() {
+            return Vec::new();
+        }
+        self.instances
+            .iter()
+            .filter_map(|(&gi, i)| i.compute.as_ref().map(|(ci, uuid)| (gi, *ci, uuid.clone())))
+            .enumerate()
+            .map(|(index, (gi, ci, uuid))| MigDeviceInfo {
+                index: index as u32,
+                uuid,
+                gpu_instance_id: gi,
+                compute_instance_id: ci,
+            })
+            .collect()
+    }
+
+    pub(super) fn gpu_instance_of_uuid(&self, uuid: &str) -> Option<u32> {
+        self.instances
+            .iter()
+            .find(|(_, i)| i.compute.as_ref().is_some_and(|(_, u)| u == uuid))
+            .map(|(&gi, _)| gi)
+    }
+
+    pub(super) fn processes(&self, uuid: &str) -> Result<Vec<ProcessInfo>, Reason> {
+        let gi = self.gpu_instance_of_uuid(uuid).ok_or(Reason::NotFound)?;
+        Ok(self
+            .processes
+            .iter()
+            .filter(|(_, t)| **t == ProcessTarget::GpuInstance(gi))
+            .map(|(&pid, _)| ProcessInfo { pid, used_memory_bytes: Some(1 << 30) })
+            .collect())
+    }
+
+    pub(super) fn add_process(&mut self, pid: u32, target: ProcessTarget) {
+        self.processes.insert(pid, target);
+    }
+
+    pub(super) fn remove_process(&mut self, pid: u32) -> bool {
+        self.processes.remove(&pid).is_some()
+    }
+
+    pub(super) fn set_mig_mode(&mut self, enabled: bool) -> Result<MigMode, Reason> {
+        let mode = self.mig.as_mut().ok_or(Reason::NotSupported)?;
+        // Changing the mode resets the GPU: NVML refuses while anything runs on it, and MIG
+        // cannot be turned off under existing instances.
+        if !self.processes.is_empty() || (!enabled && !self.instances.is_empty()) {
+            return Err(Reason::InUse);
+        }
+        mode.pending = enabled;
+        if !self.mig_mode_needs_reset {
+            mode.current = enabled;
+        }
+        Ok(*mode)
+    }
+
+    pub(super) fn reset(&mut self) {
+        if let Some(mode) = self.mig.as_mut() {
+            mode.current = mode.pending;
+        }
+        self.processes.clear();
+    }
+
+    pub(super) fn geometry(&self) -> Vec<PlacedInstance> {
+        let Some(model) = &self.model else { return Vec::new() };
+        let mut out: Vec<_> = self
+            .instances
+            .values()
+            .map(|i| PlacedInstance::new(model.profiles[i.profile].name.clone(), i.start))
+            .collect();
+        out.sort();
+        out
+    }
+
+    pub(super) fn bare_gpu_instances(&self) -> Vec<u32> {
+        self.instances.iter().filter(|(_, i)| i.compute.is_none()).map(|(&id, _)| id).collect()
+    }
+
+    pub(super) fn override_profile(&mut self, name: &str, change: impl FnOnce(&mut ReportedProfile)) -> Option<()> {
+        let id = self.model.as_ref()?.profile(name)?;
+        change(&mut self.reported[id]);
+        Some(())
+    }
+
+    pub(super) fn hide_profile(&mut self, name: &str) -> Option<()> {
+        self.override_profile(name, |r| r.hidden = true)
+    }
+}
+
+fn gi_info(id: u32, i: &SimInstance) -> GpuInstanceInfo {
+    GpuInstanceInfo {
+        id,
+        profile_id: i.profile_id,
+        placement: Placement { start: i.start as u32, size: i.size as u32 },
+    }
+}
+
+fn reported_from_catalog(p: &geometer_solver::catalog::Profile) -> ReportedProfile {
+    let id = p.nvidia_smi_profile_id.unwrap_or(SIM_PROFILE_ID_BASE + p.nvml_profile_index);
+    ReportedProfile {
+        info: GpuInstanceProfileInfo {
+            profile_index: p.nvml_profile_index,
+            id,
+            name: Some(p.name.clone()),
+            slice_count: p.compute_slices as u32,
+            instance_count: p.max_instances as u32,
+            memory_mib: p.memory_mib,
+            multiprocessor_count: 0,
+            copy_engine_count: 0,
+            decoder_count: p.engines.dec as u32,
+            encoder_count: p.engines.enc as u32,
+            jpeg_count: p.engines.jpeg as u32,
+            ofa_count: p.engines.ofa as u32,
+        },
+        placements: p.starts.iter().map(|&s| Placement { start: s as u32, size: p.size as u32 }).collect(),
+        hidden: false,
+    }
+}

@@ -1,0 +1,269 @@
+//! Geometer geometry -> mig-parted config: one config per node, named after the node, with one
+//! entry per group of that node's GPUs that have the same instance counts.
+//!
+//! Sources, each a YAML document (several in a stream, or a `kind: List` as `kubectl get -o
+//! yaml` prints):
+//! - `MigNode`: current = what the agent reported (`status.gpus`); planned = the desired
+//!   geometry (`spec.gpus`), with GPUs the spec does not list as they are now.
+//! - `MigPlan`: current = `from`, planned = `to`, for the GPUs the plan lists.
+//! - a planning snapshot (`geometer plan`'s input): current only.
+//! - a planner result (`geometer plan -o yaml`): current = `from`, planned = `to`, every GPU.
+
+use std::collections::BTreeMap;
+
+use geometer_solver::plan::Plan;
+use geometer_solver::snapshot::Snapshot;
+use serde_json::Value;
+
+use super::{DeviceEntry, Devices, MigPartedConfig, VERSION};
+use crate::{MigNode, MigPlan, PlacedInstance};
+
+/// Which geometry to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    /// What the GPUs have now.
+    Current,
+    /// What Geometer is moving them to.
+    Planned,
+}
+
+/// The GPUs of one node, as a mig-parted config sees them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeLayout {
+    pub node: String,
+    pub gpus: Vec<GpuLayout>,
+}
+
+/// One GPU: MIG on or off and its instances' profiles (placements are not kept).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuLayout {
+    pub index: u32,
+    pub mig_enabled: bool,
+    pub profiles: Vec<String>,
+}
+
+impl GpuLayout {
+    fn mig(index: u32, instances: impl IntoIterator<Item = String>) -> GpuLayout {
+        GpuLayout { index, mig_enabled: true, profiles: instances.into_iter().collect() }
+    }
+
+    fn counts(&self) -> BTreeMap<String, u32> {
+        let mut counts = BTreeMap::new();
+        for p in &self.profiles {
+            *counts.entry(p.clone()).or_insert(0) += 1;
+        }
+        counts
+    }
+}
+
+/// Why nothing or not everything could be exported.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ExportError {
+    #[error("document {index}: {message}")]
+    Document { index: usize, message: String },
+    #[error("node {node} appears more than once (documents {first} and {second}); export one source per node")]
+    DuplicateNode { node: String, first: usize, second: usize },
+    #[error("nothing to export: {0}")]
+    Empty(String),
+}
+
+/// What [`layouts`] found: the nodes to export, and the nodes left out with the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub layouts: Vec<NodeLayout>,
+    /// E.g. a MigNode whose agent has not reported yet: said, not fatal, unless nothing is left.
+    pub skipped: Vec<String>,
+}
+
+/// Layouts of every node in `docs` (1-based document numbers in errors), in node name order.
+pub fn layouts(docs: &[Value], which: Which) -> Result<Found, ExportError> {
+    let mut by_node: BTreeMap<String, (usize, NodeLayout)> = BTreeMap::new();
+    let mut skipped = Vec::new();
+    for (i, doc) in docs.iter().enumerate() {
+        let index = i + 1;
+        for item in items(doc) {
+            let found = layouts_of(item, which).map_err(|message| ExportError::Document { index, message })?;
+            let layouts = match found {
+                Ok(layouts) => layouts,
+                Err(why) => {
+                    skipped.push(why);
+                    continue;
+                }
+            };
+            for layout in layouts {
+                if let Some((first, _)) = by_node.get(&layout.node) {
+                    return Err(ExportError::DuplicateNode { node: layout.node.clone(), first: *first, second: index });
+                }
+                by_node.insert(layout.node.clone(), (index, layout));
+            }
+        }
+    }
+    if by_node.is_empty() {
+        let why = if skipped.is_empty() { "the input holds no MigNode, MigPlan, snapshot or plan with GPUs".to_string() } else { skipped.join("; ") };
+        return Err(ExportError::Empty(why));
+    }
+    Ok(Found { layouts: by_node.into_values().map(|(_, layout)| layout).collect(), skipped })
+}
+
+/// `kind: List` (and `MigNodeList`, ...) holds its objects in `items`.
+fn items(doc: &Value) -> Vec<&Value> {
+    let is_list = doc.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List"));
+    match (is_list, doc.get("items").and_then(Value::as_array)) {
+        (true, Some(items)) => items.iter().collect(),
+        _ => vec![doc],
+    }
+}
+
+/// Outer error: the document is wrong. Inner error: a MigNode with nothing to export yet.
+fn layouts_of(doc: &Value, which: Which) -> Result<Result<Vec<NodeLayout>, String>, String> {
+    let kind = doc.get("kind").and_then(Value::as_str);
+    match kind {
+        Some("MigNode") => {
+            let node: MigNode = serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid MigNode: {e}"))?;
+            Ok(from_mig_node(&node, which).map(|layout| vec![layout]))
+        }
+        Some("MigPlan") => {
+            let plan: MigPlan = serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid MigPlan: {e}"))?;
+            Ok(Ok(from_mig_plan(&plan, which)))
+        }
+        Some(other) => Err(format!("kind {other} holds no MIG geometry; give MigNodes, MigPlans, a snapshot or a plan")),
+        None if doc.get("solver").is_some() && doc.get("gpus").is_some() => {
+            let plan: Plan = serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid plan: {e}"))?;
+            Ok(Ok(from_plan(&plan, which)))
+        }
+        None if doc.get("nodes").is_some() => {
+            let snapshot: Snapshot = serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid snapshot: {e}"))?;
+            from_snapshot(&snapshot, which).map(Ok)
+        }
+        None => Err("neither a Kubernetes object (no kind), a snapshot (no nodes) nor a plan (no solver and gpus)".into()),
+    }
+}
+
+/// A MigNode's GPUs. Planned: the spec's geometry for the GPUs it lists, the others as now.
+pub fn from_mig_node(node: &MigNode, which: Which) -> Result<NodeLayout, String> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let inventory = node.status.as_ref().map(|s| s.gpus.as_slice()).unwrap_or_default();
+    let mut gpus: BTreeMap<u32, GpuLayout> = inventory
+        .iter()
+        .map(|g| {
+            let layout = GpuLayout {
+                index: g.index,
+                mig_enabled: g.mig_mode.current,
+                profiles: g.instances.iter().map(|i| i.profile.clone()).collect(),
+            };
+            (g.index, layout)
+        })
+        .collect();
+    if which == Which::Planned {
+        for g in &node.spec.gpus {
+            gpus.insert(g.index, GpuLayout::mig(g.index, profiles(&g.geometry)));
+        }
+    }
+    if gpus.is_empty() {
+        return Err(match which {
+            Which::Current => format!("MigNode {name} has no inventory in status.gpus yet (its agent has not reported)"),
+            Which::Planned => format!("MigNode {name} has neither a desired geometry (spec.gpus) nor an inventory (status.gpus)"),
+        });
+    }
+    Ok(NodeLayout { node: name, gpus: gpus.into_values().collect() })
+}
+
+/// The GPUs a MigPlan lists, per node.
+pub fn from_mig_plan(plan: &MigPlan, which: Which) -> Vec<NodeLayout> {
+    plan.spec
+        .nodes
+        .iter()
+        .map(|n| NodeLayout {
+            node: n.node.clone(),
+            gpus: sorted(n.gpus.iter().map(|g| GpuLayout::mig(g.index, profiles(if which == Which::Current { &g.from } else { &g.to })))),
+        })
+        .collect()
+}
+
+/// A snapshot's GPUs (all with MIG enabled). It has no planned geometry.
+pub fn from_snapshot(snapshot: &Snapshot, which: Which) -> Result<Vec<NodeLayout>, String> {
+    if which == Which::Planned {
+        return Err("a snapshot holds only the current geometry; use --geometry current, or plan it and export the plan".into());
+    }
+    Ok(snapshot
+        .nodes
+        .iter()
+        .filter(|n| !n.gpus.is_empty())
+        .map(|n| NodeLayout {
+            node: n.name.clone(),
+            gpus: sorted(n.gpus.iter().map(|g| GpuLayout::mig(g.index, g.instances.iter().map(|i| i.profile.clone())))),
+        })
+        .collect())
+}
+
+/// A planner result's GPUs, per node.
+pub fn from_plan(plan: &Plan, which: Which) -> Vec<NodeLayout> {
+    let mut nodes: BTreeMap<&str, Vec<GpuLayout>> = BTreeMap::new();
+    for g in &plan.gpus {
+        let placed = if which == Which::Current { &g.from } else { &g.to };
+        nodes.entry(&g.node).or_default().push(GpuLayout::mig(g.index, placed.iter().map(|p| p.profile.clone())));
+    }
+    nodes.into_iter().map(|(node, gpus)| NodeLayout { node: node.to_string(), gpus: sorted(gpus) }).collect()
+}
+
+fn profiles(geometry: &[PlacedInstance]) -> impl Iterator<Item = String> + '_ {
+    geometry.iter().map(|p| p.profile.clone())
+}
+
+fn sorted(gpus: impl IntoIterator<Item = GpuLayout>) -> Vec<GpuLayout> {
+    let mut gpus: Vec<GpuLayout> = gpus.into_iter().collect();
+    gpus.sort_by_key(|g| g.index);
+    gpus
+}
+
+/// One config per node (named by `name(node)`); GPUs with the same MIG mode and counts share an
+/// entry, entries in order of their first GPU index.
+pub fn to_config(layouts: &[NodeLayout], name: impl Fn(&str) -> String) -> MigPartedConfig {
+    let mut mig_configs = BTreeMap::new();
+    for layout in layouts {
+        let mut entries: Vec<(bool, BTreeMap<String, u32>, Vec<u32>)> = Vec::new();
+        for gpu in &layout.gpus {
+            let counts = gpu.counts();
+            match entries.iter_mut().find(|(mig, c, _)| *mig == gpu.mig_enabled && *c == counts) {
+                Some((_, _, indices)) => indices.push(gpu.index),
+                None => entries.push((gpu.mig_enabled, counts, vec![gpu.index])),
+            }
+        }
+        let entries = entries
+            .into_iter()
+            .map(|(mig_enabled, counts, indices)| DeviceEntry {
+                device_filter: Vec::new(),
+                devices: Devices::Indices(indices),
+                mig_enabled,
+                mig_devices: mig_enabled.then_some(counts),
+            })
+            .collect();
+        mig_configs.insert(name(&layout.node), entries);
+    }
+    MigPartedConfig { version: VERSION.to_string(), mig_configs }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpus_with_equal_counts_share_an_entry_whatever_the_placements() {
+        let layout = NodeLayout {
+            node: "gpu-1".into(),
+            gpus: vec![
+                GpuLayout::mig(0, ["3g.40gb".into(), "1g.10gb".into()]),
+                GpuLayout { index: 1, mig_enabled: false, profiles: vec![] },
+                GpuLayout::mig(2, ["1g.10gb".into(), "3g.40gb".into()]),
+                GpuLayout::mig(3, []),
+            ],
+        };
+        let cfg = to_config(&[layout], str::to_string);
+        let entries = cfg.config("gpu-1").unwrap();
+        assert_eq!(entries.len(), 3);
+        assert_eq!(entries[0].devices, Devices::Indices(vec![0, 2]));
+        assert_eq!(entries[0].mig_devices.as_ref().unwrap(), &BTreeMap::from([("1g.10gb".into(), 1), ("3g.40gb".into(), 1)]));
+        assert_eq!((entries[1].mig_enabled, entries[1].mig_devices.clone()), (false, None));
+        assert_eq!((entries[2].mig_enabled, entries[2].mig_devices.clone()), (true, Some(BTreeMap::new())));
+    }
+}

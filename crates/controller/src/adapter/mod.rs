@@ -1,0 +1,357 @@
+//! Kubernetes objects -> a solver [`Snapshot`].
+//!
+//! Input is what `kubectl get nodes,pods -A -o yaml` (or `-o json`) prints: a `List` of Nodes
+//! and Pods, optionally with MigNode and MigPolicy objects. GPUs come from a node's MigNode
+//! inventory where there is one; otherwise from the GPU Operator's labels and the node's
+//! `nvidia.com/mig-*` capacity, with placements inferred (and the snapshot says so).
+
+pub mod crd;
+pub mod nodes;
+pub mod pods;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use geometer_solver::catalog::Catalog;
+use geometer_solver::snapshot::{Policy, Snapshot};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::Value;
+use thiserror::Error;
+use geometer_api::{MigNode, MigPolicy};
+use kube::ResourceExt;
+
+pub use crd::PolicyObject;
+
+#[derive(Debug, Error)]
+pub enum AdapterError {
+    #[error("input is neither JSON nor YAML: {0}")]
+    Syntax(String),
+    #[error("input is a {found}, expected a List (kubectl get nodes,pods -A -o yaml) or a single object")]
+    NotAList { found: String },
+    #[error("items[{index}] ({kind} {name}) does not parse as a {kind}: {problem}")]
+    Object { index: usize, kind: String, name: String, problem: String },
+    #[error("{object}: field `{field}` = {value}: {problem}")]
+    Field { object: String, field: String, value: String, problem: String },
+}
+
+/// The objects of a List, by kind. Shared (`Arc`), so that the controller hands its cached
+/// objects over without copying them.
+#[derive(Debug, Default)]
+pub struct Objects {
+    pub nodes: Vec<Arc<Node>>,
+    pub pods: Vec<Arc<Pod>>,
+    /// MigNode inventories, by node name.
+    pub inventories: BTreeMap<String, Vec<geometer_solver::snapshot::Gpu>>,
+    pub policies: Vec<MigPolicy>,
+    /// Kinds present but not used, with counts.
+    pub ignored: BTreeMap<String, usize>,
+}
+
+/// A snapshot and what the reader should know about how it was made.
+#[derive(Debug)]
+pub struct Built {
+    pub snapshot: Snapshot,
+    pub warnings: Vec<String>,
+}
+
+/// Parses JSON or YAML text into a value; JSON first when it looks like JSON.
+pub fn parse_value(text: &str) -> Result<Value, AdapterError> {
+    if text.trim_start().starts_with(['{', '[']) {
+        if let Ok(v) = serde_json::from_str(text) {
+            return Ok(v);
+        }
+    }
+    serde_saphyr::from_str::<Value>(text).map_err(|e| AdapterError::Syntax(e.to_string()))
+}
+
+pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
+    let value = parse_value(text)?;
+    let kind = value.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+    // Items of a NodeList/PodList may omit their kind.
+    let implied = match kind.as_str() {
+        "NodeList" => "Node",
+        "PodList" => "Pod",
+        _ => "",
+    };
+    let items: Vec<Value> = if kind == "List" || kind.ends_with("List") {
+        match value.get("items") {
+            Some(Value::Array(items)) => items.clone(),
+            None | Some(Value::Null) => Vec::new(),
+            Some(other) => return Err(AdapterError::Field { object: kind, field: "items".into(), value: other.to_string(), problem: "expected a list".into() }),
+        }
+    } else if matches!(kind.as_str(), "Node" | "Pod" | "MigNode" | "MigPolicy") {
+        vec![value]
+    } else {
+        let found = if kind.is_empty() { "document without `kind`".to_string() } else { kind };
+        return Err(AdapterError::NotAList { found });
+    };
+    let mut objects = Objects::default();
+    for (index, item) in items.into_iter().enumerate() {
+        let kind = item.get("kind").and_then(Value::as_str).unwrap_or(implied).to_string();
+        let name = item.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+        let bad = |e: serde_json::Error| AdapterError::Object { index, kind: kind.clone(), name: name.clone(), problem: e.to_string() };
+        match kind.as_str() {
+            "Node" => objects.nodes.push(Arc::new(serde_json::from_value(item).map_err(bad)?)),
+            "Pod" => objects.pods.push(Arc::new(serde_json::from_value(item).map_err(bad)?)),
+            "MigNode" => {
+                let node: MigNode = serde_json::from_value(item).map_err(bad)?;
+                objects.inventories.insert(node.name_any(), crd::inventory(&node));
+            }
+            "MigPolicy" => objects.policies.push(serde_json::from_value(item).map_err(bad)?),
+            _ => *objects.ignored.entry(if kind.is_empty() { "(no kind)".into() } else { kind }).or_default() += 1,
+        }
+    }
+    Ok(objects)
+}
+
+/// A `--policy` file: a MigPolicy object, or the solver's policy fields directly
+/// (`allowedProfiles`, `headroom`, `evictionAllowed`, `maxGpusChanged`, `maxNodesChanged`,
+/// `timeLimitMs`).
+pub fn parse_policy(text: &str) -> Result<PolicyObject, AdapterError> {
+    let value = parse_value(text)?;
+    if value.get("kind").and_then(Value::as_str) == Some("MigPolicy") {
+        let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+        let policy: MigPolicy = serde_json::from_value(value)
+            .map_err(|e| AdapterError::Object { index: 0, kind: "MigPolicy".into(), name, problem: e.to_string() })?;
+        return crd::mig_policy(&policy, true);
+    }
+    let policy: Policy = serde_json::from_value(value.clone()).map_err(|e| AdapterError::Field {
+        object: "policy file".into(),
+        field: "(top level)".into(),
+        value: value.to_string().chars().take(120).collect(),
+        problem: format!("{e}; give a MigPolicy object or the fields allowedProfiles, headroom, evictionAllowed, maxGpusChanged, maxNodesChanged, timeLimitMs"),
+    })?;
+    Ok(PolicyObject { name: "policy file".into(), policy, ..PolicyObject::default() })
+}
+
+fn selector_matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// Builds the snapshot. `policy` (from `--policy`) wins over a MigPolicy in the objects.
+/// `now` is the moment the snapshot stands for (do-not-disrupt durations run out against it).
+pub fn build_snapshot(
+    objects: &Objects,
+    catalog: &Catalog,
+    policy: Option<PolicyObject>,
+    now: jiff::Timestamp,
+) -> Result<Built, AdapterError> {
+    let mut warnings = Vec::new();
+    let mut in_list: Vec<PolicyObject> = objects.policies.iter().map(|p| crd::mig_policy(p, true)).collect::<Result<_, _>>()?;
+    in_list.sort_by(|a, b| a.name.cmp(&b.name));
+    if policy.is_none() && in_list.len() > 1 {
+        warnings.push(format!("{} MigPolicy objects; using {}", in_list.len(), in_list[0].name));
+    }
+    let policy = policy.or_else(|| in_list.into_iter().next());
+    let do_not_disrupt: Vec<String> = match &policy {
+        Some(p) if !p.do_not_disrupt.is_empty() => p.do_not_disrupt.clone(),
+        _ => geometer_api::DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS.iter().map(|s| s.to_string()).collect(),
+    };
+    let selector = policy.as_ref().map(|p| p.node_selector.clone()).unwrap_or_default();
+
+    // Requests per pod; what bound pods use per node; who uses which MIG profile where.
+    let mut requests = Vec::with_capacity(objects.pods.len());
+    for pod in &objects.pods {
+        requests.push(pods::effective_requests(pod)?);
+    }
+    let mut node_used: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut mig_users: BTreeMap<&str, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    for (pod, reqs) in objects.pods.iter().zip(&requests) {
+        let Some(node) = pods::bound_node(pod) else { continue };
+        if pods::is_terminal(pod) {
+            continue;
+        }
+        let used = node_used.entry(node).or_default();
+        for (k, v) in reqs {
+            *used.entry(k.clone()).or_default() += v;
+        }
+        for (profile, count) in pods::mig_requests(reqs) {
+            let list = mig_users.entry(node).or_default().entry(profile).or_default();
+            list.extend(std::iter::repeat_n(pods::key(pod), count as usize));
+        }
+    }
+
+    let mut snapshot = Snapshot::default();
+    let mut sorted_nodes: Vec<&Node> = objects.nodes.iter().map(|n| &**n).collect();
+    sorted_nodes.sort_by(|a, b| nodes::name(a).cmp(nodes::name(b)));
+    let mut seen = BTreeSet::new();
+    for node in sorted_nodes {
+        let name = nodes::name(node);
+        seen.insert(name.to_string());
+        if !selector_matches(&selector, &nodes::labels(node)) {
+            continue;
+        }
+        let empty = BTreeMap::new();
+        let mut facts = nodes::planner_node(node, node_used.get(name).unwrap_or(&empty))?;
+        if let Some(gpus) = objects.inventories.get(name) {
+            facts.gpus = gpus.clone();
+        } else {
+            let Some((product, model)) = nodes::product_model(node, catalog) else { continue };
+            let Some(model) = model else {
+                warnings.push(format!("node {name}: GPU {product:?} is not in the catalog; not managed (add it with --catalog FILE)"));
+                continue;
+            };
+            let counts = nodes::mig_counts(node)?;
+            let config = nodes::labels(node).get(nodes::MIG_CONFIG_LABEL).cloned();
+            if counts.is_empty() && config.as_deref().is_none_or(|c| c == "all-disabled") {
+                warnings.push(format!("node {name}: {} without MIG instances or mig.config label; MIG looks disabled, not managed", model.key));
+                continue;
+            }
+            let count_label = nodes::labels(node).get(nodes::COUNT_LABEL).cloned();
+            let Some(gpu_count) = count_label.as_deref().and_then(|c| c.parse::<u32>().ok()) else {
+                return Err(AdapterError::Field {
+                    object: format!("Node {name}"),
+                    field: format!("metadata.labels.{}", nodes::COUNT_LABEL),
+                    value: format!("{count_label:?}"),
+                    problem: "expected the number of GPUs (GPU Operator label) to infer the geometry".into(),
+                });
+            };
+            let users = mig_users.get(name).cloned().unwrap_or_default();
+            let (gpus, more) = nodes::infer_gpus(node, model, gpu_count, &counts, &users)?;
+            warnings.extend(more);
+            facts.gpus = gpus;
+            snapshot.placements_inferred = true;
+        }
+        snapshot.nodes.push(facts);
+    }
+    let named: BTreeSet<&String> = objects.inventories.keys().collect();
+    for name in named.into_iter().filter(|n| !seen.contains(*n)) {
+        warnings.push(format!("MigNode {name} has no Node in the input; ignored"));
+    }
+
+    let users: BTreeSet<&str> = snapshot
+        .nodes
+        .iter()
+        .flat_map(|n| n.gpus.iter())
+        .flat_map(|g| g.instances.iter())
+        .filter_map(|i| i.pod.as_deref())
+        .collect();
+    let managed: BTreeSet<&str> = snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
+    let mut pending = Vec::new();
+    let mut running = Vec::new();
+    for (pod, reqs) in objects.pods.iter().zip(&requests) {
+        let key = pods::key(pod);
+        let mig = pods::mig_requests(reqs);
+        let node = pods::bound_node(pod);
+        match node {
+            Some(n) if managed.contains(n) && users.contains(key.as_str()) && !pods::is_terminal(pod) => {
+                running.push(pods::planner_pod(pod, reqs, &do_not_disrupt, now)?);
+            }
+            Some(_) => {}
+            None if mig.is_empty() => {}
+            None => match pods::demand_check(pod) {
+                Ok(()) => pending.push(pods::planner_pod(pod, reqs, &do_not_disrupt, now)?),
+                Err(why) if !pods::is_terminal(pod) => warnings.push(format!("pod {key} requests MIG slices but is not demand: {why}")),
+                Err(_) => {}
+            },
+        }
+    }
+    snapshot.pending = pending;
+    snapshot.running = running;
+    snapshot.policy = policy.map(|p| p.policy);
+    Ok(Built { snapshot, warnings })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LIST: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- kind: Node
+  metadata:
+    name: n1
+    labels: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB-MIG-1g.5gb, nvidia.com/gpu.count: "2", nvidia.com/mig.config: all-balanced}
+  status:
+    allocatable: {cpu: "8", memory: 32Gi}
+    capacity: {nvidia.com/mig-1g.5gb: "4", nvidia.com/mig-2g.10gb: "2", nvidia.com/mig-3g.20gb: "2"}
+- kind: Pod
+  metadata: {name: user, namespace: ml}
+  spec:
+    nodeName: n1
+    containers: [{name: c, resources: {requests: {cpu: "3", nvidia.com/mig-3g.20gb: "1"}}}]
+  status: {phase: Running}
+- kind: Pod
+  metadata: {name: waiting, namespace: ml}
+  spec:
+    containers: [{name: c, resources: {limits: {nvidia.com/mig-1g.5gb: "2"}}}]
+  status:
+    phase: Pending
+    conditions: [{type: PodScheduled, status: "False", reason: Unschedulable}]
+- kind: Pod
+  metadata: {name: fresh, namespace: ml}
+  spec:
+    containers: [{name: c, resources: {limits: {nvidia.com/mig-1g.5gb: "1"}}}]
+  status: {phase: Pending}
+- kind: Service
+  metadata: {name: s}
+"#;
+
+    #[test]
+    fn infers_gpus_from_labels_and_capacity() {
+        let objects = parse_objects(LIST).unwrap();
+        assert_eq!(objects.ignored.get("Service"), Some(&1));
+        let built = build_snapshot(&objects, Catalog::builtin(), None, jiff::Timestamp::UNIX_EPOCH).unwrap();
+        let s = &built.snapshot;
+        assert!(s.placements_inferred);
+        let node = &s.nodes[0];
+        assert_eq!(node.free_cpu_millis, Some(5000));
+        assert_eq!(node.gpus.len(), 2);
+        for gpu in &node.gpus {
+            // all-balanced: the same share on both GPUs.
+            let mut profiles: Vec<&str> = gpu.instances.iter().map(|i| i.profile.as_str()).collect();
+            profiles.sort();
+            assert_eq!(profiles, ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]);
+        }
+        let used: Vec<&str> = node.gpus.iter().flat_map(|g| &g.instances).filter_map(|i| i.pod.as_deref()).collect();
+        assert_eq!(used, ["ml/user"]);
+        assert_eq!(s.running.len(), 1);
+        assert_eq!(s.pending.len(), 1);
+        assert_eq!(s.pending[0].requests["1g.5gb"], 2);
+        assert!(built.warnings.iter().any(|w| w.contains("ml/fresh") && w.contains("Unschedulable")), "{:?}", built.warnings);
+        s.validate(Catalog::builtin()).unwrap();
+    }
+
+    #[test]
+    fn policy_selector_limits_managed_nodes() {
+        let objects = parse_objects(LIST).unwrap();
+        let policy = parse_policy("kind: MigPolicy\nmetadata: {name: p}\nspec: {nodeSelector: {pool: other}}").unwrap();
+        let built = build_snapshot(&objects, Catalog::builtin(), Some(policy), jiff::Timestamp::UNIX_EPOCH).unwrap();
+        assert!(built.snapshot.nodes.is_empty());
+        let plain = parse_policy("evictionAllowed: true\nmaxGpusChanged: 3").unwrap();
+        assert!(plain.policy.eviction_allowed);
+        let err = parse_policy("evictionAllowed: maybe").unwrap_err().to_string();
+        assert!(err.contains("maybe") || err.contains("evictionAllowed"), "{err}");
+    }
+
+    #[test]
+    fn missing_gpu_count_is_named() {
+        let text = LIST.replace("nvidia.com/gpu.count: \"2\", ", "");
+        let err = build_snapshot(&parse_objects(&text).unwrap(), Catalog::builtin(), None, jiff::Timestamp::UNIX_EPOCH).unwrap_err().to_string();
+        assert!(err.contains("nvidia.com/gpu.count") && err.contains("Node n1"), "{err}");
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic(text in ".{0,300}") {
+            if let Ok(objects) = parse_objects(&text) {
+                let _ = build_snapshot(&objects, Catalog::builtin(), None, jiff::Timestamp::UNIX_EPOCH);
+            }
+            let _ = parse_policy(&text);
+        }
+
+        #[test]
+        fn near_valid_lists_never_panic(count in "[0-9a-z-]{0,4}", cpu in "[0-9a-zA-Z.]{0,5}", profile in "[0-9a-z.+]{0,8}") {
+            let text = LIST
+                .replace("gpu.count: \"2\"", &format!("gpu.count: {count:?}"))
+                .replace("cpu: \"3\"", &format!("cpu: {cpu:?}"))
+                .replace("mig-2g.10gb: \"2\"", &format!("mig-{profile}: \"1\""));
+            if let Ok(objects) = parse_objects(&text) {
+                let _ = build_snapshot(&objects, Catalog::builtin(), None, jiff::Timestamp::UNIX_EPOCH);
+            }
+        }
+    }
+}

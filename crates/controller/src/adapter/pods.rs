@@ -1,0 +1,283 @@
+//! Pods -> planner pods: effective requests as the scheduler computes them, constraints,
+//! and whether a pod is demand.
+
+use geometer_api::resources::MIG_RESOURCE_PREFIX;
+use geometer_api::do_not_disrupt::{self, Verdict};
+use std::collections::BTreeMap;
+
+use geometer_solver::snapshot::{
+    NodeSelectorTerm, Operator, Pod as PlannerPod, Requirement, TaintEffect, Toleration, TolerationOperator,
+};
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use geometer_api::quantity;
+use super::AdapterError;
+
+pub fn key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+fn err(pod: &Pod, field: String, value: &str, problem: &str) -> AdapterError {
+    AdapterError::Field { object: format!("Pod {}", key(pod)), field, value: value.to_string(), problem: problem.to_string() }
+}
+
+/// Requests of one container in milli-units per resource; limits stand in for requests that
+/// are absent (as API defaulting does).
+fn container_requests(pod: &Pod, c: &Container, at: &str) -> Result<BTreeMap<String, u64>, AdapterError> {
+    let mut out = BTreeMap::new();
+    let Some(res) = &c.resources else { return Ok(out) };
+    for (field, map) in [("limits", &res.limits), ("requests", &res.requests)] {
+        for (name, q) in map.iter().flatten() {
+            let milli = quantity::parse_scaled(&q.0, 1000.0).ok_or_else(|| {
+                err(pod, format!("{at}.resources.{field}.{name}"), &q.0, "not a Kubernetes quantity (e.g. 500m, 2, 1Gi)")
+            })?;
+            out.insert(name.clone(), milli);
+        }
+    }
+    Ok(out)
+}
+
+fn add(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
+    for (k, v) in from {
+        *into.entry(k.clone()).or_default() += v;
+    }
+}
+
+fn max_into(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
+    for (k, v) in from {
+        let e = into.entry(k.clone()).or_default();
+        *e = (*e).max(*v);
+    }
+}
+
+/// Per resource, in milli-units: max(init containers, sum of containers) + overhead, with
+/// sidecars (restartable init containers) counted the way the scheduler does.
+pub fn effective_requests(pod: &Pod) -> Result<BTreeMap<String, u64>, AdapterError> {
+    let Some(spec) = &pod.spec else { return Ok(BTreeMap::new()) };
+    let mut sum = BTreeMap::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        add(&mut sum, &container_requests(pod, c, &format!("spec.containers[{i}]"))?);
+    }
+    let mut sidecars = BTreeMap::new();
+    let mut init_max = BTreeMap::new();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let reqs = container_requests(pod, c, &format!("spec.initContainers[{i}]"))?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            add(&mut sum, &reqs);
+            add(&mut sidecars, &reqs);
+            max_into(&mut init_max, &sidecars);
+        } else {
+            let mut with_sidecars = reqs;
+            add(&mut with_sidecars, &sidecars);
+            max_into(&mut init_max, &with_sidecars);
+        }
+    }
+    max_into(&mut sum, &init_max);
+    for (name, q) in spec.overhead.iter().flatten() {
+        let milli = quantity::parse_scaled(&q.0, 1000.0)
+            .ok_or_else(|| err(pod, format!("spec.overhead.{name}"), &q.0, "not a Kubernetes quantity"))?;
+        *sum.entry(name.clone()).or_default() += milli;
+    }
+    Ok(sum)
+}
+
+/// MIG profile -> slices requested.
+pub fn mig_requests(requests: &BTreeMap<String, u64>) -> BTreeMap<String, u32> {
+    requests
+        .iter()
+        .filter_map(|(name, milli)| {
+            let profile = name.strip_prefix(MIG_RESOURCE_PREFIX)?;
+            let count = milli.div_ceil(1000);
+            (count > 0).then(|| (profile.to_string(), count.min(u32::MAX as u64) as u32))
+        })
+        .collect()
+}
+
+/// The node a pod is bound to (`spec.nodeName`), if any.
+pub fn bound_node(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
+}
+
+/// Whether a pod has finished (its requests no longer count on its node).
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+/// Demand as in DESIGN.md: Pending, unbound, not nominated, `PodScheduled=False` with reason
+/// `Unschedulable`. `Err` says why a pending MIG pod is not (yet) demand.
+pub fn demand_check(pod: &Pod) -> Result<(), &'static str> {
+    let status = pod.status.as_ref();
+    if status.and_then(|s| s.phase.as_deref()) != Some("Pending") {
+        return Err("not Pending");
+    }
+    if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
+        return Err("already bound to a node");
+    }
+    if status.and_then(|s| s.nominated_node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
+        return Err("nominated to a node (preemption in progress)");
+    }
+    let unschedulable = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+    });
+    if !unschedulable {
+        return Err("not marked Unschedulable by the scheduler yet");
+    }
+    Ok(())
+}
+
+/// The planner's view of a pod: requests, priority and node constraints.
+/// `now` is when the do-not-disrupt annotations are read: a duration that has not run out, or
+/// a value that cannot be read, protects the pod exactly as the agent's drain will.
+pub fn planner_pod(
+    pod: &Pod,
+    requests: &BTreeMap<String, u64>,
+    do_not_disrupt_keys: &[String],
+    now: jiff::Timestamp,
+) -> Result<PlannerPod, AdapterError> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut affinity = Vec::new();
+    let required = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|na| na.required_during_scheduling_ignored_during_execution.as_ref());
+    for (t, term) in required.map(|r| r.node_selector_terms.as_slice()).unwrap_or_default().iter().enumerate() {
+        let at = format!("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{t}]");
+        let convert = |list: &Option<Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>>, what: &str| {
+            list.iter()
+                .flatten()
+                .enumerate()
+                .map(|(r, req)| {
+                    let operator = match req.operator.as_str() {
+                        "In" => Operator::In,
+                        "NotIn" => Operator::NotIn,
+                        "Exists" => Operator::Exists,
+                        "DoesNotExist" => Operator::DoesNotExist,
+                        "Gt" => Operator::Gt,
+                        "Lt" => Operator::Lt,
+                        other => {
+                            return Err(err(
+                                pod,
+                                format!("{at}.{what}[{r}].operator"),
+                                other,
+                                "expected In, NotIn, Exists, DoesNotExist, Gt or Lt",
+                            ))
+                        }
+                    };
+                    Ok(Requirement { key: req.key.clone(), operator, values: req.values.clone().unwrap_or_default() })
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        affinity.push(NodeSelectorTerm {
+            match_expressions: convert(&term.match_expressions, "matchExpressions")?,
+            match_fields: convert(&term.match_fields, "matchFields")?,
+        });
+    }
+    let mut tolerations = Vec::new();
+    for (i, t) in spec.tolerations.iter().flatten().enumerate() {
+        let operator = match t.operator.as_deref() {
+            None | Some("Equal") | Some("") => TolerationOperator::Equal,
+            Some("Exists") => TolerationOperator::Exists,
+            Some(other) => return Err(err(pod, format!("spec.tolerations[{i}].operator"), other, "expected Equal or Exists")),
+        };
+        let effect = match t.effect.as_deref() {
+            None | Some("") => None,
+            Some(e) => Some(taint_effect(e).ok_or_else(|| {
+                err(pod, format!("spec.tolerations[{i}].effect"), e, "expected NoSchedule, PreferNoSchedule or NoExecute")
+            })?),
+        };
+        tolerations.push(Toleration { key: t.key.clone().filter(|k| !k.is_empty()), operator, value: t.value.clone(), effect });
+    }
+    let do_not_disrupt = matches!(do_not_disrupt::evaluate(pod, do_not_disrupt_keys, now), Verdict::Blocked(_));
+    Ok(PlannerPod {
+        namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        priority: spec.priority.unwrap_or(0),
+        requests: mig_requests(requests),
+        cpu_millis: requests.get("cpu").copied().unwrap_or(0),
+        memory_bytes: requests.get("memory").copied().unwrap_or(0).div_ceil(1000),
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        affinity,
+        tolerations,
+        node: spec.node_name.clone().filter(|n| !n.is_empty()),
+        do_not_disrupt,
+    })
+}
+
+pub fn taint_effect(text: &str) -> Option<TaintEffect> {
+    match text {
+        "NoSchedule" => Some(TaintEffect::NoSchedule),
+        "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),
+        "NoExecute" => Some(TaintEffect::NoExecute),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(yaml: &str) -> Pod {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn effective_requests_follow_the_scheduler() {
+        let p = pod(r#"
+metadata: {name: p, namespace: ml}
+spec:
+  overhead: {cpu: 100m}
+  initContainers:
+  - name: fetch
+    resources: {requests: {cpu: "3", nvidia.com/mig-1g.10gb: "2"}}
+  - name: proxy
+    restartPolicy: Always
+    resources: {requests: {cpu: 500m}}
+  containers:
+  - name: a
+    resources: {requests: {cpu: "1", memory: 1Gi}, limits: {nvidia.com/mig-1g.10gb: "1"}}
+  - name: b
+    resources: {limits: {nvidia.com/mig-3g.40gb: "1", cpu: "1"}}
+"#);
+        let r = effective_requests(&p).unwrap();
+        // containers 1+1 + sidecar 0.5 = 2.5 cpu; init 3 (sidecar started after it) -> 3; + 0.1
+        assert_eq!(r["cpu"], 3100);
+        assert_eq!(r["memory"], (1u64 << 30) * 1000);
+        let mig = mig_requests(&r);
+        assert_eq!(mig, BTreeMap::from([("1g.10gb".to_string(), 2), ("3g.40gb".to_string(), 1)]));
+    }
+
+    #[test]
+    fn bad_quantity_names_field_and_value() {
+        let p = pod(r#"
+metadata: {name: p, namespace: ml}
+spec:
+  containers:
+  - name: a
+    resources: {requests: {cpu: lots}}
+"#);
+        let e = effective_requests(&p).unwrap_err().to_string();
+        assert!(e.contains("spec.containers[0].resources.requests.cpu") && e.contains("lots"), "{e}");
+    }
+
+    #[test]
+    fn demand_needs_unschedulable_condition() {
+        let mut p = pod(r#"
+metadata: {name: p, namespace: ml}
+spec: {containers: []}
+status:
+  phase: Pending
+  conditions: [{type: PodScheduled, status: "False", reason: Unschedulable}]
+"#);
+        assert_eq!(demand_check(&p), Ok(()));
+        p.status.as_mut().unwrap().nominated_node_name = Some("n1".into());
+        assert!(demand_check(&p).is_err());
+        p.status.as_mut().unwrap().nominated_node_name = None;
+        p.status.as_mut().unwrap().conditions = None;
+        assert!(demand_check(&p).is_err());
+    }
+}

@@ -1,0 +1,493 @@
+//! The discrete-event loop. Events: pod arrivals and departures, the end of a batching window,
+//! and a node finishing its reconfiguration. Each costs O(log n) plus the scheduling it causes.
+//!
+//! At one instant, events run in this order: departures, reconfigurations finishing, arrivals,
+//! batch ends; so capacity freed at time t is visible to a pod arriving at t.
+
+mod pending;
+mod state;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::cluster::Cluster;
+use crate::metrics::{PodOutcome, Recorder, Summary};
+use crate::strategy::{GpuView, NodeView, PlanView, Replan, Slot, Strategy, StrategyError};
+use crate::trace::Millis;
+use crate::workload::{ProfileKey, Workload, WHOLE_GPU};
+
+use pending::PendingQueue;
+use state::{ClusterState, PodIdx};
+
+/// Modelled durations and batching, all in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// Evicting pods and waiting for them to terminate (only when the plan evicts on the node).
+    pub drain: Millis,
+    /// Destroying and creating GPU and compute instances through NVML.
+    pub reconfigure: Millis,
+    /// Restarting the device plugin until the node advertises the new slices.
+    pub plugin_restart: Millis,
+    /// A batch ends when demand has been quiet this long...
+    pub batch_idle: Millis,
+    /// ...or this long after it opened.
+    pub batch_max: Millis,
+    /// A node a plan changed is not planned again for this long (MigPolicy
+    /// `stabilisationSeconds`), counted from the plan.
+    pub stabilisation: Millis,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings { drain: 30_000, reconfigure: 10_000, plugin_restart: 20_000, batch_idle: 5_000, batch_max: 30_000, stabilisation: 0 }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Strategy(#[from] StrategyError),
+    #[error("strategy {strategy}: its plan at t={time_s}s is not applicable: {reason}")]
+    BadPlan { strategy: String, time_s: f64, reason: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Depart { pod: PodIdx, run: u32 },
+    Ready { node: usize },
+    /// A node's stabilisation window ends.
+    Stable { node: usize },
+    Arrive { pod: PodIdx },
+    BatchEnd { generation: u64 },
+}
+
+impl Event {
+    fn class(&self) -> u8 {
+        match self {
+            Event::Depart { .. } => 0,
+            Event::Ready { .. } | Event::Stable { .. } => 1,
+            Event::Arrive { .. } => 2,
+            Event::BatchEnd { .. } => 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct PodRun {
+    pending_since: Option<Millis>,
+    waited: Millis,
+    /// Node and instances while running.
+    running: Option<(usize, Vec<(usize, Slot)>)>,
+    /// When the pod first started.
+    first_start: Option<Millis>,
+    finished: bool,
+    evicted: u32,
+    /// Bumped on eviction, so the departure scheduled for an earlier run is ignored.
+    run: u32,
+    /// A node whose reconfiguration (from an earlier plan) is making room for this pod.
+    promised: Option<usize>,
+}
+
+struct Reconfiguration {
+    targets: Vec<(usize, Vec<Slot>)>,
+}
+
+/// Runs one strategy over a workload.
+pub struct Engine<'a> {
+    cluster: &'a Cluster,
+    workload: &'a Workload,
+    timings: Timings,
+    strategy: &'a mut dyn Strategy,
+    whole_gpu: bool,
+    now: Millis,
+    events: BinaryHeap<Reverse<(Millis, u8, u64, Event)>>,
+    sequence: u64,
+    pods: Vec<PodRun>,
+    requests: Vec<Vec<(ProfileKey, u32)>>,
+    state: ClusterState,
+    pending: PendingQueue,
+    in_flight: BTreeMap<usize, Reconfiguration>,
+    /// Per node: until when its stabilisation window keeps planners away.
+    stable_at: Vec<Millis>,
+    /// Pods promised room by each in-flight node (some may have started elsewhere since).
+    promised_to: BTreeMap<usize, Vec<PodIdx>>,
+    batch_open: Option<Millis>,
+    last_change: Millis,
+    batch_generation: u64,
+    demand_memory: u64,
+    running: u32,
+    recorder: Recorder,
+    gpus_reconfigured: u64,
+    evictions: u64,
+    planner_calls: u64,
+    planner_time: Duration,
+    planner_time_max: Duration,
+}
+
+impl<'a> Engine<'a> {
+    pub fn new(cluster: &'a Cluster, workload: &'a Workload, timings: Timings, strategy: &'a mut dyn Strategy) -> Self {
+        let whole_gpu = strategy.initial_geometry(0).iter().any(|s| s.profile == WHOLE_GPU);
+        let state = ClusterState::new(cluster, &workload.profiles, |m| strategy.initial_geometry(m));
+        let requests = workload
+            .pods
+            .iter()
+            .map(|p| if whole_gpu { vec![(WHOLE_GPU, p.whole_gpus)] } else { p.mig.clone() })
+            .collect();
+        let (capacity_memory, capacity_compute) = (cluster.memory_slices(), cluster.compute_slices());
+        Engine {
+            cluster,
+            workload,
+            timings,
+            strategy,
+            whole_gpu,
+            now: 0,
+            events: BinaryHeap::new(),
+            sequence: 0,
+            pods: vec![PodRun::default(); workload.pods.len()],
+            requests,
+            state,
+            pending: PendingQueue::new(workload.profiles.len()),
+            in_flight: BTreeMap::new(),
+            stable_at: vec![0; cluster.nodes.len()],
+            promised_to: BTreeMap::new(),
+            batch_open: None,
+            last_change: 0,
+            batch_generation: 0,
+            demand_memory: 0,
+            running: 0,
+            recorder: Recorder::new(capacity_memory, capacity_compute),
+            gpus_reconfigured: 0,
+            evictions: 0,
+            planner_calls: 0,
+            planner_time: Duration::ZERO,
+            planner_time_max: Duration::ZERO,
+        }
+    }
+
+    fn push(&mut self, time: Millis, event: Event) {
+        self.sequence += 1;
+        self.events.push(Reverse((time, event.class(), self.sequence, event)));
+    }
+
+    /// Runs to the end (no event left) and summarises.
+    pub fn run(mut self) -> Result<Summary, SimError> {
+        for (p, pod) in self.workload.pods.iter().enumerate() {
+            self.push(pod.arrival, Event::Arrive { pod: p });
+        }
+        while let Some(Reverse((time, _, _, event))) = self.events.pop() {
+            self.recorder.advance(time);
+            self.now = time;
+            match event {
+                Event::Arrive { pod } => self.arrive(pod),
+                Event::Depart { pod, run } => self.depart(pod, run),
+                Event::Ready { node } => self.ready(node)?,
+                Event::Stable { .. } => {
+                    if !self.pending.is_empty() {
+                        self.demand_changed();
+                    }
+                }
+                Event::BatchEnd { generation } => self.batch_end(generation)?,
+            }
+            let pending = self.pending.len() as u32;
+            let (memory, compute) = (self.state.allocated_memory, self.state.allocated_compute);
+            self.recorder.observe(memory, compute, self.running, pending, self.demand_memory);
+        }
+        Ok(self.summary())
+    }
+
+    /// Memory slices a pod needs while pending or running, in this strategy's units.
+    fn need(&self, p: PodIdx) -> u64 {
+        let pod = &self.workload.pods[p];
+        if self.whole_gpu {
+            u64::from(pod.whole_gpus) * u64::from(self.cluster.reference_model().memory_slices)
+        } else {
+            u64::from(pod.need_memory_slices)
+        }
+    }
+
+    fn arrive(&mut self, p: PodIdx) {
+        self.demand_memory += self.need(p);
+        self.make_pending(p);
+        if !self.try_start(p) {
+            self.demand_changed();
+        }
+    }
+
+    fn make_pending(&mut self, p: PodIdx) {
+        self.pods[p].pending_since = Some(self.now);
+        let pod = &self.workload.pods[p];
+        self.pending.insert(p, pod.priority, &self.requests[p]);
+    }
+
+    /// Starts a pending pod on the first node with room; false if there is none.
+    fn try_start(&mut self, p: PodIdx) -> bool {
+        let pod = &self.workload.pods[p];
+        let Some(node) = self.state.find_node(pod, &self.requests[p]) else {
+            return false;
+        };
+        self.start_on(p, node);
+        true
+    }
+
+    /// Binds a pending pod to `node`, which has room for it.
+    fn start_on(&mut self, p: PodIdx, node: usize) {
+        let pod = &self.workload.pods[p];
+        let held = self.state.bind(p, pod, &self.requests[p], node);
+        self.pending.remove(p, pod.priority, &self.requests[p]);
+        let run = &mut self.pods[p];
+        if let Some(since) = run.pending_since.take() {
+            run.waited += self.now - since;
+        }
+        run.running = Some((node, held));
+        run.first_start.get_or_insert(self.now);
+        run.promised = None;
+        let generation = run.run;
+        self.running += 1;
+        if let Some(duration) = pod.duration {
+            self.push(self.now + duration, Event::Depart { pod: p, run: generation });
+        }
+    }
+
+    fn depart(&mut self, p: PodIdx, run: u32) {
+        if self.pods[p].run != run {
+            return;
+        }
+        let Some((node, held)) = self.pods[p].running.take() else { return };
+        self.pods[p].finished = true;
+        self.running -= 1;
+        self.demand_memory -= self.need(p);
+        self.state.release(&self.workload.pods[p], node, &held);
+        let freed: Vec<ProfileKey> = held.iter().map(|(_, s)| s.profile).collect();
+        self.schedule(&freed);
+        if !self.pending.is_empty() {
+            self.demand_changed();
+        }
+    }
+
+    /// Offers freed instances of these profiles to pending pods, highest priority and oldest first.
+    fn schedule(&mut self, profiles: &[ProfileKey]) {
+        let mut profiles = profiles.to_vec();
+        profiles.sort_unstable();
+        profiles.dedup();
+        for key in profiles {
+            let mut cursor = None;
+            while self.state.free_total[key] > 0 {
+                let Some((entry, p)) = self.pending.next_wanting(key, cursor) else { break };
+                cursor = Some(entry);
+                self.try_start(p);
+            }
+        }
+    }
+
+    /// Pending demand changed: open a batch or extend the open one, within its maximum.
+    fn demand_changed(&mut self) {
+        if !self.strategy.kind().is_dynamic() {
+            return;
+        }
+        self.last_change = self.now;
+        let opened = *self.batch_open.get_or_insert(self.now);
+        let end = (self.now + self.timings.batch_idle).min(opened + self.timings.batch_max);
+        self.batch_generation += 1;
+        self.push(end, Event::BatchEnd { generation: self.batch_generation });
+    }
+
+    fn batch_end(&mut self, generation: u64) -> Result<(), SimError> {
+        if generation != self.batch_generation {
+            return Ok(());
+        }
+        self.batch_open = None;
+        let demand: Vec<PodIdx> = self.pending.pods().filter(|&p| self.pods[p].promised.is_none()).collect();
+        if demand.is_empty() {
+            return Ok(());
+        }
+        let view = self.plan_view(demand);
+        // Every node is reconfiguring: nothing a planner could change until one is ready.
+        if view.gpus.is_empty() {
+            return Ok(());
+        }
+        let replan = self.strategy.plan(&view)?;
+        let Some(replan) = replan else { return Ok(()) };
+        self.planner_calls += 1;
+        self.planner_time += replan.planner_time;
+        self.planner_time_max = self.planner_time_max.max(replan.planner_time);
+        self.apply(replan)
+    }
+
+    fn plan_view(&self, demand: Vec<PodIdx>) -> PlanView<'a> {
+        let mut nodes = Vec::with_capacity(self.state.nodes.len());
+        let mut gpus = Vec::new();
+        for (n, node) in self.state.nodes.iter().enumerate() {
+            let plannable = !self.in_flight.contains_key(&n) && self.now >= self.stable_at[n];
+            nodes.push(NodeView { index: n, plannable, cpu_free: node.cpu_free, memory_free: node.memory_free });
+            if !plannable {
+                continue;
+            }
+            for (i, g) in self.state.node_gpus(n).enumerate() {
+                let gpu = &self.state.gpus[g];
+                gpus.push(GpuView {
+                    id: g,
+                    node: n,
+                    index_on_node: i as u32,
+                    model: gpu.model,
+                    slots: gpu.slots.iter().map(|s| (s.slot, s.pod)).collect(),
+                });
+            }
+        }
+        PlanView { now: self.now, cluster: self.cluster, workload: self.workload, nodes, gpus, demand }
+    }
+
+    fn bad_plan(&self, reason: String) -> SimError {
+        SimError::BadPlan { strategy: self.strategy.kind().to_string(), time_s: self.now as f64 / 1000.0, reason }
+    }
+
+    /// Carries a plan out: evictions now, each changed node ready after its modelled steps.
+    fn apply(&mut self, replan: Replan) -> Result<(), SimError> {
+        let mut by_node: BTreeMap<usize, Vec<(usize, Vec<Slot>)>> = BTreeMap::new();
+        for (gpu, target) in replan.targets {
+            let node = self.state.gpus.get(gpu).map(|g| g.node).ok_or_else(|| self.bad_plan(format!("GPU id {gpu} does not exist")))?;
+            if self.in_flight.contains_key(&node) {
+                return Err(self.bad_plan(format!("it changes node {} while that node reconfigures", self.cluster.nodes[node].name)));
+            }
+            if self.state.gpus[gpu].slots.iter().map(|s| s.slot).eq(target.iter().copied()) {
+                continue;
+            }
+            by_node.entry(node).or_default().push((gpu, target));
+        }
+        let placements: Vec<(PodIdx, usize)> =
+            replan.placements.into_iter().filter(|(_, node)| by_node.contains_key(node)).collect();
+        // A plan that makes room for nobody is not worth a reconfiguration.
+        if placements.is_empty() {
+            return Ok(());
+        }
+        let mut drained = BTreeMap::new();
+        for &p in &replan.evictions {
+            let pod = self.workload.pods.get(p).ok_or_else(|| self.bad_plan(format!("pod index {p} does not exist")))?;
+            if pod.do_not_disrupt {
+                return Err(self.bad_plan(format!("it evicts do-not-disrupt pod {}", pod.name)));
+            }
+            let Some((node, held)) = self.pods[p].running.take() else {
+                return Err(self.bad_plan(format!("it evicts pod {}, which is not running", pod.name)));
+            };
+            self.state.release(pod, node, &held);
+            self.running -= 1;
+            self.evictions += 1;
+            self.pods[p].run += 1;
+            self.pods[p].evicted += 1;
+            drained.insert(node, ());
+            self.make_pending(p);
+        }
+        for (&node, targets) in &by_node {
+            let destroys = targets.iter().any(|(gpu, target)| {
+                self.state.gpus[*gpu].slots.iter().any(|s| !target.contains(&s.slot))
+            });
+            for (gpu, target) in targets {
+                if let Some(kept) = self.state.gpus[*gpu].slots.iter().find(|s| s.pod.is_some() && !target.contains(&s.slot)) {
+                    let pod = &self.workload.pods[kept.pod.unwrap_or_default()];
+                    return Err(self.bad_plan(format!("it destroys the instance of running pod {} without evicting it", pod.name)));
+                }
+            }
+            // Cordon while instances go, so that nothing lands on a slice being destroyed.
+            if destroys {
+                self.state.set_cordoned(node, true);
+            }
+            self.gpus_reconfigured += targets.len() as u64;
+            let steps = self.timings.reconfigure + self.timings.plugin_restart;
+            let drain = if drained.contains_key(&node) { self.timings.drain } else { 0 };
+            self.push(self.now + drain + steps, Event::Ready { node });
+            self.in_flight.insert(node, Reconfiguration { targets: targets.clone() });
+            if self.timings.stabilisation > 0 {
+                self.stable_at[node] = self.now + self.timings.stabilisation;
+                self.push(self.stable_at[node], Event::Stable { node });
+            }
+        }
+        for (p, node) in placements {
+            if let Some(run) = self.pods.get_mut(p).filter(|r| r.pending_since.is_some()) {
+                run.promised = Some(node);
+                self.promised_to.entry(node).or_default().push(p);
+            }
+        }
+        // An evicted pod the plan moves onto slices that already exist starts there now.
+        for &p in &replan.evictions {
+            if self.pods[p].promised.is_none() && self.pods[p].pending_since.is_some() {
+                self.try_start(p);
+            }
+        }
+        if self.pending.pods().any(|p| self.pods[p].promised.is_none()) {
+            self.demand_changed();
+        }
+        Ok(())
+    }
+
+    fn ready(&mut self, node: usize) -> Result<(), SimError> {
+        let Some(reconfiguration) = self.in_flight.remove(&node) else { return Ok(()) };
+        for (gpu, target) in &reconfiguration.targets {
+            if let Err((_, p)) = self.state.set_geometry(*gpu, target) {
+                let name = self.workload.pods[p].name.clone();
+                return Err(self.bad_plan(format!("pod {name} holds an instance its plan removes")));
+            }
+        }
+        self.state.set_cordoned(node, false);
+        self.state.recount(node);
+        // The pods the plan made this room for get it first (the planner's placements stand in
+        // for the scheduler's choice); otherwise a pod earlier in the queue, promised a node
+        // that is not ready yet, could take it, and a planner that evicts could chase that
+        // pod around the cluster for ever.
+        for p in self.promised_to.remove(&node).unwrap_or_default() {
+            if self.pods[p].promised != Some(node) {
+                continue;
+            }
+            self.pods[p].promised = None;
+            let pod = &self.workload.pods[p];
+            if self.pods[p].pending_since.is_some() && self.state.fits(pod, &self.requests[p], node) {
+                self.start_on(p, node);
+            }
+        }
+        let offered: Vec<ProfileKey> = (0..self.workload.profiles.len()).filter(|&k| self.state.nodes[node].free[k] > 0).collect();
+        self.schedule(&offered);
+        if !self.pending.is_empty() {
+            self.demand_changed();
+        }
+        Ok(())
+    }
+
+    fn summary(self) -> Summary {
+        let outcomes: Vec<PodOutcome> = self
+            .pods
+            .iter()
+            .map(|r| PodOutcome {
+                served: r.first_start.is_some() && r.pending_since.is_none(),
+                first_start: r.first_start,
+                waited: r.waited + r.pending_since.map_or(0, |since| self.now - since),
+                evictions: r.evicted,
+            })
+            .collect();
+        let mut waits: Vec<Millis> = outcomes.iter().filter(|o| o.served).map(|o| o.waited).collect();
+        waits.sort_unstable();
+        let served = waits.len();
+        let r = self.recorder;
+        Summary {
+            strategy: self.strategy.kind().to_string(),
+            pods: self.pods.len(),
+            served,
+            not_served: self.pods.len() - served,
+            waits,
+            end: self.now,
+            capacity_memory: r.capacity_memory,
+            capacity_compute: r.capacity_compute,
+            memory_integral: r.memory_integral,
+            compute_integral: r.compute_integral,
+            saturated_time: r.saturated_time,
+            saturated_memory_integral: r.saturated_memory_integral,
+            gpus_reconfigured: self.gpus_reconfigured,
+            evictions: self.evictions,
+            planner_calls: self.planner_calls,
+            planner_time: self.planner_time,
+            planner_time_max: self.planner_time_max,
+            series: r.series,
+            outcomes,
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! What a run measures: exact integrals of allocation over time, the time series behind the
+//! chart, waits, reconfigurations, evictions and planner time.
+
+use std::time::Duration;
+
+use crate::trace::Millis;
+
+/// The cluster at one instant (after every event at that time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub time: Millis,
+    /// Memory and compute slices held by running pods.
+    pub memory_slices: u64,
+    pub compute_slices: u64,
+    pub running: u32,
+    pub pending: u32,
+}
+
+/// Accumulates a run's step functions exactly (slice-milliseconds as integers).
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    pub capacity_memory: u64,
+    pub capacity_compute: u64,
+    current: Sample,
+    /// Memory slices requested by running and pending pods.
+    demand_memory: u64,
+    pub memory_integral: u128,
+    pub compute_integral: u128,
+    pub saturated_time: Millis,
+    pub saturated_memory_integral: u128,
+    pub series: Vec<Sample>,
+}
+
+impl Recorder {
+    pub fn new(capacity_memory: u64, capacity_compute: u64) -> Self {
+        let current = Sample { time: 0, memory_slices: 0, compute_slices: 0, running: 0, pending: 0 };
+        Recorder {
+            capacity_memory,
+            capacity_compute,
+            current,
+            demand_memory: 0,
+            memory_integral: 0,
+            compute_integral: 0,
+            saturated_time: 0,
+            saturated_memory_integral: 0,
+            series: vec![current],
+        }
+    }
+
+    /// Moves the clock to `time`, integrating the state that held since the last change.
+    pub fn advance(&mut self, time: Millis) {
+        let dt = time.saturating_sub(self.current.time);
+        if dt > 0 {
+            self.memory_integral += u128::from(self.current.memory_slices) * u128::from(dt);
+            self.compute_integral += u128::from(self.current.compute_slices) * u128::from(dt);
+            if self.demand_memory > self.capacity_memory {
+                self.saturated_time += dt;
+                self.saturated_memory_integral += u128::from(self.current.memory_slices) * u128::from(dt);
+            }
+            self.current.time = time;
+        }
+    }
+
+    /// Records the state after the events at the current time.
+    pub fn observe(&mut self, memory_slices: u64, compute_slices: u64, running: u32, pending: u32, demand_memory: u64) {
+        self.demand_memory = demand_memory;
+        let next = Sample { time: self.current.time, memory_slices, compute_slices, running, pending };
+        self.current = next;
+        match self.series.last_mut() {
+            Some(last) if last.time == next.time => *last = next,
+            Some(last) if (last.memory_slices, last.compute_slices, last.running, last.pending)
+                == (next.memory_slices, next.compute_slices, next.running, next.pending) => {}
+            _ => self.series.push(next),
+        }
+    }
+}
+
+/// Per-strategy results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub strategy: String,
+    pub pods: usize,
+    /// Pods running or finished at the end.
+    pub served: usize,
+    /// Pods still pending at the end (never started, or evicted and never restarted).
+    pub not_served: usize,
+    /// Total time each served pod spent pending, sorted (milliseconds).
+    pub waits: Vec<Millis>,
+    pub end: Millis,
+    pub capacity_memory: u64,
+    pub capacity_compute: u64,
+    pub memory_integral: u128,
+    pub compute_integral: u128,
+    /// Time during which running plus pending pods asked for more memory slices than exist.
+    pub saturated_time: Millis,
+    pub saturated_memory_integral: u128,
+    pub gpus_reconfigured: u64,
+    pub evictions: u64,
+    pub planner_calls: u64,
+    pub planner_time: Duration,
+    pub planner_time_max: Duration,
+    pub series: Vec<Sample>,
+    /// Per pod, in workload order.
+    pub outcomes: Vec<PodOutcome>,
+}
+
+/// What happened to one pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodOutcome {
+    /// Running or finished at the end.
+    pub served: bool,
+    pub first_start: Option<Millis>,
+    /// Total time spent pending (so far, for a pod never served).
+    pub waited: Millis,
+    pub evictions: u32,
+}
+
+impl Summary {
+    /// Nearest-rank percentile of the waits of served pods, in seconds.
+    pub fn wait_percentile(&self, q: f64) -> Option<f64> {
+        percentile(&self.waits, q).map(|ms| ms as f64 / 1000.0)
+    }
+
+    /// Mean share of memory slices allocated over the run.
+    pub fn memory_share(&self) -> f64 {
+        share(self.memory_integral, self.capacity_memory, self.end)
+    }
+
+    pub fn compute_share(&self) -> f64 {
+        share(self.compute_integral, self.capacity_compute, self.end)
+    }
+
+    /// Mean share of memory slices allocated while demand exceeded capacity; `None` if it never did.
+    pub fn saturated_memory_share(&self) -> Option<f64> {
+        (self.saturated_time > 0).then(|| share(self.saturated_memory_integral, self.capacity_memory, self.saturated_time))
+    }
+}
+
+fn share(integral: u128, capacity: u64, time: Millis) -> f64 {
+    if capacity == 0 || time == 0 {
+        return 0.0;
+    }
+    integral as f64 / (capacity as f64 * time as f64)
+}
+
+/// Nearest-rank percentile (`q` in 0..=1) of sorted values.
+pub fn percentile(sorted: &[Millis], q: f64) -> Option<Millis> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank() {
+        let v: Vec<Millis> = (1..=100).collect();
+        assert_eq!(percentile(&v, 0.5), Some(50));
+        assert_eq!(percentile(&v, 0.95), Some(95));
+        assert_eq!(percentile(&v, 0.99), Some(99));
+        assert_eq!(percentile(&[7], 0.99), Some(7));
+        assert_eq!(percentile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn integrates_steps_exactly() {
+        let mut r = Recorder::new(16, 14);
+        r.observe(8, 7, 1, 0, 8);
+        r.advance(10_000);
+        r.observe(16, 14, 2, 1, 24);
+        r.advance(15_000);
+        r.observe(0, 0, 0, 0, 0);
+        assert_eq!(r.memory_integral, 8 * 10_000 + 16 * 5_000);
+        assert_eq!(r.saturated_time, 5_000);
+        assert_eq!(r.series.len(), 3);
+    }
+}

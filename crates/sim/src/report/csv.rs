@@ -1,0 +1,96 @@
+use std::fmt::Write as _;
+
+use super::resample;
+use crate::metrics::Summary;
+use crate::workload::Workload;
+
+fn opt(value: Option<f64>) -> String {
+    value.map_or_else(String::new, |v| format!("{v:.3}"))
+}
+
+/// One row per strategy, machine-readable (times in seconds, shares as fractions).
+pub fn summary_csv(summaries: &[Summary]) -> String {
+    let mut out = String::from(
+        "strategy,pods,served,not_served,wait_p50_s,wait_p95_s,wait_p99_s,memory_share_mean,memory_share_saturated,saturated_s,compute_share_mean,gpus_reconfigured,evictions,planner_calls,planner_ms_total,planner_ms_max,end_s\n",
+    );
+    for s in summaries {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{:.4},{},{:.3},{:.4},{},{},{},{:.1},{:.1},{:.3}",
+            s.strategy,
+            s.pods,
+            s.served,
+            s.not_served,
+            opt(s.wait_percentile(0.50)),
+            opt(s.wait_percentile(0.95)),
+            opt(s.wait_percentile(0.99)),
+            s.memory_share(),
+            s.saturated_memory_share().map_or_else(String::new, |v| format!("{v:.4}")),
+            s.saturated_time as f64 / 1000.0,
+            s.compute_share(),
+            s.gpus_reconfigured,
+            s.evictions,
+            s.planner_calls,
+            s.planner_time.as_secs_f64() * 1000.0,
+            s.planner_time_max.as_secs_f64() * 1000.0,
+            s.end as f64 / 1000.0,
+        );
+    }
+    out
+}
+
+/// Every strategy on a common grid of `buckets` time buckets (means over each bucket).
+pub fn timeseries_csv(summaries: &[Summary], buckets: usize) -> String {
+    let end = summaries.iter().map(|s| s.end).max().unwrap_or(0);
+    let mut out = String::from("strategy,start_s,end_s,memory_share,compute_share,running,pending\n");
+    for s in summaries {
+        for b in resample(s, end, buckets) {
+            let _ = writeln!(
+                out,
+                "{},{:.3},{:.3},{:.4},{:.4},{:.2},{:.2}",
+                s.strategy,
+                b.start as f64 / 1000.0,
+                b.end as f64 / 1000.0,
+                b.memory_share,
+                b.compute_share,
+                b.running,
+                b.pending
+            );
+        }
+    }
+    out
+}
+
+/// One row per pod and strategy: what it asked for, when it first started, how long it waited.
+pub fn pods_csv(summaries: &[Summary], workload: &Workload) -> String {
+    let mut out = String::from("strategy,pod,request,arrival_s,first_start_s,wait_s,evictions,served\n");
+    let requests: Vec<String> = workload
+        .pods
+        .iter()
+        .map(|p| {
+            let items: Vec<String> = p
+                .mig
+                .iter()
+                .map(|&(k, c)| if c == 1 { workload.profiles[k].clone() } else { format!("{}*{c}", workload.profiles[k]) })
+                .collect();
+            items.join("|")
+        })
+        .collect();
+    for s in summaries {
+        for ((pod, request), o) in workload.pods.iter().zip(&requests).zip(&s.outcomes) {
+            let _ = writeln!(
+                out,
+                "{},{},{},{:.3},{},{:.3},{},{}",
+                s.strategy,
+                pod.name,
+                request,
+                pod.arrival as f64 / 1000.0,
+                o.first_start.map_or_else(String::new, |t| format!("{:.3}", t as f64 / 1000.0)),
+                o.waited as f64 / 1000.0,
+                o.evictions,
+                o.served
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,161 @@
+//! Allocation strategies the simulator compares. Each decides the geometry GPUs start with and,
+//! for the dynamic ones, how to repartition at the end of a batch of demand.
+
+mod planned;
+mod static_layout;
+
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::cluster::Cluster;
+use crate::trace::Millis;
+use crate::workload::{ProfileKey, Workload, WHOLE_GPU};
+
+pub use planned::{PlannerStrategy, MODEL_LABEL};
+pub use static_layout::{StaticLayout, StaticStrategy};
+
+/// One MIG instance (or, with [`WHOLE_GPU`], the unpartitioned GPU) at its placement start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Slot {
+    pub profile: ProfileKey,
+    pub start: u8,
+}
+
+/// The strategies `--strategy` accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrategyKind {
+    /// No MIG: a pod gets whole GPUs, one per instance it asks for.
+    WholeGpu,
+    /// A fixed NVIDIA mig-parted layout on every GPU.
+    Static(StaticLayout),
+    /// The solver's greedy baseline: repartitions only free slices, nodes in name order.
+    Greedy,
+    /// The ILP planner, no eviction.
+    Geometer,
+    /// The ILP planner with eviction allowed (never a do-not-disrupt pod).
+    GeometerEvict,
+}
+
+impl StrategyKind {
+    pub const ALL: [StrategyKind; 6] = [
+        StrategyKind::WholeGpu,
+        StrategyKind::Static(StaticLayout::AllBalanced),
+        StrategyKind::Static(StaticLayout::All1g),
+        StrategyKind::Greedy,
+        StrategyKind::Geometer,
+        StrategyKind::GeometerEvict,
+    ];
+
+    pub fn is_dynamic(&self) -> bool {
+        matches!(self, StrategyKind::Greedy | StrategyKind::Geometer | StrategyKind::GeometerEvict)
+    }
+}
+
+impl fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StrategyKind::WholeGpu => write!(f, "whole-gpu"),
+            StrategyKind::Static(layout) => write!(f, "static:{layout}"),
+            StrategyKind::Greedy => write!(f, "greedy"),
+            StrategyKind::Geometer => write!(f, "geometer"),
+            StrategyKind::GeometerEvict => write!(f, "geometer-evict"),
+        }
+    }
+}
+
+impl FromStr for StrategyKind {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        StrategyKind::ALL.into_iter().find(|k| k.to_string() == text).ok_or_else(|| {
+            let known: Vec<String> = StrategyKind::ALL.iter().map(ToString::to_string).collect();
+            format!("--strategy {text:?} is not known; use one of: {}", known.join(", "))
+        })
+    }
+}
+
+/// What a dynamic strategy sees at the end of a batch.
+#[derive(Debug)]
+pub struct PlanView<'a> {
+    pub now: Millis,
+    pub cluster: &'a Cluster,
+    pub workload: &'a Workload,
+    pub nodes: Vec<NodeView>,
+    /// Every GPU of a node that is not already reconfiguring, in node order.
+    pub gpus: Vec<GpuView>,
+    /// Pending pods no earlier plan is already making room for, by pod index.
+    pub demand: Vec<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    pub index: usize,
+    /// False while a reconfiguration is under way or the node's stabilisation window lasts: the
+    /// planner must leave the node alone.
+    pub plannable: bool,
+    pub cpu_free: Option<u64>,
+    pub memory_free: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuView {
+    /// Engine-wide GPU id, used in [`Replan::targets`].
+    pub id: usize,
+    pub node: usize,
+    pub index_on_node: u32,
+    pub model: usize,
+    /// Instances with the pod holding each.
+    pub slots: Vec<(Slot, Option<usize>)>,
+}
+
+/// A dynamic strategy's decision.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Replan {
+    /// New geometry for the GPUs that change (by [`GpuView::id`]).
+    pub targets: Vec<(usize, Vec<Slot>)>,
+    /// Running pods to evict.
+    pub evictions: Vec<usize>,
+    /// Pending (or evicted) pods the plan makes room for, and on which node.
+    pub placements: Vec<(usize, usize)>,
+    pub planner_time: Duration,
+}
+
+#[derive(Debug, Error)]
+pub enum StrategyError {
+    #[error("strategy {strategy}: {reason}")]
+    Setup { strategy: String, reason: String },
+    #[error("strategy {strategy}: planning failed at t={time_s}s: {reason}")]
+    Plan { strategy: String, time_s: f64, reason: String },
+}
+
+/// A strategy the engine can run.
+pub trait Strategy {
+    fn kind(&self) -> StrategyKind;
+
+    /// The geometry every GPU of cluster model `model` starts with.
+    fn initial_geometry(&self, model: usize) -> Vec<Slot>;
+
+    /// Called at the end of a batch with unmet demand; static strategies return `None`.
+    fn plan(&mut self, view: &PlanView<'_>) -> Result<Option<Replan>, StrategyError>;
+}
+
+/// No MIG: every GPU is one allocatable unit.
+pub struct WholeGpu;
+
+impl Strategy for WholeGpu {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::WholeGpu
+    }
+
+    fn initial_geometry(&self, _model: usize) -> Vec<Slot> {
+        vec![Slot { profile: WHOLE_GPU, start: 0 }]
+    }
+
+    fn plan(&mut self, _view: &PlanView<'_>) -> Result<Option<Replan>, StrategyError> {
+        Ok(None)
+    }
+}

@@ -1,0 +1,226 @@
+//! The dynamic strategies: the solver's greedy baseline and its ILP planner (with and without
+//! eviction), fed a snapshot of the simulated cluster at the end of every batch.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use geometer_solver::catalog::Catalog;
+use geometer_solver::plan::{Placement, Plan, PlanOptions};
+use geometer_solver::snapshot::{Gpu, Instance, Node, NodeSelectorTerm, Operator, Pod, Policy, Requirement, Snapshot};
+
+use super::{PlanView, Replan, Slot, Strategy, StrategyError, StrategyKind};
+use crate::cluster::Cluster;
+use crate::trace::Millis;
+use crate::workload::{ProfileKey, SimPod, Workload};
+
+/// Nodes carry their GPU model under this label, so that a pod's model constraint becomes a
+/// required node affinity the planner understands.
+pub const MODEL_LABEL: &str = "geometer.dev/gpu-model";
+const NAMESPACE: &str = "sim";
+
+pub struct PlannerStrategy {
+    kind: StrategyKind,
+    catalog: Catalog,
+    time_limit: Duration,
+    /// Catalog key per cluster model.
+    model_keys: Vec<String>,
+    node_names: Vec<String>,
+    node_index: HashMap<String, usize>,
+    pod_index: HashMap<String, usize>,
+    profile_names: Vec<String>,
+    profile_keys: HashMap<String, ProfileKey>,
+    /// Forecast window in milliseconds (0: plan for pending pods only; always 0 for greedy).
+    forecast_window: Millis,
+    /// `(arrival, pod index)`, sorted.
+    arrivals: Vec<(Millis, usize)>,
+}
+
+impl PlannerStrategy {
+    pub fn new(
+        kind: StrategyKind,
+        catalog: &Catalog,
+        cluster: &Cluster,
+        workload: &Workload,
+        time_limit_ms: u64,
+        forecast_window: Millis,
+    ) -> Result<Self, String> {
+        if !kind.is_dynamic() {
+            return Err(format!("{kind} does not plan"));
+        }
+        let mut model_keys = Vec::new();
+        for model in &cluster.models {
+            let found = catalog.find(&model.name).ok_or_else(|| format!("GPU model {} is not in the catalog", model.name))?;
+            model_keys.push(found.key.clone());
+        }
+        Ok(PlannerStrategy {
+            kind,
+            catalog: catalog.clone(),
+            time_limit: Duration::from_millis(time_limit_ms.max(1)),
+            model_keys,
+            node_names: cluster.nodes.iter().map(|n| n.name.clone()).collect(),
+            node_index: cluster.nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect(),
+            pod_index: workload.pods.iter().enumerate().map(|(i, p)| (p.name.clone(), i)).collect(),
+            profile_names: workload.profiles.clone(),
+            profile_keys: workload.profiles.iter().enumerate().map(|(i, p)| (p.clone(), i)).collect(),
+            // The greedy baseline plans for pending pods only, as the tools it stands for do.
+            forecast_window: if kind == StrategyKind::Greedy { 0 } else { forecast_window },
+            arrivals: {
+                let mut a: Vec<(Millis, usize)> = workload.pods.iter().enumerate().map(|(i, p)| (p.arrival, i)).collect();
+                a.sort_unstable();
+                a
+            },
+        })
+    }
+
+    fn pod(&self, pod: &SimPod, node: Option<usize>) -> Pod {
+        let requests: BTreeMap<String, u32> =
+            pod.mig.iter().map(|&(k, c)| (self.profile_names[k].clone(), c)).collect();
+        let mut term = NodeSelectorTerm::default();
+        if let Some(models) = &pod.models {
+            term.match_expressions.push(Requirement {
+                key: MODEL_LABEL.into(),
+                operator: Operator::In,
+                values: models.iter().map(|&m| self.model_keys[m].clone()).collect(),
+            });
+        }
+        if let Some(nodes) = &pod.nodes {
+            term.match_fields.push(Requirement {
+                key: "metadata.name".into(),
+                operator: Operator::In,
+                values: nodes.iter().map(|&n| self.node_names[n].clone()).collect(),
+            });
+        }
+        let constrained = !term.match_expressions.is_empty() || !term.match_fields.is_empty();
+        Pod {
+            namespace: NAMESPACE.into(),
+            name: pod.name.clone(),
+            priority: pod.priority,
+            requests,
+            cpu_millis: pod.cpu_milli,
+            memory_bytes: pod.memory_mib.saturating_mul(1 << 20),
+            affinity: if constrained { vec![term] } else { Vec::new() },
+            node: node.map(|n| self.node_names[n].clone()),
+            do_not_disrupt: pod.do_not_disrupt,
+            ..Pod::default()
+        }
+    }
+
+    /// The simulated cluster as the planner's input: plannable nodes, their GPUs and running
+    /// pods, and the demand.
+    pub fn snapshot(&self, view: &PlanView<'_>) -> Snapshot {
+        let pods = &view.workload.pods;
+        let mut nodes: BTreeMap<usize, Node> = BTreeMap::new();
+        let mut running = Vec::new();
+        let mut listed = HashSet::new();
+        for gpu in &view.gpus {
+            let node = nodes.entry(gpu.node).or_insert_with(|| {
+                let facts = &view.nodes[gpu.node];
+                Node {
+                    name: self.node_names[gpu.node].clone(),
+                    labels: BTreeMap::from([(MODEL_LABEL.to_string(), self.model_keys[gpu.model].clone())]),
+                    free_cpu_millis: facts.cpu_free,
+                    free_memory_bytes: facts.memory_free.map(|m| m.saturating_mul(1 << 20)),
+                    ..Node::default()
+                }
+            });
+            let mut instances = Vec::with_capacity(gpu.slots.len());
+            for &(slot, holder) in &gpu.slots {
+                instances.push(Instance {
+                    profile: self.profile_names[slot.profile].clone(),
+                    start: slot.start,
+                    pod: holder.map(|p| format!("{NAMESPACE}/{}", pods[p].name)),
+                });
+                // A pod holding several instances is listed once.
+                if let Some(p) = holder.filter(|&p| listed.insert(p)) {
+                    running.push(self.pod(&pods[p], Some(gpu.node)));
+                }
+            }
+            node.gpus.push(Gpu { index: gpu.index_on_node, model: self.model_keys[gpu.model].clone(), instances });
+        }
+        Snapshot {
+            nodes: nodes.into_values().collect(),
+            pending: view.demand.iter().map(|&p| self.pod(&pods[p], None)).collect(),
+            running,
+            policy: Some(Policy {
+                eviction_allowed: self.kind == StrategyKind::GeometerEvict,
+                time_limit_ms: Some(self.time_limit.as_millis() as u64),
+                ..Policy::default()
+            }),
+            placements_inferred: false,
+            expected: self.forecast(view),
+        }
+    }
+
+    /// The pods that arrived within the forecast window, as the pods the next window is
+    /// expected to bring (`MigPolicy.spec.forecastWindowSeconds`).
+    fn forecast(&self, view: &PlanView<'_>) -> Vec<Pod> {
+        if self.forecast_window == 0 {
+            return Vec::new();
+        }
+        // Arrivals in (now - window, now]; all of them while the run is younger than the window.
+        let first = view.now.checked_sub(self.forecast_window).map_or(0, |since| self.arrivals.partition_point(|&(t, _)| t <= since));
+        let last = self.arrivals.partition_point(|&(t, _)| t <= view.now);
+        self.arrivals[first..last].iter().map(|&(_, p)| self.pod(&view.workload.pods[p], None)).collect()
+    }
+
+    fn replan(&self, view: &PlanView<'_>, plan: &Plan) -> Result<Replan, String> {
+        let gpu_ids: HashMap<(usize, u32), usize> = view.gpus.iter().map(|g| ((g.node, g.index_on_node), g.id)).collect();
+        let node = |name: &str| self.node_index.get(name).copied().ok_or_else(|| format!("plan names unknown node {name:?}"));
+        let pod = |key: &str| {
+            let name = key.strip_prefix("sim/").unwrap_or(key);
+            self.pod_index.get(name).copied().ok_or_else(|| format!("plan names unknown pod {key:?}"))
+        };
+        let mut replan = Replan::default();
+        for gpu in plan.changed_gpus() {
+            let n = node(&gpu.node)?;
+            let id = *gpu_ids.get(&(n, gpu.index)).ok_or_else(|| format!("plan changes unknown GPU {}/{}", gpu.node, gpu.index))?;
+            let mut target = Vec::with_capacity(gpu.to.len());
+            for placed in &gpu.to {
+                let profile = *self
+                    .profile_keys
+                    .get(&placed.profile)
+                    .ok_or_else(|| format!("plan creates profile {} the simulator does not know", placed.profile))?;
+                target.push(Slot { profile, start: placed.start });
+            }
+            replan.targets.push((id, target));
+        }
+        for eviction in &plan.evictions {
+            let p = pod(&eviction.pod)?;
+            replan.evictions.push(p);
+            replan.placements.push((p, node(&eviction.rescheduled_to)?));
+        }
+        for outcome in plan.pods.iter().filter(|o| o.placement == Placement::NewSlices) {
+            if let Some(n) = &outcome.node {
+                replan.placements.push((pod(&outcome.pod)?, node(n)?));
+            }
+        }
+        Ok(replan)
+    }
+}
+
+impl Strategy for PlannerStrategy {
+    fn kind(&self) -> StrategyKind {
+        self.kind
+    }
+
+    /// Dynamic strategies start from MIG enabled and no instances: the planner creates them.
+    fn initial_geometry(&self, _model: usize) -> Vec<Slot> {
+        Vec::new()
+    }
+
+    fn plan(&mut self, view: &PlanView<'_>) -> Result<Option<Replan>, StrategyError> {
+        let snapshot = self.snapshot(view);
+        let options = PlanOptions { time_limit: Some(self.time_limit) };
+        let fail = |reason: String| StrategyError::Plan { strategy: self.kind.to_string(), time_s: view.now as f64 / 1000.0, reason };
+        let started = Instant::now();
+        let plan = match self.kind {
+            StrategyKind::Greedy => geometer_solver::greedy::plan(&snapshot, &self.catalog, &options),
+            _ => geometer_solver::plan(&snapshot, &self.catalog, &options),
+        }
+        .map_err(|e| fail(e.to_string()))?;
+        let planner_time = started.elapsed();
+        let mut replan = self.replan(view, &plan).map_err(fail)?;
+        replan.planner_time = planner_time;
+        Ok(Some(replan))
+    }
+}

@@ -1,0 +1,126 @@
+//! A trace made ready for simulation on one cluster: requests mapped to profiles, profile names
+//! interned, constraints turned into node and model indices. Shared by every strategy of a run,
+//! so that all of them see exactly the same pods.
+
+use std::collections::HashMap;
+
+use crate::cluster::Cluster;
+use crate::mapping::{Mapping, MappingSummary};
+use crate::trace::{GpuRequest, Millis, Trace};
+
+/// Index into [`Workload::profiles`]. [`WHOLE_GPU`] is the pseudo-profile of a GPU without MIG.
+pub type ProfileKey = usize;
+pub const WHOLE_GPU: ProfileKey = 0;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimPod {
+    pub name: String,
+    pub arrival: Millis,
+    pub duration: Option<Millis>,
+    /// MIG instances asked for, by profile (sorted by key).
+    pub mig: Vec<(ProfileKey, u32)>,
+    /// GPUs asked for when GPUs are not partitioned: one per MIG instance, or `num_gpu`.
+    pub whole_gpus: u32,
+    pub cpu_milli: u64,
+    pub memory_mib: u64,
+    pub priority: i32,
+    /// Allowed cluster models (indices); `None`: any.
+    pub models: Option<Vec<usize>>,
+    /// Allowed nodes (indices); `None`: any.
+    pub nodes: Option<Vec<usize>>,
+    pub do_not_disrupt: bool,
+    /// Memory slices the pod's MIG instances take on the reference model: what it needs.
+    pub need_memory_slices: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    pub pods: Vec<SimPod>,
+    /// Profile names by key; key 0 is `gpu` (a whole, unpartitioned GPU).
+    pub profiles: Vec<String>,
+    pub mapping: Mapping,
+    pub summary: MappingSummary,
+    pub notes: Vec<String>,
+}
+
+impl Workload {
+    pub fn new(trace: &Trace, cluster: &Cluster, mapping: Mapping) -> Self {
+        let reference = cluster.reference_model();
+        let full = reference.full_profile().map(|p| p.name.clone()).unwrap_or_default();
+        let mut profiles = vec!["gpu".to_string()];
+        let mut keys: HashMap<String, ProfileKey> = HashMap::new();
+        let mut intern = |name: &str, profiles: &mut Vec<String>| -> ProfileKey {
+            *keys.entry(name.to_string()).or_insert_with(|| {
+                profiles.push(name.to_string());
+                profiles.len() - 1
+            })
+        };
+        for model in &cluster.models {
+            for p in &model.profiles {
+                intern(&p.name, &mut profiles);
+            }
+        }
+        let node_index: HashMap<&str, usize> = cluster.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        let mut summary = MappingSummary::default();
+        let (mut unknown_profile, mut unknown_model, mut unknown_node) = (0usize, 0usize, 0usize);
+        let mut pods = Vec::with_capacity(trace.pods.len());
+        for pod in &trace.pods {
+            let mapped = mapping.map(&pod.request, reference);
+            summary.record(&pod.request, &mapped, &full);
+            let mut need = 0u32;
+            let mut known = true;
+            let mut mig: Vec<(ProfileKey, u32)> = Vec::new();
+            for (name, count) in &mapped {
+                let slices = cluster.models.iter().find_map(|m| m.profile(name)).map(|p| p.memory_slices);
+                known &= slices.is_some();
+                need = need.saturating_add(u32::from(slices.unwrap_or(0)).saturating_mul(*count));
+                mig.push((intern(name, &mut profiles), *count));
+            }
+            mig.sort();
+            unknown_profile += usize::from(!known);
+            let whole_gpus = match &pod.request {
+                GpuRequest::Share { num_gpu, .. } => *num_gpu,
+                GpuRequest::Mig(items) => items.iter().map(|(_, c)| c).sum(),
+            };
+            let models = (!pod.gpu_models.is_empty()).then(|| {
+                let found: Vec<usize> = pod.gpu_models.iter().filter_map(|m| cluster.model_index(m)).collect();
+                unknown_model += usize::from(found.len() < pod.gpu_models.len());
+                found
+            });
+            let nodes = (!pod.nodes.is_empty()).then(|| {
+                let mut found: Vec<usize> = pod.nodes.iter().filter_map(|n| node_index.get(n.as_str()).copied()).collect();
+                found.sort_unstable();
+                unknown_node += usize::from(found.len() < pod.nodes.len());
+                found
+            });
+            pods.push(SimPod {
+                name: pod.name.clone(),
+                arrival: pod.arrival,
+                duration: pod.duration,
+                mig,
+                whole_gpus,
+                cpu_milli: pod.cpu_milli,
+                memory_mib: pod.memory_mib,
+                priority: pod.priority,
+                models,
+                nodes,
+                do_not_disrupt: pod.do_not_disrupt,
+                need_memory_slices: need,
+            });
+        }
+        let mut notes = trace.notes.clone();
+        if summary.shares.values().sum::<usize>() + summary.whole_gpu_pods > 0 {
+            notes.push(summary.describe(&mapping, &reference.name));
+        }
+        for (count, what) in [
+            (unknown_profile, "ask for a profile no simulated GPU model has"),
+            (unknown_model, "name GPU models outside the cluster"),
+            (unknown_node, "name nodes outside the cluster"),
+        ] {
+            if count > 0 {
+                notes.push(format!("{count} pods {what}; those requests cannot be met there"));
+            }
+        }
+        Workload { pods, profiles, mapping, summary, notes }
+    }
+}

@@ -1,0 +1,214 @@
+//! `geometer demo`: the whole operator in one process on a simulated cluster. The in-memory API
+//! server (also served over HTTP for `kubectl`), the simulated nodes, device plugin, scheduler
+//! and kubelet, the real controller and one real agent per node; then a seeded workload whose
+//! profile mix shifts, shown as it goes, and a summary at the end.
+
+pub mod display;
+mod operator;
+mod progress;
+pub mod scenario;
+pub mod summary;
+pub mod workload;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use thiserror::Error;
+
+use geometer_api::{MigPlan, MigPlanPhase, PolicyMode};
+use geometer_apiserver::ApiServer;
+use crate::{SimCluster, SimClusterError};
+
+pub use display::Console;
+pub use operator::{demo_policy, start_controller, OperatorHandles, POLICY_NAME};
+pub use scenario::Scenario;
+pub use summary::Summary;
+
+/// Namespace of the demo's workload pods.
+pub const NAMESPACE: &str = "ml";
+
+/// How the demo runs; [`DemoOptions::default`] is `geometer demo` without flags.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    pub mode: PolicyMode,
+    pub seed: u64,
+    /// Scenario seconds per wall-clock second.
+    pub speed: f64,
+    pub nodes: usize,
+    /// Length of the workload in scenario seconds.
+    pub duration_s: f64,
+    /// In Approve mode, wait for a person to approve each plan instead of approving it after
+    /// printing the command.
+    pub wait_for_approval: bool,
+    /// How long each NVML call that changes a GPU takes.
+    pub nvml_latency: Duration,
+    /// Serve the API over HTTP for kubectl (and write a kubeconfig).
+    pub serve_http: bool,
+    /// Where the kubeconfig goes; a fresh temporary directory when unset.
+    pub kubeconfig: Option<PathBuf>,
+    /// Keep the API server up after the summary until Ctrl-C.
+    pub keep_serving: bool,
+    /// Seconds between progress lines.
+    pub tick: Duration,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            mode: PolicyMode::Auto,
+            seed: 1,
+            speed: 3.0,
+            nodes: 4,
+            duration_s: 120.0,
+            wait_for_approval: false,
+            nvml_latency: Duration::from_millis(40),
+            serve_http: true,
+            kubeconfig: None,
+            keep_serving: false,
+            tick: Duration::from_secs(3),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum DemoError {
+    #[error("--speed {0} must be above 0 (1 plays the workload in real time, 3 three times faster)")]
+    Speed(f64),
+    #[error("--nodes {0} must be between 1 and 1000")]
+    Nodes(usize),
+    #[error("--duration {0} must be above 0 seconds")]
+    Duration(f64),
+    #[error("cannot serve the API on 127.0.0.1: {0}")]
+    Serve(std::io::Error),
+    #[error("cannot write the kubeconfig to {path}: {source}")]
+    Kubeconfig { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Cluster(#[from] SimClusterError),
+    #[error("cannot set up the demo in the API server: {0}")]
+    Setup(String),
+}
+
+impl DemoOptions {
+    pub fn validate(&self) -> Result<(), DemoError> {
+        if !(self.speed > 0.0 && self.speed.is_finite()) {
+            return Err(DemoError::Speed(self.speed));
+        }
+        if self.nodes == 0 || self.nodes > 1000 {
+            return Err(DemoError::Nodes(self.nodes));
+        }
+        if !(self.duration_s > 0.0 && self.duration_s.is_finite()) {
+            return Err(DemoError::Duration(self.duration_s));
+        }
+        Ok(())
+    }
+}
+
+/// Runs the demo to its summary.
+pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, DemoError> {
+    options.validate()?;
+    let scenario = Scenario::default_with(options.nodes, options.nvml_latency);
+    let server = ApiServer::new();
+    for crd in geometer_api::crds() {
+        server.seed(&crd).map_err(|e| DemoError::Setup(e.to_string()))?;
+    }
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}})).expect("namespace");
+    server.seed(&ns).map_err(|e| DemoError::Setup(e.to_string()))?;
+
+    let mut _http = None;
+    let mut kubeconfig_path = None;
+    if options.serve_http {
+        let (addr, handle) = server.serve_http("127.0.0.1:0").await.map_err(DemoError::Serve)?;
+        _http = Some(handle);
+        let path = match &options.kubeconfig {
+            Some(p) => p.clone(),
+            None => std::env::temp_dir().join(format!("geometer-demo-{}", std::process::id())).join("kubeconfig"),
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| DemoError::Kubeconfig { path: path.clone(), source })?;
+        }
+        server.write_kubeconfig(&path).map_err(|source| DemoError::Kubeconfig { path: path.clone(), source })?;
+        console.raw(format!(
+            "Geometer demo: API server on http://{addr}\n  kubeconfig: {}\n  watch from another terminal:\n    export KUBECONFIG={}\n    kubectl get migplans,mignodes -w\n\n",
+            path.display(),
+            path.display()
+        ));
+        kubeconfig_path = Some(path.display().to_string());
+    }
+
+    let cluster = SimCluster::start(&server, &scenario.cluster).await?;
+    let client = server.client();
+    console.raw(format!(
+        "{} nodes x {} GPUs ({}), policy mode {:?}, seed {}, {:.0} scenario seconds at {}x speed\n",
+        scenario.cluster.nodes.len(),
+        scenario::GPUS_PER_NODE,
+        scenario.cluster.nodes.iter().map(|n| n.gpus[0].model.as_str()).collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(" and "),
+        options.mode,
+        options.seed,
+        options.duration_s,
+        options.speed,
+    ));
+    for name in cluster.node_names() {
+        let advertised: BTreeMap<String, u64> =
+            cluster.node(&name).map(|n| n.advertised().into_iter().map(|(k, v)| (k, v.len() as u64)).collect()).unwrap_or_default();
+        console.raw(format!("  {name}: {}\n", display::counts(&advertised)));
+    }
+    console.raw("\n");
+
+    let operator = operator::start(&server, &cluster, &options, &console).await?;
+
+    let milestones = Arc::new(Mutex::new(progress::Milestones::default()));
+    let mut background = vec![
+        tokio::spawn(display::follow_plans(client.clone(), console.clone(), options.mode, kubeconfig_path.clone())),
+        tokio::spawn(display::follow_nodes(client.clone(), console.clone())),
+        tokio::spawn(display::follow_cluster(cluster.ledger().subscribe(), console.clone())),
+        tokio::spawn(progress::track_milestones(client.clone(), milestones.clone())),
+    ];
+    if options.mode == PolicyMode::Approve && !options.wait_for_approval {
+        background.push(tokio::spawn(progress::approve_plans(client.clone(), console.clone())));
+    }
+
+    let arrivals = workload::arrivals(&scenario, options.nodes, options.duration_s, options.seed);
+    let submissions = workload::Submissions::default();
+    background.push(tokio::spawn(workload::play(
+        client.clone(),
+        NAMESPACE.to_string(),
+        arrivals.clone(),
+        options.speed,
+        cluster.ledger().clone(),
+        submissions.clone(),
+    )));
+
+    let samples = progress::watch(&server, &cluster, &scenario, &options, &arrivals, &console).await;
+    for task in &background {
+        task.abort();
+    }
+    drop(operator);
+
+    let mut summary = summary::summarize(&submissions.all(), &cluster.ledger().runs());
+    let plans = server.objects::<MigPlan>();
+    summary.plans = plans.len();
+    summary.plans_applied = plans.iter().filter(|p| p.phase() == MigPlanPhase::Succeeded).count();
+    let mut calls = Vec::new();
+    for name in cluster.node_names() {
+        if let Some(nvml) = cluster.nvml(&name) {
+            for c in nvml.calls() {
+                calls.push((name.clone(), c.gpu, matches!(c.call, geometer_agent::nvml::NvmlCall::CreateGpuInstance | geometer_agent::nvml::NvmlCall::DestroyGpuInstance)));
+            }
+        }
+    }
+    summary.gpus_reconfigured = summary::reconfigured_gpus(calls.iter().map(|(n, g, c)| (n.as_str(), *g, *c)));
+    let m = *milestones.lock().unwrap_or_else(|p| p.into_inner());
+    let last_arrival = samples.last_arrival;
+    summary.utilisation_before = summary::mean_utilisation(&samples.samples, None, m.first_change.or(Some(last_arrival)));
+    summary.utilisation_after = m.first_ready.and_then(|r| summary::mean_utilisation(&samples.samples, Some(r), Some(last_arrival)));
+    console.raw("\n");
+    console.raw(summary.render());
+    if options.keep_serving && options.serve_http {
+        console.raw("\nThe API server keeps serving for kubectl; press Ctrl-C to stop.\n");
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    Ok(summary)
+}

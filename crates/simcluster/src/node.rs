@@ -1,0 +1,212 @@
+//! One simulated node's hardware and kubelet state: its NVML (simulated GPUs), the devices the
+//! device plugin advertised when it last started, and which pod holds which device (what the
+//! kubelet's PodResources API answers).
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use geometer_solver::catalog::Catalog;
+use thiserror::Error;
+
+use geometer_agent::inventory::read_inventory;
+use geometer_agent::nvml::sim::SimNvml;
+use geometer_agent::nvml::{GpuIndex, NvmlError};
+use geometer_agent::pod_resources::DeviceAssignment;
+use geometer_api::resources::MIG_RESOURCE_PREFIX;
+use geometer_agent::reconcile::SharedAssignments;
+
+/// A MIG device as the device plugin lists it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Device {
+    pub gpu: GpuIndex,
+    pub start: u8,
+    pub profile: String,
+    /// `MIG-...`: the device id the plugin advertises and PodResources reports.
+    pub uuid: String,
+}
+
+impl Device {
+    pub fn resource(&self) -> String {
+        format!("{MIG_RESOURCE_PREFIX}{}", self.profile)
+    }
+}
+
+/// A pod the kubelet runs on this node.
+#[derive(Debug, Clone)]
+pub struct RunningPod {
+    pub uid: String,
+    pub devices: Vec<Device>,
+    pub pids: Vec<(GpuIndex, u32)>,
+}
+
+/// Why the kubelet refused a pod (the pod ends `Failed` with reason `UnexpectedAdmissionError`).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AdmitError {
+    #[error("Allocate failed due to requested number of devices unavailable for {resource}. Requested: {wanted}, Available: {free}")]
+    Unavailable { resource: String, wanted: u32, free: usize },
+    #[error("device {uuid} of {resource} no longer exists on the node")]
+    Vanished { resource: String, uuid: String },
+}
+
+#[derive(Default)]
+struct NodeState {
+    /// By resource name, as the plugin listed them at its last start.
+    advertised: BTreeMap<String, Vec<Device>>,
+    /// By `namespace/name`.
+    running: BTreeMap<String, RunningPod>,
+    plugin_starts: u32,
+}
+
+/// Placement units of the node's GPUs: per profile name, and in all.
+#[derive(Debug, Clone, Default)]
+pub struct SliceUnits {
+    pub sizes: BTreeMap<String, u64>,
+    pub total: u64,
+}
+
+impl SliceUnits {
+    /// From the catalog models of the node's GPUs (unknown models count nothing).
+    pub fn of(catalog: &Catalog, models: &[&str]) -> SliceUnits {
+        let mut units = SliceUnits::default();
+        for m in models.iter().filter_map(|m| catalog.find(m)) {
+            units.total += m.placement_units as u64;
+            for p in &m.profiles {
+                units.sizes.entry(p.name.clone()).or_insert(p.size as u64);
+            }
+        }
+        units
+    }
+}
+
+pub struct SimNode {
+    pub name: String,
+    /// The node's address, for pod statuses.
+    pub ip: String,
+    pub nvml: SimNvml,
+    pub assignments: SharedAssignments,
+    units: SliceUnits,
+    state: Mutex<NodeState>,
+}
+
+impl SimNode {
+    pub fn new(name: &str, ip: &str, nvml: SimNvml, units: SliceUnits) -> SimNode {
+        SimNode { name: name.to_string(), ip: ip.to_string(), nvml, units, assignments: SharedAssignments::default(), state: Mutex::new(NodeState::default()) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, NodeState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The device plugin starts: it lists every MIG device NVML reports (a GPU instance without
+    /// its compute instance is no device) and the kubelet takes that list. Returns the counts
+    /// per resource, and the plugin's start number (from 1).
+    pub fn start_plugin(&self, catalog: &Catalog) -> Result<(BTreeMap<String, u64>, u32), NvmlError> {
+        let inventory = read_inventory(&self.nvml, catalog, &[])?;
+        let mut advertised: BTreeMap<String, Vec<Device>> = BTreeMap::new();
+        for gpu in &inventory.gpus {
+            for i in &gpu.instances {
+                if let Some(uuid) = &i.uuid {
+                    let d = Device { gpu: gpu.index, start: i.start, profile: i.profile.clone(), uuid: uuid.clone() };
+                    advertised.entry(d.resource()).or_default().push(d);
+                }
+            }
+        }
+        let counts = advertised.iter().map(|(k, v)| (k.clone(), v.len() as u64)).collect();
+        let mut st = self.lock();
+        st.advertised = advertised;
+        st.plugin_starts += 1;
+        Ok((counts, st.plugin_starts))
+    }
+
+    /// Admits a pod: takes free advertised devices for each container's MIG requests (lowest
+    /// GPU and placement first), starts a process on each, and records the assignment for
+    /// PodResources. Nothing is taken when any request cannot be met.
+    pub fn admit(&self, namespace: &str, pod: &str, uid: &str, requests: &[(String, BTreeMap<String, u32>)]) -> Result<Vec<Device>, AdmitError> {
+        let key = format!("{namespace}/{pod}");
+        let mut st = self.lock();
+        if let Some(r) = st.running.get(&key).filter(|r| r.uid == uid) {
+            return Ok(r.devices.clone());
+        }
+        let taken: Vec<&str> = st.running.values().flat_map(|r| r.devices.iter().map(|d| d.uuid.as_str())).collect();
+        let mut chosen: Vec<(String, Device)> = Vec::new();
+        for (container, wants) in requests {
+            for (profile, &wanted) in wants {
+                let resource = format!("{MIG_RESOURCE_PREFIX}{profile}");
+                let mut free: Vec<&Device> = st
+                    .advertised
+                    .get(&resource)
+                    .map(|v| v.iter().filter(|d| !taken.contains(&d.uuid.as_str()) && !chosen.iter().any(|(_, c)| c.uuid == d.uuid)).collect())
+                    .unwrap_or_default();
+                free.sort();
+                if free.len() < wanted as usize {
+                    return Err(AdmitError::Unavailable { resource, wanted, free: free.len() });
+                }
+                chosen.extend(free.into_iter().take(wanted as usize).map(|d| (container.clone(), d.clone())));
+            }
+        }
+        let mut pids = Vec::new();
+        for (_, d) in &chosen {
+            match self.nvml.start_process(d.gpu, &d.uuid) {
+                Ok(pid) => pids.push((d.gpu, pid)),
+                Err(_) => {
+                    for (_, pid) in pids {
+                        self.nvml.stop_process(pid);
+                    }
+                    return Err(AdmitError::Vanished { resource: d.resource(), uuid: d.uuid.clone() });
+                }
+            }
+        }
+        self.assignments.update(|list| {
+            list.extend(chosen.iter().map(|(container, d)| DeviceAssignment {
+                namespace: namespace.to_string(),
+                pod: pod.to_string(),
+                container: container.clone(),
+                resource: d.resource(),
+                device_id: d.uuid.clone(),
+            }))
+        });
+        let devices: Vec<Device> = chosen.into_iter().map(|(_, d)| d).collect();
+        st.running.insert(key, RunningPod { uid: uid.to_string(), devices: devices.clone(), pids });
+        Ok(devices)
+    }
+
+    /// The pod ended or was deleted: its processes stop and its devices are free again.
+    pub fn release(&self, namespace: &str, pod: &str) -> Option<RunningPod> {
+        let key = format!("{namespace}/{pod}");
+        let gone = self.lock().running.remove(&key)?;
+        for (_, pid) in &gone.pids {
+            self.nvml.stop_process(*pid);
+        }
+        self.assignments.update(|list| list.retain(|a| !(a.namespace == namespace && a.pod == pod)));
+        Some(gone)
+    }
+
+    pub fn is_running(&self, namespace: &str, pod: &str, uid: &str) -> bool {
+        self.lock().running.get(&format!("{namespace}/{pod}")).is_some_and(|r| r.uid == uid)
+    }
+
+    pub fn uid_of(&self, namespace: &str, pod: &str) -> Option<String> {
+        self.lock().running.get(&format!("{namespace}/{pod}")).map(|r| r.uid.clone())
+    }
+
+    /// `namespace/name` of every pod the kubelet runs here.
+    pub fn running(&self) -> Vec<String> {
+        self.lock().running.keys().cloned().collect()
+    }
+
+    /// Devices per resource as the plugin last advertised them.
+    pub fn advertised(&self) -> BTreeMap<String, Vec<Device>> {
+        self.lock().advertised.clone()
+    }
+
+    /// Memory slices (placement units) held by running pods, and on all this node's MIG GPUs.
+    pub fn slice_usage(&self) -> (u64, u64) {
+        let used = self.lock().running.values().flat_map(|r| &r.devices).map(|d| self.units.sizes.get(&d.profile).copied().unwrap_or(0)).sum();
+        (used, self.units.total)
+    }
+
+    /// How often the device plugin has started on this node.
+    pub fn plugin_starts(&self) -> u32 {
+        self.lock().plugin_starts
+    }
+}

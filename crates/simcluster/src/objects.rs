@@ -1,0 +1,260 @@
+//! The Kubernetes objects the simulated cluster writes: nodes, device plugin pods, pod
+//! statuses, and a builder for workload pods that ask for MIG slices.
+
+use std::collections::BTreeMap;
+
+use geometer_solver::catalog::Catalog;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::{json, Value};
+
+use super::spec::{NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
+use geometer_api::resources::MIG_RESOURCE_PREFIX;
+
+/// Pod annotation: how long the simulated kubelet runs the pod, in (real) seconds, e.g. `"12.5"`.
+/// Without it the pod runs until it is deleted.
+pub const RUN_SECONDS_ANNOTATION: &str = "sim.geometer.dev/run-seconds";
+
+/// Node annotation the kubelet bumps after it freed a deleted pod's devices, so that watchers
+/// of the node (the agent waiting for a drain) look again at once.
+pub const RELEASES_ANNOTATION: &str = "sim.geometer.dev/released-pods";
+
+pub fn now() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// The Node as a cluster with the GPU Operator labels it: product, count, MIG strategy mixed.
+pub fn node(spec: &NodeSpec, catalog: &Catalog) -> Node {
+    let mut labels: BTreeMap<String, String> = BTreeMap::new();
+    labels.insert("kubernetes.io/hostname".into(), spec.name.clone());
+    labels.insert("kubernetes.io/os".into(), "linux".into());
+    if let Some(first) = spec.gpus.first() {
+        let product = catalog
+            .find(&first.model)
+            .and_then(|m| m.product_labels.first().cloned().or_else(|| m.nvml_names.first().map(|n| n.replace(' ', "-"))))
+            .unwrap_or_else(|| first.model.clone());
+        labels.insert("nvidia.com/gpu.product".into(), product);
+        labels.insert("nvidia.com/gpu.count".into(), spec.gpus.len().to_string());
+        labels.insert("nvidia.com/mig.capable".into(), "true".into());
+        labels.insert("nvidia.com/mig.strategy".into(), "mixed".into());
+        labels.insert("geometer.dev/gpu-model".into(), first.model.clone());
+    }
+    labels.extend(spec.labels.clone());
+    let resources = json!({"cpu": spec.cpu, "memory": spec.memory, "pods": spec.max_pods.to_string()});
+    serde_json::from_value(json!({
+        "metadata": {"name": spec.name, "labels": labels},
+        "spec": {"taints": spec.taints},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated kubelet is posting ready status",
+                            "lastHeartbeatTime": now(), "lastTransitionTime": now()}],
+            "nodeInfo": {"kubeletVersion": "v1.33.0-sim", "containerRuntimeVersion": "sim://1", "operatingSystem": "linux",
+                         "architecture": "amd64", "osImage": "Geometer simulated node", "kernelVersion": "6.0-sim",
+                         "kubeProxyVersion": "", "machineID": "", "systemUUID": "", "bootID": ""},
+        },
+    }))
+    .expect("node object")
+}
+
+/// A device plugin pod on a node, as its DaemonSet creates it (pending; the kubelet runs it).
+pub fn device_plugin_pod(node: &str, serial: u32) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": format!("nvidia-device-plugin-{node}-{serial}"),
+            "namespace": DEVICE_PLUGIN_NAMESPACE,
+            "labels": {DEVICE_PLUGIN_LABEL.0: DEVICE_PLUGIN_LABEL.1},
+        },
+        "spec": {
+            "nodeName": node,
+            "priorityClassName": "system-node-critical",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "nvidia-device-plugin-ctr", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+                            "env": [{"name": "MIG_STRATEGY", "value": "mixed"}]}],
+        },
+    }))
+    .expect("device plugin pod")
+}
+
+pub fn is_device_plugin(pod: &Pod) -> bool {
+    pod.metadata.namespace.as_deref() == Some(DEVICE_PLUGIN_NAMESPACE)
+        && pod.metadata.labels.as_ref().and_then(|l| l.get(DEVICE_PLUGIN_LABEL.0)).map(String::as_str) == Some(DEVICE_PLUGIN_LABEL.1)
+}
+
+/// Node status patch: the MIG resources the plugin advertises; names it no longer has stay at
+/// 0, as the kubelet keeps them.
+pub fn advertise_patch(node: &Node, counts: &BTreeMap<String, u64>) -> Value {
+    let mut mig = serde_json::Map::new();
+    let old = node.status.as_ref().and_then(|s| s.capacity.clone()).unwrap_or_default();
+    for k in old.keys().filter(|k| k.starts_with(MIG_RESOURCE_PREFIX)) {
+        mig.insert(k.clone(), json!("0"));
+    }
+    for (k, v) in counts {
+        mig.insert(k.clone(), json!(v.to_string()));
+    }
+    json!({"status": {"capacity": mig, "allocatable": mig}})
+}
+
+fn container_statuses(pod: &Pod, state: Value, ready: bool) -> Vec<Value> {
+    pod.spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .map(|c| json!({"name": c.name, "image": c.image, "imageID": "", "ready": ready, "restartCount": 0, "started": ready, "state": state}))
+        .collect()
+}
+
+/// Status of a pod the kubelet started.
+pub fn running_status(pod: &Pod, node_ip: &str) -> Value {
+    let t = now();
+    let conditions: Vec<Value> = ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"]
+        .iter()
+        .map(|c| json!({"type": c, "status": "True", "lastProbeTime": null, "lastTransitionTime": t}))
+        .collect();
+    json!({"status": {
+        "phase": "Running",
+        "hostIP": node_ip,
+        "podIP": node_ip,
+        "startTime": t,
+        "conditions": conditions,
+        "containerStatuses": container_statuses(pod, json!({"running": {"startedAt": t}}), true),
+    }})
+}
+
+/// Status of a pod whose containers ended (`Succeeded`) or that the kubelet refused (`Failed`).
+pub fn ended_status(pod: &Pod, phase: &str, reason: &str, message: &str) -> Value {
+    let t = now();
+    let started = pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|s| s.0.to_string()).unwrap_or_else(|| t.clone());
+    let exit = if phase == "Succeeded" { 0 } else { 1 };
+    let conditions: Vec<Value> = [("Ready", "False"), ("ContainersReady", "False"), ("Initialized", "True"), ("PodScheduled", "True")]
+        .iter()
+        .map(|(c, s)| json!({"type": c, "status": s, "reason": if *s == "False" { "PodCompleted" } else { "" }, "lastProbeTime": null, "lastTransitionTime": t}))
+        .collect();
+    let terminated = json!({"terminated": {"exitCode": exit, "reason": reason, "startedAt": started, "finishedAt": t}});
+    let mut status = json!({"phase": phase, "conditions": conditions, "containerStatuses": container_statuses(pod, terminated, false)});
+    if phase == "Failed" {
+        status["reason"] = json!(reason);
+        status["message"] = json!(message);
+    }
+    json!({ "status": status })
+}
+
+/// A workload pod asking for MIG slices, built up step by step:
+///
+/// ```
+/// use geometer::simcluster::MigPod;
+/// let pod = MigPod::new("ml", "infer-1").slice("1g.10gb", 1).run_seconds(30.0).build();
+/// ```
+#[derive(Debug, Clone)]
+pub struct MigPod {
+    namespace: String,
+    name: String,
+    slices: BTreeMap<String, u32>,
+    cpu: String,
+    memory: String,
+    run_seconds: Option<f64>,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+    node_selector: BTreeMap<String, String>,
+    tolerations: Vec<Value>,
+    priority: Option<i32>,
+}
+
+impl MigPod {
+    pub fn new(namespace: &str, name: &str) -> MigPod {
+        MigPod {
+            namespace: namespace.into(),
+            name: name.into(),
+            slices: BTreeMap::new(),
+            cpu: "1".into(),
+            memory: "4Gi".into(),
+            run_seconds: None,
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            priority: None,
+        }
+    }
+
+    /// Asks for `count` instances of `profile`.
+    pub fn slice(mut self, profile: &str, count: u32) -> MigPod {
+        *self.slices.entry(profile.into()).or_insert(0) += count;
+        self
+    }
+
+    pub fn resources(mut self, cpu: &str, memory: &str) -> MigPod {
+        self.cpu = cpu.into();
+        self.memory = memory.into();
+        self
+    }
+
+    /// The simulated kubelet ends the pod (`Succeeded`) after this many seconds of running.
+    pub fn run_seconds(mut self, seconds: f64) -> MigPod {
+        self.run_seconds = Some(seconds);
+        self
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> MigPod {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn annotation(mut self, key: &str, value: &str) -> MigPod {
+        self.annotations.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn node_selector(mut self, key: &str, value: &str) -> MigPod {
+        self.node_selector.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn toleration(mut self, key: &str, value: &str, effect: &str) -> MigPod {
+        self.tolerations.push(json!({"key": key, "operator": "Equal", "value": value, "effect": effect}));
+        self
+    }
+
+    pub fn priority(mut self, priority: i32) -> MigPod {
+        self.priority = Some(priority);
+        self
+    }
+
+    pub fn build(self) -> Pod {
+        let mut annotations = self.annotations;
+        if let Some(s) = self.run_seconds {
+            annotations.insert(RUN_SECONDS_ANNOTATION.into(), format!("{s}"));
+        }
+        let limits: BTreeMap<String, String> =
+            self.slices.iter().map(|(p, n)| (format!("{MIG_RESOURCE_PREFIX}{p}"), n.to_string())).collect();
+        let mut requests = limits.clone();
+        requests.insert("cpu".into(), self.cpu);
+        requests.insert("memory".into(), self.memory);
+        let mut spec = json!({
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "nvcr.io/nvidia/pytorch:25.01-py3", "resources": {"requests": requests, "limits": limits}}],
+        });
+        if !self.node_selector.is_empty() {
+            spec["nodeSelector"] = json!(self.node_selector);
+        }
+        if !self.tolerations.is_empty() {
+            spec["tolerations"] = json!(self.tolerations);
+        }
+        if let Some(p) = self.priority {
+            spec["priority"] = json!(p);
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels, "annotations": annotations},
+            "spec": spec,
+        }))
+        .expect("workload pod")
+    }
+}
+
+/// How long the kubelet runs a pod, from [`RUN_SECONDS_ANNOTATION`].
+pub fn run_seconds(pod: &Pod) -> Option<f64> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(RUN_SECONDS_ANNOTATION))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+}

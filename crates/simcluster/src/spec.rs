@@ -1,0 +1,100 @@
+//! What a simulated cluster is made of: nodes, their GPUs (catalog models with an initial
+//! geometry), labels, taints, CPU and memory.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Taint;
+
+/// Namespace of the simulated NVIDIA device plugin's pods (the GPU Operator's).
+pub const DEVICE_PLUGIN_NAMESPACE: &str = "gpu-operator";
+/// Labels of the device plugin's pods; the agent finds them with
+/// [`geometer_agent::reconcile::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR`].
+pub const DEVICE_PLUGIN_LABEL: (&str, &str) = ("app", "nvidia-device-plugin-daemonset");
+
+/// One GPU: a catalog model (key, PCI id or NVML name) and the instances it starts with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuSpec {
+    pub model: String,
+    /// `(profile, start)` pairs, e.g. `("3g.40gb", 0)`.
+    pub geometry: Vec<(String, u8)>,
+}
+
+impl GpuSpec {
+    pub fn new(model: &str, geometry: &[(&str, u8)]) -> GpuSpec {
+        GpuSpec { model: model.to_string(), geometry: geometry.iter().map(|(p, s)| (p.to_string(), *s)).collect() }
+    }
+}
+
+/// One node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSpec {
+    pub name: String,
+    pub gpus: Vec<GpuSpec>,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// Allocatable CPU and memory as Kubernetes quantities.
+    pub cpu: String,
+    pub memory: String,
+    pub max_pods: u32,
+}
+
+impl NodeSpec {
+    /// A node with `count` GPUs of `model`, each with `geometry`, 128 CPUs and 1 TiB.
+    pub fn new(name: impl Into<String>, model: &str, count: usize, geometry: &[(&str, u8)]) -> NodeSpec {
+        NodeSpec {
+            name: name.into(),
+            gpus: vec![GpuSpec::new(model, geometry); count],
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            cpu: "128".into(),
+            memory: "1Ti".into(),
+            max_pods: 110,
+        }
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> NodeSpec {
+        self.labels.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    pub fn taint(mut self, key: &str, value: &str, effect: &str) -> NodeSpec {
+        self.taints.push(Taint { key: key.into(), value: Some(value.into()), effect: effect.into(), time_added: None });
+        self
+    }
+
+    pub fn resources(mut self, cpu: &str, memory: &str) -> NodeSpec {
+        self.cpu = cpu.into();
+        self.memory = memory.into();
+        self
+    }
+}
+
+/// The whole cluster.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClusterSpec {
+    pub nodes: Vec<NodeSpec>,
+    /// How long each NVML call that changes a GPU takes for agents (zero: instant).
+    pub nvml_latency: Duration,
+}
+
+impl ClusterSpec {
+    pub fn new(nodes: Vec<NodeSpec>) -> ClusterSpec {
+        ClusterSpec { nodes, nvml_latency: Duration::ZERO }
+    }
+
+    pub fn with_nvml_latency(mut self, per_change: Duration) -> ClusterSpec {
+        self.nvml_latency = per_change;
+        self
+    }
+
+    /// `count` identical nodes named `<prefix>-<n>` (n from 1, zero-padded to sort by name).
+    pub fn uniform(prefix: &str, count: usize, model: &str, gpus: usize, geometry: &[(&str, u8)]) -> ClusterSpec {
+        let width = count.to_string().len();
+        ClusterSpec::new((1..=count).map(|i| NodeSpec::new(format!("{prefix}-{i:0width$}"), model, gpus, geometry)).collect())
+    }
+
+    pub fn gpu_count(&self) -> usize {
+        self.nodes.iter().map(|n| n.gpus.len()).sum()
+    }
+}

@@ -1,0 +1,376 @@
+//! A simulated node for agent tests: the in-memory API server, simulated GPUs, and a small
+//! simulated kubelet (device assignments, processes, the device plugin's restart).
+#![allow(dead_code)]
+
+pub mod nvml;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use geometer_agent::nvml::sim::SimGpuOptions;
+use geometer_agent::nvml::sim::SimNvml;
+use geometer_agent::nvml::{GpuIndex, NvmlBackend};
+use geometer_agent::pod_resources::DeviceAssignment;
+use geometer_agent::reconcile::backoff::Backoff;
+use geometer_agent::reconcile::{Agent, AgentConfig, SharedAssignments, StepHook, StepPoint};
+use geometer_api::{GpuGeometry, MigNode, MigNodePhase, MigNodeSpec, PlacedInstance, StepAction, CORDONED_BY_ANNOTATION};
+use geometer_apiserver::ApiServer;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::Api;
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+pub const NODE: &str = "gpu-1";
+pub const WORKLOADS: &str = "ml";
+pub const PLUGIN_NAMESPACE: &str = "gpu-operator";
+pub const PLUGIN_LABEL: (&str, &str) = ("app", "nvidia-device-plugin-daemonset");
+
+/// One simulated GPU: model, initial geometry (`profile`, `start`), options.
+pub type SimGpuSetup<'a> = (&'a str, &'a [(&'a str, u8)], SimGpuOptions);
+
+/// A workload pod the simulated kubelet runs on a MIG device.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub gpu: GpuIndex,
+    pub uuid: String,
+    pub pid: u32,
+    pub placed: PlacedInstance,
+}
+
+pub struct Harness {
+    pub server: ApiServer,
+    pub client: kube::Client,
+    pub sim: SimNvml,
+    pub assignments: SharedAssignments,
+    /// MIG device UUIDs of the instances the test set up, by (gpu, profile@start).
+    pub devices: BTreeMap<(GpuIndex, String), String>,
+    /// Pods the kubelet runs, by `namespace/name`.
+    pub workloads: Arc<Mutex<BTreeMap<String, Workload>>>,
+    kubelet: JoinHandle<()>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.kubelet.abort();
+    }
+}
+
+fn ready_pod(namespace: &str, name: &str, labels: serde_json::Value, annotations: serde_json::Value, resources: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
+        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "busybox", "resources": {"limits": resources}}]},
+        "status": {
+            "phase": "Running",
+            "startTime": jiff::Timestamp::now().to_string(),
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }))
+    .expect("pod")
+}
+
+impl Harness {
+    /// A node with GPUs of the given models, each with its initial geometry.
+    pub async fn new(gpus: &[(&str, &[(&str, u8)])]) -> Harness {
+        let with_options: Vec<_> = gpus.iter().map(|&(m, g)| (m, g, SimGpuOptions::default())).collect();
+        Harness::new_with(&with_options).await
+    }
+
+    /// GPUs with chosen simulation options (e.g. MIG mode off).
+    pub async fn new_with(gpus: &[SimGpuSetup<'_>]) -> Harness {
+        let server = ApiServer::new();
+        for crd in geometer_api::crds() {
+            server.seed(&crd).expect("CRD");
+        }
+        for ns in [WORKLOADS, PLUGIN_NAMESPACE] {
+            server.seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": ns}})).unwrap()).expect("namespace");
+        }
+        let sim = SimNvml::new(NODE);
+        let mut devices = BTreeMap::new();
+        for (model, geometry, options) in gpus {
+            let gpu = sim.add_gpu_with(model, *options).expect("simulated GPU");
+            let created = sim.set_geometry(gpu, geometry).expect("initial geometry");
+            for (&(profile, start), device) in geometry.iter().zip(created) {
+                devices.insert((gpu, format!("{profile}@{start}")), device.uuid);
+            }
+        }
+        server
+            .seed(&serde_json::from_value::<Node>(json!({"metadata": {"name": NODE, "uid": "node-uid-1"}})).unwrap())
+            .expect("node");
+        advertise(&server, &sim).await;
+        let labels = json!({ PLUGIN_LABEL.0: PLUGIN_LABEL.1 });
+        server.seed(&ready_pod(PLUGIN_NAMESPACE, "nvidia-device-plugin-0", labels, json!({}), json!({}))).expect("device plugin pod");
+        let workloads = Arc::new(Mutex::new(BTreeMap::new()));
+        let assignments = SharedAssignments::default();
+        let client = server.client();
+        let kubelet = tokio::spawn(kubelet(server.clone(), sim.clone(), assignments.clone(), workloads.clone()));
+        Harness { server, client, sim, assignments, devices, workloads, kubelet }
+    }
+
+    /// Agent settings for tests: tiny waits so that nothing takes long, and a drain timeout
+    /// long enough that only tests about it ever reach it.
+    pub fn config(&self) -> AgentConfig {
+        let mut cfg = AgentConfig::new(NODE);
+        cfg.poll_interval = Duration::from_millis(5);
+        cfg.backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(40));
+        cfg.eviction_backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(40));
+        cfg.drain.timeout = Duration::from_secs(600);
+        cfg.advertise_timeout = Duration::from_secs(600);
+        cfg.device_plugin_namespace = Some(PLUGIN_NAMESPACE.into());
+        cfg
+    }
+
+    pub fn agent(&self, cfg: AgentConfig, nvml: Arc<dyn NvmlBackend>) -> Agent {
+        Agent::new(cfg, self.client.clone(), nvml, Arc::new(self.assignments.clone()))
+    }
+
+    /// Starts an agent on the simulated GPUs, optionally with a hook.
+    pub fn spawn_agent(&self, cfg: AgentConfig, hook: Option<StepHook>) -> JoinHandle<()> {
+        let mut agent = self.agent(cfg, Arc::new(self.sim.clone()));
+        if let Some(hook) = hook {
+            agent = agent.with_hook(hook);
+        }
+        tokio::spawn(agent.run())
+    }
+
+    /// Runs a pod on the instance `profile@start` of `gpu` (set up by the test), with a process.
+    pub fn run_pod(&self, name: &str, gpu: GpuIndex, profile: &str, start: u8, annotations: &[(&str, &str)], labels: &[(&str, &str)]) {
+        let key = (gpu, format!("{profile}@{start}"));
+        let uuid = self.devices.get(&key).unwrap_or_else(|| panic!("no instance {key:?} was set up")).clone();
+        let annotations: serde_json::Map<_, _> = annotations.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        let labels: serde_json::Map<_, _> = labels.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        let resource = format!("nvidia.com/mig-{profile}");
+        let pod = ready_pod(WORKLOADS, name, json!(labels), json!(annotations), json!({ resource.clone(): "1" }));
+        self.server.seed(&pod).expect("pod");
+        let pid = self.sim.start_process(gpu, &uuid).expect("process");
+        self.assignments.update(|list| {
+            list.push(DeviceAssignment {
+                namespace: WORKLOADS.into(),
+                pod: name.into(),
+                container: "main".into(),
+                resource,
+                device_id: uuid.clone(),
+            })
+        });
+        let placed = PlacedInstance::new(profile, start);
+        self.workloads.lock().unwrap().insert(format!("{WORKLOADS}/{name}"), Workload { gpu, uuid, pid, placed });
+    }
+
+    /// Runs a pod that holds the whole of `gpu` (`nvidia.com/gpu`), with a process on it.
+    pub fn run_whole_gpu_pod(&self, name: &str, gpu: GpuIndex, gpu_uuid: &str) {
+        let pod = ready_pod(WORKLOADS, name, json!({}), json!({}), json!({"nvidia.com/gpu": "1"}));
+        self.server.seed(&pod).expect("pod");
+        let pid = self.sim.start_gpu_process(gpu).expect("process");
+        self.assignments.update(|list| {
+            list.push(DeviceAssignment {
+                namespace: WORKLOADS.into(),
+                pod: name.into(),
+                container: "main".into(),
+                resource: "nvidia.com/gpu".into(),
+                device_id: gpu_uuid.into(),
+            })
+        });
+        let placed = PlacedInstance::new("whole-gpu", 0);
+        self.workloads.lock().unwrap().insert(format!("{WORKLOADS}/{name}"), Workload { gpu, uuid: gpu_uuid.into(), pid, placed });
+    }
+
+    /// Writes the MigNode's spec (creating the MigNode if needed) and returns its generation.
+    pub async fn set_spec(&self, gpus: &[(u32, &[(&str, u8)])]) -> i64 {
+        let spec = MigNodeSpec {
+            plan: Some("plan-1".into()),
+            gpus: gpus
+                .iter()
+                .map(|(index, g)| GpuGeometry { index: *index, geometry: g.iter().map(|&(p, s)| PlacedInstance::new(p, s)).collect() })
+                .collect(),
+        };
+        let api: Api<MigNode> = Api::all(self.client.clone());
+        // The agent creates the MigNode when it starts; whoever is first, the spec is patched in.
+        match api.create(&PostParams::default(), &MigNode::new(NODE, spec.clone())).await {
+            Ok(created) => return created.metadata.generation.expect("generation"),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("create MigNode: {e}"),
+        }
+        let stored = api.patch(NODE, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec }))).await.expect("patch MigNode spec");
+        stored.metadata.generation.expect("generation")
+    }
+
+    pub fn mignode(&self) -> MigNode {
+        self.server.object::<MigNode>("", NODE).expect("MigNode exists")
+    }
+
+    pub fn node(&self) -> Node {
+        self.server.object::<Node>("", NODE).expect("node exists")
+    }
+
+    pub fn cordon_by_hand(&self) {
+        let mut node = self.node();
+        node.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+        self.server.seed(&node).expect("cordon");
+    }
+
+    /// Whether the node is cordoned, and whether it carries Geometer's mark.
+    pub fn cordon_state(&self) -> (bool, bool) {
+        let node = self.node();
+        let unschedulable = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        let marked = node.metadata.annotations.is_some_and(|a| a.contains_key(CORDONED_BY_ANNOTATION));
+        (unschedulable, marked)
+    }
+
+    /// Waits (a failsafe of a minute, never a measured time) until the MigNode is Ready for
+    /// `generation`.
+    pub async fn wait_ready(&self, generation: i64) -> MigNode {
+        self.wait_for(&format!("MigNode Ready at generation {generation}"), |h| {
+            let m = h.server.object::<MigNode>("", NODE)?;
+            let s = m.status.as_ref()?;
+            (s.phase == MigNodePhase::Ready && s.observed_generation == Some(generation) && m.metadata.generation == Some(generation))
+                .then_some(m)
+        })
+        .await
+    }
+
+    /// Polls `check` until it gives a value. The deadline only stops a broken test from hanging.
+    pub async fn wait_for<T>(&self, what: &str, check: impl Fn(&Harness) -> Option<T>) -> T {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(v) = check(self) {
+                return v;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!("gave up waiting for {what}; MigNode status: {:#?}", self.server.object::<MigNode>("", NODE).map(|m| m.status));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The geometry on a simulated GPU as `profile@start`, sorted.
+    pub fn geometry(&self, gpu: GpuIndex) -> Vec<String> {
+        let mut g: Vec<String> = self.sim.geometry(gpu).unwrap().iter().map(|p| p.to_string()).collect();
+        g.sort();
+        g
+    }
+
+    pub fn events(&self) -> Vec<Event> {
+        self.server.objects::<Event>()
+    }
+
+    pub fn events_with_reason(&self, reason: &str) -> Vec<Event> {
+        self.events().into_iter().filter(|e| e.reason.as_deref() == Some(reason)).collect()
+    }
+
+    pub fn pod_exists(&self, name: &str) -> bool {
+        self.server.object::<Pod>(WORKLOADS, name).is_some()
+    }
+
+    /// Pods the kubelet still runs, by name.
+    pub fn running(&self) -> Vec<String> {
+        self.workloads.lock().unwrap().keys().map(|k| k.split('/').nth(1).unwrap().to_string()).collect()
+    }
+
+    /// Eviction requests for workload pods (the device plugin is restarted by eviction too).
+    pub fn evictions(&self) -> usize {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| r.resource.as_deref() == Some("pods/eviction") && r.namespace.as_deref() == Some(WORKLOADS))
+            .count()
+    }
+
+    /// Eviction requests for device plugin pods: one per restart.
+    pub fn plugin_restarts(&self) -> usize {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| r.resource.as_deref() == Some("pods/eviction") && r.namespace.as_deref() == Some(PLUGIN_NAMESPACE))
+            .count()
+    }
+}
+
+/// A hook that records every step written to status, checking each time that status already
+/// shows the step when the hook runs (the step is recorded before it is taken).
+pub fn recording_hook(server: ApiServer) -> (StepHook, Arc<Mutex<Vec<StepAction>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let hook: StepHook = Arc::new(move |point: &StepPoint| {
+        if let StepPoint::Recorded(step) = point {
+            let status = server.object::<MigNode>("", NODE).and_then(|m| m.status).expect("status");
+            assert_eq!(status.step.as_ref().map(|s| s.action), Some(step.action), "status shows the step before it is taken");
+            log.lock().unwrap().push(step.action);
+        }
+        Box::pin(async {})
+    });
+    (hook, seen)
+}
+
+async fn advertise(server: &ApiServer, sim: &SimNvml) {
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut gpu = 0;
+    while let Ok(geometry) = sim.geometry(gpu) {
+        // A bare GPU instance is no device. The plugin only restarts after verification, when
+        // there are none, so counting per profile is exact there.
+        let bare = sim.gpu_instances_without_compute(gpu).unwrap().len();
+        assert_eq!(bare, 0, "the device plugin restarted while GPU {gpu} is half built");
+        for p in geometry {
+            *counts.entry(format!("nvidia.com/mig-{}", p.profile)).or_default() += 1;
+        }
+        gpu += 1;
+    }
+    let node = server.object::<Node>("", NODE).expect("node");
+    let mut alloc = serde_json::Map::new();
+    // The kubelet keeps resources it saw before, at 0.
+    for k in node.status.and_then(|s| s.allocatable).unwrap_or_default().into_keys().filter(|k| geometer_api::resources::is_mig_resource(k)) {
+        alloc.insert(k, json!("0"));
+    }
+    for (k, v) in counts {
+        alloc.insert(k, json!(v.to_string()));
+    }
+    // Through the status subresource, as the kubelet does: a cordon made meanwhile stays.
+    Api::<Node>::all(server.client())
+        .patch_status(NODE, &PatchParams::default(), &Patch::Merge(json!({"status": {"allocatable": alloc}})))
+        .await
+        .expect("node allocatable");
+}
+
+/// The simulated kubelet: releases the devices of pods that are gone (stopping their
+/// processes), and brings the device plugin back (with a fresh allocatable) when it is deleted.
+async fn kubelet(server: ApiServer, sim: SimNvml, assignments: SharedAssignments, workloads: Arc<Mutex<BTreeMap<String, Workload>>>) {
+    let mut plugin_generation = 1;
+    let mut releases = 0u64;
+    loop {
+        let gone: Vec<(String, Workload)> = {
+            let w = workloads.lock().unwrap();
+            w.iter()
+                .filter(|(key, _)| {
+                    let (ns, name) = key.split_once('/').unwrap();
+                    server.object::<Pod>(ns, name).is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        let released = !gone.is_empty();
+        for (key, w) in gone {
+            sim.stop_process(w.pid);
+            assignments.update(|list| list.retain(|a| format!("{}/{}", a.namespace, a.pod) != key));
+            workloads.lock().unwrap().remove(&key);
+        }
+        if released {
+            // The kubelet reports on its node after a pod goes; the agent wakes on that rather
+            // than waiting for its next poll of the PodResources API.
+            releases += 1;
+            let touch = json!({"metadata": {"annotations": {"sim.geometer.dev/releases": releases.to_string()}}});
+            Api::<Node>::all(server.client()).patch(NODE, &PatchParams::default(), &Patch::Merge(touch)).await.expect("touch node");
+        }
+        let plugin_running = server.objects::<Pod>().iter().any(|p| {
+            p.metadata.namespace.as_deref() == Some(PLUGIN_NAMESPACE) && p.metadata.deletion_timestamp.is_none()
+        });
+        if !plugin_running {
+            advertise(&server, &sim).await;
+            let labels = json!({ PLUGIN_LABEL.0: PLUGIN_LABEL.1 });
+            let pod = ready_pod(PLUGIN_NAMESPACE, &format!("nvidia-device-plugin-{plugin_generation}"), labels, json!({}), json!({}));
+            server.seed(&pod).expect("device plugin pod");
+            plugin_generation += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

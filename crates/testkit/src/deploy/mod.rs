@@ -1,0 +1,65 @@
+//! Rendering `deploy/` with the real `kubectl kustomize`, for the deploy tests.
+#![allow(dead_code)]
+
+pub mod observe;
+pub mod rbac;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `deploy/base` and every directory under `deploy/overlays`, as paths relative to the repo.
+pub fn kustomizations() -> Vec<String> {
+    let mut dirs = vec!["deploy/base".to_string()];
+    let overlays = repo().join("deploy/overlays");
+    let mut names: Vec<String> = std::fs::read_dir(&overlays)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", overlays.display()))
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("kustomization.yaml").exists())
+        .map(|e| format!("deploy/overlays/{}", e.file_name().to_string_lossy()))
+        .collect();
+    names.sort();
+    dirs.extend(names);
+    dirs
+}
+
+/// Whether kubectl can be run; says so on stderr when it cannot, so a skipped test is visible.
+pub fn kubectl_available() -> bool {
+    match Command::new("kubectl").args(["version", "--client"]).output() {
+        Ok(out) if out.status.success() => true,
+        _ => {
+            eprintln!("SKIPPED: kubectl is not on PATH; install kubectl (1.27 or later, with kustomize v5) to render deploy/");
+            false
+        }
+    }
+}
+
+/// The objects `kubectl kustomize DIR` renders. Panics with kubectl's message when it fails.
+pub fn render(dir: &str) -> Vec<Value> {
+    let out = Command::new("kubectl").arg("kustomize").arg(repo().join(dir)).output().expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {dir} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("kustomize prints UTF-8");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("kubectl kustomize {dir} printed no YAML: {e}"));
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// The one object of `kind` named `name`.
+pub fn object<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in the rendering"))
+}
+
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}

@@ -1,0 +1,13 @@
+//! The node agent: its steps, drain, crashes, requests, NVML backends and CLI.
+
+mod cli;
+mod crash;
+mod deploy;
+mod drain;
+mod mig_mode;
+mod nvml_inventory;
+mod nvml_probe;
+mod nvml_real;
+mod nvml_sim;
+mod requests;
+mod steps;

@@ -1,0 +1,68 @@
+//! Turning MIG mode on: only on an idle GPU, and a change pending a GPU reset is reported.
+
+use geometer_testkit::agent as agent_support;
+
+use agent_support::{recording_hook, Harness, SimGpuOptions};
+use geometer_agent::nvml::NvmlBackend;
+use geometer_api::{MigNodeStatus, StepAction::*};
+
+const MIG_OFF: SimGpuOptions = SimGpuOptions { mig_enabled: false, mig_mode_needs_reset: false };
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mig_mode_is_turned_on_only_after_the_pod_holding_the_gpu_left() {
+    let h = Harness::new_with(&[("H100-80GB", &[], MIG_OFF)]).await;
+    let uuid = h.sim.devices().unwrap()[0].uuid.clone();
+    h.run_whole_gpu_pod("whole", 0, &uuid);
+    let (hook, steps) = recording_hook(h.server.clone());
+    let agent = h.spawn_agent(h.config(), Some(hook));
+    let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+    h.wait_ready(generation).await;
+    agent.abort();
+
+    assert_eq!(
+        *steps.lock().unwrap(),
+        vec![
+            Cordon,
+            Evict,
+            EnableMigMode,
+            CreateGpuInstance,
+            CreateGpuInstance,
+            CreateComputeInstance,
+            CreateComputeInstance,
+            Verify,
+            RestartDevicePlugin,
+            WaitForAllocatable,
+            Uncordon,
+        ]
+    );
+    assert!(!h.pod_exists("whole"));
+    assert!(h.sim.devices().unwrap()[0].mig_mode.unwrap().current);
+    assert_eq!(h.geometry(0), vec!["3g.40gb@0", "3g.40gb@4"]);
+    assert_eq!(h.cordon_state(), (false, false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mig_mode_pending_a_reset_is_reported_then_picked_up_after_the_reset() {
+    let h = Harness::new_with(&[("A100-40GB", &[], SimGpuOptions { mig_enabled: false, mig_mode_needs_reset: true })]).await;
+    let agent = h.spawn_agent(h.config(), None);
+    let generation = h.set_spec(&[(0, &[("7g.40gb", 0)])]).await;
+
+    let failed = h
+        .wait_for("Failed: MigModePendingReset", |h| {
+            let s = h.mignode().status?;
+            s.conditions.into_iter().find(|c| c.type_ == MigNodeStatus::FAILED && c.status == "True")
+        })
+        .await;
+    assert_eq!(failed.reason, "MigModePendingReset");
+    assert!(failed.message.contains("nvidia-smi -r -i 0"), "{}", failed.message);
+    assert!(failed.message.contains("stays cordoned by Geometer"), "{}", failed.message);
+    assert!(failed.message.contains("GPU 0 has [], target [7g.40gb@0]"), "the unfinished GPU is named: {}", failed.message);
+    assert_eq!(h.cordon_state(), (true, true), "cordoned, with a condition saying why");
+    assert!(h.geometry(0).is_empty());
+
+    h.sim.reset_gpu(0).unwrap();
+    h.wait_ready(generation).await;
+    agent.abort();
+    assert_eq!(h.geometry(0), vec!["7g.40gb@0"]);
+    assert_eq!(h.cordon_state(), (false, false));
+}

@@ -1,0 +1,204 @@
+//! The inventory joins NVML (simulated) with the kubelet's PodResources (a real gRPC server on
+//! a unix socket): which pod holds which MIG device, which instances run processes, and where
+//! NVML disagrees with the catalog.
+
+use std::sync::{Arc, Mutex};
+
+use geometer_agent::catalog_check::{self, nvml_model};
+use geometer_agent::inventory::{check_catalog, read_inventory};
+use geometer_agent::nvml::sim::SimNvml;
+use geometer_agent::nvml::{NvmlBackend, Placement};
+use geometer_agent::pod_resources::proto::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
+use geometer_agent::pod_resources::proto::*;
+use geometer_agent::pod_resources::{DeviceAssignment, PodResourcesClient, PodResourcesError};
+use geometer_solver::catalog::Catalog;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+/// A kubelet that answers List with whatever the test put in.
+#[derive(Clone, Default)]
+struct FakeKubelet {
+    pods: Arc<Mutex<Vec<PodResources>>>,
+}
+
+#[tonic::async_trait]
+impl PodResourcesLister for FakeKubelet {
+    async fn list(&self, _: Request<ListPodResourcesRequest>) -> Result<Response<ListPodResourcesResponse>, Status> {
+        Ok(Response::new(ListPodResourcesResponse { pod_resources: self.pods.lock().unwrap().clone() }))
+    }
+    async fn get_allocatable_resources(
+        &self,
+        _: Request<AllocatableResourcesRequest>,
+    ) -> Result<Response<AllocatableResourcesResponse>, Status> {
+        Err(Status::unimplemented("not needed by Geometer"))
+    }
+    async fn get(&self, _: Request<GetPodResourcesRequest>) -> Result<Response<GetPodResourcesResponse>, Status> {
+        Err(Status::unimplemented("not needed by Geometer"))
+    }
+}
+
+/// Serves the fake kubelet on `kubelet.sock` in a fresh temp dir.
+async fn serve(kubelet: FakeKubelet) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(PodResourcesListerServer::new(kubelet))
+            .serve_with_incoming(UnixListenerStream::new(listener))
+            .await
+            .unwrap();
+    });
+    (dir, socket)
+}
+
+fn pod(namespace: &str, name: &str, resource: &str, ids: &[&str]) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: namespace.into(),
+        containers: vec![ContainerResources {
+            name: "main".into(),
+            devices: vec![
+                ContainerDevices {
+                    resource_name: resource.into(),
+                    device_ids: ids.iter().map(|s| s.to_string()).collect(),
+                    topology: None,
+                },
+                // Other device plugins' resources are not Geometer's business.
+                ContainerDevices { resource_name: "example.com/fpga".into(), device_ids: vec!["fpga0".into()], topology: None },
+            ],
+            ..Default::default()
+        }],
+    }
+}
+
+#[tokio::test]
+async fn client_lists_nvidia_devices_per_pod_over_the_socket() {
+    let kubelet = FakeKubelet::default();
+    kubelet.pods.lock().unwrap().push(pod("ml", "infer-a", "nvidia.com/mig-1g.10gb", &["MIG-aaa", "MIG-bbb"]));
+    let (_dir, socket) = serve(kubelet.clone()).await;
+    let mut client = PodResourcesClient::connect(&socket).await.unwrap();
+    let got = client.nvidia_assignments().await.unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].pod_ref(), "ml/infer-a");
+    assert_eq!(got[0].mig_profile(), Some("1g.10gb"));
+    assert_eq!((got[0].device_id.as_str(), got[1].device_id.as_str()), ("MIG-aaa", "MIG-bbb"));
+    kubelet.pods.lock().unwrap().clear();
+    assert!(client.nvidia_assignments().await.unwrap().is_empty(), "each call asks the kubelet again");
+}
+
+#[tokio::test]
+async fn a_missing_socket_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("kubelet.sock");
+    let err = PodResourcesClient::connect(&missing).await.unwrap_err();
+    assert!(matches!(err, PodResourcesError::Connect { .. }));
+    let text = err.to_string();
+    assert!(text.contains(&missing.display().to_string()) && text.contains("pod-resources"), "{text}");
+}
+
+#[tokio::test]
+async fn inventory_names_the_pod_on_each_mig_device() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu("H100-80GB").unwrap();
+    sim.add_gpu("H100-80GB").unwrap();
+    let gpu0 = sim.set_geometry(0, &[("3g.40gb", 4), ("1g.10gb", 0), ("1g.10gb", 1)]).unwrap();
+    let gpu1 = sim.set_geometry(1, &[("7g.80gb", 0)]).unwrap();
+    let gpu0_uuid = sim.devices().unwrap()[0].uuid.clone();
+    let (big, small_a, small_b) = (&gpu0[0], &gpu0[1], &gpu0[2]);
+    // A process outside Kubernetes also makes an instance busy.
+    sim.start_process(0, &small_b.uuid).unwrap();
+
+    let kubelet = FakeKubelet::default();
+    {
+        let mut pods = kubelet.pods.lock().unwrap();
+        pods.push(pod("ml", "big", "nvidia.com/mig-3g.40gb", &[&big.uuid]));
+        // The device plugin's legacy id form for MIG devices.
+        let legacy = format!("MIG-{}/{}/{}", gpu0_uuid, small_a.gpu_instance_id, small_a.compute_instance_id);
+        pods.push(pod("ml", "small", "nvidia.com/mig-1g.10gb", &[&legacy]));
+        // The `index` id strategy: <gpu index>:<MIG device index>.
+        pods.push(pod("ml", "whole", "nvidia.com/mig-7g.80gb", &[&format!("1:{}", gpu1[0].index)]));
+        pods.push(pod("ml", "ghost", "nvidia.com/mig-1g.10gb", &["MIG-00000000-0000-0000-0000-000000000000"]));
+    }
+    let (_dir, socket) = serve(kubelet).await;
+    let assignments = PodResourcesClient::connect(&socket).await.unwrap().nvidia_assignments().await.unwrap();
+
+    let inventory = read_inventory(&sim, Catalog::builtin(), &assignments).unwrap();
+    assert_eq!(inventory.gpus.len(), 2);
+    let g0 = &inventory.gpus[0];
+    assert_eq!((g0.model.as_str(), g0.pci_device_id.as_str()), ("H100-80GB", "0x233010DE"));
+    let summary: Vec<(String, u8, Option<String>, u32)> =
+        g0.instances.iter().map(|i| (i.profile.clone(), i.start, i.pod.clone(), i.processes)).collect();
+    assert_eq!(
+        summary,
+        [
+            ("1g.10gb".to_string(), 0, Some("ml/small".to_string()), 0),
+            ("1g.10gb".to_string(), 1, None, 1),
+            ("3g.40gb".to_string(), 4, Some("ml/big".to_string()), 0),
+        ]
+    );
+    assert!(g0.instances.iter().all(|i| i.in_use()) && g0.instances[2].uuid.as_deref() == Some(big.uuid.as_str()));
+    assert_eq!(inventory.gpus[1].instances[0].pod.as_deref(), Some("ml/whole"));
+    let unmatched: Vec<&DeviceAssignment> = inventory.unmatched.iter().collect();
+    assert_eq!(unmatched.len(), 1);
+    assert_eq!(unmatched[0].pod, "ghost");
+    assert!(inventory.in_use());
+}
+
+#[test]
+fn a_planned_profile_name_resolves_to_the_driver_profile_id() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu("H100-80GB").unwrap();
+    let model = Catalog::builtin().find("H100-80GB").unwrap();
+    let profiles = sim.gpu_instance_profiles(0).unwrap();
+    let info = catalog_check::nvml_profile_for(model, &profiles, "3g.40gb").unwrap();
+    assert_eq!(info.id, 9);
+    sim.create_gpu_instance(0, info.id, Placement { start: 4, size: 4 }).unwrap();
+    assert!(catalog_check::nvml_profile_for(model, &profiles, "5g.50gb").is_none());
+}
+
+#[test]
+fn half_built_instances_show_without_a_uuid() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu("A100-40GB").unwrap();
+    let profiles = sim.gpu_instance_profiles(0).unwrap();
+    let p = profiles.iter().find(|p| p.name.as_deref() == Some("3g.20gb")).unwrap();
+    sim.create_gpu_instance(0, p.id, Placement { start: 4, size: 4 }).unwrap();
+    let inventory = read_inventory(&sim, Catalog::builtin(), &[]).unwrap();
+    let i = &inventory.gpus[0].instances[0];
+    assert_eq!((i.profile.as_str(), i.start, i.size), ("3g.20gb", 4, 4));
+    assert_eq!((i.compute_instance_id, i.uuid.as_deref()), (None, None));
+    assert!(!i.in_use());
+}
+
+#[test]
+fn catalog_agrees_with_a_simulated_gpu_until_nvml_says_otherwise() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu("H100-80GB").unwrap();
+    assert_eq!(check_catalog(&sim, Catalog::builtin()).unwrap(), []);
+
+    sim.override_profile(0, "3g.40gb", |r| {
+        r.placements = vec![Placement { start: 4, size: 4 }];
+        r.info.memory_mib = 40000;
+    })
+    .unwrap();
+    sim.hide_profile(0, "1g.20gb").unwrap();
+    let found = check_catalog(&sim, Catalog::builtin()).unwrap();
+    let fields: Vec<(Option<&str>, &str, &str, &str)> =
+        found.iter().map(|d| (d.profile.as_deref(), d.field.as_str(), d.catalog.as_str(), d.nvml.as_str())).collect();
+    assert!(fields.contains(&(Some("3g.40gb"), "placements", "0,4 (size 4)", "4 (size 4)")), "{fields:?}");
+    assert!(fields.contains(&(Some("3g.40gb"), "memoryMib", "40448", "40000")), "{fields:?}");
+    assert!(fields.iter().any(|f| f.0 == Some("1g.20gb") && f.1 == "offered" && f.3 == "not offered"), "{fields:?}");
+    assert_eq!(found.len(), 3, "{fields:?}");
+
+    // NVML wins: the corrected model allows only what NVML allows.
+    let model = Catalog::builtin().find("H100-80GB").unwrap();
+    let corrected = nvml_model(model, &catalog_check::read_profiles(&sim, 0).unwrap());
+    let p3 = corrected.profile("3g.40gb").unwrap();
+    assert_eq!(corrected.profiles[p3].starts, [4]);
+    assert_eq!(corrected.profiles[p3].memory_mib, 40000);
+    assert!(corrected.profiles[corrected.profile("1g.20gb").unwrap()].starts.is_empty());
+    // And the simulated driver enforces it.
+    assert!(sim.set_geometry(0, &[("3g.40gb", 0)]).is_err());
+    assert!(sim.set_geometry(0, &[("3g.40gb", 4)]).is_ok());
+}
