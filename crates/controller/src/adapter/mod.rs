@@ -111,6 +111,17 @@ pub fn parse_policy(text: &str) -> Result<PolicyObject, AdapterError> {
     let value = parse_value(text)?;
     if value.get("kind").and_then(Value::as_str) == Some("MigPolicy") {
         let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+        // A label map where a LabelSelector belongs would decode as "select everything".
+        if let Some(selector) = value.pointer("/spec/nodeSelector").and_then(Value::as_object) {
+            if let Some(key) = selector.keys().find(|k| !matches!(k.as_str(), "matchLabels" | "matchExpressions")) {
+                return Err(AdapterError::Field {
+                    object: format!("MigPolicy {name}"),
+                    field: format!("spec.nodeSelector.{key}"),
+                    value: selector[key].to_string(),
+                    problem: "a node selector is a LabelSelector: put labels under matchLabels".into(),
+                });
+            }
+        }
         let policy: MigPolicy = serde_json::from_value(value)
             .map_err(|e| AdapterError::Object { index: 0, kind: "MigPolicy".into(), name, problem: e.to_string() })?;
         return crd::mig_policy(&policy, true);
@@ -318,7 +329,10 @@ items:
     #[test]
     fn policy_selector_limits_managed_nodes() {
         let objects = parse_objects(LIST).unwrap();
-        let policy = parse_policy("kind: MigPolicy\nmetadata: {name: p}\nspec: {nodeSelector: {pool: other}}").unwrap();
+        let err = parse_policy("kind: MigPolicy\nmetadata: {name: p}\nspec: {nodeSelector: {pool: other}}").unwrap_err().to_string();
+        assert!(err.contains("spec.nodeSelector.pool") && err.contains("matchLabels"), "{err}");
+        let policy =
+            parse_policy("kind: MigPolicy\nmetadata: {name: p}\nspec: {nodeSelector: {matchLabels: {pool: other}}}").unwrap();
         let built = build_snapshot(&objects, Catalog::builtin(), Some(policy), jiff::Timestamp::UNIX_EPOCH).unwrap();
         assert!(built.snapshot.nodes.is_empty());
         let plain = parse_policy("evictionAllowed: true\nmaxGpusChanged: 3").unwrap();
