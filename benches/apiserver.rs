@@ -18,6 +18,7 @@
 //! objects whole, where by default the reflectors drop managedFields as the controller does).
 //! A plain `main` (harness = false): the phases need fresh reflectors and memory readings
 //! between them, which a sampling harness would blur.
+#![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 #[path = "support/counting_alloc.rs"]
 #[allow(unsafe_code)] // a counting GlobalAlloc wrapper: measuring heap needs it
@@ -120,7 +121,11 @@ where
             };
             let seen = match event {
                 Event::InitDone => Seen::Synced(Instant::now()),
-                Event::Apply(obj) => Seen::Applied { round: obj.labels().get(ROUND).cloned(), name: obj.name_any(), at: Instant::now() },
+                Event::Apply(obj) => Seen::Applied {
+                    round: obj.labels().get(ROUND).cloned(),
+                    name: obj.name_any(),
+                    at: Instant::now(),
+                },
                 _ => continue,
             };
             if tx.send(seen).is_err() {
@@ -162,13 +167,22 @@ async fn sync_both(client: &Client) -> (Reflectors, Duration) {
     let (pods, b) = start::<Pod>(client.clone(), pod_tx);
     let (n, p) = tokio::join!(synced(&mut node_rx), synced(&mut pod_rx));
     let took = n.max(p) - started;
-    assert_eq!((nodes.state().len(), pods.state().len()), (node_count(), pod_count()), "a synced store holds every object");
+    assert_eq!(
+        (nodes.state().len(), pods.state().len()),
+        (node_count(), pod_count()),
+        "a synced store holds every object"
+    );
     (Reflectors { nodes, pods, tasks: vec![a, b], node_rx, pod_rx }, took)
 }
 
 /// Patches `names` one after another and waits for each one's event; returns per-object
 /// latencies (write start to event) and the burst's span.
-async fn watch_round<K>(api_for: impl Fn(&Option<String>) -> Api<K>, names: Vec<(Option<String>, String)>, round: &str, rx: &mut mpsc::UnboundedReceiver<Seen>) -> (Vec<Duration>, Duration)
+async fn watch_round<K>(
+    api_for: impl Fn(&Option<String>) -> Api<K>,
+    names: Vec<(Option<String>, String)>,
+    round: &str,
+    rx: &mut mpsc::UnboundedReceiver<Seen>,
+) -> (Vec<Duration>, Duration)
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + 'static,
 {
@@ -196,7 +210,10 @@ where
 
 fn status_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status (Linux)");
-    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("{field} in /proc/self/status"));
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or_else(|| panic!("{field} in /proc/self/status"));
     line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a number of kB")
 }
 
@@ -227,7 +244,10 @@ async fn measure(transport: &str, server: &ApiServer, client: Client, runs: usiz
     let heap_before = counting_alloc::mark();
     let (mut reflectors, first) = sync_both(&client).await;
     let (heap_synced, heap_peak) = (counting_alloc::live(), counting_alloc::peak());
-    let pod_lists = server.requests()[before..].iter().filter(|r| r.resource.as_deref() == Some("pods") && r.verb == Some(Verb::List)).count();
+    let pod_lists = server.requests()[before..]
+        .iter()
+        .filter(|r| r.resource.as_deref() == Some("pods") && r.verb == Some(Verb::List))
+        .count();
     println!("initial sync, nodes and pods: run 1 {} ({pod_lists} pod list pages)", ms(first));
     println!(
         "reflector stores hold {} of heap; the sync peaked at {} above the heap before it; RSS {}",
@@ -236,19 +256,41 @@ async fn measure(transport: &str, server: &ApiServer, client: Client, runs: usiz
         mib(status_kib("VmRSS:"))
     );
 
-    let pod_names: Vec<_> = (0..POD_UPDATES).map(|i| i * (pod_count() / POD_UPDATES)).map(|p| (Some(format!("team-{}", p % 20)), format!("job-{p:05}"))).collect();
-    let (latencies, span) = watch_round(|ns| Api::<Pod>::namespaced(client.clone(), ns.as_deref().unwrap()), pod_names, round, &mut reflectors.pod_rx).await;
+    let pod_names: Vec<_> = (0..POD_UPDATES)
+        .map(|i| i * (pod_count() / POD_UPDATES))
+        .map(|p| (Some(format!("team-{}", p % 20)), format!("job-{p:05}")))
+        .collect();
+    let (latencies, span) = watch_round(
+        |ns| Api::<Pod>::namespaced(client.clone(), ns.as_deref().unwrap()),
+        pod_names,
+        round,
+        &mut reflectors.pod_rx,
+    )
+    .await;
     report_watch("pod", latencies, span);
-    let node_names: Vec<_> = (0..NODE_UPDATES).map(|n| (None, format!("gpu-{:04}", n * (node_count() / NODE_UPDATES)))).collect();
-    let (latencies, span) = watch_round(|_| Api::<Node>::all(client.clone()), node_names, round, &mut reflectors.node_rx).await;
+    let node_names: Vec<_> =
+        (0..NODE_UPDATES).map(|n| (None, format!("gpu-{:04}", n * (node_count() / NODE_UPDATES)))).collect();
+    let (latencies, span) =
+        watch_round(|_| Api::<Node>::all(client.clone()), node_names, round, &mut reflectors.node_rx).await;
     report_watch("node", latencies, span);
-    let labelled = reflectors.pods.state().iter().filter(|p| p.labels().get(ROUND).map(String::as_str) == Some(round)).count();
+    let labelled = reflectors
+        .pods
+        .state()
+        .iter()
+        .filter(|p| p.labels().get(ROUND).map(String::as_str) == Some(round))
+        .count();
     assert_eq!(labelled, POD_UPDATES, "the pod store has every update");
-    assert!(reflectors.nodes.state().iter().filter(|n| n.labels().contains_key(ROUND)).count() == NODE_UPDATES);
+    assert!(
+        reflectors.nodes.state().iter().filter(|n| n.labels().contains_key(ROUND)).count() == NODE_UPDATES
+    );
     drop(reflectors);
     // Give the aborted tasks a moment to drop their streams before reading the heap.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    println!("heap after dropping the reflectors: {} ({} before the sync)", heap_mib(counting_alloc::live()), heap_mib(heap_before));
+    println!(
+        "heap after dropping the reflectors: {} ({} before the sync)",
+        heap_mib(counting_alloc::live()),
+        heap_mib(heap_before)
+    );
 
     let mut syncs = vec![first];
     for _ in 1..runs {
@@ -257,7 +299,11 @@ async fn measure(transport: &str, server: &ApiServer, client: Client, runs: usiz
         drop(r);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    println!("initial sync over {runs} fresh runs: {}; heap after them {}", summary(syncs), heap_mib(counting_alloc::live()));
+    println!(
+        "initial sync over {runs} fresh runs: {}; heap after them {}",
+        summary(syncs),
+        heap_mib(counting_alloc::live())
+    );
 }
 
 fn report_watch(kind: &str, mut latencies: Vec<Duration>, span: Duration) {
@@ -290,9 +336,14 @@ fn main() {
         SCALE_DOWN.store(10, std::sync::atomic::Ordering::Relaxed);
         println!("smoke run (cargo test): a tenth of the objects, one sync run; `cargo bench` measures");
     }
-    let runs = flag(&args, "--runs", |v| v.parse().ok().filter(|&n: &usize| n > 0)).unwrap_or(if smoke { 1 } else { 5 });
-    let transport = flag(&args, "--transport", |v| ["in-process", "http", "both"].contains(&v).then(|| v.to_string()))
-        .unwrap_or_else(|| "both".to_string());
+    let runs = flag(&args, "--runs", |v| v.parse().ok().filter(|&n: &usize| n > 0)).unwrap_or(if smoke {
+        1
+    } else {
+        5
+    });
+    let transport =
+        flag(&args, "--transport", |v| ["in-process", "http", "both"].contains(&v).then(|| v.to_string()))
+            .unwrap_or_else(|| "both".to_string());
     if args.iter().any(|a| a == "--keep-managed-fields") {
         KEEP_MANAGED_FIELDS.store(true, std::sync::atomic::Ordering::Relaxed);
         println!("reflectors keep managedFields");
@@ -315,7 +366,8 @@ fn main() {
 
     rt.block_on(async {
         if transport != "http" {
-            measure("in-process client (tower service, no sockets)", &server, server.client(), runs, "1").await;
+            measure("in-process client (tower service, no sockets)", &server, server.client(), runs, "1")
+                .await;
         }
         if transport != "in-process" {
             let (addr, handle) = server.serve_http("127.0.0.1:0").await.expect("serve on loopback");

@@ -7,6 +7,7 @@
 //! published, and from the shift to every shifted pod running.
 //!
 //! Run: `cargo bench --bench operator_scale` (env `SCALE_NODES` to change the node count).
+#![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -20,7 +21,15 @@ use kube::api::PostParams;
 use kube::Api;
 
 const GPUS_PER_NODE: usize = 8;
-const SEVEN_SMALL: &[(&str, u8)] = &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.10gb", 6)];
+const SEVEN_SMALL: &[(&str, u8)] = &[
+    ("1g.10gb", 0),
+    ("1g.10gb", 1),
+    ("1g.10gb", 2),
+    ("1g.10gb", 3),
+    ("1g.10gb", 4),
+    ("1g.10gb", 5),
+    ("1g.10gb", 6),
+];
 const IDLE: u32 = 2;
 
 fn policy() -> MigPolicy {
@@ -34,7 +43,12 @@ fn policy() -> MigPolicy {
             forecast_window_seconds: 0,
             batching: Batching { idle_seconds: IDLE, max_seconds: 10 },
             stabilisation_seconds: 0,
-            disruption: Disruption { eviction_allowed: false, max_nodes_reconfiguring: 100, drain_timeout_seconds: 120, ..Disruption::default() },
+            disruption: Disruption {
+                eviction_allowed: false,
+                max_nodes_reconfiguring: 100,
+                drain_timeout_seconds: 120,
+                ..Disruption::default()
+            },
             solver: SolverLimits { time_limit_ms: 10_000, ..SolverLimits::default() },
         },
     )
@@ -44,7 +58,12 @@ fn policy() -> MigPolicy {
 fn memory(pid: u32) -> (f64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
-        status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
     };
     (field("VmHWM:"), field("VmRSS:"))
 }
@@ -59,7 +78,10 @@ impl Drop for Controller {
 }
 
 fn unschedulable(pod: &Pod) -> bool {
-    pod.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
 }
 
 fn phase(pod: &Pod) -> Option<&str> {
@@ -83,7 +105,8 @@ async fn main() {
     // smoke test on a small cluster.
     let smoke = !std::env::args().any(|a| a == "--bench");
     let default_nodes = if smoke { 10 } else { 1_000 };
-    let nodes: usize = std::env::var("SCALE_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(default_nodes);
+    let nodes: usize =
+        std::env::var("SCALE_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(default_nodes);
     let running_pods = nodes * 9;
     let shifted_pods = nodes;
     let t = Instant::now();
@@ -91,7 +114,9 @@ async fn main() {
     for crd in geometer_api::crds() {
         server.seed(&crd).unwrap();
     }
-    server.seed(&serde_json::from_value::<Namespace>(serde_json::json!({"metadata": {"name": "ml"}})).unwrap()).unwrap();
+    server
+        .seed(&serde_json::from_value::<Namespace>(serde_json::json!({"metadata": {"name": "ml"}})).unwrap())
+        .unwrap();
     let spec = ClusterSpec::uniform("gpu", nodes, "H100-80GB", GPUS_PER_NODE, SEVEN_SMALL);
     let cluster = SimCluster::start(&server, &spec).await.expect("cluster");
     Api::<MigPolicy>::all(server.client()).create(&PostParams::default(), &policy()).await.unwrap();
@@ -103,14 +128,33 @@ async fn main() {
     }
     let pods: Api<Pod> = Api::namespaced(server.client(), "ml");
     for i in 0..running_pods {
-        pods.create(&PostParams::default(), &MigPod::new("ml", &format!("small-{i:05}")).slice("1g.10gb", 1).resources("1", "4Gi").run_seconds(1e6).build()).await.unwrap();
+        pods.create(
+            &PostParams::default(),
+            &MigPod::new("ml", &format!("small-{i:05}"))
+                .slice("1g.10gb", 1)
+                .resources("1", "4Gi")
+                .run_seconds(1e6)
+                .build(),
+        )
+        .await
+        .unwrap();
     }
     wait("the first pods running", Duration::from_secs(900), || {
-        server.objects::<Pod>().iter().filter(|p| p.metadata.namespace.as_deref() == Some("ml") && phase(p) == Some("Running")).count() == running_pods
+        server
+            .objects::<Pod>()
+            .iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some("ml") && phase(p) == Some("Running"))
+            .count()
+            == running_pods
     })
     .await;
     let inventories = wait("every agent's inventory", Duration::from_secs(600), || {
-        server.objects::<geometer_api::MigNode>().iter().filter(|m| m.status.as_ref().is_some_and(|s| !s.gpus.is_empty())).count() == nodes
+        server
+            .objects::<geometer_api::MigNode>()
+            .iter()
+            .filter(|m| m.status.as_ref().is_some_and(|s| !s.gpus.is_empty()))
+            .count()
+            == nodes
     })
     .await;
     let setup = inventories - t;
@@ -151,7 +195,16 @@ async fn main() {
     // The shift: pods for 3g.40gb, which no GPU offers.
     let shift = Instant::now();
     for i in 0..shifted_pods {
-        pods.create(&PostParams::default(), &MigPod::new("ml", &format!("big-{i:05}")).slice("3g.40gb", 1).resources("4", "32Gi").run_seconds(1e6).build()).await.unwrap();
+        pods.create(
+            &PostParams::default(),
+            &MigPod::new("ml", &format!("big-{i:05}"))
+                .slice("3g.40gb", 1)
+                .resources("4", "32Gi")
+                .run_seconds(1e6)
+                .build(),
+        )
+        .await
+        .unwrap();
     }
     let is_big = |p: &Pod| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("big-"));
     // Demand appears as the scheduler marks each pod; a round may start (max window) and pods
@@ -159,7 +212,9 @@ async fn main() {
     let mut marked: std::collections::BTreeSet<String> = Default::default();
     let mut first_marked = None;
     let all_marked = wait("the shifted pods marked Unschedulable", Duration::from_secs(600), || {
-        for p in server.objects::<Pod>().iter().filter(|p| is_big(p) && (unschedulable(p) || p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))) {
+        for p in server.objects::<Pod>().iter().filter(|p| {
+            is_big(p) && (unschedulable(p) || p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        }) {
             if marked.insert(p.metadata.name.clone().unwrap_or_default()) && first_marked.is_none() {
                 first_marked = Some(Instant::now());
             }
@@ -170,8 +225,10 @@ async fn main() {
     let all_unschedulable = all_marked;
     // The batch opens with the first marked pod and closes idle seconds after the last change,
     // or max seconds after it opened, whichever comes first.
-    let window_closes = (all_marked + Duration::from_secs(IDLE.into())).min(first_marked.unwrap_or(all_marked) + Duration::from_secs(10));
-    let published = wait("a plan", Duration::from_secs(300), || !server.objects::<MigPlan>().is_empty()).await;
+    let window_closes = (all_marked + Duration::from_secs(IDLE.into()))
+        .min(first_marked.unwrap_or(all_marked) + Duration::from_secs(10));
+    let published =
+        wait("a plan", Duration::from_secs(300), || !server.objects::<MigPlan>().is_empty()).await;
     let plan = server.objects::<MigPlan>().remove(0);
     let succeeded = wait("the plan Succeeded", Duration::from_secs(1800), || {
         server.objects::<MigPlan>().iter().any(|p| p.phase() == geometer_api::MigPlanPhase::Succeeded)
@@ -179,12 +236,19 @@ async fn main() {
     .await;
     let plans = server.objects::<MigPlan>().len();
     let running = wait("the shifted pods running", Duration::from_secs(1800), || {
-        server.objects::<Pod>().iter().filter(|p| is_big(p) && phase(p) == Some("Running")).count() == shifted_pods
+        server.objects::<Pod>().iter().filter(|p| is_big(p) && phase(p) == Some("Running")).count()
+            == shifted_pods
     })
     .await;
     let (peak, rss) = memory(pid);
     let secs = |d: Duration| format!("{:.2} s", d.as_secs_f64());
-    let signed = |a: Instant, b: Instant| if a >= b { format!("{:.2} s", (a - b).as_secs_f64()) } else { format!("-{:.2} s", (b - a).as_secs_f64()) };
+    let signed = |a: Instant, b: Instant| {
+        if a >= b {
+            format!("{:.2} s", (a - b).as_secs_f64())
+        } else {
+            format!("-{:.2} s", (b - a).as_secs_f64())
+        }
+    };
     println!("| measure | value |");
     println!("|---|---|");
     println!("| cluster | {nodes} nodes x {GPUS_PER_NODE} H100-80GB = {} GPUs, {running_pods} running pods + {shifted_pods} shifted pods |", nodes * GPUS_PER_NODE);
@@ -195,10 +259,16 @@ async fn main() {
     println!("| shift submitted -> last pod marked Unschedulable | {} |", secs(all_unschedulable - shift));
     println!("| batch window closes (last change + idle {IDLE} s, or first + max 10 s) -> first plan published | {} |", signed(published, window_closes));
     println!("| first plan: solver time | {} ms |", plan.spec.solve_ms);
-    println!("| first plan: GPUs changed / nodes / pods helped | {} / {} / {} |", plan.spec.summary.gpus_changed, plan.spec.summary.nodes_changed, plan.spec.summary.pods_helped);
+    println!(
+        "| first plan: GPUs changed / nodes / pods helped | {} / {} / {} |",
+        plan.spec.summary.gpus_changed, plan.spec.summary.nodes_changed, plan.spec.summary.pods_helped
+    );
     println!("| plans published in all | {plans} |");
     println!("| first plan published -> a plan Succeeded (every node cordoned, repartitioned, re-advertised, uncordoned) | {} |", secs(succeeded - published));
-    println!("| plan Succeeded -> every shifted pod running (simulated scheduler and kubelet) | {} |", secs(running - succeeded));
+    println!(
+        "| plan Succeeded -> every shifted pod running (simulated scheduler and kubelet) | {} |",
+        secs(running - succeeded)
+    );
     println!("| shift submitted -> every shifted pod running | {} |", secs(running - shift));
     println!("| controller peak RSS (VmHWM) / RSS at end | {peak:.0} MiB / {rss:.0} MiB |");
     drop(controller);

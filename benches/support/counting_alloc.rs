@@ -49,18 +49,18 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 /// Live heap bytes now; resets the peak to it.
-pub fn mark() -> usize {
+pub(crate) fn mark() -> usize {
     let live = LIVE.load(Ordering::Relaxed);
     PEAK.store(live, Ordering::Relaxed);
     live
 }
 
 /// Live heap bytes now.
-pub fn live() -> usize {
+pub(crate) fn live() -> usize {
     LIVE.load(Ordering::Relaxed)
 }
 
 /// The most live heap bytes since the last [`mark`].
-pub fn peak() -> usize {
+pub(crate) fn peak() -> usize {
     PEAK.load(Ordering::Relaxed)
 }

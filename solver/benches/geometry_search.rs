@@ -1,55 +1,35 @@
 //! Geometry search costs the planner pays per GPU class: enumerating maximal geometries (the
 //! search behind `maximal_extensions`), a memoized `maximal_extensions` hit, placing a multiset,
 //! validating. Run: `cargo bench -p geometer-solver --bench geometry_search`.
+#![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use geometer_solver::catalog::Catalog;
-use geometer_solver::geometry::{
-    enumerate, maximal_extensions, parse_spec, place, validate, Geometry,
-};
+use geometer_solver::geometry::{enumerate, maximal_extensions, parse_spec, place, validate, Geometry};
 use std::hint::black_box;
 
 fn search(c: &mut Criterion) {
     let catalog = Catalog::builtin();
-    for (key, all) in [
-        ("A100-40GB", false),
-        ("H100-80GB", false),
-        ("H100-80GB", true),
-        ("RTX-PRO-6000", true),
-    ] {
+    for (key, all) in
+        [("A100-40GB", false), ("H100-80GB", false), ("H100-80GB", true), ("RTX-PRO-6000", true)]
+    {
         let m = catalog.find(key).unwrap();
-        let allowed = if all {
-            m.all_profiles()
-        } else {
-            m.standard_profiles()
-        };
+        let allowed = if all { m.all_profiles() } else { m.standard_profiles() };
         let label = if all { "all" } else { "standard" };
         c.bench_function(&format!("enumerate_maximal/{key}/{label}"), |b| {
             b.iter(|| enumerate(black_box(m), black_box(&allowed), true))
         });
-        let fixed = parse_spec(m, &format!("{}@0", m.profile_info(allowed[0]).name))
-            .unwrap()
-            .fixed();
+        let fixed = parse_spec(m, &format!("{}@0", m.profile_info(allowed[0]).name)).unwrap().fixed();
         c.bench_function(&format!("maximal_extensions_memo_hit/{key}/{label}"), |b| {
             b.iter(|| maximal_extensions(black_box(m), black_box(&fixed), black_box(&allowed)))
         });
     }
     let a100 = catalog.find("A100-40GB").unwrap();
-    let add = parse_spec(a100, "3g.20gb,2g.10gb,1g.5gb,1g.5gb")
-        .unwrap()
-        .unplaced();
+    let add = parse_spec(a100, "3g.20gb,2g.10gb,1g.5gb,1g.5gb").unwrap().unplaced();
     c.bench_function("place/A100-40GB/3g+2g+1g+1g", |b| {
-        b.iter(|| {
-            place(
-                black_box(a100),
-                black_box(&Geometry::empty()),
-                black_box(&add),
-            )
-        })
+        b.iter(|| place(black_box(a100), black_box(&Geometry::empty()), black_box(&add)))
     });
-    let g = parse_spec(a100, "3g.20gb@4,2g.10gb@0,1g.5gb@2,1g.5gb@3")
-        .unwrap()
-        .fixed();
+    let g = parse_spec(a100, "3g.20gb@4,2g.10gb@0,1g.5gb@2,1g.5gb@3").unwrap().fixed();
     c.bench_function("validate/A100-40GB/4 instances", |b| {
         b.iter(|| validate(black_box(a100), black_box(&g)))
     });

@@ -1,5 +1,6 @@
 //! Planning time: ILP and greedy on synthetic clusters (see `common`), with eviction off and
 //! allowed. Numbers go to BENCHMARKS.md; `planner_report` adds peak memory and plan quality.
+#![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 mod common;
 

@@ -5,6 +5,7 @@
 //! `cargo bench -p geometer-solver --bench planner_report` prints a Markdown table. Each row
 //! runs in a child process of this binary so that peak memory is per row. Environment:
 //! `PLANNER_REPORT_REPS` (plans per row, default 5; the time is their median).
+#![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use geometer_solver::catalog::Catalog;
-use geometer_solver::plan::{PlanOptions, Placement};
+use geometer_solver::plan::{Placement, PlanOptions};
 
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -94,7 +95,8 @@ fn main() {
     let columns = COLUMNS.split(" | ").count();
     println!("| scenario | GPUs | pending pods | eviction | planner | {COLUMNS} |");
     println!("|---|---:|---:|---|---|{}", "---:|".repeat(columns - 1) + "---|");
-    let mut runs: Vec<(&str, usize, usize)> = common::SIZES.iter().map(|&(g, p)| ("half-busy", g, p)).collect();
+    let mut runs: Vec<(&str, usize, usize)> =
+        common::SIZES.iter().map(|&(g, p)| ("half-busy", g, p)).collect();
     runs.extend(common::BUSY_SIZES.iter().map(|&(g, p)| ("90%-busy", g, p)));
     if smoke {
         runs.retain(|&(_, gpus, _)| gpus <= 100);
@@ -109,7 +111,10 @@ fn main() {
                     .output()
                     .expect("child runs");
                 let text = String::from_utf8_lossy(&out.stdout);
-                let head = format!("| {scenario} | {gpus} | {pods} | {} | {planner} |", if evict { "allowed" } else { "off" });
+                let head = format!(
+                    "| {scenario} | {gpus} | {pods} | {} | {planner} |",
+                    if evict { "allowed" } else { "off" }
+                );
                 match text.lines().find_map(|l| l.strip_prefix("RESULT ")) {
                     Some(line) => println!("{head} {} |", line.split(' ').collect::<Vec<_>>().join(" | ")),
                     None => println!(

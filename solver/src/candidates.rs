@@ -123,7 +123,12 @@ pub(crate) fn generate(
     keys: usize,
 ) -> Vec<Candidate> {
     let instances = key.current.instances();
-    let pods = key.holders.iter().filter_map(|h| if let Holder::Evictable(s) = h { Some(*s as u32 + 1) } else { None }).max().unwrap_or(0);
+    let pods = key
+        .holders
+        .iter()
+        .filter_map(|h| if let Holder::Evictable(s) = h { Some(*s as u32 + 1) } else { None })
+        .max()
+        .unwrap_or(0);
     let mut found: BTreeMap<(Vec<u16>, u32, bool), Candidate> = BTreeMap::new();
     for evicts in eviction_sets(pods) {
         let held = |h: &Holder| match *h {
@@ -131,7 +136,9 @@ pub(crate) fn generate(
             Holder::Pinned => true,
             Holder::Evictable(s) => evicts & (1 << s) == 0,
         };
-        let fixed = Geometry::new(instances.iter().zip(&key.holders).filter(|(_, h)| held(h)).map(|(p, _)| *p).collect());
+        let fixed = Geometry::new(
+            instances.iter().zip(&key.holders).filter(|(_, h)| held(h)).map(|(p, _)| *p).collect(),
+        );
         let mut geometries = maximal_extensions(model, &fixed, allowed);
         if evicts == 0 {
             geometries.push(key.current.clone());
@@ -140,7 +147,10 @@ pub(crate) fn generate(
             // Evicting a pod whose instances all stay in place buys nothing.
             let pointless = (0..pods).any(|s| {
                 evicts & (1 << s) != 0
-                    && instances.iter().zip(&key.holders).all(|(p, h)| *h != Holder::Evictable(s as u8) || geometry.contains(p))
+                    && instances
+                        .iter()
+                        .zip(&key.holders)
+                        .all(|(p, h)| *h != Holder::Evictable(s as u8) || geometry.contains(p))
             });
             if pointless {
                 continue;
@@ -160,7 +170,9 @@ pub(crate) fn generate(
             let changed = geometry != key.current;
             let candidate = Candidate { geometry, free: free.clone(), evicts, changed, free_ranges };
             match found.get(&(free.clone(), evicts, changed)) {
-                Some(best) if (best.free_ranges, std::cmp::Reverse(&best.geometry)) >= (free_ranges, std::cmp::Reverse(&candidate.geometry)) => {}
+                Some(best)
+                    if (best.free_ranges, std::cmp::Reverse(&best.geometry))
+                        >= (free_ranges, std::cmp::Reverse(&candidate.geometry)) => {}
                 _ => {
                     found.insert((free, evicts, changed), candidate);
                 }
@@ -220,7 +232,10 @@ mod tests {
         for c in &cands {
             assert!(geometry::validate(m, &c.geometry).is_ok());
             for d in &cands {
-                let dominates = d != c && d.changed <= c.changed && d.free.iter().zip(&c.free).all(|(x, y)| x >= y) && d.free != c.free;
+                let dominates = d != c
+                    && d.changed <= c.changed
+                    && d.free.iter().zip(&c.free).all(|(x, y)| x >= y)
+                    && d.free != c.free;
                 assert!(!dominates, "{:?} dominates {:?}", d.free, c.free);
             }
         }
@@ -233,10 +248,14 @@ mod tests {
         let p1 = m.profile("1g.5gb").unwrap();
         let current = Geometry::new(vec![Placed::new(p3, 0), Placed::new(p3, 4)]);
         let names = ["1g.5gb"];
-        let pinned = BaseKey { model: 0, current: current.clone(), holders: vec![Holder::Pinned, Holder::Free] };
+        let pinned =
+            BaseKey { model: 0, current: current.clone(), holders: vec![Holder::Pinned, Holder::Free] };
         let cands = generate(m, &pinned, &m.standard_profiles(), &keys(m, &names), 1);
         assert!(cands.iter().all(|c| c.geometry.contains(&Placed::new(p3, 0))));
-        assert!(cands.iter().any(|c| c.free == vec![3] && c.geometry.instances().iter().filter(|p| p.profile == p1).count() == 3));
+        assert!(cands
+            .iter()
+            .any(|c| c.free == vec![3]
+                && c.geometry.instances().iter().filter(|p| p.profile == p1).count() == 3));
 
         let evictable = BaseKey { model: 0, current, holders: vec![Holder::Evictable(0), Holder::Free] };
         let cands = generate(m, &evictable, &m.standard_profiles(), &keys(m, &names), 1);

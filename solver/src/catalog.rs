@@ -61,12 +61,7 @@ pub struct Engines {
 impl Engines {
     /// (name, value) pairs, in a fixed order, for messages and checks.
     pub fn fields(&self) -> [(&'static str, u8); 4] {
-        [
-            ("dec", self.dec),
-            ("enc", self.enc),
-            ("jpeg", self.jpeg),
-            ("ofa", self.ofa),
-        ]
+        [("dec", self.dec), ("enc", self.enc), ("jpeg", self.jpeg), ("ofa", self.ofa)]
     }
 }
 
@@ -140,11 +135,7 @@ pub struct Profile {
 impl Profile {
     /// Bitmask of the placement units an instance started at `start` covers.
     pub fn mask_at(&self, start: u8) -> u32 {
-        let ones = if self.size >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << self.size) - 1
-        };
+        let ones = if self.size >= 32 { u32::MAX } else { (1u32 << self.size) - 1 };
         ones.checked_shl(start as u32).unwrap_or(0)
     }
 
@@ -211,9 +202,7 @@ impl GpuModel {
 
     /// Profiles without a media/graphics suffix: what the planner uses by default.
     pub fn standard_profiles(&self) -> Vec<ProfileId> {
-        (0..self.profiles.len())
-            .filter(|&id| self.profiles[id].kind == ProfileKind::Standard)
-            .collect()
+        (0..self.profiles.len()).filter(|&id| self.profiles[id].kind == ProfileKind::Standard).collect()
     }
 
     /// Every profile id, in catalog order.
@@ -232,12 +221,7 @@ impl GpuModel {
 
     /// The exclusive groups translated to profile ids (names were validated when loading).
     pub(crate) fn group_ids(&self, group: &ExclusiveGroup) -> (Vec<ProfileId>, Vec<ProfileId>) {
-        let ids = |names: &[String]| {
-            names
-                .iter()
-                .filter_map(|n| self.profile(n))
-                .collect::<Vec<_>>()
-        };
+        let ids = |names: &[String]| names.iter().filter_map(|n| self.profile(n)).collect::<Vec<_>>();
         (ids(&group.profiles), ids(&group.only_coexists_with))
     }
 }
@@ -291,10 +275,7 @@ impl Catalog {
         let mut models = self.models.clone();
         let mut from_extra = Vec::new();
         for model in extra.models {
-            match models
-                .iter()
-                .position(|m| m.key.eq_ignore_ascii_case(&model.key))
-            {
+            match models.iter().position(|m| m.key.eq_ignore_ascii_case(&model.key)) {
                 Some(i) => {
                     models[i] = model;
                     from_extra.push(i);
@@ -305,9 +286,7 @@ impl Catalog {
                 }
             }
         }
-        let mut order: Vec<usize> = (0..models.len())
-            .filter(|i| !from_extra.contains(i))
-            .collect();
+        let mut order: Vec<usize> = (0..models.len()).filter(|i| !from_extra.contains(i)).collect();
         order.extend(from_extra);
         let mut unplaceable: Vec<UnplaceableModel> = self
             .unplaceable
@@ -320,11 +299,7 @@ impl Catalog {
             unplaceable.push(u);
         }
         let index = lookup::Index::build(&models, &order);
-        Catalog {
-            models,
-            unplaceable,
-            index,
-        }
+        Catalog { models, unplaceable, index }
     }
 
     pub fn models(&self) -> &[GpuModel] {
@@ -356,10 +331,6 @@ impl Catalog {
     fn assemble(models: Vec<GpuModel>, unplaceable: Vec<UnplaceableModel>) -> Catalog {
         let order: Vec<usize> = (0..models.len()).collect();
         let index = lookup::Index::build(&models, &order);
-        Catalog {
-            models,
-            unplaceable,
-            index,
-        }
+        Catalog { models, unplaceable, index }
     }
 }

@@ -84,9 +84,7 @@ impl Geometry {
         self.instances
             .iter()
             .filter(|p| p.profile < model.profiles.len())
-            .fold(0, |mask, p| {
-                mask | model.profiles[p.profile].mask_at(p.start)
-            })
+            .fold(0, |mask, p| mask | model.profiles[p.profile].mask_at(p.start))
     }
 
     /// Compute slices the instances take together.
@@ -105,11 +103,7 @@ impl Geometry {
         }
         let mut order = self.instances.clone();
         sort_largest_first(&mut order, model);
-        order
-            .iter()
-            .map(|p| placed_name(model, p))
-            .collect::<Vec<_>>()
-            .join(",")
+        order.iter().map(|p| placed_name(model, p)).collect::<Vec<_>>().join(",")
     }
 
     /// The same instances with one more.
@@ -143,17 +137,9 @@ pub fn placed_name(model: &GpuModel, p: &Placed) -> String {
 /// Largest first (more placement units, then more compute), then by start: the order in which
 /// instances are best created, since NVML packs small instances around large ones.
 pub fn sort_largest_first(instances: &mut [Placed], model: &GpuModel) {
-    let weight = |p: &Placed| {
-        model
-            .profiles
-            .get(p.profile)
-            .map(|pr| (pr.size, pr.compute_slices))
-            .unwrap_or((0, 0))
-    };
+    let weight =
+        |p: &Placed| model.profiles.get(p.profile).map(|pr| (pr.size, pr.compute_slices)).unwrap_or((0, 0));
     instances.sort_by(|a, b| {
-        weight(b)
-            .cmp(&weight(a))
-            .then(a.start.cmp(&b.start))
-            .then(a.profile.cmp(&b.profile))
+        weight(b).cmp(&weight(a)).then(a.start.cmp(&b.start)).then(a.profile.cmp(&b.profile))
     });
 }

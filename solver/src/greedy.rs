@@ -27,7 +27,8 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
     let keys = problem.profiles.len();
     let mut targets: Vec<Geometry> = problem.gpus.iter().map(|g| g.current.clone()).collect();
     // Pending pods only: the baseline plans for no forecast.
-    let unserved: Vec<usize> = problem.plannable().filter(|(i, _)| !problem.is_expected(*i)).map(|(i, _)| i).collect();
+    let unserved: Vec<usize> =
+        problem.plannable().filter(|(i, _)| !problem.is_expected(*i)).map(|(i, _)| i).collect();
     let mut left = unserved.len();
     let mut extensions: BTreeMap<(usize, Geometry), Vec<Geometry>> = BTreeMap::new();
     let (mut gpus_changed, mut nodes_changed) = (0u32, 0u32);
@@ -73,11 +74,17 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
             }
             let gpu = &problem.gpus[g];
             let fixed = Geometry::new(
-                gpu.current.instances().iter().zip(&gpu.users).filter(|(_, u)| **u != User::Free).map(|(p, _)| *p).collect(),
+                gpu.current
+                    .instances()
+                    .iter()
+                    .zip(&gpu.users)
+                    .filter(|(_, u)| **u != User::Free)
+                    .map(|(p, _)| *p)
+                    .collect(),
             );
-            let options = extensions
-                .entry((gpu.model, fixed.clone()))
-                .or_insert_with(|| maximal_extensions(problem.models[gpu.model], &fixed, &problem.allowed[gpu.model]));
+            let options = extensions.entry((gpu.model, fixed.clone())).or_insert_with(|| {
+                maximal_extensions(problem.models[gpu.model], &fixed, &problem.allowed[gpu.model])
+            });
             let mut current_free = vec![0i64; keys];
             add_free(problem, g, &gpu.current, &mut current_free, 1);
             let mut best: Option<(i64, &Geometry)> = None;

@@ -2,12 +2,12 @@
 //!
 //! Pure: no Kubernetes, no async, no I/O beyond parsing text handed to it.
 
+mod candidates;
 pub mod catalog;
 pub mod geometry;
-pub mod snapshot;
-pub mod plan;
-mod candidates;
-pub mod ilp;
 pub mod greedy;
+pub mod ilp;
+pub mod plan;
+pub mod snapshot;
 
 pub use ilp::plan;

@@ -1,5 +1,6 @@
 //! User catalog files (`--catalog FILE`): parsing, overriding built-in models, and errors that
 //! name the model, profile, field and value.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use geometer_solver::catalog::{Catalog, CatalogError, CatalogFile, GpuModel};
 use geometer_solver::geometry::{parse_spec, validate};
@@ -57,19 +58,12 @@ fn a_new_model_is_added_and_found_every_way() {
     assert_eq!(key_of(&cat, "1abc"), Some("X100-16GB"));
     assert_eq!(key_of(&cat, "NVIDIA X100 16GB"), Some("X100-16GB"));
     assert_eq!(key_of(&cat, "NVIDIA-X100-16GB-SHARED"), Some("X100-16GB"));
-    assert_eq!(
-        key_of(&cat, "A100-40GB"),
-        Some("A100-40GB"),
-        "built-ins stay"
-    );
+    assert_eq!(key_of(&cat, "A100-40GB"), Some("A100-40GB"), "built-ins stay");
     let m = cat.find("X100-16GB").unwrap();
     assert_eq!(m.profile("1g.4gb.me"), m.profile("1g.4gb+me"));
     // Fields left out default to "unverified", and engines to unknown.
     let me = m.profile_info(m.profile("1g.4gb+me").unwrap());
-    assert_eq!(
-        me.placements_status,
-        geometer_solver::catalog::Verification::Unverified
-    );
+    assert_eq!(me.placements_status, geometer_solver::catalog::Verification::Unverified);
     // Its rules work: the +me cap and the engine totals.
     let spec = |s: &str| parse_spec(m, s).unwrap().fixed();
     assert!(validate(m, &spec("2g.8gb@0,2g.8gb@2")).is_ok());
@@ -82,16 +76,9 @@ fn same_key_replaces_and_reindexes_ids_and_names() {
     let before = Catalog::builtin();
     assert_eq!(key_of(before, "NVIDIA-A100-PCIE-40GB"), Some("A100-40GB"));
     let cat = before.with_overrides(Catalog::from_yaml(REPLACE_A100).unwrap());
-    assert_eq!(
-        cat.models().len(),
-        before.models().len(),
-        "replaced in place, not added"
-    );
+    assert_eq!(cat.models().len(), before.models().len(), "replaced in place, not added");
     let position = cat.models().iter().position(|m| m.key == "a100-40gb");
-    assert_eq!(
-        position,
-        before.models().iter().position(|m| m.key == "A100-40GB")
-    );
+    assert_eq!(position, before.models().iter().position(|m| m.key == "A100-40GB"));
     let m = cat.find("A100-40GB").unwrap();
     assert_eq!(m.profiles.len(), 2);
     assert_eq!(key_of(&cat, "0x1FFF10DE"), Some("a100-40gb"));
@@ -154,20 +141,14 @@ fn assert_names(message: &str, parts: &[&str]) {
 #[test]
 fn errors_name_model_profile_field_and_value() {
     let e = error_after("starts: [0, 2], size: 2", "starts: [0, 3], size: 2");
-    assert_names(
-        &e,
-        &["X100-16GB", "2g.8gb", "starts", "3", "placement units"],
-    );
+    assert_names(&e, &["X100-16GB", "2g.8gb", "starts", "3", "placement units"]);
     let e = error_after("starts: [0, 2], size: 2", "starts: [2, 0], size: 2");
     assert_names(&e, &["2g.8gb", "starts", "increasing"]);
     let e = error_after("starts: [0], size: 4", "starts: [0], size: 5");
     assert_names(&e, &["4g.16gb", "size", "5", "between 1 and 4"]);
     let e = error_after("'0x1ABC10DE'", "'0xZZ'");
     assert_names(&e, &["X100-16GB", "device_ids", "0xZZ", "0x20B010DE"]);
-    let e = error_after(
-        "profiles: [1g.4gb+me], max_total",
-        "profiles: [1g.4gb+xx], max_total",
-    );
+    let e = error_after("profiles: [1g.4gb+me], max_total", "profiles: [1g.4gb+xx], max_total");
     assert_names(&e, &["X100-16GB", "exclusive_groups.profiles", "1g.4gb+xx"]);
     let e = error_after("name: 2g.8gb", "name: 2g.8gb+foo");
     assert_names(&e, &["2g.8gb+foo", "name", "+me"]);
@@ -178,10 +159,7 @@ fn errors_name_model_profile_field_and_value() {
         "engines: {dec: 3}, nvml_profile_index: 3",
     );
     assert_names(&e, &["4g.16gb", "engines.dec", "3", "engine_totals.dec"]);
-    let e = error_after(
-        "compute_slices: 4, memory_mib: 16384",
-        "compute_slices: 9, memory_mib: 16384",
-    );
+    let e = error_after("compute_slices: 4, memory_mib: 16384", "compute_slices: 9, memory_mib: 16384");
     assert_names(&e, &["4g.16gb", "compute_slices", "9"]);
     let e = error_after("placement_units: 4", "placement_units: 40");
     assert_names(&e, &["X100-16GB", "placement_units", "40"]);
@@ -189,10 +167,7 @@ fn errors_name_model_profile_field_and_value() {
     assert_names(&e, &["1g.4gb", "max_instances", "0"]);
     let e = error_after("memory_status: verified", "memory_status: maybe");
     assert_names(&e, &["maybe"]);
-    let e = error_after(
-        "  compute_slices: 4\n",
-        "  compute_slices: 4\n  colour: red\n",
-    );
+    let e = error_after("  compute_slices: 4\n", "  compute_slices: 4\n  colour: red\n");
     assert_names(&e, &["colour"]);
     let e = error_after(
         "memory_mib: 4096, starts: [0, 1, 2, 3], size: 1, max_instances: 4",
@@ -203,34 +178,15 @@ fn errors_name_model_profile_field_and_value() {
 
 #[test]
 fn duplicates_and_empty_files_are_rejected() {
-    let twice = format!(
-        "{NEW_GPU}{}",
-        NEW_GPU
-            .replace("models:\n", "")
-            .replace("0x1ABC10DE", "0x1ABD10DE")
-    );
+    let twice = format!("{NEW_GPU}{}", NEW_GPU.replace("models:\n", "").replace("0x1ABC10DE", "0x1ABD10DE"));
     let e = Catalog::from_yaml(&twice).unwrap_err().to_string();
     assert_names(&e, &["X100-16GB", "key", "twice"]);
-    let shared_id = format!(
-        "{NEW_GPU}{}",
-        NEW_GPU
-            .replace("models:\n", "")
-            .replace("X100-16GB", "X200")
-    );
+    let shared_id = format!("{NEW_GPU}{}", NEW_GPU.replace("models:\n", "").replace("X100-16GB", "X200"));
     let e = Catalog::from_yaml(&shared_id).unwrap_err().to_string();
     assert_names(&e, &["X200", "device_ids", "0x1ABC10DE", "X100-16GB"]);
-    assert_eq!(
-        Catalog::from_yaml("models: []\n").unwrap_err(),
-        CatalogError::Empty
-    );
-    assert!(matches!(
-        Catalog::from_yaml("models: [").unwrap_err(),
-        CatalogError::Parse { .. }
-    ));
-    assert!(matches!(
-        Catalog::from_yaml("- just a list").unwrap_err(),
-        CatalogError::Parse { .. }
-    ));
+    assert_eq!(Catalog::from_yaml("models: []\n").unwrap_err(), CatalogError::Empty);
+    assert!(matches!(Catalog::from_yaml("models: [").unwrap_err(), CatalogError::Parse { .. }));
+    assert!(matches!(Catalog::from_yaml("- just a list").unwrap_err(), CatalogError::Parse { .. }));
     let no_profiles = "models:\n- {key: Y, placement_units: 8, compute_slices: 7, profiles: []}\n";
     assert_names(
         &Catalog::from_yaml(no_profiles).unwrap_err().to_string(),

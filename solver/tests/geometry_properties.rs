@@ -1,6 +1,7 @@
 //! Properties of the geometry functions over every built-in model: whatever the search returns
 //! validates, `validate` agrees with the search's own rules, diffs apply exactly, parsers never
 //! panic.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::HashSet;
 
@@ -24,20 +25,15 @@ fn all_valid(m: &GpuModel) -> Vec<Geometry> {
 }
 
 fn can_extend(m: &GpuModel, g: &Geometry, allowed: &[ProfileId]) -> bool {
-    allowed.iter().any(|&p| {
-        m.profile_info(p)
-            .starts
-            .iter()
-            .any(|&s| validate(m, &g.with(Placed::new(p, s))).is_ok())
-    })
+    allowed
+        .iter()
+        .any(|&p| m.profile_info(p).starts.iter().any(|&s| validate(m, &g.with(Placed::new(p, s))).is_ok()))
 }
 
 /// A model, a subset of its profiles (as a bitmask choice), and a seed for picking geometries.
 fn model_profiles_seed() -> impl Strategy<Value = (&'static GpuModel, Vec<ProfileId>, u64)> {
     (any_model(), any::<u64>(), any::<u64>()).prop_map(|(m, mask, seed)| {
-        let mut allowed: Vec<ProfileId> = (0..m.profiles.len())
-            .filter(|&p| mask & (1 << p) != 0)
-            .collect();
+        let mut allowed: Vec<ProfileId> = (0..m.profiles.len()).filter(|&p| mask & (1 << p) != 0).collect();
         if allowed.is_empty() {
             allowed = m.standard_profiles();
         }

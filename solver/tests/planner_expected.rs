@@ -1,6 +1,7 @@
 //! Expected pods (`Snapshot::expected`): slices prepared on free capacity for the pods a
 //! forecast says come next, where they could land, after the pending pods and never at the
 //! price of an eviction.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::{Plan, PlanOptions};
@@ -27,11 +28,7 @@ fn expected(profile: &str, count: usize) -> Vec<Pod> {
 
 fn spare(plan: &Plan, profile: &str) -> usize {
     // Every slice of the profile in the targets, less the ones pending pods get.
-    let total: usize = plan
-        .gpus
-        .iter()
-        .map(|g| g.to.iter().filter(|p| p.profile == profile).count())
-        .sum();
+    let total: usize = plan.gpus.iter().map(|g| g.to.iter().filter(|p| p.profile == profile).count()).sum();
     let taken: usize = plan
         .pods
         .iter()
@@ -72,11 +69,7 @@ fn expected_slices_are_prepared_on_free_gpus_beyond_the_pending_pods() {
     assert_eq!(plan.objective.gpus_changed, 2, "{}", plan.render_table());
     assert!(spare(&plan, "1g.10gb") >= 9, "{}", plan.render_table());
     assert_eq!(plan.pods.len(), 1, "expected pods are not pods of the plan");
-    assert!(
-        plan.render_table().contains("expected pods given room 9"),
-        "{}",
-        plan.render_table()
-    );
+    assert!(plan.render_table().contains("expected pods given room 9"), "{}", plan.render_table());
 }
 
 #[test]
@@ -100,12 +93,7 @@ expected:
     // Without pending pods the forecast has the GPU to itself: one 7g.80gb fits.
     s.pending.clear();
     let idle = ilp(&s);
-    assert_eq!(
-        (idle.objective.gpus_changed, idle.objective.expected),
-        (1, 1),
-        "{}",
-        idle.render_table()
-    );
+    assert_eq!((idle.objective.gpus_changed, idle.objective.expected), (1, 1), "{}", idle.render_table());
     assert!(idle.pods.is_empty());
 }
 
@@ -129,11 +117,7 @@ policy: {evictionAllowed: true}
 "#,
     );
     let plan = ilp(&s);
-    assert!(
-        plan.evictions.is_empty(),
-        "a forecast is no reason to evict: {}",
-        plan.render_table()
-    );
+    assert!(plan.evictions.is_empty(), "a forecast is no reason to evict: {}", plan.render_table());
     assert_eq!(plan.objective.pods_met, 1, "{}", plan.render_table());
 }
 
@@ -142,9 +126,7 @@ fn a_bound_expected_pod_is_refused_by_name() {
     let mut s = snapshot(FOUR_EMPTY_GPUS);
     s.expected = expected("1g.10gb", 1);
     s.expected[0].node = Some("a".into());
-    let err = geometer_solver::plan(&s, Catalog::builtin(), &PlanOptions::default())
-        .unwrap_err()
-        .to_string();
+    let err = geometer_solver::plan(&s, Catalog::builtin(), &PlanOptions::default()).unwrap_err().to_string();
     assert!(err.contains("expected[0].node"), "{err}");
 }
 
@@ -155,11 +137,7 @@ fn an_expected_pod_of_an_unknown_profile_gets_nothing() {
     s.expected = expected("9g.99gb", 1);
     let plan = ilp(&s);
     assert_eq!(
-        (
-            plan.objective.pods_met,
-            plan.objective.expected,
-            plan.objective.gpus_changed
-        ),
+        (plan.objective.pods_met, plan.objective.expected, plan.objective.gpus_changed),
         (1, 0, 1),
         "{}",
         plan.render_table()
@@ -185,24 +163,10 @@ expected:
 "#,
     );
     let plan = ilp(&s);
-    assert_eq!(
-        (plan.objective.pods_met, plan.objective.expected),
-        (1, 1),
-        "{}",
-        plan.render_table()
-    );
+    assert_eq!((plan.objective.pods_met, plan.objective.expected), (1, 1), "{}", plan.render_table());
     // The pending pod goes to a, leaving b's GPU for the one that may only use b.
-    assert_eq!(
-        plan.pods[0].node.as_deref(),
-        Some("a"),
-        "{}",
-        plan.render_table()
-    );
-    assert!(
-        plan.gpus.iter().all(|g| g.changed),
-        "{}",
-        plan.render_table()
-    );
+    assert_eq!(plan.pods[0].node.as_deref(), Some("a"), "{}", plan.render_table());
+    assert!(plan.gpus.iter().all(|g| g.changed), "{}", plan.render_table());
 }
 
 #[test]
@@ -232,5 +196,10 @@ expected:
     );
     let plan = ilp(&s);
     assert_eq!(plan.objective.pods_met, 1, "{}", plan.render_table());
-    assert_eq!(plan.objective.expected, 1, "a 1g.10gb stays free beside the 4g.40gb: {}", plan.render_table());
+    assert_eq!(
+        plan.objective.expected,
+        1,
+        "a 1g.10gb stays free beside the 4g.40gb: {}",
+        plan.render_table()
+    );
 }

@@ -1,4 +1,5 @@
 //! Properties of every plan, over random small clusters.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
@@ -10,7 +11,8 @@ use geometer_solver::snapshot::{Gpu, Instance, Node, Pod, Policy, Snapshot};
 use proptest::prelude::*;
 
 const MODELS: [&str; 3] = ["A100-40GB", "H100-80GB", "A30"];
-const PROFILES: [&str; 8] = ["1g.5gb", "1g.10gb", "2g.10gb", "2g.20gb", "3g.20gb", "3g.40gb", "1g.6gb", "7g.80gb"];
+const PROFILES: [&str; 8] =
+    ["1g.5gb", "1g.10gb", "2g.10gb", "2g.20gb", "3g.20gb", "3g.40gb", "1g.6gb", "7g.80gb"];
 
 fn model(i: usize) -> &'static GpuModel {
     Catalog::builtin().find(MODELS[i]).expect("model in the catalog")
@@ -38,8 +40,9 @@ struct GpuSpec {
 }
 
 fn gpu_spec() -> impl Strategy<Value = GpuSpec> {
-    (0..MODELS.len(), any::<prop::sample::Index>(), prop::collection::vec(0u8..3, 8))
-        .prop_map(|(model, g, use_bits)| GpuSpec { model, geometry: g.index(geometries(model).len()), use_bits })
+    (0..MODELS.len(), any::<prop::sample::Index>(), prop::collection::vec(0u8..3, 8)).prop_map(
+        |(model, g, use_bits)| GpuSpec { model, geometry: g.index(geometries(model).len()), use_bits },
+    )
 }
 
 fn cluster() -> impl Strategy<Value = Snapshot> {
@@ -71,7 +74,11 @@ fn cluster() -> impl Strategy<Value = Snapshot> {
                             Some(format!("batch/{pod_name}"))
                         }
                     };
-                    instances.push(Instance { profile: m.profile_info(p.profile).name.clone(), start: p.start, pod });
+                    instances.push(Instance {
+                        profile: m.profile_info(p.profile).name.clone(),
+                        start: p.start,
+                        pod,
+                    });
                 }
                 node.gpus.push(Gpu { index: i as u32, model: MODELS[spec.model].into(), instances });
             }
@@ -90,7 +97,8 @@ fn cluster() -> impl Strategy<Value = Snapshot> {
             }
             snapshot.pending.push(pod);
         }
-        snapshot.policy = Some(Policy { eviction_allowed: evict, max_gpus_changed: max_gpus, ..Policy::default() });
+        snapshot.policy =
+            Some(Policy { eviction_allowed: evict, max_gpus_changed: max_gpus, ..Policy::default() });
         snapshot
     })
 }
@@ -115,7 +123,11 @@ fn check(snapshot: &Snapshot, plan: &Plan) -> Result<(), TestCaseError> {
     for node in &snapshot.nodes {
         for gpu in &node.gpus {
             let m = catalog.find(&gpu.model).unwrap();
-            let gp = plan.gpus.iter().find(|g| g.node == node.name && g.index == gpu.index).expect("every GPU in the plan");
+            let gp = plan
+                .gpus
+                .iter()
+                .find(|g| g.node == node.name && g.index == gpu.index)
+                .expect("every GPU in the plan");
             let to = geometry_of(m, &gp.to);
             prop_assert!(geometry::validate(m, &to).is_ok(), "invalid target {}", to.display(m));
             for inst in &gpu.instances {

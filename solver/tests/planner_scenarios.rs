@@ -1,4 +1,5 @@
 //! End-to-end planner scenarios: small clusters where the right answer is known.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::{Placement, Plan, PlanError, PlanOptions, SolverUsed, UnmetReason};
@@ -85,10 +86,16 @@ pending:
 "#,
     );
     let plan = ilp(&s);
-    assert!(matches!(&outcome(&plan, "ml/unknown").reason, Some(UnmetReason::UnknownProfile { profile }) if profile == "5g.50gb"));
-    assert!(matches!(&outcome(&plan, "ml/media").reason, Some(UnmetReason::ProfileNotAllowed { profile }) if profile == "1g.5gb+me"));
+    assert!(
+        matches!(&outcome(&plan, "ml/unknown").reason, Some(UnmetReason::UnknownProfile { profile }) if profile == "5g.50gb")
+    );
+    assert!(
+        matches!(&outcome(&plan, "ml/media").reason, Some(UnmetReason::ProfileNotAllowed { profile }) if profile == "1g.5gb+me")
+    );
     match &outcome(&plan, "ml/wrong-pool").reason {
-        Some(UnmetReason::NoEligibleNode { detail }) => assert!(detail.contains("nodeSelector") && detail.contains("pool=h100"), "{detail}"),
+        Some(UnmetReason::NoEligibleNode { detail }) => {
+            assert!(detail.contains("nodeSelector") && detail.contains("pool=h100"), "{detail}")
+        }
         other => panic!("{other:?}"),
     }
     match &outcome(&plan, "ml/hungry").reason {
@@ -139,7 +146,8 @@ fn eviction_when_allowed_moves_the_pod_and_meets_demand() {
     // Swapping the two batch pods (7g to b, 3g to a) frees one 3g.20gb on a: one pod met.
     let plan = ilp(&s);
     assert_eq!(plan.objective.pods_met, 1, "{}", plan.render_table());
-    let moved: Vec<(&str, &str)> = plan.evictions.iter().map(|e| (e.pod.as_str(), e.rescheduled_to.as_str())).collect();
+    let moved: Vec<(&str, &str)> =
+        plan.evictions.iter().map(|e| (e.pod.as_str(), e.rescheduled_to.as_str())).collect();
     assert_eq!(moved, [("batch/half", "a"), ("batch/whole", "b")]);
     // With b free, the 7g pod moves there and both 3g pods fit on a.
     s.nodes[1].gpus[0].instances.clear();

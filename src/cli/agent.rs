@@ -5,10 +5,10 @@ use clap::{Args, Subcommand};
 
 use super::catalog::CatalogSource;
 use super::output::{self, Failure, OutputFormat};
-use geometer_agent::catalog_check::placements_text;
 use geometer_agent::nvml::real::{RealNvml, NVML_LIBRARY};
 use geometer_agent::nvml::{format_pci_device_id, MigMode};
-use geometer_agent::probe::{probe, ProbeGpu, ProbeReport};
+use geometer_agent::observe::catalog_check::placements_text;
+use geometer_agent::observe::probe::{probe, ProbeGpu, ProbeReport};
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
@@ -65,7 +65,13 @@ pub fn render(report: &ProbeReport) -> String {
 
 fn render_gpu(gpu: &ProbeGpu, out: &mut String) {
     let d = &gpu.device;
-    out.push_str(&format!("GPU {}: {} ({}) {}\n", d.index, d.name, format_pci_device_id(d.pci_device_id), d.uuid));
+    out.push_str(&format!(
+        "GPU {}: {} ({}) {}\n",
+        d.index,
+        d.name,
+        format_pci_device_id(d.pci_device_id),
+        d.uuid
+    ));
     out.push_str(&format!("  catalog model: {}\n", gpu.model.as_deref().unwrap_or("unknown")));
     out.push_str(&format!("  MIG mode: {}\n", mig_text(d.mig_mode)));
     if !gpu.profiles.is_empty() {
@@ -83,12 +89,25 @@ fn render_gpu(gpu: &ProbeGpu, out: &mut String) {
                     i.instance_count.to_string(),
                     i.memory_mib.to_string(),
                     i.multiprocessor_count.to_string(),
-                    format!("{}/{}/{}/{}/{}", i.copy_engine_count, i.decoder_count, i.encoder_count, i.jpeg_count, i.ofa_count),
+                    format!(
+                        "{}/{}/{}/{}/{}",
+                        i.copy_engine_count, i.decoder_count, i.encoder_count, i.jpeg_count, i.ofa_count
+                    ),
                     placements_text(&p.placements),
                 ]
             })
             .collect();
-        let headers = ["INDEX", "ID", "NAME", "SLICES", "MAX", "MEMORY-MIB", "SMS", "CE/DEC/ENC/JPEG/OFA", "PLACEMENTS"];
+        let headers = [
+            "INDEX",
+            "ID",
+            "NAME",
+            "SLICES",
+            "MAX",
+            "MEMORY-MIB",
+            "SMS",
+            "CE/DEC/ENC/JPEG/OFA",
+            "PLACEMENTS",
+        ];
         indent(&output::table(&headers, &rows), out);
     }
     if gpu.instances.is_empty() {
@@ -122,7 +141,14 @@ fn render_gpu(gpu: &ProbeGpu, out: &mut String) {
             let rows: Vec<Vec<String>> = gpu
                 .disagreements
                 .iter()
-                .map(|x| vec![x.profile.clone().unwrap_or_default(), x.field.clone(), x.catalog.clone(), x.nvml.clone()])
+                .map(|x| {
+                    vec![
+                        x.profile.clone().unwrap_or_default(),
+                        x.field.clone(),
+                        x.catalog.clone(),
+                        x.nvml.clone(),
+                    ]
+                })
                 .collect();
             indent(&output::table(&["PROFILE", "FIELD", "CATALOG", "NVML"], &rows), out);
         }

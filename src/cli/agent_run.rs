@@ -1,5 +1,5 @@
 //! `geometer agent run`: the node agent's daemon. Watches its MigNode and Node, and carries
-//! out the MigNode's desired geometry on this node's GPUs (see `geometer_agent::reconcile`).
+//! out the MigNode's desired geometry on this node's GPUs (see `geometer_agent::runtime`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,11 +12,11 @@ use super::catalog::CatalogSource;
 use super::output::Failure;
 use geometer_agent::nvml::real::{RealNvml, NVML_LIBRARY};
 use geometer_agent::nvml::NvmlBackend;
-use geometer_agent::pod_resources::DEFAULT_SOCKET;
-use geometer_agent::reconcile::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR;
+use geometer_agent::observe::pod_resources::DEFAULT_SOCKET;
+use geometer_agent::steps::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR;
+use geometer_agent::{Agent, AgentConfig, DeviceAssignments, KubeletPodResources, SharedAssignments};
 use geometer_api::do_not_disrupt::parse_go_duration;
 use geometer_api::DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS as DEFAULT_KEYS;
-use geometer_agent::reconcile::{Agent, AgentConfig, DeviceAssignments, KubeletPodResources, SharedAssignments};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -61,7 +61,8 @@ pub struct RunArgs {
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
-    parse_go_duration(text).ok_or_else(|| format!("{text:?} is not a duration; write it like 30s, 10m or 1h30m"))
+    parse_go_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration; write it like 30s, 10m or 1h30m"))
 }
 
 /// Simulated GPUs for `--simulate` (developer builds only: the operator's image has none).
@@ -100,11 +101,11 @@ fn simulated_gpus(specs: &[String]) -> Result<Vec<(String, u32)>, Failure> {
             let (model, count) = spec.rsplit_once(':').ok_or_else(|| {
                 Failure::bad_input(anyhow!("--simulate {spec:?}: expected MODEL:COUNT, e.g. H100-80GB:8"))
             })?;
-            let count: u32 = count
-                .parse()
-                .ok()
-                .filter(|&c| c > 0)
-                .ok_or_else(|| Failure::bad_input(anyhow!("--simulate {spec:?}: the count {count:?} must be a whole number above 0")))?;
+            let count: u32 = count.parse().ok().filter(|&c| c > 0).ok_or_else(|| {
+                Failure::bad_input(anyhow!(
+                    "--simulate {spec:?}: the count {count:?} must be a whole number above 0"
+                ))
+            })?;
             Ok((model.to_string(), count))
         })
         .collect()
@@ -132,7 +133,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     cfg.advertise_timeout = args.advertise_timeout;
     cfg.poll_interval = args.poll_interval;
 
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime").map_err(Failure::internal)?;
+    let runtime = tokio::runtime::Runtime::new()
+        .context("cannot start the async runtime")
+        .map_err(Failure::internal)?;
     runtime.block_on(async move {
         let client = kube::Client::try_default()
             .await

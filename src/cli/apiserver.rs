@@ -47,8 +47,10 @@ fn load(server: &ApiServer, paths: &[PathBuf]) -> anyhow::Result<usize> {
     let mut count = 0;
     for path in paths {
         for file in manifest_files(path)? {
-            let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
-            count += server.load_yaml(&text).with_context(|| format!("cannot load {}", file.display()))?.len();
+            let text =
+                std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            count +=
+                server.load_yaml(&text).with_context(|| format!("cannot load {}", file.display()))?.len();
         }
     }
     Ok(count)
@@ -75,7 +77,10 @@ pub fn run(args: ApiserverArgs) -> ExitCode {
         let (addr, handle) = match server.serve_http(&format!("127.0.0.1:{}", args.port)).await {
             Ok(x) => x,
             Err(e) => {
-                eprintln!("error: cannot listen on 127.0.0.1:{}: {e} (pick another --port, or 0 for any free port)", args.port);
+                eprintln!(
+                    "error: cannot listen on 127.0.0.1:{}: {e} (pick another --port, or 0 for any free port)",
+                    args.port
+                );
                 return ExitCode::from(2);
             }
         };
@@ -84,7 +89,9 @@ pub fn run(args: ApiserverArgs) -> ExitCode {
             eprintln!("error: cannot write the kubeconfig to {}: {e}", path.display());
             return ExitCode::from(2);
         }
-        eprintln!("in-memory Kubernetes API server listening on http://{addr} (Ctrl-C stops it; all state is lost)");
+        eprintln!(
+            "in-memory Kubernetes API server listening on http://{addr} (Ctrl-C stops it; all state is lost)"
+        );
         println!("export KUBECONFIG={}", path.display());
         let _ = tokio::signal::ctrl_c().await;
         handle.shutdown().await;

@@ -112,10 +112,7 @@ fn list(catalog: &Catalog, format: OutputFormat) -> Result<(), Failure> {
                 ]
             })
             .collect();
-        let mut out = output::table(
-            &["MODEL", "ARCHITECTURE", "MEMORY", "DEVICE IDS", "PROFILES"],
-            &rows,
-        );
+        let mut out = output::table(&["MODEL", "ARCHITECTURE", "MEMORY", "DEVICE IDS", "PROFILES"], &rows);
         if !catalog.unplaceable().is_empty() {
             out.push_str("\nKnown, but placements unknown (cannot be planned for):\n");
             for u in catalog.unplaceable() {
@@ -138,11 +135,7 @@ fn ids(m: &GpuModel) -> String {
     if m.device_ids.is_empty() {
         return "-".to_string();
     }
-    m.device_ids
-        .iter()
-        .map(|&id| format_device_id(id))
-        .collect::<Vec<_>>()
-        .join(",")
+    m.device_ids.iter().map(|&id| format_device_id(id)).collect::<Vec<_>>().join(",")
 }
 
 fn list_or_dash(items: &[String]) -> String {
@@ -155,9 +148,7 @@ fn list_or_dash(items: &[String]) -> String {
 
 fn show_table(m: &GpuModel) -> String {
     let mut out = String::new();
-    let line = |out: &mut String, label: &str, value: String| {
-        out.push_str(&format!("{label:<17}{value}\n"))
-    };
+    let line = |out: &mut String, label: &str, value: String| out.push_str(&format!("{label:<17}{value}\n"));
     line(&mut out, "Model:", m.key.clone());
     if !m.description.is_empty() {
         line(&mut out, "Description:", m.description.clone());
@@ -185,12 +176,7 @@ fn show_table(m: &GpuModel) -> String {
             } else {
                 "?".to_string()
             };
-            let starts = p
-                .starts
-                .iter()
-                .map(u8::to_string)
-                .collect::<Vec<_>>()
-                .join(",");
+            let starts = p.starts.iter().map(u8::to_string).collect::<Vec<_>>().join(",");
             vec![
                 p.name.clone(),
                 p.compute_slices.to_string(),
@@ -200,15 +186,9 @@ fn show_table(m: &GpuModel) -> String {
                 p.size.to_string(),
                 p.max_instances.to_string(),
                 engines,
-                p.nvidia_smi_profile_id
-                    .map(|id| id.to_string())
-                    .unwrap_or_else(|| "-".to_string()),
+                p.nvidia_smi_profile_id.map(|id| id.to_string()).unwrap_or_else(|| "-".to_string()),
                 status_suffix(p.placements_status),
-                if p.aliases.is_empty() {
-                    "-".to_string()
-                } else {
-                    p.aliases.join(",")
-                },
+                if p.aliases.is_empty() { "-".to_string() } else { p.aliases.join(",") },
             ]
         })
         .collect();

@@ -9,10 +9,10 @@ use clap::Args;
 
 use super::catalog::CatalogSource;
 use super::output::Failure;
-use geometer_controller::health::{self, Health};
-use geometer_controller::leader::LeaseSettings;
-use geometer_controller::metrics::Metrics;
-use geometer_controller::run::{self, RunError, Settings};
+use geometer_controller::runtime::health::{self, Health};
+use geometer_controller::runtime::leader::LeaseSettings;
+use geometer_controller::runtime::metrics::Metrics;
+use geometer_controller::{self as controller, RunError, Settings};
 
 #[derive(Debug, Args)]
 pub struct ControllerArgs {
@@ -34,7 +34,9 @@ pub struct ControllerArgs {
 }
 
 fn default_identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
     format!("{}-{}", if host.is_empty() { "geometer" } else { &host }, std::process::id())
 }
 
@@ -45,7 +47,9 @@ pub fn run(args: ControllerArgs) -> Result<(), Failure> {
     if !args.no_leader_election {
         settings.lease = Some(LeaseSettings::new(args.lease_namespace.clone(), identity));
     }
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime").map_err(Failure::internal)?;
+    let runtime = tokio::runtime::Runtime::new()
+        .context("cannot start the async runtime")
+        .map_err(Failure::internal)?;
     runtime.block_on(async move {
         let client = kube::Client::try_default()
             .await
@@ -58,7 +62,7 @@ pub fn run(args: ControllerArgs) -> Result<(), Failure> {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let endpoint = tokio::spawn(health::serve(listener, metrics.clone(), health.clone(), wait(stopped)));
         tracing::info!(metrics = %args.metrics_addr, leader_election = !args.no_leader_election, "geometer controller starting");
-        let result = run::run(client, settings, metrics, health.clone(), super::agent_run::shutdown()).await;
+        let result = controller::run(client, settings, metrics, health.clone(), super::agent_run::shutdown()).await;
         if let Err(e) = &result {
             health.set_failed(e.to_string());
         }

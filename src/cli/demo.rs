@@ -36,7 +36,9 @@ impl From<ModeArg> for PolicyMode {
 }
 
 #[derive(Debug, Args)]
-#[command(about = "Run Geometer end to end on a simulated GPU cluster: API server (kubectl-ready), scheduler, kubelets, device plugins, the controller and one agent per node, with a shifting workload")]
+#[command(
+    about = "Run Geometer end to end on a simulated GPU cluster: API server (kubectl-ready), scheduler, kubelets, device plugins, the controller and one agent per node, with a shifting workload"
+)]
 pub struct DemoArgs {
     /// What the policy does with plans.
     #[arg(long, value_enum, default_value = "Auto")]

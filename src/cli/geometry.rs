@@ -56,20 +56,11 @@ pub enum GeometryCommand {
 pub fn run(args: GeometryArgs) -> Result<(), Failure> {
     let catalog = args.source.load()?;
     match args.command {
-        GeometryCommand::Check {
-            model,
-            spec,
-            output,
-        } => {
+        GeometryCommand::Check { model, spec, output } => {
             let model = CatalogSource::find(&catalog, &model)?;
             check(model, &spec, output)
         }
-        GeometryCommand::Enumerate {
-            model,
-            profiles,
-            maximal,
-            output,
-        } => {
+        GeometryCommand::Enumerate { model, profiles, maximal, output } => {
             let model = CatalogSource::find(&catalog, &model)?;
             enumerate(model, &profiles, maximal, output)
         }
@@ -176,10 +167,7 @@ fn check_table(model: &GpuModel, g: &Geometry, placed: bool) -> String {
     while unit < model.placement_units {
         if let Some(p) = next.next_if(|p| p.start == unit) {
             let profile = model.profile_info(p.profile);
-            rows.push(vec![
-                range(unit, unit + profile.size - 1),
-                profile.name.clone(),
-            ]);
+            rows.push(vec![range(unit, unit + profile.size - 1), profile.name.clone()]);
             unit += profile.size;
         } else if used & (1 << unit) != 0 {
             // Only reachable for overlapping instances, which a valid geometry never has.
@@ -194,21 +182,13 @@ fn check_table(model: &GpuModel, g: &Geometry, placed: bool) -> String {
         }
     }
     out.push_str(&output::table(&["UNITS", "INSTANCE"], &rows));
-    out.push_str(&format!(
-        "compute slices used: {} of {}\n",
-        g.compute_slices(model),
-        model.compute_slices
-    ));
+    out.push_str(&format!("compute slices used: {} of {}\n", g.compute_slices(model), model.compute_slices));
     out
 }
 
 /// Profile ids from `--profiles`; bad input names the unknown profile and the known ones.
 pub fn profile_ids(model: &GpuModel, names: &[String]) -> Result<Vec<ProfileId>, Failure> {
-    let names: Vec<&str> = names
-        .iter()
-        .map(|n| n.trim())
-        .filter(|n| !n.is_empty())
-        .collect();
+    let names: Vec<&str> = names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()).collect();
     if names.is_empty() {
         return Ok(model.standard_profiles());
     }
@@ -249,10 +229,7 @@ fn enumerate(
 ) -> Result<(), Failure> {
     let ids = profile_ids(model, profiles)?;
     let found = geometry::enumerate(model, &ids, maximal);
-    let names: Vec<String> = ids
-        .iter()
-        .map(|&id| model.profile_info(id).name.clone())
-        .collect();
+    let names: Vec<String> = ids.iter().map(|&id| model.profile_info(id).name.clone()).collect();
     let out = EnumerateOut {
         model: model.key.clone(),
         profiles: names.clone(),
@@ -266,17 +243,8 @@ fn enumerate(
             text.push_str(&g.display(model));
             text.push('\n');
         }
-        let kind = if maximal {
-            "maximal geometries"
-        } else {
-            "valid geometries (the empty one included)"
-        };
-        text.push_str(&format!(
-            "{} {kind} of {} from {}\n",
-            found.len(),
-            model.key,
-            names.join(", ")
-        ));
+        let kind = if maximal { "maximal geometries" } else { "valid geometries (the empty one included)" };
+        text.push_str(&format!("{} {kind} of {} from {}\n", found.len(), model.key, names.join(", ")));
         text
     })
 }

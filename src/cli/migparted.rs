@@ -11,9 +11,9 @@ use serde_json::Value;
 
 use super::catalog::CatalogSource;
 use super::output::Failure;
-use geometer_api::PolicyMode;
 use geometer_api::migparted::export::{self, Which};
 use geometer_api::migparted::{import, MigPartedConfig};
+use geometer_api::PolicyMode;
 
 #[derive(Debug, Args)]
 pub struct MigpartedArgs {
@@ -128,7 +128,8 @@ fn run_export(args: ExportArgs) -> Result<(), Failure> {
         .map_err(Failure::bad_input)?;
     let mut layouts = found.layouts;
     if !args.nodes.is_empty() {
-        let missing: Vec<&String> = args.nodes.iter().filter(|n| !layouts.iter().any(|l| &l.node == *n)).collect();
+        let missing: Vec<&String> =
+            args.nodes.iter().filter(|n| !layouts.iter().any(|l| &l.node == *n)).collect();
         if !missing.is_empty() {
             let present: Vec<&str> = layouts.iter().map(|l| l.node.as_str()).collect();
             return Err(Failure::bad_input(anyhow!(
@@ -193,7 +194,8 @@ fn run_import(args: ImportArgs) -> Result<(), Failure> {
         ModeArg::Auto => PolicyMode::Auto,
     };
     let policy = import::policy(&name, &imported.profiles, mode, &selector);
-    let yaml = serde_saphyr::to_string(&policy).context("cannot render the MigPolicy").map_err(Failure::internal)?;
+    let yaml =
+        serde_saphyr::to_string(&policy).context("cannot render the MigPolicy").map_err(Failure::internal)?;
     print!("{yaml}");
     eprintln!(
         "note: MigPolicy has no allowed-layouts field, so the profiles of {} became spec.allowedProfiles ({}); the instance counts are not kept, Geometer chooses each GPU's layout from demand",
@@ -219,10 +221,11 @@ fn describe_configs(configs: &[String]) -> String {
 fn parse_selector(pairs: &[String]) -> Result<BTreeMap<String, String>, Failure> {
     let mut out = BTreeMap::new();
     for pair in pairs {
-        let (key, value) = pair
-            .split_once('=')
-            .filter(|(k, _)| !k.is_empty())
-            .ok_or_else(|| Failure::bad_input(anyhow!("--node-selector {pair:?}: expected KEY=VALUE, e.g. nvidia.com/mig.config=all-balanced")))?;
+        let (key, value) = pair.split_once('=').filter(|(k, _)| !k.is_empty()).ok_or_else(|| {
+            Failure::bad_input(anyhow!(
+                "--node-selector {pair:?}: expected KEY=VALUE, e.g. nvidia.com/mig.config=all-balanced"
+            ))
+        })?;
         out.insert(key.to_string(), value.to_string());
     }
     Ok(out)
@@ -232,5 +235,9 @@ fn parse_selector(pairs: &[String]) -> Result<BTreeMap<String, String>, Failure>
 fn is_object_name(name: &str) -> bool {
     let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
     let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    !name.is_empty() && name.len() <= 253 && name.chars().all(ok_char) && alnum(name.chars().next()) && alnum(name.chars().last())
+    !name.is_empty()
+        && name.len() <= 253
+        && name.chars().all(ok_char)
+        && alnum(name.chars().next())
+        && alnum(name.chars().last())
 }

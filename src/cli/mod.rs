@@ -21,12 +21,15 @@ pub mod geometry;
 pub mod migparted;
 pub mod output;
 pub mod plan;
-pub mod plan_live;
 #[cfg(feature = "demo")]
 pub mod simulate;
 
 #[derive(Debug, Parser)]
-#[command(name = "geometer", version, about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand")]
+#[command(
+    name = "geometer",
+    version,
+    about = "Plans and applies NVIDIA MIG geometry from live Kubernetes demand"
+)]
 pub struct Cli {
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, global = true, env = "GEOMETER_LOG_JSON")]

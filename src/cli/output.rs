@@ -25,14 +25,11 @@ pub fn print<T: Serialize>(
     let text = match format {
         OutputFormat::Table => table(),
         OutputFormat::Json => {
-            let mut s =
-                serde_json::to_string_pretty(value).map_err(|e| Failure::internal(e.into()))?;
+            let mut s = serde_json::to_string_pretty(value).map_err(|e| Failure::internal(e.into()))?;
             s.push('\n');
             s
         }
-        OutputFormat::Yaml => {
-            serde_saphyr::to_string(value).map_err(|e| Failure::internal(e.into()))?
-        }
+        OutputFormat::Yaml => serde_saphyr::to_string(value).map_err(|e| Failure::internal(e.into()))?,
     };
     print!("{text}");
     Ok(())
@@ -56,12 +53,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         for (i, cell) in row.iter().enumerate() {
             line.push_str(cell);
             if i < last {
-                let pad = widths
-                    .get(i)
-                    .copied()
-                    .unwrap_or(0)
-                    .saturating_sub(cell.chars().count())
-                    + 2;
+                let pad = widths.get(i).copied().unwrap_or(0).saturating_sub(cell.chars().count()) + 2;
                 line.extend(std::iter::repeat_n(' ', pad));
             }
         }
@@ -82,34 +74,22 @@ pub struct Failure {
 impl Failure {
     /// Exit 2: the input (arguments, files) is wrong.
     pub fn bad_input(error: anyhow::Error) -> Failure {
-        Failure {
-            code: 2,
-            error: Some(error),
-        }
+        Failure { code: 2, error: Some(error) }
     }
 
     /// Exit 1: the input is fine and the answer is "no".
     pub fn no(error: anyhow::Error) -> Failure {
-        Failure {
-            code: 1,
-            error: Some(error),
-        }
+        Failure { code: 1, error: Some(error) }
     }
 
     /// Exit 1 after the command printed its "no" answer itself.
     pub fn answered_no() -> Failure {
-        Failure {
-            code: 1,
-            error: None,
-        }
+        Failure { code: 1, error: None }
     }
 
     /// Exit 1 for failures that are neither (cannot write output, ...).
     pub fn internal(error: anyhow::Error) -> Failure {
-        Failure {
-            code: 1,
-            error: Some(error),
-        }
+        Failure { code: 1, error: Some(error) }
     }
 }
 

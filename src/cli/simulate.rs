@@ -141,7 +141,9 @@ fn millis(flag: &str, seconds: f64) -> Result<u64, Failure> {
 }
 
 fn read(path: &Path, what: &str) -> Result<String, Failure> {
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {what} {}", path.display())).map_err(bad)
+    std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {what} {}", path.display()))
+        .map_err(bad)
 }
 
 pub fn run(args: SimulateArgs) -> Result<(), Failure> {
@@ -192,7 +194,9 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
             GpuRequest::Mig(items) => items
                 .iter()
                 .map(|(name, count)| {
-                    let compute = reference.profile(name).map_or(f64::from(reference.compute_slices), |p| f64::from(p.compute_slices));
+                    let compute = reference
+                        .profile(name)
+                        .map_or(f64::from(reference.compute_slices), |p| f64::from(p.compute_slices));
                     f64::from(*count) * compute / f64::from(reference.compute_slices)
                 })
                 .sum(),
@@ -203,7 +207,8 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     let mut summaries: Vec<Summary> = Vec::new();
     let started = Instant::now();
     for kind in &kinds {
-        let mut strategy = build_strategy(*kind, &catalog, &cluster, &workload, args.plan_time_limit_ms, forecast)?;
+        let mut strategy =
+            build_strategy(*kind, &catalog, &cluster, &workload, args.plan_time_limit_ms, forecast)?;
         let one = Instant::now();
         let summary = Engine::new(&cluster, &workload, timings, strategy.as_mut())
             .run()
@@ -246,18 +251,26 @@ fn strategy_kinds(names: &[String]) -> Result<Vec<StrategyKind>, Failure> {
     Ok(kinds)
 }
 
-fn build_cluster(args: &SimulateArgs, catalog: &Catalog, map: &alibaba::ModelMap) -> Result<(Cluster, Vec<String>), Failure> {
+fn build_cluster(
+    args: &SimulateArgs,
+    catalog: &Catalog,
+    map: &alibaba::ModelMap,
+) -> Result<(Cluster, Vec<String>), Failure> {
     if let Some(path) = &args.node_list {
         let text = read(path, "--node-list")?;
         let nodes = alibaba::read_nodes(&path.display().to_string(), &text).map_err(|e| bad(e.into()))?;
         let (cluster, notes) =
             alibaba::cluster_from_nodes(&nodes, map, |name| models::resolve(catalog, name)).map_err(|e| {
-                bad(anyhow!("{e}; map the node list's GPU models to catalog models with --model-map, e.g. G2=H100-80GB"))
+                bad(anyhow!(
+                "{e}; map the node list's GPU models to catalog models with --model-map, e.g. G2=H100-80GB"
+            ))
             })?;
         return Ok((cluster, notes));
     }
-    let spec = args.cluster.as_deref().ok_or_else(|| bad(anyhow!("give --cluster SPEC or --node-list FILE")))?;
-    let cluster = parse_cluster_spec(spec, |name| models::resolve(catalog, name)).map_err(|e| bad(e.into()))?;
+    let spec =
+        args.cluster.as_deref().ok_or_else(|| bad(anyhow!("give --cluster SPEC or --node-list FILE")))?;
+    let cluster =
+        parse_cluster_spec(spec, |name| models::resolve(catalog, name)).map_err(|e| bad(e.into()))?;
     Ok((cluster, Vec::new()))
 }
 
@@ -278,7 +291,8 @@ fn read_trace(args: &SimulateArgs, path: &Path, map: &alibaba::ModelMap) -> Resu
     match format {
         TraceFormat::Alibaba => {
             let pods = alibaba::read_pods(&file, &text).map_err(|e| bad(e.into()))?;
-            let timing = if args.load.is_some() { alibaba::Timing::Unordered } else { alibaba::Timing::Replay };
+            let timing =
+                if args.load.is_some() { alibaba::Timing::Unordered } else { alibaba::Timing::Replay };
             alibaba::to_trace(&file, &pods, map, timing).map_err(|e| bad(e.into()))
         }
         _ => geometer::parse(&file, &text).map_err(|e| bad(e.into())),
@@ -298,8 +312,13 @@ fn build_strategy(
         StrategyKind::Static(layout) => {
             let mut geometries = Vec::new();
             for model in &cluster.models {
-                let gpu = catalog.find(&model.name).ok_or_else(|| bad(anyhow!("GPU model {} left the catalog", model.name)))?;
-                geometries.push(models::static_geometry(layout, gpu, workload).map_err(|e| bad(anyhow!("--strategy {kind}: {e}")))?);
+                let gpu = catalog
+                    .find(&model.name)
+                    .ok_or_else(|| bad(anyhow!("GPU model {} left the catalog", model.name)))?;
+                geometries.push(
+                    models::static_geometry(layout, gpu, workload)
+                        .map_err(|e| bad(anyhow!("--strategy {kind}: {e}")))?,
+                );
             }
             Box::new(StaticStrategy { layout, geometries })
         }
@@ -310,7 +329,13 @@ fn build_strategy(
     })
 }
 
-fn describe(args: &SimulateArgs, cluster: &Cluster, workload: &Workload, name: &str, forecast: Millis) -> String {
+fn describe(
+    args: &SimulateArgs,
+    cluster: &Cluster,
+    workload: &Workload,
+    name: &str,
+    forecast: Millis,
+) -> String {
     let mut per_model: Vec<String> = Vec::new();
     for (i, m) in cluster.models.iter().enumerate() {
         let nodes = cluster.nodes.iter().filter(|n| n.model == i).count();
@@ -324,7 +349,12 @@ fn describe(args: &SimulateArgs, cluster: &Cluster, workload: &Workload, name: &
                 LifetimeArg::Trace => "trace lifetimes",
             };
             let of = args.load_gpus.map_or_else(String::new, |g| format!(" of {g} GPUs"));
-            format!("load mode {:.0}%{of} (seed {}, one pod every {} s, {lifetime})", share * 100.0, args.seed, args.interval_secs)
+            format!(
+                "load mode {:.0}%{of} (seed {}, one pod every {} s, {lifetime})",
+                share * 100.0,
+                args.seed,
+                args.interval_secs
+            )
         }
         None => "trace timestamps".into(),
     };
@@ -353,7 +383,9 @@ fn write_outputs(
     title: &str,
     setup: &str,
 ) -> Result<(), Failure> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create -o {}", dir.display())).map_err(Failure::internal)?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create -o {}", dir.display()))
+        .map_err(Failure::internal)?;
     let files = [
         ("summary.md", markdown.to_string()),
         ("summary.csv", report::summary_csv(summaries)),
@@ -363,7 +395,9 @@ fn write_outputs(
     ];
     for (file, text) in files {
         let path = dir.join(file);
-        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display())).map_err(Failure::internal)?;
+        std::fs::write(&path, text)
+            .with_context(|| format!("cannot write {}", path.display()))
+            .map_err(Failure::internal)?;
     }
     Ok(())
 }

@@ -39,7 +39,8 @@ async fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 async fn device_plugin(server: ApiServer) {
     let mut n = 1;
     loop {
-        let running = server.objects::<Pod>().iter().any(|p| p.metadata.namespace.as_deref() == Some("gpu-operator"));
+        let running =
+            server.objects::<Pod>().iter().any(|p| p.metadata.namespace.as_deref() == Some("gpu-operator"));
         if !running {
             let mut counts: BTreeMap<String, u64> = BTreeMap::new();
             if let Some(status) = server.object::<MigNode>("", NODE).and_then(|m| m.status) {
@@ -47,9 +48,14 @@ async fn device_plugin(server: ApiServer) {
                     *counts.entry(format!("nvidia.com/mig-{}", i.profile)).or_default() += 1;
                 }
             }
-            let alloc: serde_json::Map<_, _> = counts.into_iter().map(|(k, v)| (k, json!(v.to_string()))).collect();
+            let alloc: serde_json::Map<_, _> =
+                counts.into_iter().map(|(k, v)| (k, json!(v.to_string()))).collect();
             Api::<Node>::all(server.client())
-                .patch_status(NODE, &PatchParams::default(), &Patch::Merge(json!({"status": {"allocatable": alloc}})))
+                .patch_status(
+                    NODE,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"allocatable": alloc}})),
+                )
                 .await
                 .unwrap();
             server.seed(&plugin_pod(n)).unwrap();
@@ -88,12 +94,21 @@ async fn agent_run_with_simulated_gpus_carries_out_a_spec() {
     })
     .await;
     assert_eq!(status.gpu_count, 2);
-    assert!(status.gpus.iter().all(|g| g.model == "H100-80GB" && g.mig_mode.current && g.instances.is_empty()));
+    assert!(status
+        .gpus
+        .iter()
+        .all(|g| g.model == "H100-80GB" && g.mig_mode.current && g.instances.is_empty()));
 
     let api: Api<MigNode> = Api::all(server.client());
     let spec = json!({"spec": {"plan": "by-hand", "gpus": [{"index": 1, "geometry": [
         {"profile": "3g.40gb", "start": 0}, {"profile": "3g.40gb", "start": 4}]}]}});
-    let generation = api.patch(NODE, &PatchParams::default(), &Patch::Merge(spec)).await.unwrap().metadata.generation.unwrap();
+    let generation = api
+        .patch(NODE, &PatchParams::default(), &Patch::Merge(spec))
+        .await
+        .unwrap()
+        .metadata
+        .generation
+        .unwrap();
     let status = wait_for("the change to be Ready", || {
         let m = server.object::<MigNode>("", NODE)?;
         let s = m.status?;

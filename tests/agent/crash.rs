@@ -16,7 +16,7 @@ use agent_support::nvml::{AuditedNvml, KillAt};
 use agent_support::Harness;
 use futures::StreamExt;
 use geometer_agent::nvml::sim::Fault;
-use geometer_agent::reconcile::{AgentConfig, StepHook, StepPoint};
+use geometer_agent::{AgentConfig, StepHook, StepPoint};
 
 const TARGET: &[(&str, u8)] = &[("3g.40gb", 0), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.20gb", 6)];
 
@@ -50,7 +50,11 @@ fn assert_converged(h: &Harness, generation: i64, keeper_device: &str, violation
     assert!(!h.pod_exists("mover"), "{what}");
     let status = h.mignode().status.unwrap();
     let keeper = status.gpus[0].instances.iter().find(|i| i.uuid.as_deref() == Some(keeper_device));
-    assert_eq!(keeper.and_then(|i| i.pod.as_deref()), Some("ml/keeper"), "{what}: the kept instance is the same device");
+    assert_eq!(
+        keeper.and_then(|i| i.pod.as_deref()),
+        Some("ml/keeper"),
+        "{what}: the kept instance is the same device"
+    );
     assert_eq!(h.cordon_state(), (false, false), "{what}: no stray cordon");
     assert!(h.sim.gpu_instances_without_compute(0).unwrap().is_empty(), "{what}: nothing half built");
     assert_eq!(h.mignode().metadata.generation, Some(generation));
@@ -73,7 +77,10 @@ async fn restart_and_converge(h: &Harness, generation: i64, keeper: &str, earlie
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_at_every_step_boundary_converges() {
-    let counting_hook = |seen: Arc<AtomicUsize>, kill_at: usize, killed: tokio::sync::mpsc::UnboundedSender<()>| -> StepHook {
+    let counting_hook = |seen: Arc<AtomicUsize>,
+                         kill_at: usize,
+                         killed: tokio::sync::mpsc::UnboundedSender<()>|
+     -> StepHook {
         Arc::new(move |_: &StepPoint| {
             if seen.fetch_add(1, Ordering::SeqCst) + 1 == kill_at {
                 let _ = killed.send(());
@@ -85,7 +92,10 @@ async fn a_kill_at_every_step_boundary_converges() {
     };
     let (h, generation, _) = scenario().await;
     let seen = Arc::new(AtomicUsize::new(0));
-    let agent = h.spawn_agent(config(&h), Some(counting_hook(seen.clone(), 0, tokio::sync::mpsc::unbounded_channel().0)));
+    let agent = h.spawn_agent(
+        config(&h),
+        Some(counting_hook(seen.clone(), 0, tokio::sync::mpsc::unbounded_channel().0)),
+    );
     h.wait_ready(generation).await;
     agent.abort();
     let boundaries = seen.load(Ordering::SeqCst) as u64;
@@ -94,7 +104,8 @@ async fn a_kill_at_every_step_boundary_converges() {
     for_each_position(boundaries, |k| async move {
         let (h, generation, keeper) = scenario().await;
         let (tx, mut killed) = tokio::sync::mpsc::unbounded_channel();
-        let agent = h.spawn_agent(config(&h), Some(counting_hook(Arc::new(AtomicUsize::new(0)), k as usize, tx)));
+        let agent =
+            h.spawn_agent(config(&h), Some(counting_hook(Arc::new(AtomicUsize::new(0)), k as usize, tx)));
         tokio::select! {
             _ = killed.recv() => {}
             _ = h.wait_ready(generation) => {}
@@ -127,7 +138,8 @@ async fn kill_at_every_nvml_call(at: fn(u64) -> KillAt) {
         let _ = agent.await;
         release.release();
         let earlier = nvml.violations.lock().unwrap().clone();
-        restart_and_converge(&h, generation, &keeper, &earlier, &format!("killed at NVML call {:?}", at(k))).await;
+        restart_and_converge(&h, generation, &keeper, &earlier, &format!("killed at NVML call {:?}", at(k)))
+            .await;
     })
     .await;
 }
@@ -170,7 +182,14 @@ async fn fail_every_nvml_call(after_effect: bool) {
             })
             .await;
             h.wait_ready(generation).await;
-            let failed = h.mignode().status.unwrap().conditions.into_iter().find(|c| c.type_ == "Failed").expect("Failed condition");
+            let failed = h
+                .mignode()
+                .status
+                .unwrap()
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Failed")
+                .expect("Failed condition");
             assert_eq!(failed.status, "False", "{what}: cleared once the retry succeeded");
         }
         agent.abort();

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use agent_support::{Harness, NODE, WORKLOADS};
 use clap::Parser;
-use geometer_agent::reconcile::Agent;
-use geometer_api::MigNode;
 use geometer::cli::agent::AgentCommand;
 use geometer::cli::{Cli, Command};
+use geometer_agent::Agent;
+use geometer_api::MigNode;
 use serde_json::{json, Value};
 
 fn manifests(file: &str) -> Vec<Value> {
@@ -29,15 +29,25 @@ fn the_daemonset_runs_geometer_agent_run_with_arguments_it_accepts() {
         .iter()
         .map(|a| a.as_str().unwrap().replace("$(NODE_NAME)", "gpu-node-7"))
         .collect();
-    let cli = Cli::try_parse_from(std::iter::once("geometer".to_string()).chain(args)).expect("the DaemonSet's args parse");
+    let cli = Cli::try_parse_from(std::iter::once("geometer".to_string()).chain(args))
+        .expect("the DaemonSet's args parse");
     let Command::Agent(agent) = cli.command else { panic!("not the agent command") };
     let AgentCommand::Run(run) = agent.command else { panic!("not agent run") };
     assert_eq!(run.node, "gpu-node-7");
     assert!(run.simulate.is_empty(), "the real NVML backend by default");
-    let env: Vec<&str> = container["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    let env: Vec<&str> =
+        container["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
     assert!(env.contains(&"NODE_NAME"));
-    let mounts: Vec<&str> = container["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap()).collect();
-    assert!(mounts.contains(&"/var/lib/kubelet/pod-resources"), "the PodResources socket's directory is mounted");
+    let mounts: Vec<&str> = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    assert!(
+        mounts.contains(&"/var/lib/kubelet/pod-resources"),
+        "the PodResources socket's directory is mounted"
+    );
     assert_eq!(ds["spec"]["template"]["spec"]["serviceAccountName"], "geometer-agent");
 }
 
@@ -85,7 +95,11 @@ fn granted() -> BTreeSet<(String, String, String)> {
         for g in rule["apiGroups"].as_array().unwrap() {
             for r in rule["resources"].as_array().unwrap() {
                 for v in rule["verbs"].as_array().unwrap() {
-                    out.insert((g.as_str().unwrap().into(), r.as_str().unwrap().into(), v.as_str().unwrap().into()));
+                    out.insert((
+                        g.as_str().unwrap().into(),
+                        r.as_str().unwrap().into(),
+                        v.as_str().unwrap().into(),
+                    ));
                 }
             }
         }
@@ -99,7 +113,10 @@ async fn the_cluster_role_allows_exactly_what_the_agent_uses() {
     h.run_pod("first", 0, "3g.40gb", 0, &[], &[]);
     h.run_pod("second", 0, "3g.40gb", 4, &[], &[]);
     for (kind, body) in [
-        ("MigPolicy", json!({"metadata": {"name": "pool"}, "spec": {"disruption": {"evictionAllowed": true}}})),
+        (
+            "MigPolicy",
+            json!({"metadata": {"name": "pool"}, "spec": {"disruption": {"evictionAllowed": true}}}),
+        ),
         ("MigPlan", json!({"metadata": {"name": "plan-1"}, "spec": {"policy": "pool"}})),
     ] {
         let mut v = body;
@@ -127,7 +144,11 @@ async fn the_cluster_role_allows_exactly_what_the_agent_uses() {
     h.wait_ready(generation).await;
     task.abort();
     assert_eq!(h.running(), Vec::<String>::new());
-    assert!(!h.server.objects::<k8s_openapi::api::core::v1::Pod>().iter().any(|p| p.metadata.namespace.as_deref() == Some(WORKLOADS)));
+    assert!(!h.server.objects::<k8s_openapi::api::core::v1::Pod>().iter().any(|p| p
+        .metadata
+        .namespace
+        .as_deref()
+        == Some(WORKLOADS)));
 
     let used: BTreeSet<_> = seen.lock().unwrap().iter().filter_map(|(m, u)| rbac_of(m, u)).collect();
     let granted = granted();

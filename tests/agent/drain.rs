@@ -24,7 +24,8 @@ async fn a_do_not_disrupt_pod_is_never_evicted_and_the_drain_times_out_cleanly()
     let mut cfg = h.config();
     cfg.drain.timeout = Duration::from_secs(1);
     // Long enough to see the failure before the retry starts a new drain.
-    cfg.backoff = geometer_agent::reconcile::backoff::Backoff::new(Duration::from_millis(500), Duration::from_secs(1));
+    cfg.backoff =
+        geometer_agent::runtime::backoff::Backoff::new(Duration::from_millis(500), Duration::from_secs(1));
     let agent = h.spawn_agent(cfg, None);
     h.set_spec(&[(0, &[("3g.40gb", 0), ("1g.10gb", 4)])]).await;
 
@@ -40,14 +41,19 @@ async fn a_do_not_disrupt_pod_is_never_evicted_and_the_drain_times_out_cleanly()
     let message = h
         .wait_for("phase Failed with reason DrainTimeout", |h| {
             let status = h.mignode().status?;
-            let c = status.conditions.iter().find(|c| c.type_ == MigNodeStatus::FAILED && c.status == "True")?;
+            let c =
+                status.conditions.iter().find(|c| c.type_ == MigNodeStatus::FAILED && c.status == "True")?;
             (status.phase == MigNodePhase::Failed && c.reason == "DrainTimeout").then(|| c.message.clone())
         })
         .await;
     assert!(message.contains("ml/precious") && message.contains("Retrying in"), "{message}");
     // It retries (backing off) and keeps refusing to evict: repeated events fold into a series.
     h.wait_for("a second drain timeout", |h| {
-        let count: i32 = h.events_with_reason("DrainTimeout").iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum();
+        let count: i32 = h
+            .events_with_reason("DrainTimeout")
+            .iter()
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+            .sum();
         (count >= 2).then_some(())
     })
     .await;
@@ -72,8 +78,10 @@ async fn a_protection_for_a_duration_is_waited_out_then_the_pod_is_evicted() {
     h.run_pod("short-lived-protection", 0, "7g.80gb", 0, &[("karpenter.sh/do-not-disrupt", "2s")], &[]);
     let agent = h.spawn_agent(h.config(), None);
     let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
-    h.wait_for("DrainBlocked", |h| condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True" && c.1 == "DoNotDisrupt"))
-        .await;
+    h.wait_for("DrainBlocked", |h| {
+        condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True" && c.1 == "DoNotDisrupt")
+    })
+    .await;
     h.wait_ready(generation).await;
     agent.abort();
     assert!(!h.pod_exists("short-lived-protection"));
@@ -95,7 +103,9 @@ async fn a_pdb_refusal_is_retried_until_the_budget_allows_it() {
     let generation = h.set_spec(&[(0, &[("4g.40gb", 0), ("3g.40gb", 4)])]).await;
 
     let (_, reason, message) = h
-        .wait_for("DrainBlocked by the PDB", |h| condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True"))
+        .wait_for("DrainBlocked by the PDB", |h| {
+            condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True")
+        })
         .await;
     assert_eq!(reason, "PodDisruptionBudget");
     assert!(message.contains("ml/guarded"), "{message}");
@@ -105,7 +115,10 @@ async fn a_pdb_refusal_is_retried_until_the_budget_allows_it() {
     assert_eq!(h.cordon_state(), (true, true), "cordoned by us while draining");
     assert!(!h.events_with_reason("EvictionRefused").is_empty());
 
-    Api::<PodDisruptionBudget>::namespaced(h.client.clone(), WORKLOADS).delete("guarded", &DeleteParams::default()).await.unwrap();
+    Api::<PodDisruptionBudget>::namespaced(h.client.clone(), WORKLOADS)
+        .delete("guarded", &DeleteParams::default())
+        .await
+        .unwrap();
     h.wait_ready(generation).await;
     agent.abort();
     assert!(!h.pod_exists("guarded"));
@@ -147,8 +160,10 @@ async fn a_policy_without_evictions_is_obeyed_and_its_drain_timeout_applies() {
         .await;
     assert_eq!(reason, "EvictionNotAllowed");
     assert!(message.contains("MigPolicy gpu-pool") && message.contains("ml/ordinary"), "{message}");
-    h.wait_for("Failed: DrainTimeout", |h| condition(h, MigNodeStatus::FAILED).filter(|c| c.0 == "True" && c.1 == "DrainTimeout"))
-        .await;
+    h.wait_for("Failed: DrainTimeout", |h| {
+        condition(h, MigNodeStatus::FAILED).filter(|c| c.0 == "True" && c.1 == "DrainTimeout")
+    })
+    .await;
     agent.abort();
     assert_eq!(h.evictions(), 0);
     assert!(h.pod_exists("ordinary"));
@@ -181,7 +196,9 @@ async fn processes_outside_kubernetes_are_waited_for_never_killed() {
     let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
 
     let (_, reason, message) = h
-        .wait_for("DrainBlocked by a process", |h| condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True"))
+        .wait_for("DrainBlocked by a process", |h| {
+            condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True")
+        })
         .await;
     assert_eq!(reason, "ProcessesOutsideKubernetes");
     assert!(message.contains("7g.80gb@0") && message.contains("1 process"), "{message}");

@@ -43,7 +43,12 @@ async fn mig_mode_is_turned_on_only_after_the_pod_holding_the_gpu_left() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mig_mode_pending_a_reset_is_reported_then_picked_up_after_the_reset() {
-    let h = Harness::new_with(&[("A100-40GB", &[], SimGpuOptions { mig_enabled: false, mig_mode_needs_reset: true })]).await;
+    let h = Harness::new_with(&[(
+        "A100-40GB",
+        &[],
+        SimGpuOptions { mig_enabled: false, mig_mode_needs_reset: true },
+    )])
+    .await;
     let agent = h.spawn_agent(h.config(), None);
     let generation = h.set_spec(&[(0, &[("7g.40gb", 0)])]).await;
 
@@ -56,7 +61,11 @@ async fn a_mig_mode_pending_a_reset_is_reported_then_picked_up_after_the_reset()
     assert_eq!(failed.reason, "MigModePendingReset");
     assert!(failed.message.contains("nvidia-smi -r -i 0"), "{}", failed.message);
     assert!(failed.message.contains("stays cordoned by Geometer"), "{}", failed.message);
-    assert!(failed.message.contains("GPU 0 has [], target [7g.40gb@0]"), "the unfinished GPU is named: {}", failed.message);
+    assert!(
+        failed.message.contains("GPU 0 has [], target [7g.40gb@0]"),
+        "the unfinished GPU is named: {}",
+        failed.message
+    );
     assert_eq!(h.cordon_state(), (true, true), "cordoned, with a condition saying why");
     assert!(h.geometry(0).is_empty());
 

@@ -4,13 +4,15 @@
 
 use std::sync::{Arc, Mutex};
 
-use geometer_agent::catalog_check::{self, nvml_model};
-use geometer_agent::inventory::{check_catalog, read_inventory};
 use geometer_agent::nvml::sim::SimNvml;
 use geometer_agent::nvml::{NvmlBackend, Placement};
-use geometer_agent::pod_resources::proto::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
-use geometer_agent::pod_resources::proto::*;
-use geometer_agent::pod_resources::{DeviceAssignment, PodResourcesClient, PodResourcesError};
+use geometer_agent::observe::catalog_check::{self, nvml_model};
+use geometer_agent::observe::inventory::{check_catalog, read_inventory};
+use geometer_agent::observe::pod_resources::proto::pod_resources_lister_server::{
+    PodResourcesLister, PodResourcesListerServer,
+};
+use geometer_agent::observe::pod_resources::proto::*;
+use geometer_agent::observe::pod_resources::{DeviceAssignment, PodResourcesClient, PodResourcesError};
 use geometer_solver::catalog::Catalog;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
@@ -23,7 +25,10 @@ struct FakeKubelet {
 
 #[tonic::async_trait]
 impl PodResourcesLister for FakeKubelet {
-    async fn list(&self, _: Request<ListPodResourcesRequest>) -> Result<Response<ListPodResourcesResponse>, Status> {
+    async fn list(
+        &self,
+        _: Request<ListPodResourcesRequest>,
+    ) -> Result<Response<ListPodResourcesResponse>, Status> {
         Ok(Response::new(ListPodResourcesResponse { pod_resources: self.pods.lock().unwrap().clone() }))
     }
     async fn get_allocatable_resources(
@@ -32,7 +37,10 @@ impl PodResourcesLister for FakeKubelet {
     ) -> Result<Response<AllocatableResourcesResponse>, Status> {
         Err(Status::unimplemented("not needed by Geometer"))
     }
-    async fn get(&self, _: Request<GetPodResourcesRequest>) -> Result<Response<GetPodResourcesResponse>, Status> {
+    async fn get(
+        &self,
+        _: Request<GetPodResourcesRequest>,
+    ) -> Result<Response<GetPodResourcesResponse>, Status> {
         Err(Status::unimplemented("not needed by Geometer"))
     }
 }
@@ -65,7 +73,11 @@ fn pod(namespace: &str, name: &str, resource: &str, ids: &[&str]) -> PodResource
                     topology: None,
                 },
                 // Other device plugins' resources are not Geometer's business.
-                ContainerDevices { resource_name: "example.com/fpga".into(), device_ids: vec!["fpga0".into()], topology: None },
+                ContainerDevices {
+                    resource_name: "example.com/fpga".into(),
+                    device_ids: vec!["fpga0".into()],
+                    topology: None,
+                },
             ],
             ..Default::default()
         }],
@@ -75,7 +87,12 @@ fn pod(namespace: &str, name: &str, resource: &str, ids: &[&str]) -> PodResource
 #[tokio::test]
 async fn client_lists_nvidia_devices_per_pod_over_the_socket() {
     let kubelet = FakeKubelet::default();
-    kubelet.pods.lock().unwrap().push(pod("ml", "infer-a", "nvidia.com/mig-1g.10gb", &["MIG-aaa", "MIG-bbb"]));
+    kubelet.pods.lock().unwrap().push(pod(
+        "ml",
+        "infer-a",
+        "nvidia.com/mig-1g.10gb",
+        &["MIG-aaa", "MIG-bbb"],
+    ));
     let (_dir, socket) = serve(kubelet.clone()).await;
     let mut client = PodResourcesClient::connect(&socket).await.unwrap();
     let got = client.nvidia_assignments().await.unwrap();
@@ -118,7 +135,12 @@ async fn inventory_names_the_pod_on_each_mig_device() {
         pods.push(pod("ml", "small", "nvidia.com/mig-1g.10gb", &[&legacy]));
         // The `index` id strategy: <gpu index>:<MIG device index>.
         pods.push(pod("ml", "whole", "nvidia.com/mig-7g.80gb", &[&format!("1:{}", gpu1[0].index)]));
-        pods.push(pod("ml", "ghost", "nvidia.com/mig-1g.10gb", &["MIG-00000000-0000-0000-0000-000000000000"]));
+        pods.push(pod(
+            "ml",
+            "ghost",
+            "nvidia.com/mig-1g.10gb",
+            &["MIG-00000000-0000-0000-0000-000000000000"],
+        ));
     }
     let (_dir, socket) = serve(kubelet).await;
     let assignments = PodResourcesClient::connect(&socket).await.unwrap().nvidia_assignments().await.unwrap();
@@ -137,7 +159,9 @@ async fn inventory_names_the_pod_on_each_mig_device() {
             ("3g.40gb".to_string(), 4, Some("ml/big".to_string()), 0),
         ]
     );
-    assert!(g0.instances.iter().all(|i| i.in_use()) && g0.instances[2].uuid.as_deref() == Some(big.uuid.as_str()));
+    assert!(
+        g0.instances.iter().all(|i| i.in_use()) && g0.instances[2].uuid.as_deref() == Some(big.uuid.as_str())
+    );
     assert_eq!(inventory.gpus[1].instances[0].pod.as_deref(), Some("ml/whole"));
     let unmatched: Vec<&DeviceAssignment> = inventory.unmatched.iter().collect();
     assert_eq!(unmatched.len(), 1);
@@ -184,11 +208,16 @@ fn catalog_agrees_with_a_simulated_gpu_until_nvml_says_otherwise() {
     .unwrap();
     sim.hide_profile(0, "1g.20gb").unwrap();
     let found = check_catalog(&sim, Catalog::builtin()).unwrap();
-    let fields: Vec<(Option<&str>, &str, &str, &str)> =
-        found.iter().map(|d| (d.profile.as_deref(), d.field.as_str(), d.catalog.as_str(), d.nvml.as_str())).collect();
+    let fields: Vec<(Option<&str>, &str, &str, &str)> = found
+        .iter()
+        .map(|d| (d.profile.as_deref(), d.field.as_str(), d.catalog.as_str(), d.nvml.as_str()))
+        .collect();
     assert!(fields.contains(&(Some("3g.40gb"), "placements", "0,4 (size 4)", "4 (size 4)")), "{fields:?}");
     assert!(fields.contains(&(Some("3g.40gb"), "memoryMib", "40448", "40000")), "{fields:?}");
-    assert!(fields.iter().any(|f| f.0 == Some("1g.20gb") && f.1 == "offered" && f.3 == "not offered"), "{fields:?}");
+    assert!(
+        fields.iter().any(|f| f.0 == Some("1g.20gb") && f.1 == "offered" && f.3 == "not offered"),
+        "{fields:?}"
+    );
     assert_eq!(found.len(), 3, "{fields:?}");
 
     // NVML wins: the corrected model allows only what NVML allows.

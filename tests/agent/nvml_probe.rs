@@ -2,9 +2,9 @@
 
 use std::process::Command;
 
-use geometer_agent::nvml::sim::SimNvml;
-use geometer_agent::probe::probe;
 use geometer::cli::agent::render;
+use geometer_agent::nvml::sim::SimNvml;
+use geometer_agent::observe::probe::probe;
 use geometer_solver::catalog::Catalog;
 
 #[test]
@@ -17,7 +17,11 @@ fn probe_of_a_simulated_node_lists_profiles_instances_and_disagreements() {
     let calls_before = sim.calls().iter().filter(|c| c.call.mutates()).count();
 
     let report = probe(&sim, Catalog::builtin()).unwrap();
-    assert_eq!(sim.calls().iter().filter(|c| c.call.mutates()).count(), calls_before, "the probe changed the GPU");
+    assert_eq!(
+        sim.calls().iter().filter(|c| c.call.mutates()).count(),
+        calls_before,
+        "the probe changed the GPU"
+    );
     assert_eq!(report.gpus[0].model.as_deref(), Some("H100-80GB"));
     assert_eq!(report.gpus[0].instances[0].mig_device.as_ref().unwrap().uuid, devices[0].uuid);
     assert_eq!(report.disagreements().count(), 1);
@@ -27,15 +31,23 @@ fn probe_of_a_simulated_node_lists_profiles_instances_and_disagreements() {
     assert!(text.contains("0x233010DE"), "{text}");
     assert!(text.contains("3g.40gb") && text.contains("0,4 (size 4)"), "{text}");
     assert!(text.contains(&devices[0].uuid), "{text}");
-    assert!(text.contains("catalog disagreements (NVML wins)") && text.contains("81152") && text.contains("80000"), "{text}");
+    assert!(
+        text.contains("catalog disagreements (NVML wins)")
+            && text.contains("81152")
+            && text.contains("80000"),
+        "{text}"
+    );
     assert!(text.contains("GPU 1: Tesla T4") && text.contains("MIG mode: not supported"), "{text}");
 }
 
 #[test]
 fn probe_without_mig_mode_says_why_it_shows_no_profiles() {
     let sim = SimNvml::new("node-a");
-    sim.add_gpu_with("A100-80GB", geometer_agent::nvml::sim::SimGpuOptions { mig_enabled: false, mig_mode_needs_reset: false })
-        .unwrap();
+    sim.add_gpu_with(
+        "A100-80GB",
+        geometer_agent::nvml::sim::SimGpuOptions { mig_enabled: false, mig_mode_needs_reset: false },
+    )
+    .unwrap();
     let text = render(&probe(&sim, Catalog::builtin()).unwrap());
     assert!(text.contains("MIG mode: disabled") && text.contains("never changes it"), "{text}");
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 
 use geometer_agent::nvml::real::{RealNvml, NVML_LIBRARY};
 use geometer_agent::nvml::{NvmlBackend, NvmlError};
-use geometer_agent::probe::probe;
+use geometer_agent::observe::probe::probe;
 use geometer_solver::catalog::Catalog;
 
 /// The real library, or `None` after printing why the hardware test is skipped.
@@ -34,7 +34,8 @@ fn default_library_is_the_driver_one() {
     if let Err(e) = RealNvml::init() {
         let text = e.to_string();
         assert!(
-            text.starts_with("no NVIDIA driver (libnvidia-ml.so.1 not found)") || matches!(e, NvmlError::Init { .. }),
+            text.starts_with("no NVIDIA driver (libnvidia-ml.so.1 not found)")
+                || matches!(e, NvmlError::Init { .. }),
             "{text}"
         );
     }

@@ -139,7 +139,12 @@ fn a_fault_fails_the_chosen_call_once_and_names_it() {
     let err = sim.create_gpu_instance(0, P_1G10, at(1, 1)).unwrap_err();
     assert_eq!(
         err,
-        NvmlError::CreateGpuInstance { gpu: 0, profile: P_1G10, placement: at(1, 1), reason: Reason::GpuLost }
+        NvmlError::CreateGpuInstance {
+            gpu: 0,
+            profile: P_1G10,
+            placement: at(1, 1),
+            reason: Reason::GpuLost
+        }
     );
     assert_eq!(sim.geometry(0).unwrap().len(), 1, "a fault before the effect changes nothing");
     sim.create_gpu_instance(0, P_1G10, at(1, 1)).unwrap();
@@ -154,8 +159,15 @@ fn a_fault_after_the_effect_leaves_the_change_in_place() {
     let sim = h100();
     sim.inject(Fault::on(NvmlCall::CreateGpuInstance).after_effect());
     assert!(sim.create_gpu_instance(0, P_3G40, at(0, 4)).is_err());
-    assert_eq!(sim.geometry(0).unwrap(), [PlacedInstance::new("3g.40gb", 0)], "the reply was lost, not the change");
-    assert_eq!(sim.create_gpu_instance(0, P_3G40, at(0, 4)).unwrap_err().reason(), Some(&Reason::InsufficientResources));
+    assert_eq!(
+        sim.geometry(0).unwrap(),
+        [PlacedInstance::new("3g.40gb", 0)],
+        "the reply was lost, not the change"
+    );
+    assert_eq!(
+        sim.create_gpu_instance(0, P_3G40, at(0, 4)).unwrap_err().reason(),
+        Some(&Reason::InsufficientResources)
+    );
 }
 
 #[test]

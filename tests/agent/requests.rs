@@ -1,8 +1,8 @@
 //! The exact shape of the API requests the agent makes (tower-test mock service): the cordon
 //! and uncordon patches, and the eviction.
 
-use geometer_agent::reconcile::cordon::{self, Applied};
-use geometer_agent::reconcile::drain::{self, EvictionOutcome};
+use geometer_agent::steps::cordon::{self, Applied};
+use geometer_agent::steps::eviction::{self, EvictionOutcome};
 use http::{Request, Response};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::client::Body;
@@ -23,10 +23,16 @@ async fn next(handle: &mut MockHandle, status: u16, reply: Value) -> (String, St
     let (request, send) = handle.next_request().await.expect("a request");
     let method = request.method().to_string();
     let uri = request.uri().to_string();
-    let content_type = request.headers().get(http::header::CONTENT_TYPE).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    let content_type = request
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
     let bytes = request.into_body().collect_bytes().await.unwrap();
     let body: Value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
-    send.send_response(Response::builder().status(status).body(Body::from(serde_json::to_vec(&reply).unwrap())).unwrap());
+    send.send_response(
+        Response::builder().status(status).body(Body::from(serde_json::to_vec(&reply).unwrap())).unwrap(),
+    );
     (method, uri, content_type, body)
 }
 
@@ -52,7 +58,8 @@ async fn cordon_is_one_merge_patch_with_the_mark_and_the_read_version() {
     let (client, mut handle) = mock_client();
     let open = node(false, false);
     let call = tokio::spawn(async move { cordon::cordon(&Api::all(client), &open).await });
-    let (method, uri, content_type, body) = next(&mut handle, 200, serde_json::to_value(node(true, true)).unwrap()).await;
+    let (method, uri, content_type, body) =
+        next(&mut handle, 200, serde_json::to_value(node(true, true)).unwrap()).await;
     assert_eq!(method, "PATCH");
     assert_eq!(uri, "/api/v1/nodes/gpu-1?");
     assert_eq!(content_type, "application/merge-patch+json");
@@ -71,7 +78,8 @@ async fn uncordon_removes_flag_and_mark_together() {
     let (client, mut handle) = mock_client();
     let ours = node(true, true);
     let call = tokio::spawn(async move { cordon::uncordon(&Api::all(client), &ours).await });
-    let (method, uri, _, body) = next(&mut handle, 200, serde_json::to_value(node(false, false)).unwrap()).await;
+    let (method, uri, _, body) =
+        next(&mut handle, 200, serde_json::to_value(node(false, false)).unwrap()).await;
     assert_eq!((method.as_str(), uri.as_str()), ("PATCH", "/api/v1/nodes/gpu-1?"));
     assert_eq!(
         body,
@@ -102,13 +110,14 @@ async fn a_node_changed_meanwhile_is_read_again_not_overwritten() {
 }
 
 fn pod() -> Pod {
-    serde_json::from_value(json!({"metadata": {"name": "train-0", "namespace": "ml", "uid": "6a1f-uid"}})).unwrap()
+    serde_json::from_value(json!({"metadata": {"name": "train-0", "namespace": "ml", "uid": "6a1f-uid"}}))
+        .unwrap()
 }
 
 #[tokio::test]
 async fn eviction_is_a_policy_v1_eviction_pinned_to_the_pod_uid() {
     let (client, mut handle) = mock_client();
-    let call = tokio::spawn(async move { drain::evict(&client, &pod()).await });
+    let call = tokio::spawn(async move { eviction::evict(&client, &pod()).await });
     let (method, uri, content_type, body) = next(&mut handle, 201, status(201, "", "")).await;
     assert_eq!(method, "POST");
     assert_eq!(uri, "/api/v1/namespaces/ml/pods/train-0/eviction");
@@ -128,14 +137,24 @@ async fn eviction_is_a_policy_v1_eviction_pinned_to_the_pod_uid() {
 #[tokio::test]
 async fn eviction_answers_map_to_refused_gone_or_error() {
     for (code, expected) in [
-        (429, Some(EvictionOutcome::Refused { message: "Cannot evict pod as it would violate the pod's disruption budget.".into() })),
+        (
+            429,
+            Some(EvictionOutcome::Refused {
+                message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+            }),
+        ),
         (404, Some(EvictionOutcome::Gone)),
         (409, Some(EvictionOutcome::Gone)),
         (500, None),
     ] {
         let (client, mut handle) = mock_client();
-        let call = tokio::spawn(async move { drain::evict(&client, &pod()).await });
-        next(&mut handle, code, status(code, "Whatever", "Cannot evict pod as it would violate the pod's disruption budget.")).await;
+        let call = tokio::spawn(async move { eviction::evict(&client, &pod()).await });
+        next(
+            &mut handle,
+            code,
+            status(code, "Whatever", "Cannot evict pod as it would violate the pod's disruption budget."),
+        )
+        .await;
         let got = call.await.unwrap();
         match expected {
             Some(outcome) => assert_eq!(got.unwrap(), outcome, "HTTP {code}"),

@@ -62,7 +62,11 @@ async fn a_change_without_eviction_takes_every_step_in_order() {
     assert!(!status.cordoned_by_geometer);
     assert_eq!(status.gpus[0].instances.len(), 3);
     assert!(status.gpus[0].instances.iter().all(|i| i.uuid.is_some()), "every instance is a MIG device");
-    for (t, want) in [(MigNodeStatus::READY, "True"), (MigNodeStatus::RECONFIGURING, "False"), (MigNodeStatus::FAILED, "False")] {
+    for (t, want) in [
+        (MigNodeStatus::READY, "True"),
+        (MigNodeStatus::RECONFIGURING, "False"),
+        (MigNodeStatus::FAILED, "False"),
+    ] {
         let c = status.conditions.iter().find(|c| c.type_ == t).unwrap_or_else(|| panic!("condition {t}"));
         assert_eq!(c.status, want, "{t}: {c:?}");
     }
@@ -81,8 +85,8 @@ async fn instances_are_created_largest_first_at_their_planned_placements() {
     let h = Harness::new(&[("H100-80GB", &[])]).await;
     let steps = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let log = steps.clone();
-    let hook: geometer_agent::reconcile::StepHook = std::sync::Arc::new(move |p: &geometer_agent::reconcile::StepPoint| {
-        if let geometer_agent::reconcile::StepPoint::Recorded(s) = p {
+    let hook: geometer_agent::StepHook = std::sync::Arc::new(move |p: &geometer_agent::StepPoint| {
+        if let geometer_agent::StepPoint::Recorded(s) = p {
             if s.action == CreateGpuInstance {
                 log.lock().unwrap().push(s.instance.clone().unwrap().to_string());
             }
@@ -90,7 +94,8 @@ async fn instances_are_created_largest_first_at_their_planned_placements() {
         Box::pin(async {})
     });
     let agent = h.spawn_agent(h.config(), Some(hook));
-    let generation = h.set_spec(&[(0, &[("1g.10gb", 1), ("3g.40gb", 4), ("1g.10gb", 0), ("2g.20gb", 2)])]).await;
+    let generation =
+        h.set_spec(&[(0, &[("1g.10gb", 1), ("3g.40gb", 4), ("1g.10gb", 0), ("2g.20gb", 2)])]).await;
     h.wait_ready(generation).await;
     agent.abort();
     assert_eq!(*steps.lock().unwrap(), vec!["3g.40gb@4", "2g.20gb@2", "1g.10gb@0", "1g.10gb@1"]);
@@ -107,13 +112,20 @@ async fn adding_slices_to_free_space_needs_no_cordon_and_leaves_pods_alone() {
     let mignode = h.wait_ready(generation).await;
     agent.abort();
 
-    assert_eq!(*steps.lock().unwrap(), vec![CreateGpuInstance, CreateComputeInstance, Verify, RestartDevicePlugin, WaitForAllocatable]);
+    assert_eq!(
+        *steps.lock().unwrap(),
+        vec![CreateGpuInstance, CreateComputeInstance, Verify, RestartDevicePlugin, WaitForAllocatable]
+    );
     assert!(h.events_with_reason("Cordoned").is_empty(), "the node was never cordoned");
     assert_eq!(h.cordon_state(), (false, false));
     assert_eq!(h.running(), vec!["trainer"]);
     let kept = &h.devices[&(0, "3g.40gb@0".to_string())];
     let status = mignode.status.unwrap();
-    let instance = status.gpus[0].instances.iter().find(|i| i.uuid.as_ref() == Some(kept)).expect("the pod's device still exists");
+    let instance = status.gpus[0]
+        .instances
+        .iter()
+        .find(|i| i.uuid.as_ref() == Some(kept))
+        .expect("the pod's device still exists");
     assert_eq!(instance.pod.as_deref(), Some("ml/trainer"));
     assert_eq!(h.evictions(), 0);
 }
@@ -125,7 +137,8 @@ async fn a_change_that_needs_eviction_evicts_only_pods_on_instances_that_go() {
     h.run_pod("mover", 0, "3g.40gb", 4, &[], &[]);
     let (hook, steps) = recording_hook(h.server.clone());
     let agent = h.spawn_agent(h.config(), Some(hook));
-    let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.20gb", 6)])]).await;
+    let generation =
+        h.set_spec(&[(0, &[("3g.40gb", 0), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.20gb", 6)])]).await;
     h.wait_ready(generation).await;
     agent.abort();
 

@@ -38,9 +38,11 @@ fn crds_directory_matches_the_generated_crds() {
 #[test]
 fn the_stream_printed_by_geometer_crds_is_the_three_files_in_order() {
     let stream = api::crds_yaml().expect("CRDs render as YAML");
-    let joined: String = api::crds().iter().map(|crd| format!("---\n{}", api::crd_yaml(crd).unwrap())).collect();
+    let joined: String =
+        api::crds().iter().map(|crd| format!("---\n{}", api::crd_yaml(crd).unwrap())).collect();
     assert_eq!(stream, joined);
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&stream).expect("the stream parses as YAML");
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&stream).expect("the stream parses as YAML");
     let names: Vec<&str> = docs.iter().map(|d| d["metadata"]["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["migpolicies.geometer.dev", "migplans.geometer.dev", "mignodes.geometer.dev"]);
 }

@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use geometer_api::migparted::{import, Devices, MigPartedConfig};
 use geometer_api::{MigPolicy, PolicyMode};
 use geometer_apiserver::ApiServer;
-use geometer_api::migparted::{import, Devices, MigPartedConfig};
 use geometer_solver::catalog::Catalog;
 use kube::api::PostParams;
 use kube::Api;
@@ -18,7 +18,8 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn nvidia_excerpt() -> MigPartedConfig {
-    MigPartedConfig::parse(&std::fs::read_to_string(fixture("nvidia-config-default-excerpt.yaml")).unwrap()).unwrap()
+    MigPartedConfig::parse(&std::fs::read_to_string(fixture("nvidia-config-default-excerpt.yaml")).unwrap())
+        .unwrap()
 }
 
 fn geometer(args: &[&str]) -> Output {
@@ -26,7 +27,12 @@ fn geometer(args: &[&str]) -> Output {
 }
 
 fn stdout(out: &Output) -> String {
-    assert!(out.status.success(), "exit {:?}, stderr: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "exit {:?}, stderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout.clone()).unwrap()
 }
 
@@ -43,7 +49,10 @@ fn nvidia_configs_parse_with_their_filters_devices_and_counts() {
     let file = nvidia_excerpt();
     assert_eq!(file.mig_configs.len(), 10);
     let disabled = file.config("all-disabled").unwrap();
-    assert_eq!((disabled[0].mig_enabled, &disabled[0].devices, &disabled[0].mig_devices), (false, &Devices::All, &None));
+    assert_eq!(
+        (disabled[0].mig_enabled, &disabled[0].devices, &disabled[0].mig_devices),
+        (false, &Devices::All, &None)
+    );
     assert_eq!(file.config("all-enabled").unwrap()[0].mig_devices, counts(&[]));
 
     let one_g = file.config("all-1g.10gb").unwrap();
@@ -65,12 +74,19 @@ fn nvidia_configs_parse_with_their_filters_devices_and_counts() {
 
 #[test]
 fn index_lists_of_a_custom_config_are_kept_per_entry() {
-    let file = MigPartedConfig::parse(&std::fs::read_to_string(fixture("custom-indices.yaml")).unwrap()).unwrap();
+    let file =
+        MigPartedConfig::parse(&std::fs::read_to_string(fixture("custom-indices.yaml")).unwrap()).unwrap();
     let entries = file.config("custom-config").unwrap();
     let devices: Vec<&Devices> = entries.iter().map(|e| &e.devices).collect();
     assert_eq!(
         devices,
-        [&Devices::Indices(vec![0, 1, 2, 3]), &Devices::Indices(vec![4]), &Devices::Indices(vec![5]), &Devices::Indices(vec![6]), &Devices::Indices(vec![7])]
+        [
+            &Devices::Indices(vec![0, 1, 2, 3]),
+            &Devices::Indices(vec![4]),
+            &Devices::Indices(vec![5]),
+            &Devices::Indices(vec![6]),
+            &Devices::Indices(vec![7])
+        ]
     );
     let got = import::allowed_profiles(&file, None, Catalog::builtin()).unwrap();
     assert_eq!(got.profiles, ["1g.5gb", "2g.10gb", "3g.20gb"]);
@@ -80,9 +96,10 @@ fn index_lists_of_a_custom_config_are_kept_per_entry() {
 fn all_balanced_allows_every_profile_of_every_model_it_names() {
     let got = import::allowed_profiles(&nvidia_excerpt(), Some("all-balanced"), Catalog::builtin()).unwrap();
     let expected: BTreeSet<&str> = [
-        "1g.23gb", "2g.47gb", "3g.93gb", "1g.35gb", "2g.70gb", "3g.139gb", "1g.24gb", "2g.48gb", "2g.45gb", "3g.90gb", "1g.34gb",
-        "2g.67gb", "3g.135gb", "1g.18gb", "2g.36gb", "3g.72gb", "2g.35gb", "3g.71gb", "1g.12gb", "2g.24gb", "3g.47gb", "1g.10gb",
-        "2g.20gb", "3g.40gb", "1g.5gb", "2g.10gb", "3g.20gb", "1g.6gb", "2g.12gb", "3g.48gb",
+        "1g.23gb", "2g.47gb", "3g.93gb", "1g.35gb", "2g.70gb", "3g.139gb", "1g.24gb", "2g.48gb", "2g.45gb",
+        "3g.90gb", "1g.34gb", "2g.67gb", "3g.135gb", "1g.18gb", "2g.36gb", "3g.72gb", "2g.35gb", "3g.71gb",
+        "1g.12gb", "2g.24gb", "3g.47gb", "1g.10gb", "2g.20gb", "3g.40gb", "1g.5gb", "2g.10gb", "3g.20gb",
+        "1g.6gb", "2g.12gb", "3g.48gb",
     ]
     .into_iter()
     .collect();
@@ -114,14 +131,20 @@ async fn imported_policy_is_accepted_by_the_api_server_under_the_crd_schema() {
     assert_eq!(policy.metadata.name.as_deref(), Some("all-1g.10gb"));
     assert_eq!(policy.spec.allowed_profiles, ["1g.10gb"]);
     assert_eq!(policy.spec.mode, PolicyMode::DryRun);
-    assert_eq!(policy.spec.node_selector.match_labels.as_ref().unwrap()["nvidia.com/mig.config"], "all-1g.10gb");
+    assert_eq!(
+        policy.spec.node_selector.match_labels.as_ref().unwrap()["nvidia.com/mig.config"],
+        "all-1g.10gb"
+    );
 
     let server = ApiServer::new();
     for crd in geometer_api::crds() {
         server.seed(&crd).unwrap();
     }
     let api: Api<MigPolicy> = Api::all(server.client());
-    let created = api.create(&PostParams::default(), &policy).await.expect("the API server accepts the imported policy");
+    let created = api
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("the API server accepts the imported policy");
     assert_eq!(created.spec.allowed_profiles, ["1g.10gb"]);
 }
 
@@ -135,7 +158,11 @@ fn import_refuses_a_config_without_instances_and_an_unknown_config() {
 
     let out = geometer(&["migparted", "import", path.to_str().unwrap(), "--config", "all-2g.99gb"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("no mig-config named \"all-2g.99gb\"; the file has all-1g.10gb, "), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no mig-config named \"all-2g.99gb\"; the file has all-1g.10gb, "),
+        "{}",
+        stderr(&out)
+    );
 
     let out = geometer(&["migparted", "import", path.to_str().unwrap(), "--node-selector", "novalue"]);
     assert_eq!(out.status.code(), Some(2));
@@ -144,28 +171,57 @@ fn import_refuses_a_config_without_instances_and_an_unknown_config() {
 
 #[test]
 fn export_writes_each_node_current_geometry_grouped_by_identical_gpus() {
-    let out = geometer(&["migparted", "export", fixture("mignodes.yaml").to_str().unwrap(), "--geometry", "current"]);
+    let out = geometer(&[
+        "migparted",
+        "export",
+        fixture("mignodes.yaml").to_str().unwrap(),
+        "--geometry",
+        "current",
+    ]);
     let text = stdout(&out);
     assert!(text.starts_with("version: v1\nmig-configs:\n"), "{text}");
     let cfg = MigPartedConfig::parse(&text).expect("the export reads back as a mig-parted config");
     let gpu1 = cfg.config("gpu-1").unwrap();
     assert_eq!(gpu1.len(), 3);
-    assert_eq!((&gpu1[0].devices, &gpu1[0].mig_devices), (&Devices::Indices(vec![0]), &counts(&[("1g.10gb", 2), ("3g.40gb", 1)])));
-    assert_eq!((&gpu1[1].devices, &gpu1[1].mig_devices), (&Devices::Indices(vec![1]), &counts(&[("1g.10gb", 3), ("3g.40gb", 1)])));
+    assert_eq!(
+        (&gpu1[0].devices, &gpu1[0].mig_devices),
+        (&Devices::Indices(vec![0]), &counts(&[("1g.10gb", 2), ("3g.40gb", 1)]))
+    );
+    assert_eq!(
+        (&gpu1[1].devices, &gpu1[1].mig_devices),
+        (&Devices::Indices(vec![1]), &counts(&[("1g.10gb", 3), ("3g.40gb", 1)]))
+    );
     // The whole-GPU card stays out of MIG mode.
-    assert_eq!((&gpu1[2].devices, gpu1[2].mig_enabled, &gpu1[2].mig_devices), (&Devices::Indices(vec![2]), false, &None));
+    assert_eq!(
+        (&gpu1[2].devices, gpu1[2].mig_enabled, &gpu1[2].mig_devices),
+        (&Devices::Indices(vec![2]), false, &None)
+    );
     assert_eq!(cfg.config("gpu-2").unwrap()[0].mig_devices, counts(&[("7g.40gb", 1)]));
     assert!(stderr(&out).contains("not placements"), "{}", stderr(&out));
 }
 
 #[test]
 fn export_of_the_planned_geometry_takes_the_spec_for_the_gpus_it_lists() {
-    let text = stdout(&geometer(&["migparted", "export", fixture("mignodes.yaml").to_str().unwrap(), "--node", "gpu-1"]));
+    let text = stdout(&geometer(&[
+        "migparted",
+        "export",
+        fixture("mignodes.yaml").to_str().unwrap(),
+        "--node",
+        "gpu-1",
+    ]));
     let cfg = MigPartedConfig::parse(&text).unwrap();
     assert_eq!(cfg.mig_configs.keys().collect::<Vec<_>>(), ["gpu-1"]);
     let gpu1 = cfg.config("gpu-1").unwrap();
-    assert_eq!(gpu1[0].mig_devices, counts(&[("1g.10gb", 2), ("3g.40gb", 1)]), "GPU 0 is not in the spec: as it is");
-    assert_eq!(gpu1[1].mig_devices, counts(&[("1g.10gb", 1), ("2g.20gb", 1), ("3g.40gb", 1)]), "GPU 1 as the spec wants it");
+    assert_eq!(
+        gpu1[0].mig_devices,
+        counts(&[("1g.10gb", 2), ("3g.40gb", 1)]),
+        "GPU 0 is not in the spec: as it is"
+    );
+    assert_eq!(
+        gpu1[1].mig_devices,
+        counts(&[("1g.10gb", 1), ("2g.20gb", 1), ("3g.40gb", 1)]),
+        "GPU 1 as the spec wants it"
+    );
 }
 
 #[test]
@@ -181,7 +237,13 @@ fn export_of_a_plan_round_trips_through_import_to_its_profiles() {
     assert_eq!(back.profiles, ["1g.10gb", "2g.20gb", "3g.40gb"]);
     assert!(back.notes.is_empty(), "{:?}", back.notes);
 
-    let current = stdout(&geometer(&["migparted", "export", fixture("migplan.yaml").to_str().unwrap(), "--geometry", "current"]));
+    let current = stdout(&geometer(&[
+        "migparted",
+        "export",
+        fixture("migplan.yaml").to_str().unwrap(),
+        "--geometry",
+        "current",
+    ]));
     let cfg = MigPartedConfig::parse(&current).unwrap();
     assert_eq!(cfg.config("gpu-3").unwrap()[0].mig_devices, counts(&[("7g.80gb", 1)]));
 }
@@ -196,7 +258,16 @@ fn export_of_a_snapshot_gives_its_current_geometry_and_refuses_a_planned_one() {
     )
     .unwrap();
     let p = path.to_str().unwrap();
-    let cfg = MigPartedConfig::parse(&stdout(&geometer(&["migparted", "export", p, "--geometry", "current", "--config", "mine"]))).unwrap();
+    let cfg = MigPartedConfig::parse(&stdout(&geometer(&[
+        "migparted",
+        "export",
+        p,
+        "--geometry",
+        "current",
+        "--config",
+        "mine",
+    ])))
+    .unwrap();
     assert_eq!(cfg.config("mine").unwrap()[0].mig_devices, counts(&[("3g.40gb", 1), ("4g.40gb", 1)]));
 
     let out = geometer(&["migparted", "export", p]);
@@ -226,14 +297,20 @@ fn a_mignode_without_anything_to_export_is_left_out_with_a_note() {
     let path = dir.path().join("mignodes.yaml");
     let mut text = std::fs::read_to_string(fixture("mignodes.yaml")).unwrap();
     // A third node whose agent has not reported yet, as `kubectl get mignodes -o yaml` shows it.
-    text.push_str("- apiVersion: geometer.dev/v1alpha1\n  kind: MigNode\n  metadata:\n    name: gpu-new\n  spec: {}\n");
+    text.push_str(
+        "- apiVersion: geometer.dev/v1alpha1\n  kind: MigNode\n  metadata:\n    name: gpu-new\n  spec: {}\n",
+    );
     std::fs::write(&path, text).unwrap();
     let out = geometer(&["migparted", "export", path.to_str().unwrap(), "--geometry", "current"]);
     let cfg = MigPartedConfig::parse(&stdout(&out)).unwrap();
     assert_eq!(cfg.mig_configs.keys().collect::<Vec<_>>(), ["gpu-1", "gpu-2"]);
     assert!(stderr(&out).contains("note: left out MigNode gpu-new has no inventory"), "{}", stderr(&out));
 
-    std::fs::write(&path, "apiVersion: geometer.dev/v1alpha1\nkind: MigNode\nmetadata:\n  name: gpu-new\nspec: {}\n").unwrap();
+    std::fs::write(
+        &path,
+        "apiVersion: geometer.dev/v1alpha1\nkind: MigNode\nmetadata:\n  name: gpu-new\nspec: {}\n",
+    )
+    .unwrap();
     let out = geometer(&["migparted", "export", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "nothing at all to export is an error");
     assert!(stderr(&out).contains("nothing to export: MigNode gpu-new has neither"), "{}", stderr(&out));

@@ -16,17 +16,20 @@ fn a_minimal_policy_gets_safe_defaults() {
     assert_eq!(spec.disruption.do_not_disrupt_annotations, DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS);
     assert_eq!(spec.disruption.max_nodes_reconfiguring, 1);
     assert!(spec.batching.idle_seconds <= spec.batching.max_seconds);
-    assert_eq!(spec, &MigPolicySpec {
-        node_selector: Default::default(),
-        mode: PolicyMode::DryRun,
-        allowed_profiles: vec![],
-        headroom: Default::default(),
-        forecast_window_seconds: 0,
-        batching: Batching::default(),
-        stabilisation_seconds: 600,
-        disruption: Disruption::default(),
-        solver: SolverLimits::default(),
-    });
+    assert_eq!(
+        spec,
+        &MigPolicySpec {
+            node_selector: Default::default(),
+            mode: PolicyMode::DryRun,
+            allowed_profiles: vec![],
+            headroom: Default::default(),
+            forecast_window_seconds: 0,
+            batching: Batching::default(),
+            stabilisation_seconds: 600,
+            disruption: Disruption::default(),
+            solver: SolverLimits::default(),
+        }
+    );
 }
 
 #[test]
@@ -180,7 +183,8 @@ fn node_status_round_trips_and_knows_what_is_in_use() {
         pod: Some("ml/infer-a".into()),
         processes: 0,
     };
-    let idle = MigInstance { pod: None, gpu_instance_id: 10, start: 1, uuid: Some("MIG-2".into()), ..busy.clone() };
+    let idle =
+        MigInstance { pod: None, gpu_instance_id: 10, start: 1, uuid: Some("MIG-2".into()), ..busy.clone() };
     let running = MigInstance { processes: 3, ..idle.clone() };
     assert!(busy.in_use() && !idle.in_use() && running.in_use());
     node.status = Some(MigNodeStatus {

@@ -38,9 +38,11 @@ fn rules(node: &Value) -> Vec<String> {
 
 #[test]
 fn all_three_are_cluster_scoped_v1alpha1_with_status_and_short_names() {
-    for (plural, kind, short) in
-        [("migpolicies", "MigPolicy", "mpol"), ("migplans", "MigPlan", "mplan"), ("mignodes", "MigNode", "mnode")]
-    {
+    for (plural, kind, short) in [
+        ("migpolicies", "MigPolicy", "mpol"),
+        ("migplans", "MigPlan", "mplan"),
+        ("mignodes", "MigNode", "mnode"),
+    ] {
         let crd = crd(plural);
         assert_eq!(crd["spec"]["group"], "geometer.dev");
         assert_eq!(crd["spec"]["scope"], "Cluster", "{kind}");
@@ -59,14 +61,22 @@ fn policy_mode_is_an_enum_and_profiles_follow_the_pattern() {
     assert_eq!(values, ["DryRun", "Approve", "Auto"]);
     assert_eq!(schema(&crd, &["spec", "allowedProfiles", "[]"])["pattern"], PROFILE_NAME_PATTERN);
     let headroom = schema(&crd, &["spec", "headroom"]);
-    assert!(rules(headroom).iter().any(|r| r.contains("matches(")), "headroom keys are not checked: {headroom}");
-    assert_eq!(schema(&crd, &["spec", "headroom", "{}"])["minimum"].as_f64(), Some(0.0), "headroom counts may go negative");
+    assert!(
+        rules(headroom).iter().any(|r| r.contains("matches(")),
+        "headroom keys are not checked: {headroom}"
+    );
+    assert_eq!(
+        schema(&crd, &["spec", "headroom", "{}"])["minimum"].as_f64(),
+        Some(0.0),
+        "headroom counts may go negative"
+    );
 }
 
 #[test]
 fn policy_batching_rule_and_disruption_minimums() {
     let crd = crd("migpolicies");
-    assert!(rules(schema(&crd, &["spec", "batching"])).contains(&"self.idleSeconds <= self.maxSeconds".to_string()));
+    assert!(rules(schema(&crd, &["spec", "batching"]))
+        .contains(&"self.idleSeconds <= self.maxSeconds".to_string()));
     assert_eq!(schema(&crd, &["spec", "disruption", "maxNodesReconfiguring"])["minimum"].as_f64(), Some(1.0));
     let defaults = &schema(&crd, &["spec", "disruption", "doNotDisruptAnnotations"])["default"];
     assert_eq!(defaults, &serde_json::json!(["geometer.dev/do-not-disrupt", "karpenter.sh/do-not-disrupt"]));
@@ -77,13 +87,25 @@ fn policy_batching_rule_and_disruption_minimums() {
 fn plan_is_immutable_except_approval_which_cannot_be_withdrawn() {
     let crd = crd("migplans");
     for field in ["policy", "nodes", "evictions", "demand", "objective", "solveMs", "summary"] {
-        assert!(rules(schema(&crd, &["spec", field])).contains(&"self == oldSelf".to_string()), "spec.{field} is mutable");
+        assert!(
+            rules(schema(&crd, &["spec", field])).contains(&"self == oldSelf".to_string()),
+            "spec.{field} is mutable"
+        );
     }
     assert_eq!(rules(schema(&crd, &["spec", "approved"])), ["self || !oldSelf"]);
     let phases = schema(&crd, &["status", "phase"])["enum"].clone();
-    assert_eq!(phases, serde_json::json!(["Proposed", "Approved", "Applying", "Succeeded", "Failed", "Superseded"]));
-    assert_eq!(schema(&crd, &["spec", "nodes", "[]", "gpus", "[]", "to", "[]", "profile"])["pattern"], PROFILE_NAME_PATTERN);
-    assert!(schema(&crd, &["spec", "nodes"])["maxItems"].as_u64().is_some(), "unbounded lists break the CEL cost budget");
+    assert_eq!(
+        phases,
+        serde_json::json!(["Proposed", "Approved", "Applying", "Succeeded", "Failed", "Superseded"])
+    );
+    assert_eq!(
+        schema(&crd, &["spec", "nodes", "[]", "gpus", "[]", "to", "[]", "profile"])["pattern"],
+        PROFILE_NAME_PATTERN
+    );
+    assert!(
+        schema(&crd, &["spec", "nodes"])["maxItems"].as_u64().is_some(),
+        "unbounded lists break the CEL cost budget"
+    );
 }
 
 #[test]
@@ -92,11 +114,23 @@ fn node_phases_and_conditions_are_typed() {
     let phases = schema(&crd, &["status", "phase"])["enum"].clone();
     assert_eq!(
         phases,
-        serde_json::json!(["Ready", "Observing", "Cordoning", "Draining", "Repartitioning", "Advertising", "Uncordoning", "Failed"])
+        serde_json::json!([
+            "Ready",
+            "Observing",
+            "Cordoning",
+            "Draining",
+            "Repartitioning",
+            "Advertising",
+            "Uncordoning",
+            "Failed"
+        ])
     );
     let conditions = schema(&crd, &["status", "conditions"]);
     assert_eq!(conditions["x-kubernetes-list-type"], "map");
-    assert!(schema(&crd, &["status", "conditions", "[]"])["required"].as_array().unwrap().contains(&"type".into()));
+    assert!(schema(&crd, &["status", "conditions", "[]"])["required"]
+        .as_array()
+        .unwrap()
+        .contains(&"type".into()));
     assert_eq!(schema(&crd, &["status", "step", "attempt"])["minimum"].as_f64(), Some(1.0));
     assert_eq!(schema(&crd, &["spec", "gpus"])["x-kubernetes-list-type"], "map");
 }

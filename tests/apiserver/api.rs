@@ -32,7 +32,10 @@ fn running_pod(name: &str, node: &str, labels: Value, ready: bool) -> Pod {
 }
 
 fn node(name: &str) -> Node {
-    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {}})).unwrap()
+    serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {}}),
+    )
+    .unwrap()
 }
 
 fn api_code(err: kube::Error) -> u16 {
@@ -53,7 +56,11 @@ async fn create_get_update_with_versions_and_conflicts() {
     let name = created.metadata.name.clone().unwrap();
     assert!(name.starts_with("web-") && name.len() == 9, "generateName adds 5 characters: {name}");
     assert!(created.metadata.uid.is_some() && created.metadata.creation_timestamp.is_some());
-    assert_eq!(created.status.as_ref().unwrap().phase.as_deref(), Some("Pending"), "a created pod starts Pending");
+    assert_eq!(
+        created.status.as_ref().unwrap().phase.as_deref(),
+        Some("Pending"),
+        "a created pod starts Pending"
+    );
     assert_eq!(created.metadata.generation, Some(1));
 
     let again = pods.create(&PostParams::default(), &pod(&name, json!({}))).await.unwrap_err();
@@ -64,7 +71,10 @@ async fn create_get_update_with_versions_and_conflicts() {
     let mut second = first.clone();
     first.metadata.labels.get_or_insert_default().insert("writer".into(), "first".into());
     let updated = pods.replace(&name, &PostParams::default(), &first).await.unwrap();
-    assert!(updated.metadata.resource_version.unwrap().parse::<u64>().unwrap() > created.metadata.resource_version.unwrap().parse::<u64>().unwrap());
+    assert!(
+        updated.metadata.resource_version.unwrap().parse::<u64>().unwrap()
+            > created.metadata.resource_version.unwrap().parse::<u64>().unwrap()
+    );
     assert_eq!(updated.metadata.generation, Some(1), "metadata changes keep the generation");
     second.metadata.labels.get_or_insert_default().insert("writer".into(), "second".into());
     let stale = pods.replace(&name, &PostParams::default(), &second).await.unwrap_err();
@@ -73,7 +83,10 @@ async fn create_get_update_with_versions_and_conflicts() {
     let missing = pods.get("nope").await.unwrap_err();
     assert_eq!(api_code(missing), 404);
     let elsewhere: Api<Pod> = Api::namespaced(server.client(), "no-such-namespace");
-    assert_eq!(api_code(elsewhere.create(&PostParams::default(), &pod("x", json!({}))).await.unwrap_err()), 404);
+    assert_eq!(
+        api_code(elsewhere.create(&PostParams::default(), &pod("x", json!({}))).await.unwrap_err()),
+        404
+    );
     let invalid = pods.create(&PostParams::default(), &pod("Bad_Name", json!({}))).await.unwrap_err();
     assert_eq!(api_code(invalid), 422);
 }
@@ -102,7 +115,11 @@ async fn generation_and_status_subresource() {
     assert_eq!(after.metadata.generation, Some(2), "status writes keep the generation");
 
     let patched = nodes
-        .patch_status("gpu-1", &PatchParams::default(), &Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})))
+        .patch_status(
+            "gpu-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})),
+        )
         .await
         .unwrap();
     assert_eq!(patched.status.unwrap().conditions.unwrap()[0].type_, "Ready");
@@ -117,13 +134,25 @@ async fn label_and_field_selectors() {
     pending.metadata.namespace = Some("default".into());
     server.seed(&pending).unwrap();
     let pods: Api<Pod> = Api::all(server.client());
-    let names = |list: kube::core::ObjectList<Pod>| list.items.into_iter().map(|p| p.metadata.name.unwrap()).collect::<Vec<_>>();
+    let names = |list: kube::core::ObjectList<Pod>| {
+        list.items.into_iter().map(|p| p.metadata.name.unwrap()).collect::<Vec<_>>()
+    };
     assert_eq!(names(pods.list(&ListParams::default().labels("app=train")).await.unwrap()), ["a", "b"]);
-    assert_eq!(names(pods.list(&ListParams::default().labels("app=train,tier notin (cpu),!missing")).await.unwrap()), ["a", "b"]);
+    assert_eq!(
+        names(pods.list(&ListParams::default().labels("app=train,tier notin (cpu),!missing")).await.unwrap()),
+        ["a", "b"]
+    );
     assert_eq!(names(pods.list(&ListParams::default().labels("tier")).await.unwrap()), ["a"]);
     assert_eq!(names(pods.list(&ListParams::default().fields("spec.nodeName=n2")).await.unwrap()), ["b"]);
     assert_eq!(names(pods.list(&ListParams::default().fields("spec.nodeName=")).await.unwrap()), ["c"]);
-    assert_eq!(names(pods.list(&ListParams::default().fields("status.phase!=Running,metadata.namespace=default")).await.unwrap()), ["c"]);
+    assert_eq!(
+        names(
+            pods.list(&ListParams::default().fields("status.phase!=Running,metadata.namespace=default"))
+                .await
+                .unwrap()
+        ),
+        ["c"]
+    );
     assert_eq!(names(pods.list(&ListParams::default().fields("metadata.name=b")).await.unwrap()), ["b"]);
     let unsupported = pods.list(&ListParams::default().fields("spec.schedulerNam=x")).await.unwrap_err();
     assert_eq!(api_code(unsupported), 400);
@@ -145,7 +174,10 @@ async fn label_and_field_selectors() {
     assert_eq!(seen.len(), 7);
 
     let default: Api<Pod> = Api::default_namespaced(server.client());
-    default.delete_collection(&DeleteParams::default(), &ListParams::default().labels("paged=yes")).await.unwrap();
+    default
+        .delete_collection(&DeleteParams::default(), &ListParams::default().labels("paged=yes"))
+        .await
+        .unwrap();
     assert!(pods.list(&ListParams::default().labels("paged=yes")).await.unwrap().items.is_empty());
     assert_eq!(pods.list(&ListParams::default()).await.unwrap().items.len(), 3, "others stay");
 }
@@ -155,31 +187,68 @@ async fn merge_json_and_strategic_patches() {
     let server = ApiServer::new();
     let pods: Api<Pod> = Api::default_namespaced(server.client());
     let mut p = pod("p", json!({"a": "1"}));
-    p.spec.as_mut().unwrap().containers.push(serde_json::from_value(json!({"name": "side", "image": "side:1"})).unwrap());
+    p.spec
+        .as_mut()
+        .unwrap()
+        .containers
+        .push(serde_json::from_value(json!({"name": "side", "image": "side:1"})).unwrap());
     pods.create(&PostParams::default(), &p).await.unwrap();
 
-    let merged = pods.patch("p", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"a": null, "b": "2"}}}))).await.unwrap();
+    let merged = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"a": null, "b": "2"}}})),
+        )
+        .await
+        .unwrap();
     assert_eq!(merged.metadata.labels.unwrap(), BTreeMap::from([("b".to_string(), "2".to_string())]));
 
     let ops: json_patch::Patch = serde_json::from_value(json!([
         {"op": "add", "path": "/metadata/annotations", "value": {"note": "x"}},
-        {"op": "replace", "path": "/spec/containers/0/image", "value": "busybox:2"}])).unwrap();
+        {"op": "replace", "path": "/spec/containers/0/image", "value": "busybox:2"}]))
+    .unwrap();
     let patched = pods.patch("p", &PatchParams::default(), &Patch::Json::<()>(ops)).await.unwrap();
     assert_eq!(patched.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("busybox:2"));
-    let failing: json_patch::Patch = serde_json::from_value(json!([{"op": "test", "path": "/metadata/name", "value": "other"}])).unwrap();
-    assert_eq!(api_code(pods.patch("p", &PatchParams::default(), &Patch::Json::<()>(failing)).await.unwrap_err()), 422);
+    let failing: json_patch::Patch =
+        serde_json::from_value(json!([{"op": "test", "path": "/metadata/name", "value": "other"}])).unwrap();
+    assert_eq!(
+        api_code(pods.patch("p", &PatchParams::default(), &Patch::Json::<()>(failing)).await.unwrap_err()),
+        422
+    );
 
     // Strategic merge: containers merge by name, so naming one keeps the other.
-    let smp = pods.patch("p", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"containers": [{"name": "side", "image": "side:2"}]}}))).await.unwrap();
-    let images: Vec<_> = smp.spec.unwrap().containers.into_iter().map(|c| (c.name, c.image.unwrap())).collect();
-    assert_eq!(images, [("main".to_string(), "busybox:2".to_string()), ("side".to_string(), "side:2".to_string())]);
+    let smp = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"containers": [{"name": "side", "image": "side:2"}]}})),
+        )
+        .await
+        .unwrap();
+    let images: Vec<_> =
+        smp.spec.unwrap().containers.into_iter().map(|c| (c.name, c.image.unwrap())).collect();
+    assert_eq!(
+        images,
+        [("main".to_string(), "busybox:2".to_string()), ("side".to_string(), "side:2".to_string())]
+    );
 
     // Pods are mostly immutable; the node comes from a binding.
-    let moved = pods.patch("p", &PatchParams::default(), &Patch::Merge(json!({"spec": {"nodeName": "n1"}}))).await.unwrap_err();
+    let moved = pods
+        .patch("p", &PatchParams::default(), &Patch::Merge(json!({"spec": {"nodeName": "n1"}})))
+        .await
+        .unwrap_err();
     assert_eq!(api_code(moved), 422);
 
     // A stale resourceVersion inside a patch is a conflict.
-    let stale = pods.patch("p", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"resourceVersion": "1", "labels": {"c": "3"}}}))).await.unwrap_err();
+    let stale = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"resourceVersion": "1", "labels": {"c": "3"}}})),
+        )
+        .await
+        .unwrap_err();
     assert_eq!(api_code(stale), 409);
 }
 
@@ -193,7 +262,8 @@ async fn server_side_apply_owns_fields() {
     assert_eq!(created.metadata.managed_fields.as_ref().unwrap()[0].manager.as_deref(), Some("geometer"));
 
     // Another manager changing an owned field conflicts unless it forces.
-    let other = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"pool": "h100"}}});
+    let other =
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"pool": "h100"}}});
     let err = nodes.patch("n", &PatchParams::apply("admin"), &Patch::Apply(&other)).await.unwrap_err();
     assert_eq!(api_code(err), 409);
     let forced = nodes.patch("n", &PatchParams::apply("admin").force(), &Patch::Apply(&other)).await.unwrap();
@@ -211,7 +281,10 @@ async fn server_side_apply_owns_fields() {
     let applied = nodes.patch("n", &PatchParams::apply("leases"), &Patch::Apply(&nameless)).await.unwrap();
     assert_eq!(applied.spec.unwrap().pod_cidr.as_deref(), Some("10.0.0.0/24"));
     let wrong_kind = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "n"}});
-    assert_eq!(api_code(nodes.patch("n", &PatchParams::apply("x"), &Patch::Apply(&wrong_kind)).await.unwrap_err()), 400);
+    assert_eq!(
+        api_code(nodes.patch("n", &PatchParams::apply("x"), &Patch::Apply(&wrong_kind)).await.unwrap_err()),
+        400
+    );
 
     let missing_manager = nodes.patch("n", &PatchParams::default(), &Patch::Apply(&fewer)).await.unwrap_err();
     assert_eq!(api_code(missing_manager), 422);
@@ -237,12 +310,26 @@ async fn finalizers_and_owner_cascade() {
     let marked = nodes.delete("owner", &DeleteParams::default()).await.unwrap();
     let marked = marked.left().expect("still present while a finalizer remains");
     assert!(marked.metadata.deletion_timestamp.is_some());
-    assert_eq!(pods.list(&ListParams::default()).await.unwrap().items.len(), 2, "dependents stay while the owner does");
-    let adding = nodes.patch("owner", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": ["geometer.dev/drain", "new"]}}))).await.unwrap_err();
+    assert_eq!(
+        pods.list(&ListParams::default()).await.unwrap().items.len(),
+        2,
+        "dependents stay while the owner does"
+    );
+    let adding = nodes
+        .patch(
+            "owner",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["geometer.dev/drain", "new"]}})),
+        )
+        .await
+        .unwrap_err();
     assert_eq!(api_code(adding), 422, "no new finalizers once deleting");
 
     // Removing the last finalizer deletes it, and the garbage collector takes the dependents.
-    nodes.patch("owner", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.unwrap();
+    nodes
+        .patch("owner", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+        .await
+        .unwrap();
     assert_eq!(api_code(nodes.get("owner").await.unwrap_err()), 404);
     assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty());
 
@@ -255,7 +342,10 @@ async fn finalizers_and_owner_cascade() {
     assert!(pods.get("kept").await.unwrap().metadata.owner_references.is_none());
 
     // Preconditions protect against deleting a newer object.
-    let stale = DeleteParams { preconditions: Some(kube::api::Preconditions { resource_version: Some("1".into()), uid: None }), ..Default::default() };
+    let stale = DeleteParams {
+        preconditions: Some(kube::api::Preconditions { resource_version: Some("1".into()), uid: None }),
+        ..Default::default()
+    };
     assert_eq!(api_code(pods.delete("kept", &stale).await.unwrap_err()), 409);
 }
 
@@ -263,7 +353,13 @@ async fn finalizers_and_owner_cascade() {
 async fn namespace_deletion_takes_its_contents() {
     let server = ApiServer::new();
     let namespaces: Api<Namespace> = Api::all(server.client());
-    namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap()).await.unwrap();
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap(),
+        )
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(server.client(), "team");
     pods.create(&PostParams::default(), &pod("p", json!({}))).await.unwrap();
     namespaces.delete("team", &DeleteParams::default()).await.unwrap();
@@ -291,9 +387,17 @@ async fn eviction_honours_disruption_budgets() {
     for i in 0..3 {
         server.seed(&running_pod(&format!("t{i}"), "n1", json!({"app": "train"}), true)).unwrap();
     }
-    pdbs.create(&PostParams::default(), &pdb("train", json!({"minAvailable": 2, "selector": {"matchLabels": {"app": "train"}}}))).await.unwrap();
+    pdbs.create(
+        &PostParams::default(),
+        &pdb("train", json!({"minAvailable": 2, "selector": {"matchLabels": {"app": "train"}}})),
+    )
+    .await
+    .unwrap();
     let status = pdbs.get_status("train").await.unwrap().status.unwrap();
-    assert_eq!((status.disruptions_allowed, status.current_healthy, status.desired_healthy, status.expected_pods), (1, 3, 2, 3));
+    assert_eq!(
+        (status.disruptions_allowed, status.current_healthy, status.desired_healthy, status.expected_pods),
+        (1, 3, 2, 3)
+    );
     pods.evict("t0", &EvictParams::default()).await.unwrap();
     assert_eq!(pdbs.get("train").await.unwrap().status.unwrap().disruptions_allowed, 0);
     let refused = pods.evict("t1", &EvictParams::default()).await.unwrap_err();
@@ -314,8 +418,17 @@ async fn eviction_honours_disruption_budgets() {
     for i in 0..4 {
         server.seed(&running_pod(&format!("s{i}"), "n1", json!({"app": "serve"}), i != 0)).unwrap();
     }
-    pdbs.create(&PostParams::default(), &pdb("serve", json!({"maxUnavailable": "25%", "selector": {"matchLabels": {"app": "serve"}}}))).await.unwrap();
-    assert_eq!(pdbs.get("serve").await.unwrap().status.unwrap().disruptions_allowed, 0, "3 healthy of 4, 3 desired");
+    pdbs.create(
+        &PostParams::default(),
+        &pdb("serve", json!({"maxUnavailable": "25%", "selector": {"matchLabels": {"app": "serve"}}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        pdbs.get("serve").await.unwrap().status.unwrap().disruptions_allowed,
+        0,
+        "3 healthy of 4, 3 desired"
+    );
     pods.evict("s0", &EvictParams::default()).await.unwrap();
     assert_eq!(api_code(pods.evict("s1", &EvictParams::default()).await.unwrap_err()), 429);
 
@@ -389,7 +502,8 @@ async fn injected_faults_and_clear_errors() {
     let gvk = GroupVersionKind::gvk("apps", "v1", "Deployment");
     let deployments: Api<DynamicObject> = Api::all_with(server.client(), &ApiResource::from_gvk(&gvk));
     assert_eq!(api_code(deployments.list(&ListParams::default()).await.unwrap_err()), 404);
-    let pods_status = pods.patch_status("nope", &PatchParams::default(), &Patch::Strategic(json!({}))).await.unwrap_err();
+    let pods_status =
+        pods.patch_status("nope", &PatchParams::default(), &Patch::Strategic(json!({}))).await.unwrap_err();
     assert_eq!(api_code(pods_status), 404);
     let requests = server.requests();
     assert!(requests.iter().any(|r| r.resource.as_deref() == Some("pods/eviction") && r.status == 429));
@@ -440,13 +554,15 @@ async fn crd_created_at_run_time_is_served_with_schema_rules() {
     let gvk = GroupVersionKind::gvk("example.dev", "v1", "Widget");
     let widgets: Api<DynamicObject> = Api::all_with(server.client(), &ApiResource::from_gvk(&gvk));
     let w: DynamicObject = serde_json::from_value(json!({"apiVersion": "example.dev/v1", "kind": "Widget",
-        "metadata": {"name": "w1"}, "spec": {"size": 3, "unknown": true}, "status": {"phase": "Ignored"}})).unwrap();
+        "metadata": {"name": "w1"}, "spec": {"size": 3, "unknown": true}, "status": {"phase": "Ignored"}}))
+    .unwrap();
     let created = widgets.create(&PostParams::default(), &w).await.unwrap();
     assert_eq!(created.data["spec"], json!({"size": 3, "mode": "DryRun"}), "defaulted and pruned");
     assert!(created.data.get("status").is_none(), "create ignores status when status is a subresource");
 
     let bad: DynamicObject = serde_json::from_value(json!({"apiVersion": "example.dev/v1", "kind": "Widget",
-        "metadata": {"name": "w2"}, "spec": {"size": 0, "mode": "Sometimes"}})).unwrap();
+        "metadata": {"name": "w2"}, "spec": {"size": 0, "mode": "Sometimes"}}))
+    .unwrap();
     match widgets.create(&PostParams::default(), &bad).await.unwrap_err() {
         kube::Error::Api(s) => {
             assert_eq!(s.code, 422);
@@ -454,9 +570,15 @@ async fn crd_created_at_run_time_is_served_with_schema_rules() {
         }
         other => panic!("{other:?}"),
     }
-    let smp = widgets.patch("w1", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"size": 4}}))).await.unwrap_err();
+    let smp = widgets
+        .patch("w1", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"size": 4}})))
+        .await
+        .unwrap_err();
     assert_eq!(api_code(smp), 415, "strategic merge patch is for built-in types only");
-    let status = widgets.patch_status("w1", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Ready"}}))).await.unwrap();
+    let status = widgets
+        .patch_status("w1", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Ready"}})))
+        .await
+        .unwrap();
     assert_eq!(status.data["status"]["phase"], "Ready");
 
     // Deleting the CRD takes its objects and its endpoint with it.
@@ -477,14 +599,26 @@ async fn recorder_events_show_up_as_core_events() {
         uid: node.metadata.uid.clone(),
         ..Default::default()
     };
-    let recorder = Recorder::new(server.client(), Reporter { controller: "geometer-agent".into(), instance: Some("gpu-1".into()) });
-    let event = Event { type_: EventType::Normal, reason: "Repartitioned".into(), note: Some("3 x 2g.20gb".into()), action: "Reconfigure".into(), secondary: None };
+    let recorder = Recorder::new(
+        server.client(),
+        Reporter { controller: "geometer-agent".into(), instance: Some("gpu-1".into()) },
+    );
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Repartitioned".into(),
+        note: Some("3 x 2g.20gb".into()),
+        action: "Reconfigure".into(),
+        secondary: None,
+    };
     recorder.publish(&event, &reference).await.unwrap();
     recorder.publish(&event, &reference).await.unwrap();
 
     // kubectl describe node lists core events by the involved object.
     let core: Api<CoreEvent> = Api::all(server.client());
-    let selector = format!("involvedObject.kind=Node,involvedObject.name=gpu-1,involvedObject.uid={}", node.metadata.uid.unwrap());
+    let selector = format!(
+        "involvedObject.kind=Node,involvedObject.name=gpu-1,involvedObject.uid={}",
+        node.metadata.uid.unwrap()
+    );
     let found = core.list(&ListParams::default().fields(&selector)).await.unwrap().items;
     assert_eq!(found.len(), 1, "the repeat updates the same event");
     assert_eq!(found[0].message.as_deref(), Some("3 x 2g.20gb"));

@@ -88,7 +88,8 @@ async fn an_unknown_mode_is_rejected_by_the_schema() {
 async fn plan_and_node_status_are_subresources() {
     let server = server_with_crds();
     let plans: Api<MigPlan> = Api::all(server.client());
-    let mut plan = plans.create(&PostParams::default(), &MigPlan::new("inference-1", plan_spec())).await.unwrap();
+    let mut plan =
+        plans.create(&PostParams::default(), &MigPlan::new("inference-1", plan_spec())).await.unwrap();
     assert!(plan.status.is_none(), "status is not written through the main resource");
     let status = MigPlanStatus { phase: MigPlanPhase::Proposed, ..Default::default() };
     plans
@@ -101,14 +102,19 @@ async fn plan_and_node_status_are_subresources() {
 
     let nodes: Api<MigNode> = Api::all(server.client());
     nodes.create(&PostParams::default(), &MigNode::new("gpu-1", MigNodeSpec::default())).await.unwrap();
-    let status = MigNodeStatus { phase: MigNodePhase::Ready, cordoned_by_geometer: false, ..Default::default() };
-    nodes.patch_status("gpu-1", &PatchParams::default(), &Patch::Merge(json!({ "status": status }))).await.unwrap();
+    let status =
+        MigNodeStatus { phase: MigNodePhase::Ready, cordoned_by_geometer: false, ..Default::default() };
+    nodes
+        .patch_status("gpu-1", &PatchParams::default(), &Patch::Merge(json!({ "status": status })))
+        .await
+        .unwrap();
     assert_eq!(nodes.get("gpu-1").await.unwrap().status.unwrap().phase, MigNodePhase::Ready);
 }
 
 #[tokio::test]
 async fn kubectl_get_migplans_is_a_review_screen() {
-    if !matches!(Command::new("kubectl").args(["version", "--client"]).output(), Ok(o) if o.status.success()) {
+    if !matches!(Command::new("kubectl").args(["version", "--client"]).output(), Ok(o) if o.status.success())
+    {
         eprintln!("SKIPPED: kubectl is not on PATH; install kubectl 1.32 to run this test");
         return;
     }
@@ -129,6 +135,10 @@ async fn kubectl_get_migplans_is_a_review_screen() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows: Vec<Vec<&str>> = stdout.lines().map(|l| l.split_whitespace().collect()).collect();
-    assert_eq!(rows[0], ["NAME", "POLICY", "PHASE", "PODS-HELPED", "GPUS-CHANGED", "EVICTIONS", "AGE"], "{stdout}");
+    assert_eq!(
+        rows[0],
+        ["NAME", "POLICY", "PHASE", "PODS-HELPED", "GPUS-CHANGED", "EVICTIONS", "AGE"],
+        "{stdout}"
+    );
     assert_eq!(&rows[1][..6], ["inference-1", "inference", "Proposed", "2", "1", "0"], "{stdout}");
 }

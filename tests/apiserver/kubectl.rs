@@ -53,7 +53,11 @@ impl Kubectl {
 
     async fn run(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new("kubectl");
-        cmd.arg("--kubeconfig").arg(&self.kubeconfig).arg("--cache-dir").arg(&self.cache).arg("--request-timeout=20s");
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .arg("--request-timeout=20s");
         cmd.args(args).env("HOME", self.dir.path()).env_remove("KUBECONFIG");
         let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
         Output {
@@ -78,7 +82,11 @@ fn field<'a>(described: &'a str, label: &str) -> Option<&'a str> {
 
 /// The table kubectl printed, as rows of whitespace-separated cells (header first).
 fn rows(table: &str) -> Vec<Vec<String>> {
-    table.lines().filter(|l| !l.trim().is_empty()).map(|l| l.split_whitespace().map(str::to_string).collect()).collect()
+    table
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
 }
 
 fn seed_cluster(server: &ApiServer) {
@@ -143,7 +151,10 @@ async fn kubectl_reads_tables_yaml_and_descriptions() {
     let yaml = k.ok(&["get", "pod", "train-0", "-o", "yaml"]).await;
     let pod: Value = serde_saphyr::from_str(&yaml).unwrap();
     assert_eq!(pod["spec"]["nodeName"], "gpu-1");
-    assert_eq!(pod["metadata"]["uid"], json!(server.object::<Pod>("default", "train-0").unwrap().metadata.uid.unwrap()));
+    assert_eq!(
+        pod["metadata"]["uid"],
+        json!(server.object::<Pod>("default", "train-0").unwrap().metadata.uid.unwrap())
+    );
 
     let node = k.ok(&["describe", "node", "gpu-1"]).await;
     assert_eq!(field(&node, "Name:"), Some("gpu-1"), "{node}");
@@ -155,7 +166,10 @@ async fn kubectl_reads_tables_yaml_and_descriptions() {
     let pod = k.ok(&["describe", "pod", "train-0"]).await;
     assert!(field(&pod, "Node:").is_some_and(|n| n.starts_with("gpu-1")), "{pod}");
     assert_eq!(field(&pod, "Status:"), Some("Running"), "{pod}");
-    assert!(pod.contains("Successfully assigned default/train-0 to gpu-1"), "describe pod shows its events:\n{pod}");
+    assert!(
+        pod.contains("Successfully assigned default/train-0 to gpu-1"),
+        "describe pod shows its events:\n{pod}"
+    );
     let missing = k.run(&["get", "pod", "nope"]).await;
     assert!(!missing.ok && missing.stderr.contains("pods \"nope\" not found"), "{}", missing.stderr);
 }
@@ -183,9 +197,14 @@ async fn kubectl_changes_land_in_the_server() {
     assert!(out.contains("pod/web configured"), "{out}");
     let web = server.object::<Pod>("team", "web").unwrap();
     assert_eq!(web.spec.unwrap().containers[0].image.as_deref(), Some("nginx:2"));
-    assert!(web.metadata.annotations.unwrap().contains_key("kubectl.kubernetes.io/last-applied-configuration"));
+    assert!(web
+        .metadata
+        .annotations
+        .unwrap()
+        .contains_key("kubectl.kubernetes.io/last-applied-configuration"));
 
-    k.ok(&["patch", "node", "gpu-2", "--type=merge", "-p", r#"{"metadata":{"labels":{"pool":"h100"}}}"#]).await;
+    k.ok(&["patch", "node", "gpu-2", "--type=merge", "-p", r#"{"metadata":{"labels":{"pool":"h100"}}}"#])
+        .await;
     k.ok(&["label", "node", "gpu-2", "zone=a"]).await;
     k.ok(&["annotate", "pod", "web", "-n", "team", "geometer.dev/do-not-disrupt=true"]).await;
     let labels = nodes.get("gpu-2").await.unwrap().metadata.labels.unwrap();
@@ -262,7 +281,10 @@ async fn crd_created_at_run_time_prints_its_columns() {
     k.ok(&["get", "nodes"]).await;
     let crd = k.file("crd.yaml", CRD);
     k.ok(&["apply", "-f", crd.to_str().unwrap()]).await;
-    let plan = k.file("plan.yaml", "apiVersion: example.dev/v1alpha1\nkind: MigPlan\nmetadata:\n  name: round-1\nspec:\n  nodes: 3\n");
+    let plan = k.file(
+        "plan.yaml",
+        "apiVersion: example.dev/v1alpha1\nkind: MigPlan\nmetadata:\n  name: round-1\nspec:\n  nodes: 3\n",
+    );
     k.ok(&["apply", "-f", plan.to_str().unwrap()]).await;
     let gvk = GroupVersionKind::gvk("example.dev", "v1alpha1", "MigPlan");
     let plans: Api<DynamicObject> = Api::all_with(server.client(), &ApiResource::from_gvk(&gvk));
@@ -281,7 +303,12 @@ async fn crd_created_at_run_time_prints_its_columns() {
     let described = k.ok(&["describe", "migplan", "round-1"]).await;
     assert_eq!(field(&described, "Name:"), Some("round-1"), "{described}");
     assert_eq!(field(&described, "API Version:"), Some("example.dev/v1alpha1"), "{described}");
-    let phase: Vec<&str> = described.lines().find(|l| l.trim_start().starts_with("Phase:")).unwrap_or("").split_whitespace().collect();
+    let phase: Vec<&str> = described
+        .lines()
+        .find(|l| l.trim_start().starts_with("Phase:"))
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
     assert_eq!(phase, ["Phase:", "Proposed"], "{described}");
 }
 
@@ -323,12 +350,20 @@ async fn cli_serves_loaded_manifests_through_its_kubeconfig() {
     let node = Api::<Node>::all(client.clone()).get("gpu-7").await.unwrap();
     assert!(node.metadata.uid.is_some());
     let gvk = GroupVersionKind::gvk("example.dev", "v1alpha1", "MigPlan");
-    let plan = Api::<DynamicObject>::all_with(client, &ApiResource::from_gvk(&gvk)).get("seeded").await.unwrap();
+    let plan =
+        Api::<DynamicObject>::all_with(client, &ApiResource::from_gvk(&gvk)).get("seeded").await.unwrap();
     assert_eq!(plan.data["spec"]["nodes"], 1);
 
     if kubectl_available() {
-        let out = Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).arg("--cache-dir").arg(dir.path().join("cache"))
-            .args(["get", "migplans", "-o", "name"]).env("HOME", dir.path()).output().unwrap();
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .args(["get", "migplans", "-o", "name"])
+            .env("HOME", dir.path())
+            .output()
+            .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "migplan.example.dev/seeded");
     }
     child.kill().unwrap();

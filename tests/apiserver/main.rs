@@ -1,4 +1,6 @@
 //! The in-memory API server, driven by the real kube client and kubectl.
+#![allow(clippy::type_complexity)] // shared watch contexts in tests are spelled out
+#![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 mod api;
 mod crd_types;

@@ -31,7 +31,10 @@ fn pod(name: &str, labels: serde_json::Value) -> Pod {
 
 /// Runs a watcher in the background; events arrive on the returned channel (capacity 1, so
 /// the watcher only moves on when the test reads).
-fn spawn_watcher(api: Api<Pod>, config: watcher::Config) -> mpsc::Receiver<Result<Event<Pod>, watcher::Error>> {
+fn spawn_watcher(
+    api: Api<Pod>,
+    config: watcher::Config,
+) -> mpsc::Receiver<Result<Event<Pod>, watcher::Error>> {
     let (tx, rx) = mpsc::channel(1);
     tokio::spawn(async move {
         let mut stream = watcher::watcher(api, config).boxed();
@@ -44,7 +47,9 @@ fn spawn_watcher(api: Api<Pod>, config: watcher::Config) -> mpsc::Receiver<Resul
     rx
 }
 
-async fn next(rx: &mut mpsc::Receiver<Result<Event<Pod>, watcher::Error>>) -> Result<Event<Pod>, watcher::Error> {
+async fn next(
+    rx: &mut mpsc::Receiver<Result<Event<Pod>, watcher::Error>>,
+) -> Result<Event<Pod>, watcher::Error> {
     tokio::time::timeout(HANG, rx.recv()).await.expect("the watcher stalled").expect("the watcher ended")
 }
 
@@ -71,7 +76,9 @@ async fn watcher_sees_every_change_in_order() {
     server.wait_for_watches("pods", 1).await;
 
     pods.create(&PostParams::default(), &pod("p", json!({}))).await.unwrap();
-    pods.patch("p", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"v": "2"}}}))).await.unwrap();
+    pods.patch("p", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"v": "2"}}})))
+        .await
+        .unwrap();
     pods.delete("p", &DeleteParams::default()).await.unwrap();
     pods.delete("before", &DeleteParams::default()).await.unwrap();
     let mut got = Vec::new();
@@ -91,11 +98,16 @@ async fn reflector_converges_on_the_server_state_through_churn() {
     let mut stream = stream.boxed();
     let default: Api<Pod> = Api::default_namespaced(server.client());
     for i in 0..30 {
-        default.create(&PostParams::default(), &pod(&format!("p{i}"), json!({"i": i.to_string()}))).await.unwrap();
+        default
+            .create(&PostParams::default(), &pod(&format!("p{i}"), json!({"i": i.to_string()})))
+            .await
+            .unwrap();
     }
     // Read until the initial list is done, then churn while watching.
     loop {
-        if let Event::InitDone = tokio::time::timeout(HANG, stream.try_next()).await.unwrap().unwrap().unwrap() {
+        if let Event::InitDone =
+            tokio::time::timeout(HANG, stream.try_next()).await.unwrap().unwrap().unwrap()
+        {
             break;
         }
     }
@@ -103,7 +115,16 @@ async fn reflector_converges_on_the_server_state_through_churn() {
     for i in 0..30 {
         match i % 3 {
             0 => drop(default.delete(&format!("p{i}"), &DeleteParams::default()).await.unwrap()),
-            1 => drop(default.patch(&format!("p{i}"), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"i": "changed"}}}))).await.unwrap()),
+            1 => drop(
+                default
+                    .patch(
+                        &format!("p{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"labels": {"i": "changed"}}})),
+                    )
+                    .await
+                    .unwrap(),
+            ),
             _ => {}
         }
     }
@@ -116,10 +137,16 @@ async fn reflector_converges_on_the_server_state_through_churn() {
         .map(|p| (p.metadata.name.unwrap(), p.metadata.resource_version.unwrap()))
         .collect();
     let snapshot = |r: &reflector::Store<Pod>| -> BTreeMap<String, String> {
-        r.state().iter().map(|p| (p.metadata.name.clone().unwrap(), p.metadata.resource_version.clone().unwrap())).collect()
+        r.state()
+            .iter()
+            .map(|p| (p.metadata.name.clone().unwrap(), p.metadata.resource_version.clone().unwrap()))
+            .collect()
     };
     while snapshot(&reader) != expected {
-        tokio::time::timeout(HANG, stream.try_next()).await.expect("reflector stalled before converging").unwrap();
+        tokio::time::timeout(HANG, stream.try_next())
+            .await
+            .expect("reflector stalled before converging")
+            .unwrap();
     }
     assert_eq!(expected.len(), 25);
 }
@@ -132,9 +159,15 @@ async fn controller_reconciles_every_object_and_change() {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
     let ctx = Arc::new((seen.clone(), tx));
     let controller = Controller::new(pods.clone(), watcher::Config::default()).run(
-        |p: Arc<Pod>, ctx: Arc<(Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>, mpsc::UnboundedSender<()>)>| async move {
+        |p: Arc<Pod>,
+         ctx: Arc<(Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>, mpsc::UnboundedSender<()>)>| async move {
             let labels = p.metadata.labels.clone().unwrap_or_default();
-            ctx.0.lock().unwrap().entry(p.metadata.name.clone().unwrap()).or_default().insert(labels.get("v").cloned().unwrap_or_default());
+            ctx.0
+                .lock()
+                .unwrap()
+                .entry(p.metadata.name.clone().unwrap())
+                .or_default()
+                .insert(labels.get("v").cloned().unwrap_or_default());
             let _ = ctx.1.send(());
             Ok::<_, kube::Error>(Action::await_change())
         },
@@ -145,13 +178,20 @@ async fn controller_reconciles_every_object_and_change() {
     for i in 0..5 {
         pods.create(&PostParams::default(), &pod(&format!("c{i}"), json!({"v": "1"}))).await.unwrap();
     }
-    let done = |s: &BTreeMap<String, BTreeSet<String>>, v: &str| s.len() == 5 && s.values().all(|vs| vs.contains(v));
+    let done =
+        |s: &BTreeMap<String, BTreeSet<String>>, v: &str| s.len() == 5 && s.values().all(|vs| vs.contains(v));
     while !done(&seen.lock().unwrap(), "1") {
         tokio::time::timeout(HANG, rx.recv()).await.expect("controller stalled");
     }
     server.wait_for_watches("pods", 1).await;
     for i in 0..5 {
-        pods.patch(&format!("c{i}"), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"v": "2"}}}))).await.unwrap();
+        pods.patch(
+            &format!("c{i}"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"v": "2"}}})),
+        )
+        .await
+        .unwrap();
     }
     while !done(&seen.lock().unwrap(), "2") {
         tokio::time::timeout(HANG, rx.recv()).await.expect("controller missed a change");
@@ -177,11 +217,18 @@ async fn watch_resumes_after_a_dropped_connection_without_relisting() {
     assert_eq!(describe(&next(&mut rx).await.unwrap()), "delete a");
 
     let requests = server.requests();
-    let lists = requests.iter().filter(|r| r.verb == Some(Verb::List) && r.resource.as_deref() == Some("pods")).count();
+    let lists = requests
+        .iter()
+        .filter(|r| r.verb == Some(Verb::List) && r.resource.as_deref() == Some("pods"))
+        .count();
     let watches: Vec<_> = requests.iter().filter(|r| r.verb == Some(Verb::Watch)).collect();
     assert_eq!(lists, 1, "resuming must not relist");
     assert!(watches.len() >= 2, "the watcher opened a second watch: {watches:?}");
-    assert!(watches[1].query.contains("resourceVersion="), "and resumed from a resourceVersion: {}", watches[1].query);
+    assert!(
+        watches[1].query.contains("resourceVersion="),
+        "and resumed from a resourceVersion: {}",
+        watches[1].query
+    );
 }
 
 #[tokio::test]
@@ -191,12 +238,20 @@ async fn expired_resource_version_gets_410_and_the_watcher_relists() {
     let created = pods.create(&PostParams::default(), &pod("a", json!({}))).await.unwrap();
     let old = created.metadata.resource_version.unwrap();
     for i in 0..10 {
-        pods.patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"n": i.to_string()}}}))).await.unwrap();
+        pods.patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"n": i.to_string()}}})),
+        )
+        .await
+        .unwrap();
     }
     // A raw watch from the compacted version gets an ERROR event with a 410 Status.
     let mut raw = pods.watch(&WatchParams::default(), &old).await.unwrap().boxed();
     match tokio::time::timeout(HANG, raw.try_next()).await.unwrap().unwrap() {
-        Some(WatchEvent::Error(status)) => assert_eq!((status.code, status.reason.as_str()), (410, "Expired")),
+        Some(WatchEvent::Error(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (410, "Expired"))
+        }
         other => panic!("expected a 410 ERROR event, got {other:?}"),
     }
 
@@ -210,7 +265,13 @@ async fn expired_resource_version_gets_410_and_the_watcher_relists() {
     server.faults().drop_watches("pods");
     assert!(next(&mut rx).await.is_err(), "the re-watch fails while the fault is on");
     for i in 0..10 {
-        pods.patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"m": i.to_string()}}}))).await.unwrap();
+        pods.patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"m": i.to_string()}}})),
+        )
+        .await
+        .unwrap();
     }
     server.faults().clear();
     let mut relisted = false;
@@ -237,7 +298,9 @@ async fn bookmarks_streaming_lists_and_selector_transitions() {
     server.wait_for_watches("pods", 1).await;
     server.send_bookmarks();
     match tokio::time::timeout(HANG, raw.try_next()).await.unwrap().unwrap() {
-        Some(WatchEvent::Bookmark(b)) => assert_eq!(b.metadata.resource_version, server.resource_version().to_string()),
+        Some(WatchEvent::Bookmark(b)) => {
+            assert_eq!(b.metadata.resource_version, server.resource_version().to_string())
+        }
         other => panic!("expected a bookmark, got {other:?}"),
     }
 
@@ -247,8 +310,16 @@ async fn bookmarks_streaming_lists_and_selector_transitions() {
         assert_eq!(describe(&next(&mut rx).await.unwrap()), expected);
     }
     // Leaving the selector reads as a deletion, entering it as an addition.
-    pods.patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "db"}}}))).await.unwrap();
+    pods.patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "db"}}})))
+        .await
+        .unwrap();
     assert_eq!(describe(&next(&mut rx).await.unwrap()), "delete web");
-    pods.patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}}))).await.unwrap();
+    pods.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}})),
+    )
+    .await
+    .unwrap();
     assert_eq!(describe(&next(&mut rx).await.unwrap()), "apply web {\"app\": \"web\"}");
 }

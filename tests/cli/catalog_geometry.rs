@@ -29,32 +29,16 @@ fn catalog_list_shows_every_model_with_ids_and_profile_counts() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.starts_with("MODEL"), "{out}");
-    let a100 = out
-        .lines()
-        .find(|l| l.starts_with("A100-40GB "))
-        .expect("A100-40GB row");
+    let a100 = out.lines().find(|l| l.starts_with("A100-40GB ")).expect("A100-40GB row");
     assert!(
         a100.contains("Ampere GA100") && a100.contains("40960 MiB") && a100.contains("0x20B010DE"),
         "{a100}"
     );
     assert!(a100.trim_end().ends_with(" 7"), "7 profiles: {a100}");
-    for key in [
-        "A30",
-        "H100-80GB",
-        "H200-141GB",
-        "B200",
-        "GB300",
-        "RTX-PRO-6000",
-    ] {
-        assert!(
-            out.lines().any(|l| l.starts_with(&format!("{key} "))),
-            "{key} missing:\n{out}"
-        );
+    for key in ["A30", "H100-80GB", "H200-141GB", "B200", "GB300", "RTX-PRO-6000"] {
+        assert!(out.lines().any(|l| l.starts_with(&format!("{key} "))), "{key} missing:\n{out}");
     }
-    assert!(
-        out.contains("RTX-PRO-5000"),
-        "unplaceable GPUs are listed apart: {out}"
-    );
+    assert!(out.contains("RTX-PRO-5000"), "unplaceable GPUs are listed apart: {out}");
 }
 
 #[test]
@@ -70,32 +54,19 @@ fn catalog_list_json_is_the_catalog_file_form() {
 
 #[test]
 fn catalog_show_accepts_key_pci_id_nvml_name_and_label() {
-    for query in [
-        "A100-40GB",
-        "0x20B010DE",
-        "20b0",
-        "NVIDIA A100-SXM4-40GB",
-        "NVIDIA-A100-SXM4-40GB",
-    ] {
+    for query in ["A100-40GB", "0x20B010DE", "20b0", "NVIDIA A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB"] {
         let o = geometer(&["catalog", "show", query]);
         assert_eq!(code(&o), 0, "{query}: {}", stderr(&o));
         let out = stdout(&o);
         assert!(out.contains("Model:           A100-40GB"), "{query}: {out}");
-        let row = out
-            .lines()
-            .find(|l| l.starts_with("3g.20gb "))
-            .expect("3g.20gb row");
+        let row = out.lines().find(|l| l.starts_with("3g.20gb ")).expect("3g.20gb row");
         for part in ["19968", "0,4", "verified"] {
             assert!(row.contains(part), "{row} lacks {part}");
         }
     }
     let o = geometer(&["catalog", "show", "a100-80gb"]);
     let out = stdout(&o);
-    assert!(
-        out.lines()
-            .any(|l| l.starts_with("7g.80gb ") && l.contains("7g.79gb")),
-        "alias shown: {out}"
-    );
+    assert!(out.lines().any(|l| l.starts_with("7g.80gb ") && l.contains("7g.79gb")), "alias shown: {out}");
 }
 
 #[test]
@@ -117,15 +88,8 @@ fn catalog_show_yaml_feeds_back_as_a_catalog_file() {
     let o = geometer(&["catalog", "show", "0x0BAD", "--catalog", path]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(stdout(&o).contains("Model:           H100-CUSTOM"));
-    let o = geometer(&[
-        "geometry",
-        "check",
-        "--catalog",
-        path,
-        "--model",
-        "H100-CUSTOM",
-        "4g.40gb@0,3g.40gb@4",
-    ]);
+    let o =
+        geometer(&["geometry", "check", "--catalog", path, "--model", "H100-CUSTOM", "4g.40gb@0,3g.40gb@4"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
 
@@ -151,11 +115,7 @@ fn bad_catalog_file_and_unknown_model_are_bad_input() {
 
     let o = geometer(&["catalog", "show", "V100"]);
     assert_eq!(code(&o), 2);
-    assert!(
-        stderr(&o).contains("\"V100\"") && stderr(&o).contains("A100-40GB"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("\"V100\"") && stderr(&o).contains("A100-40GB"), "{}", stderr(&o));
     let o = geometer(&["catalog", "show", "RTX PRO 5000"]);
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("cannot be planned"), "{}", stderr(&o));
@@ -163,24 +123,12 @@ fn bad_catalog_file_and_unknown_model_are_bad_input() {
 
 #[test]
 fn geometry_check_valid_prints_the_placement() {
-    let o = geometer(&[
-        "geometry",
-        "check",
-        "--model",
-        "A100-40GB",
-        "3g.20gb@4,2g.10gb@0,1g.5gb@2",
-    ]);
+    let o = geometer(&["geometry", "check", "--model", "A100-40GB", "3g.20gb@4,2g.10gb@0,1g.5gb@2"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
+    assert!(out.starts_with("valid on A100-40GB: 3g.20gb@4,2g.10gb@0,1g.5gb@2"), "{out}");
     assert!(
-        out.starts_with("valid on A100-40GB: 3g.20gb@4,2g.10gb@0,1g.5gb@2"),
-        "{out}"
-    );
-    assert!(
-        out.contains("3    (free)")
-            || out
-                .lines()
-                .any(|l| l.starts_with("3 ") && l.contains("(free)")),
+        out.contains("3    (free)") || out.lines().any(|l| l.starts_with("3 ") && l.contains("(free)")),
         "{out}"
     );
     assert!(out.contains("compute slices used: 6 of 7"), "{out}");
@@ -188,31 +136,13 @@ fn geometry_check_valid_prints_the_placement() {
 
 #[test]
 fn geometry_check_places_profiles_without_start() {
-    let o = geometer(&[
-        "geometry",
-        "check",
-        "-m",
-        "NVIDIA-A100-SXM4-40GB",
-        "7x1g.5gb",
-    ]);
+    let o = geometer(&["geometry", "check", "-m", "NVIDIA-A100-SXM4-40GB", "7x1g.5gb"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.starts_with("placed on A100-40GB: "), "{out}");
-    assert!(
-        out.lines()
-            .any(|l| l.starts_with("7 ") && l.contains("(free)")),
-        "unit 7 stays free: {out}"
-    );
+    assert!(out.lines().any(|l| l.starts_with("7 ") && l.contains("(free)")), "unit 7 stays free: {out}");
 
-    let o = geometer(&[
-        "geometry",
-        "check",
-        "-m",
-        "A100-40GB",
-        "3g.20gb@4,4g.20gb",
-        "-o",
-        "json",
-    ]);
+    let o = geometer(&["geometry", "check", "-m", "A100-40GB", "3g.20gb@4,4g.20gb", "-o", "json"]);
     assert_eq!(code(&o), 0);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["valid"], true);
@@ -223,37 +153,17 @@ fn geometry_check_places_profiles_without_start() {
 
 #[test]
 fn geometry_check_invalid_exits_1_and_says_why() {
-    let o = geometer(&[
-        "geometry",
-        "check",
-        "-m",
-        "A100-40GB",
-        "3g.20gb,3g.20gb,1g.5gb",
-    ]);
+    let o = geometer(&["geometry", "check", "-m", "A100-40GB", "3g.20gb,3g.20gb,1g.5gb"]);
     assert_eq!(code(&o), 1);
     let out = stdout(&o);
-    assert!(
-        out.starts_with("invalid on A100-40GB: no legal placement"),
-        "{out}"
-    );
+    assert!(out.starts_with("invalid on A100-40GB: no legal placement"), "{out}");
 
     let o = geometer(&["geometry", "check", "-m", "A100-40GB", "3g.20gb@2"]);
     assert_eq!(code(&o), 1);
-    assert!(
-        stdout(&o).contains("legal starts: [0, 4]"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).contains("legal starts: [0, 4]"), "{}", stdout(&o));
 
-    let o = geometer(&[
-        "geometry",
-        "check",
-        "-m",
-        "RTX-PRO-6000",
-        "1g.24gb+me.all@0,1g.24gb@3",
-        "-o",
-        "json",
-    ]);
+    let o =
+        geometer(&["geometry", "check", "-m", "RTX-PRO-6000", "1g.24gb+me.all@0,1g.24gb@3", "-o", "json"]);
     assert_eq!(code(&o), 1);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["valid"], false);
@@ -292,29 +202,16 @@ fn geometry_enumerate_counts_and_json() {
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
-    assert_eq!(
-        out.lines().count(),
-        20,
-        "19 geometries and a summary: {out}"
-    );
+    assert_eq!(out.lines().count(), 20, "19 geometries and a summary: {out}");
     assert!(out.lines().any(|l| l == "7g.40gb@0"), "{out}");
     assert!(out.lines().any(|l| l == "4g.20gb@0,3g.20gb@4"), "{out}");
     assert!(
-        out.trim_end().ends_with(
-            "19 maximal geometries of A100-40GB from 1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb"
-        ),
+        out.trim_end()
+            .ends_with("19 maximal geometries of A100-40GB from 1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb"),
         "{out}"
     );
 
-    let o = geometer(&[
-        "geometry",
-        "enumerate",
-        "-m",
-        "A30",
-        "--maximal",
-        "-o",
-        "json",
-    ]);
+    let o = geometer(&["geometry", "enumerate", "-m", "A30", "--maximal", "-o", "json"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["count"], 5);
     assert_eq!(v["geometries"].as_array().unwrap().len(), 5);
@@ -333,20 +230,9 @@ fn geometry_enumerate_counts_and_json() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["count"], 302);
 
-    let o = geometer(&[
-        "geometry",
-        "enumerate",
-        "-m",
-        "A30",
-        "--profiles",
-        "1g.6gb,5g.1gb",
-    ]);
+    let o = geometer(&["geometry", "enumerate", "-m", "A30", "--profiles", "1g.6gb,5g.1gb"]);
     assert_eq!(code(&o), 2);
-    assert!(
-        stderr(&o).contains("5g.1gb") && stderr(&o).contains("known profiles"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("5g.1gb") && stderr(&o).contains("known profiles"), "{}", stderr(&o));
 }
 
 #[test]
@@ -362,9 +248,6 @@ fn every_command_has_help() {
         let o = geometer(&args);
         assert_eq!(code(&o), 0, "{args:?}");
         assert!(stdout(&o).contains("Usage:"), "{args:?}");
-        assert!(
-            stdout(&o).contains("--catalog"),
-            "{args:?} offers --catalog"
-        );
+        assert!(stdout(&o).contains("--catalog"), "{args:?} offers --catalog");
     }
 }

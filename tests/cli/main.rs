@@ -1,4 +1,5 @@
 //! The offline CLI: catalog, geometry and plan.
+#![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 mod catalog_geometry;
 mod plan;

@@ -11,7 +11,10 @@ fn examples() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("examples/ exists")
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml") && !p.file_name().unwrap().to_string_lossy().starts_with("policy"))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "yaml")
+                && !p.file_name().unwrap().to_string_lossy().starts_with("policy")
+        })
         .collect();
     files.sort();
     files
@@ -46,7 +49,12 @@ fn plan_json(args: &[&str]) -> Value {
 }
 
 fn pod<'v>(plan: &'v Value, name: &str) -> &'v Value {
-    plan["pods"].as_array().unwrap().iter().find(|p| p["pod"] == name).unwrap_or_else(|| panic!("{name} in plan"))
+    plan["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pod"] == name)
+        .unwrap_or_else(|| panic!("{name} in plan"))
 }
 
 #[test]
@@ -91,7 +99,10 @@ fn mixed_cluster_from_gpu_operator_labels() {
     assert_eq!(pod(&plan, "training/pretrain-7g")["node"], "h100-2");
     // h100-2's two free GPUs hold 14 compute slices; the 7g pod, four 1g and two 2g pods want
     // 15, so exactly one small pod waits, for capacity, and the rest go to h100-2.
-    let small: Vec<String> = (0..4).map(|i| format!("inference/embed-{i}")).chain((0..2).map(|i| format!("inference/rerank-{i}"))).collect();
+    let small: Vec<String> = (0..4)
+        .map(|i| format!("inference/embed-{i}"))
+        .chain((0..2).map(|i| format!("inference/rerank-{i}")))
+        .collect();
     let unmet: Vec<&String> = small.iter().filter(|p| pod(&plan, p)["node"].is_null()).collect();
     assert_eq!(unmet.len(), 1, "{unmet:?}");
     assert_eq!(pod(&plan, unmet[0])["reason"]["kind"], "capacity");
@@ -112,13 +123,20 @@ fn mixed_cluster_from_gpu_operator_labels() {
 fn eviction_example_respects_do_not_disrupt_and_policy_file() {
     let plan = plan_json(&["--snapshot", &example("eviction.yaml")]);
     assert_eq!(plan["placements_inferred"], false, "MigNode inventories are not inferred");
-    let evicted: Vec<&str> = plan["evictions"].as_array().unwrap().iter().map(|e| e["pod"].as_str().unwrap()).collect();
+    let evicted: Vec<&str> =
+        plan["evictions"].as_array().unwrap().iter().map(|e| e["pod"].as_str().unwrap()).collect();
     assert!(!evicted.contains(&"prod/api-0"));
-    let strict = plan_json(&["--snapshot", &example("eviction.yaml"), "--policy", &example("policy-no-eviction.yaml")]);
+    let strict = plan_json(&[
+        "--snapshot",
+        &example("eviction.yaml"),
+        "--policy",
+        &example("policy-no-eviction.yaml"),
+    ]);
     assert!(strict["evictions"].as_array().unwrap().is_empty());
     assert!(strict["objective"]["gpus_changed"].as_u64().unwrap() <= 2);
     assert!(
-        plan["objective"]["demand_met"].as_u64().unwrap() >= strict["objective"]["demand_met"].as_u64().unwrap(),
+        plan["objective"]["demand_met"].as_u64().unwrap()
+            >= strict["objective"]["demand_met"].as_u64().unwrap(),
         "allowing eviction never meets less demand"
     );
 }

@@ -3,7 +3,7 @@
 use geometer_testkit::controller as controller_support;
 
 use controller_support::mock_api::{pair, status_error};
-use geometer_controller::approval::{approve, ApprovalError, Approved};
+use geometer_controller::rollout::approval::{approve, ApprovalError, Approved};
 use serde_json::{json, Value};
 
 const PLAN_PATH: &str = "/apis/geometer.dev/v1alpha1/migplans/pool-20250101-000000-abc123";
@@ -49,7 +49,11 @@ async fn a_dry_run_policy_is_refused_with_the_command_that_changes_its_mode() {
     let err = task.await.unwrap().unwrap_err();
     assert!(matches!(err, ApprovalError::DryRun { .. }));
     assert_eq!(err.exit_code(), 1);
-    assert!(err.to_string().contains("kubectl patch migpolicy pool --type=merge -p '{\"spec\":{\"mode\":\"Approve\"}}'"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("kubectl patch migpolicy pool --type=merge -p '{\"spec\":{\"mode\":\"Approve\"}}'"),
+        "{err}"
+    );
     api.expect_no_more().await;
 }
 

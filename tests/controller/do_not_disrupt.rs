@@ -85,7 +85,10 @@ fn a_duration_that_has_not_run_out_protects_the_pod() {
     // Started ten minutes before NOW, protected for an hour.
     assert_eq!(evictions(json!({KEY: "1h"}), "2026-06-01T11:50:00Z"), Vec::<String>::new());
     // The Karpenter key is honoured by default too.
-    assert_eq!(evictions(json!({"karpenter.sh/do-not-disrupt": "30m"}), "2026-06-01T11:50:00Z"), Vec::<String>::new());
+    assert_eq!(
+        evictions(json!({"karpenter.sh/do-not-disrupt": "30m"}), "2026-06-01T11:50:00Z"),
+        Vec::<String>::new()
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use geometer_apiserver::ApiServer;
-use geometer_controller::leader::{LeaseSettings, Leadership};
+use geometer_controller::runtime::leader::{Leadership, LeaseSettings};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
@@ -31,7 +31,8 @@ async fn two_controllers_elect_one_leader_and_hand_over_on_release() {
     .expect("someone leads");
     assert!(a.is_leader() ^ b.is_leader(), "exactly one leader");
 
-    let lease = Api::<Lease>::namespaced(server.client(), "default").get("geometer-controller").await.unwrap();
+    let lease =
+        Api::<Lease>::namespaced(server.client(), "default").get("geometer-controller").await.unwrap();
     let holder = lease.spec.and_then(|s| s.holder_identity);
     assert_eq!(holder.as_deref(), Some(winner));
 
@@ -39,7 +40,8 @@ async fn two_controllers_elect_one_leader_and_hand_over_on_release() {
         if winner == "controller-a" { (a, b, "controller-b") } else { (b, a, "controller-a") };
     leader.release().await;
     tokio::time::timeout(PATIENCE, follower.acquired()).await.expect("follower takes over").unwrap();
-    let lease = Api::<Lease>::namespaced(server.client(), "default").get("geometer-controller").await.unwrap();
+    let lease =
+        Api::<Lease>::namespaced(server.client(), "default").get("geometer-controller").await.unwrap();
     assert_eq!(lease.spec.and_then(|s| s.holder_identity).as_deref(), Some(follower_name));
     follower.release().await;
 }

@@ -14,12 +14,16 @@ fn seeded() -> ApiServer {
         server.seed(&crd).unwrap();
     }
     server.seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": "ml"}})).unwrap()).unwrap();
-    let node = |name: &str, pool: &str| json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"pool": pool}},
-        "status": {"allocatable": {"cpu": "64", "memory": "512Gi"}}});
-    let mignode = |name: &str, phase: &str| json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigNode", "metadata": {"name": name, "generation": 1},
+    let node = |name: &str, pool: &str| {
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"pool": pool}},
+        "status": {"allocatable": {"cpu": "64", "memory": "512Gi"}}})
+    };
+    let mignode = |name: &str, phase: &str| {
+        json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigNode", "metadata": {"name": name, "generation": 1},
         "spec": {"gpus": []}, "status": {"phase": phase, "observedGeneration": 1, "gpuCount": 1, "gpus": [{"index": 0, "uuid": format!("GPU-{name}"),
             "model": "H100-80GB", "pciDeviceId": "0x233010DE", "migMode": {"current": true, "pending": true},
-            "instances": [{"profile": "7g.80gb", "start": 0, "size": 8, "gpuInstanceId": 0}]}]}});
+            "instances": [{"profile": "7g.80gb", "start": 0, "size": 8, "gpuInstanceId": 0}]}]}})
+    };
     for object in [
         node("gpu-a", "pool"),
         node("gpu-b", "pool"),
@@ -43,7 +47,11 @@ async fn geometer(server: &ApiServer, args: &[&str]) -> Output {
     server.write_kubeconfig(&kubeconfig).unwrap();
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_geometer")).args(&args).env("KUBECONFIG", &kubeconfig).output().unwrap()
+        Command::new(env!("CARGO_BIN_EXE_geometer"))
+            .args(&args)
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .unwrap()
     })
     .await
     .unwrap()
@@ -69,7 +77,10 @@ async fn plans_each_policy_from_the_cluster_and_writes_nothing() {
 
     let table = geometer(&server, &["plan"]).await;
     let text = String::from_utf8_lossy(&table.stdout);
-    assert!(text.contains("== MigPolicy pool (DryRun) ==") && text.contains("left out: node gpu-b"), "{text}");
+    assert!(
+        text.contains("== MigPolicy pool (DryRun) ==") && text.contains("left out: node gpu-b"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

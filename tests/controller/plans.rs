@@ -41,7 +41,12 @@ async fn a_pending_pod_for_a_missing_profile_gets_a_plan_with_the_target_geometr
         })
     })
     .await;
-    assert!(note.contains("3g.40gb") && note.contains("gpu-a") && note.contains(plan.metadata.name.as_deref().unwrap()), "{note}");
+    assert!(
+        note.contains("3g.40gb")
+            && note.contains("gpu-a")
+            && note.contains(plan.metadata.name.as_deref().unwrap()),
+        "{note}"
+    );
 }
 
 #[tokio::test]
@@ -53,7 +58,9 @@ async fn dry_run_publishes_and_never_touches_a_mignode() {
     let _controller = world.start(None);
 
     let plan = wait_for("a plan held for review", || {
-        world.plans().into_iter().find(|p| p.status.as_ref().and_then(|s| s.message.as_deref()).is_some_and(|m| m.contains("DryRun")))
+        world.plans().into_iter().find(|p| {
+            p.status.as_ref().and_then(|s| s.message.as_deref()).is_some_and(|m| m.contains("DryRun"))
+        })
     })
     .await;
     assert_eq!(plan.phase(), MigPlanPhase::Proposed);
@@ -78,7 +85,10 @@ async fn an_identical_second_round_publishes_nothing() {
         .patch("pool", &PatchParams::default(), &Patch::Merge(json!({"spec": {"stabilisationSeconds": 5}})))
         .await
         .unwrap();
-    wait_for("the round after the edit", || (controller.metric("geometer_rounds_total{outcome=\"unchanged\"}") >= 1.0).then_some(())).await;
+    wait_for("the round after the edit", || {
+        (controller.metric("geometer_rounds_total{outcome=\"unchanged\"}") >= 1.0).then_some(())
+    })
+    .await;
     assert_eq!(world.plans().len(), 1, "the same plan is not published twice");
 }
 
@@ -91,19 +101,26 @@ async fn approve_mode_waits_for_approval_then_writes_the_mignode() {
     let _controller = world.start(None);
 
     let plan = wait_for("a proposed plan", || {
-        world.plans().into_iter().find(|p| p.status.as_ref().and_then(|s| s.message.as_deref()).is_some_and(|m| m.contains("approval")))
+        world.plans().into_iter().find(|p| {
+            p.status.as_ref().and_then(|s| s.message.as_deref()).is_some_and(|m| m.contains("approval"))
+        })
     })
     .await;
     let name = plan.metadata.name.clone().unwrap();
     assert_eq!(plan.phase(), MigPlanPhase::Proposed);
     assert!(world.mignode("gpu-a").spec.gpus.is_empty(), "nothing applied before approval");
 
-    geometer_controller::approval::approve(world.server.client(), &name).await.expect("approve");
-    let written = wait_for("the MigNode spec", || Some(world.mignode("gpu-a")).filter(|m| m.spec.plan.as_deref() == Some(&name))).await;
+    geometer_controller::rollout::approval::approve(world.server.client(), &name).await.expect("approve");
+    let written = wait_for("the MigNode spec", || {
+        Some(world.mignode("gpu-a")).filter(|m| m.spec.plan.as_deref() == Some(&name))
+    })
+    .await;
     let target: Vec<String> = plan.spec.nodes[0].gpus[0].to.iter().map(|p| p.to_string()).collect();
     assert_eq!(geometry_of(&world, "gpu-a"), target);
     assert_eq!(written.metadata.generation, Some(2));
-    let applying = wait_for("Applying", || world.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Applying)).await;
+    let applying =
+        wait_for("Applying", || world.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Applying))
+            .await;
     assert_eq!(applying.metadata.name.as_deref(), Some(name.as_str()));
 }
 
@@ -114,7 +131,8 @@ async fn auto_mode_applies_at_once() {
     world.policy("pool", "Auto", json!({}));
     world.pending("infer-0", "1g.10gb");
     let _controller = world.start(None);
-    let node = wait_for("the MigNode spec", || Some(world.mignode("gpu-a")).filter(|m| m.spec.plan.is_some())).await;
+    let node =
+        wait_for("the MigNode spec", || Some(world.mignode("gpu-a")).filter(|m| m.spec.plan.is_some())).await;
     assert!(node.spec.gpus[0].geometry.iter().any(|p| p.profile == "1g.10gb"), "{:?}", node.spec);
     assert!(node.metadata.annotations.unwrap_or_default().contains_key("geometer.dev/spec-written-at"));
 }
@@ -133,7 +151,9 @@ async fn a_pod_scheduled_elsewhere_supersedes_the_plan() {
     pod.spec.as_mut().unwrap().node_name = Some("other".into());
     pod.status.as_mut().unwrap().conditions = None;
     world.server.seed(&pod).unwrap();
-    let done = wait_for("Superseded", || world.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Superseded)).await;
+    let done =
+        wait_for("Superseded", || world.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Superseded))
+            .await;
     assert_eq!(done.metadata.name, plan.metadata.name);
     let message = done.status.unwrap().message.unwrap();
     assert!(message.contains("ml/infer-0") && message.contains("other"), "{message}");
@@ -185,9 +205,24 @@ async fn with_a_forecast_the_plan_also_prepares_room_for_the_next_pod_like_the_l
     assert_eq!(plan.spec.demand.met.len(), 1, "the forecast is no pod of the plan: {:?}", plan.spec.demand);
     // One GPU for infer-0 and the other with a 4g.40gb ready for the next pod like it; the
     // rollout takes the pod's node first.
-    let fours: usize = plan.spec.nodes.iter().flat_map(|n| &n.gpus).flat_map(|g| &g.to).filter(|p| p.profile == "4g.40gb").count();
+    let fours: usize = plan
+        .spec
+        .nodes
+        .iter()
+        .flat_map(|n| &n.gpus)
+        .flat_map(|g| &g.to)
+        .filter(|p| p.profile == "4g.40gb")
+        .count();
     assert_eq!((plan.spec.nodes.len(), fours), (2, 2), "{:?}", plan.spec.nodes);
     assert_eq!(plan.spec.nodes[0].node, plan.spec.demand.met[0].node);
-    let planned = plan.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Planned")).expect("Planned condition");
-    assert!(planned.message.contains("forecast: room for 1 of 1 pod(s) like those created in the last 600 s"), "{}", planned.message);
+    let planned = plan
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Planned"))
+        .expect("Planned condition");
+    assert!(
+        planned.message.contains("forecast: room for 1 of 1 pod(s) like those created in the last 600 s"),
+        "{}",
+        planned.message
+    );
 }

@@ -5,8 +5,8 @@ use geometer_testkit::controller as controller_support;
 
 use controller_support::mock_api::pair;
 use geometer_api::{GpuGeometry, MigNodeSpec, MigPlanPhase, MigPlanStatus, PlacedInstance};
-use geometer_controller::actions::{Action, EventSpec};
-use geometer_controller::execute::Executor;
+use geometer_controller::runtime::actions::{Action, EventSpec};
+use geometer_controller::runtime::execute::Executor;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use serde_json::json;
@@ -21,9 +21,17 @@ async fn a_mignode_write_is_one_merge_patch_with_plan_geometry_time_and_version(
     let executor = Executor::new(client, "controller-0");
     let spec = MigNodeSpec {
         plan: Some("pool-20250601-120000-abcdef".into()),
-        gpus: vec![GpuGeometry { index: 0, geometry: vec![PlacedInstance::new("1g.10gb", 0), PlacedInstance::new("3g.40gb", 4)] }],
+        gpus: vec![GpuGeometry {
+            index: 0,
+            geometry: vec![PlacedInstance::new("1g.10gb", 0), PlacedInstance::new("3g.40gb", 4)],
+        }],
     };
-    let action = Action::NodeSpec { node: "gpu-a".into(), resource_version: Some("17".into()), spec, written_at: at() };
+    let action = Action::NodeSpec {
+        node: "gpu-a".into(),
+        resource_version: Some("17".into()),
+        spec,
+        written_at: at(),
+    };
     let run = tokio::spawn(async move { executor.run_group(vec![action]).await });
     let seen = api.expect("PATCH", "/apis/geometer.dev/v1alpha1/mignodes/gpu-a", 200, json!({
         "apiVersion": "geometer.dev/v1alpha1", "kind": "MigNode", "metadata": {"name": "gpu-a"}, "spec": {}
@@ -44,15 +52,37 @@ async fn a_mignode_write_is_one_merge_patch_with_plan_geometry_time_and_version(
 async fn a_plan_status_change_patches_only_what_changed_and_a_conflict_skips_the_rest() {
     let (client, mut api) = pair();
     let executor = Executor::new(client, "controller-0");
-    let before = MigPlanStatus { phase: MigPlanPhase::Proposed, message: Some("waiting for approval".into()), ..Default::default() };
+    let before = MigPlanStatus {
+        phase: MigPlanPhase::Proposed,
+        message: Some("waiting for approval".into()),
+        ..Default::default()
+    };
     let after = MigPlanStatus { phase: MigPlanPhase::Applying, ..Default::default() };
-    let status = Action::PlanStatus { plan: "p1".into(), resource_version: Some("5".into()), before: Some(before), status: after };
-    let write = Action::NodeSpec { node: "gpu-a".into(), resource_version: Some("9".into()), spec: Default::default(), written_at: at() };
+    let status = Action::PlanStatus {
+        plan: "p1".into(),
+        resource_version: Some("5".into()),
+        before: Some(before),
+        status: after,
+    };
+    let write = Action::NodeSpec {
+        node: "gpu-a".into(),
+        resource_version: Some("9".into()),
+        spec: Default::default(),
+        written_at: at(),
+    };
     let run = tokio::spawn(async move { executor.run_group(vec![status, write]).await });
     let seen = api
-        .expect("PATCH", "/apis/geometer.dev/v1alpha1/migplans/p1/status", 409, controller_support::mock_api::status_error(409, "Conflict", "the object has been modified"))
+        .expect(
+            "PATCH",
+            "/apis/geometer.dev/v1alpha1/migplans/p1/status",
+            409,
+            controller_support::mock_api::status_error(409, "Conflict", "the object has been modified"),
+        )
         .await;
-    assert_eq!(seen.body, json!({"metadata": {"resourceVersion": "5"}, "status": {"phase": "Applying", "message": null}}));
+    assert_eq!(
+        seen.body,
+        json!({"metadata": {"resourceVersion": "5"}, "status": {"phase": "Applying", "message": null}})
+    );
     let outcome = run.await.unwrap();
     assert_eq!((outcome.done, outcome.conflicts), (0, 1));
     api.expect_no_more().await;
@@ -63,12 +93,19 @@ async fn events_go_to_events_k8s_io_with_reason_note_and_the_plan_as_related() {
     let (client, mut api) = pair();
     let executor = Executor::new(client, "controller-0");
     let pod = ObjectReference {
-        api_version: Some("v1".into()), kind: Some("Pod".into()), namespace: Some("ml".into()),
-        name: Some("infer-0".into()), uid: Some("pod-uid".into()), ..Default::default()
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some("ml".into()),
+        name: Some("infer-0".into()),
+        uid: Some("pod-uid".into()),
+        ..Default::default()
     };
     let plan = ObjectReference {
-        api_version: Some("geometer.dev/v1alpha1".into()), kind: Some("MigPlan".into()),
-        name: Some("p1".into()), uid: Some("plan-uid".into()), ..Default::default()
+        api_version: Some("geometer.dev/v1alpha1".into()),
+        kind: Some("MigPlan".into()),
+        name: Some("p1".into()),
+        uid: Some("plan-uid".into()),
+        ..Default::default()
     };
     let event = Action::Event(EventSpec {
         regarding: pod,

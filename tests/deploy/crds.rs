@@ -7,7 +7,8 @@ use geometer_testkit::deploy as deploy_support;
 use deploy_support::{read, repo};
 use geometer_api as api;
 
-const REGENERATE: &str = "regenerate both with `cargo run -- crds --out-dir crds && cargo run -- crds --out-dir deploy/base/crds`";
+const REGENERATE: &str =
+    "regenerate both with `cargo run -- crds --out-dir crds && cargo run -- crds --out-dir deploy/base/crds`";
 
 #[test]
 fn deploy_base_crds_are_the_generated_crds() {
@@ -17,8 +18,15 @@ fn deploy_base_crds_are_the_generated_crds() {
         let name = api::crd_file_name(&crd);
         let generated = api::crd_yaml(&crd).expect("CRD renders as YAML");
         let copy = read(&dir.join(&name));
-        assert!(copy == generated, "deploy/base/crds/{name} differs from what src/api generates; {REGENERATE}");
-        assert_eq!(copy, read(&repo().join("crds").join(&name)), "deploy/base/crds/{name} differs from crds/{name}; {REGENERATE}");
+        assert!(
+            copy == generated,
+            "deploy/base/crds/{name} differs from what src/api generates; {REGENERATE}"
+        );
+        assert_eq!(
+            copy,
+            read(&repo().join("crds").join(&name)),
+            "deploy/base/crds/{name} differs from crds/{name}; {REGENERATE}"
+        );
         expected.push(name);
     }
     let mut present: Vec<String> = std::fs::read_dir(&dir)

@@ -17,8 +17,8 @@ use agent_support::{Harness, NODE, WORKLOADS};
 use deploy_support::observe::{accesses, client_as};
 use deploy_support::rbac::{compare, Access, Authorizer};
 use deploy_support::{kubectl_available, kustomizations, render};
-use geometer_agent::reconcile::backoff::Backoff;
-use geometer_agent::reconcile::Agent;
+use geometer_agent::runtime::backoff::Backoff;
+use geometer_agent::Agent;
 use geometer_api::{MigNode, MigNodeStatus, MigPlan, MigPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::DeleteParams;
@@ -33,14 +33,23 @@ const AGENT: &str = "geometer-agent";
 const AGENT_UNOBSERVED: &[(&str, &str, &str, &str)] = &[];
 
 /// Starts an agent on the harness's node whose requests are signed `geometer-agent`.
-fn spawn_signed_agent(h: &Harness, cfg: geometer_agent::reconcile::AgentConfig) -> tokio::task::JoinHandle<()> {
-    let agent = Agent::new(cfg, client_as(&h.server, AGENT), Arc::new(h.sim.clone()), Arc::new(h.assignments.clone()));
+fn spawn_signed_agent(h: &Harness, cfg: geometer_agent::AgentConfig) -> tokio::task::JoinHandle<()> {
+    let agent = Agent::new(
+        cfg,
+        client_as(&h.server, AGENT),
+        Arc::new(h.sim.clone()),
+        Arc::new(h.assignments.clone()),
+    );
     tokio::spawn(agent.run())
 }
 
 fn condition_true(h: &Harness, type_: &str, reason: &str) -> Option<()> {
     let status = h.mignode().status?;
-    status.conditions.iter().any(|c| c.type_ == type_ && c.status == "True" && c.reason == reason).then_some(())
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True" && c.reason == reason)
+        .then_some(())
 }
 
 /// Everything the agent does on a node: create its MigNode, cordon, evict (refused by a budget,
@@ -72,8 +81,14 @@ async fn agent_scenarios() -> BTreeSet<Access> {
     let agent = spawn_signed_agent(&h, h.config());
     h.wait_for("the agent creates its MigNode", |h| h.server.object::<MigNode>("", NODE)).await;
     let generation = h.set_spec(&[(0, &[("4g.40gb", 0), ("3g.40gb", 4)])]).await;
-    h.wait_for("a budget refusal", |h| condition_true(h, MigNodeStatus::DRAIN_BLOCKED, "PodDisruptionBudget")).await;
-    Api::<PodDisruptionBudget>::namespaced(h.client.clone(), WORKLOADS).delete("guarded", &DeleteParams::default()).await.unwrap();
+    h.wait_for("a budget refusal", |h| {
+        condition_true(h, MigNodeStatus::DRAIN_BLOCKED, "PodDisruptionBudget")
+    })
+    .await;
+    Api::<PodDisruptionBudget>::namespaced(h.client.clone(), WORKLOADS)
+        .delete("guarded", &DeleteParams::default())
+        .await
+        .unwrap();
     h.wait_ready(generation).await;
     agent.abort();
     assert_eq!(h.geometry(0), vec!["3g.40gb@4", "4g.40gb@0"], "the scenario ran to its end");
@@ -87,7 +102,11 @@ async fn agent_scenarios() -> BTreeSet<Access> {
     let agent = spawn_signed_agent(&h, cfg);
     h.set_spec(&[(0, &[("3g.40gb", 0), ("1g.10gb", 4)])]).await;
     h.wait_for("a repeated drain timeout", |h| {
-        let count: i32 = h.events_with_reason("DrainTimeout").iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum();
+        let count: i32 = h
+            .events_with_reason("DrainTimeout")
+            .iter()
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+            .sum();
         (count >= 2).then_some(())
     })
     .await;

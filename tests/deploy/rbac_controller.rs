@@ -19,13 +19,13 @@ use deploy_support::rbac::{compare, Access, Authorizer};
 use deploy_support::{kubectl_available, kustomizations, render};
 use geometer_api::{MigNode, MigNodeSpec, MigPlan, MigPlanPhase, MigPlanStatus, MigPolicy, MigPolicyStatus};
 use geometer_apiserver::ApiServer;
-use geometer_controller::actions::{Action, EventSpec};
-use geometer_controller::cache::Caches;
-use geometer_controller::execute::Executor;
-use geometer_controller::health::Health;
-use geometer_controller::leader::{LeaseSettings, Leadership};
-use geometer_controller::metrics::Metrics;
-use geometer_controller::run::{self, Settings};
+use geometer_controller::runtime::actions::{Action, EventSpec};
+use geometer_controller::runtime::cache::Caches;
+use geometer_controller::runtime::execute::Executor;
+use geometer_controller::runtime::health::Health;
+use geometer_controller::runtime::leader::{Leadership, LeaseSettings};
+use geometer_controller::runtime::metrics::Metrics;
+use geometer_controller::{self as controller, Settings};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Resource;
 use serde_json::json;
@@ -47,7 +47,9 @@ fn seeded_server() -> ApiServer {
         server.seed(&crd).expect("CRD");
     }
     for ns in [NAMESPACE, "team-a"] {
-        server.seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": ns}})).unwrap()).expect("namespace");
+        server
+            .seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": ns}})).unwrap())
+            .expect("namespace");
     }
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "trainer", "namespace": "team-a"},
@@ -75,8 +77,13 @@ async fn controller_scenario() -> BTreeSet<Access> {
     let server = seeded_server();
     let client = client_as(&server, CONTROLLER);
 
-    let mut leadership = Leadership::join(client.clone(), &LeaseSettings::new(NAMESPACE, "controller-0")).await.expect("joins the election");
-    tokio::time::timeout(PATIENCE, leadership.acquired()).await.expect("leads in time").expect("election runs");
+    let mut leadership = Leadership::join(client.clone(), &LeaseSettings::new(NAMESPACE, "controller-0"))
+        .await
+        .expect("joins the election");
+    tokio::time::timeout(PATIENCE, leadership.acquired())
+        .await
+        .expect("leads in time")
+        .expect("election runs");
 
     let (caches, watches) = Caches::start(&client, Arc::new(Notify::new()));
     tokio::time::timeout(PATIENCE, caches.ready()).await.expect("caches fill");
@@ -111,7 +118,12 @@ async fn controller_scenario() -> BTreeSet<Access> {
             before: created.status.clone(),
             status: applying,
         },
-        Action::NodeSpec { node: "gpu-a".into(), resource_version: None, spec: MigNodeSpec::default(), written_at: jiff::Timestamp::now() },
+        Action::NodeSpec {
+            node: "gpu-a".into(),
+            resource_version: None,
+            spec: MigNodeSpec::default(),
+            written_at: jiff::Timestamp::now(),
+        },
         Action::PolicyStatus {
             policy: "pool".into(),
             resource_version: None,
@@ -136,7 +148,13 @@ async fn controller_scenario() -> BTreeSet<Access> {
     leadership.release().await;
     let seen = accesses(&server, CONTROLLER);
     let used = |verb: &str, resource: &str| seen.iter().any(|a| a.verb == verb && a.resource == resource);
-    for (verb, resource) in [("watch", "pods"), ("create", "migplans"), ("patch", "migplans/status"), ("patch", "events"), ("patch", "leases")] {
+    for (verb, resource) in [
+        ("watch", "pods"),
+        ("create", "migplans"),
+        ("patch", "migplans/status"),
+        ("patch", "events"),
+        ("patch", "leases"),
+    ] {
         assert!(used(verb, resource), "the scenario never did {verb} {resource}: {seen:#?}");
     }
     seen
@@ -149,7 +167,9 @@ async fn loop_scenario() -> BTreeSet<Access> {
         server.seed(&crd).expect("CRD");
     }
     for ns in [NAMESPACE, "team-a"] {
-        server.seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": ns}})).unwrap()).expect("namespace");
+        server
+            .seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": ns}})).unwrap())
+            .expect("namespace");
     }
     for object in [
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-a"},
@@ -167,12 +187,19 @@ async fn loop_scenario() -> BTreeSet<Access> {
         server.seed_value(object).expect("seed");
     }
     let client = client_as(&server, CONTROLLER);
-    let mut settings = Settings::new("controller-0", Arc::new(geometer_solver::catalog::Catalog::builtin().clone()));
+    let mut settings =
+        Settings::new("controller-0", Arc::new(geometer_solver::catalog::Catalog::builtin().clone()));
     settings.lease = Some(LeaseSettings::new(NAMESPACE, "controller-0"));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(run::run(client, settings, Arc::new(Metrics::new()), Arc::new(Health::default()), async move {
-        let _ = stopped.await;
-    }));
+    let task = tokio::spawn(controller::run(
+        client,
+        settings,
+        Arc::new(Metrics::new()),
+        Arc::new(Health::default()),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while server.object::<MigNode>("", "gpu-a").and_then(|m| m.spec.plan).is_none() {
         assert!(tokio::time::Instant::now() < deadline, "the controller never applied a plan");

@@ -66,8 +66,20 @@ fn check_type(doc: &Value) -> Result<(), String> {
         };
     }
     dispatch!(
-        Namespace, ServiceAccount, Service, Deployment, DaemonSet, PodDisruptionBudget, ClusterRole, ClusterRoleBinding, Role,
-        RoleBinding, CustomResourceDefinition, MigPolicy, MigPlan, MigNode
+        Namespace,
+        ServiceAccount,
+        Service,
+        Deployment,
+        DaemonSet,
+        PodDisruptionBudget,
+        ClusterRole,
+        ClusterRoleBinding,
+        Role,
+        RoleBinding,
+        CustomResourceDefinition,
+        MigPolicy,
+        MigPlan,
+        MigNode
     );
     Err("a kind this test does not know; add its type to check_type".into())
 }
@@ -95,27 +107,51 @@ fn every_kustomization_has_crds_namespace_controller_and_agent() {
     }
     for dir in kustomizations() {
         let objects = render(&dir);
-        let mut crds: Vec<&str> = objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition").filter_map(|o| o["metadata"]["name"].as_str()).collect();
+        let mut crds: Vec<&str> = objects
+            .iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect();
         crds.sort();
-        assert_eq!(crds, ["mignodes.geometer.dev", "migplans.geometer.dev", "migpolicies.geometer.dev"], "{dir}");
+        assert_eq!(
+            crds,
+            ["mignodes.geometer.dev", "migplans.geometer.dev", "migpolicies.geometer.dev"],
+            "{dir}"
+        );
         object(&objects, "Namespace", "geometer-system");
         for o in objects.iter().filter(|o| o["metadata"]["namespace"].is_string()) {
             let ns = o["metadata"]["namespace"].as_str().unwrap();
-            assert_eq!(ns, "geometer-system", "{dir}: {} {} is outside Geometer's namespace", o["kind"], o["metadata"]["name"]);
+            assert_eq!(
+                ns, "geometer-system",
+                "{dir}: {} {} is outside Geometer's namespace",
+                o["kind"], o["metadata"]["name"]
+            );
         }
-        for kind in ["MigPolicy", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Namespace"] {
+        for kind in
+            ["MigPolicy", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Namespace"]
+        {
             for o in objects.iter().filter(|o| o["kind"] == kind) {
-                assert!(o["metadata"]["namespace"].is_null(), "{dir}: cluster-scoped {kind} {} has a namespace", o["metadata"]["name"]);
+                assert!(
+                    o["metadata"]["namespace"].is_null(),
+                    "{dir}: cluster-scoped {kind} {} has a namespace",
+                    o["metadata"]["name"]
+                );
             }
         }
         for crd in objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition") {
             let parsed: CustomResourceDefinition = serde_json::from_value(crd.clone()).unwrap();
-            let generated = geometer_api::crds().into_iter().find(|c| c.metadata.name == parsed.metadata.name).unwrap();
-            let (rendered, generated) = (serde_json::to_value(&parsed.spec).unwrap(), serde_json::to_value(&generated.spec).unwrap());
+            let generated =
+                geometer_api::crds().into_iter().find(|c| c.metadata.name == parsed.metadata.name).unwrap();
+            let (rendered, generated) =
+                (serde_json::to_value(&parsed.spec).unwrap(), serde_json::to_value(&generated.spec).unwrap());
             let mut differences = Vec::new();
             lost(&rendered, &generated, "spec", &mut differences);
             lost(&generated, &rendered, "spec", &mut differences);
-            assert!(differences.is_empty(), "{dir}: the CRD {:?} is not the one src/api generates: {differences:?}", parsed.metadata.name);
+            assert!(
+                differences.is_empty(),
+                "{dir}: the CRD {:?} is not the one src/api generates: {differences:?}",
+                parsed.metadata.name
+            );
         }
     }
 }
@@ -138,16 +174,23 @@ fn controller_runs_two_replicas_behind_a_budget_and_a_metrics_service() {
         let deploy = object(&objects, "Deployment", "geometer-controller");
         assert_eq!(deploy["spec"]["replicas"], 2, "{dir}: two replicas, one leading");
         let labels = pod_labels(deploy);
-        assert!(selects(&deploy["spec"]["selector"]["matchLabels"], labels), "{dir}: the Deployment selects its own pods");
+        assert!(
+            selects(&deploy["spec"]["selector"]["matchLabels"], labels),
+            "{dir}: the Deployment selects its own pods"
+        );
 
-        let pdb: PodDisruptionBudget = serde_json::from_value(object(&objects, "PodDisruptionBudget", "geometer-controller").clone()).unwrap();
+        let pdb: PodDisruptionBudget =
+            serde_json::from_value(object(&objects, "PodDisruptionBudget", "geometer-controller").clone())
+                .unwrap();
         let pdb_spec = pdb.spec.unwrap();
         let pdb_selector = serde_json::to_value(pdb_spec.selector.unwrap().match_labels.unwrap()).unwrap();
         assert!(selects(&pdb_selector, labels), "{dir}: the budget covers the controller pods");
         let min = pdb_spec.min_available.map(|m| serde_json::to_value(m).unwrap());
         assert_eq!(min, Some(Value::from(1)), "{dir}: one replica may be evicted at a time, never both");
 
-        let service: Service = serde_json::from_value(object(&objects, "Service", "geometer-controller-metrics").clone()).unwrap();
+        let service: Service =
+            serde_json::from_value(object(&objects, "Service", "geometer-controller-metrics").clone())
+                .unwrap();
         let spec = service.spec.unwrap();
         let selector = serde_json::to_value(spec.selector.unwrap()).unwrap();
         assert!(selects(&selector, labels), "{dir}: the metrics Service selects the controller pods");
@@ -159,7 +202,10 @@ fn controller_runs_two_replicas_behind_a_budget_and_a_metrics_service() {
             .collect();
         for port in spec.ports.unwrap() {
             let target = serde_json::to_value(port.target_port.unwrap()).unwrap();
-            assert!(container_ports.iter().any(|p| target == *p), "{dir}: Service port {target} names no container port ({container_ports:?})");
+            assert!(
+                container_ports.iter().any(|p| target == *p),
+                "{dir}: Service port {target} names no container port ({container_ports:?})"
+            );
         }
     }
 }
@@ -173,7 +219,9 @@ fn args(workload: &Value) -> Vec<String> {
         .map(|a| {
             let a = a.as_str().unwrap();
             match (a.find("$("), a.find(')')) {
-                (Some(i), Some(j)) if j > i => format!("{}example-{}{}", &a[..i], a[i + 2..j].to_lowercase(), &a[j + 1..]),
+                (Some(i), Some(j)) if j > i => {
+                    format!("{}example-{}{}", &a[..i], a[i + 2..j].to_lowercase(), &a[j + 1..])
+                }
                 _ => a.to_string(),
             }
         })
@@ -192,7 +240,8 @@ fn container_arguments_are_accepted_by_the_geometer_cli() {
     for dir in kustomizations() {
         let objects = render(&dir);
         for (kind, name) in [("DaemonSet", "geometer-agent"), ("Deployment", "geometer-controller")] {
-            let argv: Vec<String> = std::iter::once("geometer".to_string()).chain(args(object(&objects, kind, name))).collect();
+            let argv: Vec<String> =
+                std::iter::once("geometer".to_string()).chain(args(object(&objects, kind, name))).collect();
             if let Err(e) = geometer::cli::Cli::try_parse_from(&argv) {
                 panic!("{dir}: {kind} {name} runs `{}`, which the CLI rejects:\n{e}", argv.join(" "));
             }
@@ -215,22 +264,31 @@ fn gpu_operator_overlay_uses_the_operators_device_plugin_and_keeps_mig_manager_o
         assert!(overlay_args.contains(&arg), "the gpu-operator overlay drops the base agent argument {arg}");
     }
     let node_selector = &agent["spec"]["template"]["spec"]["nodeSelector"];
-    assert_eq!(node_selector["nvidia.com/gpu.deploy.mig-manager"], "false", "mig-manager's DaemonSet selects =true: one owner per node");
+    assert_eq!(
+        node_selector["nvidia.com/gpu.deploy.mig-manager"], "false",
+        "mig-manager's DaemonSet selects =true: one owner per node"
+    );
     assert_eq!(node_selector["nvidia.com/mig.capable"], "true");
 }
 
 /// A node requirement as text: `key=value`, or `key Operator [values]`.
 fn requirement(key: &str, operator: &str, values: &Value) -> String {
     match values.as_array().filter(|v| !v.is_empty()) {
-        Some(v) => format!("{key} {operator} {}", v.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")),
+        Some(v) => {
+            format!("{key} {operator} {}", v.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","))
+        }
         None => format!("{key} {operator}"),
     }
 }
 
 /// What a label selector (matchLabels, matchExpressions) requires of a node.
 fn selector_requirements(selector: &Value) -> std::collections::BTreeSet<String> {
-    let mut out: std::collections::BTreeSet<String> =
-        selector["matchLabels"].as_object().into_iter().flatten().map(|(k, v)| format!("{k}={}", v.as_str().unwrap())).collect();
+    let mut out: std::collections::BTreeSet<String> = selector["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+        .collect();
     for e in selector["matchExpressions"].as_array().into_iter().flatten() {
         out.insert(requirement(e["key"].as_str().unwrap(), e["operator"].as_str().unwrap(), &e["values"]));
     }
@@ -240,13 +298,23 @@ fn selector_requirements(selector: &Value) -> std::collections::BTreeSet<String>
 /// What a pod template's nodeSelector and required node affinity (one term) require.
 fn pod_node_requirements(workload: &Value) -> std::collections::BTreeSet<String> {
     let spec = &workload["spec"]["template"]["spec"];
-    let mut out: std::collections::BTreeSet<String> =
-        spec["nodeSelector"].as_object().into_iter().flatten().map(|(k, v)| format!("{k}={}", v.as_str().unwrap())).collect();
-    let terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].as_array();
+    let mut out: std::collections::BTreeSet<String> = spec["nodeSelector"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+        .collect();
+    let terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"]
+        .as_array();
     if let Some(terms) = terms {
         assert_eq!(terms.len(), 1, "the test compares one node selector term (several are ORed)");
         for e in terms[0]["matchExpressions"].as_array().into_iter().flatten() {
-            out.insert(requirement(e["key"].as_str().unwrap(), e["operator"].as_str().unwrap(), &e["values"]));
+            out.insert(requirement(
+                e["key"].as_str().unwrap(),
+                e["operator"].as_str().unwrap(),
+                &e["values"],
+            ));
         }
     }
     out
@@ -268,7 +336,10 @@ fn default_policy_is_dry_run_and_manages_exactly_the_nodes_with_an_agent() {
             policy_nodes, agent_nodes,
             "{dir}: a node the policy selects without an agent would never change; one with an agent but no policy is never planned"
         );
-        assert!(policy_nodes.contains("geometer.dev/unmanaged DoesNotExist"), "{dir}: the documented opt-out label");
+        assert!(
+            policy_nodes.contains("geometer.dev/unmanaged DoesNotExist"),
+            "{dir}: the documented opt-out label"
+        );
     }
 }
 
@@ -284,11 +355,20 @@ async fn rendered_crds_and_default_policy_are_accepted_by_the_api_server() {
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition") {
             let crd: CustomResourceDefinition = serde_json::from_value(crd.clone()).unwrap();
-            crds.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("{dir}: CRD {:?} refused: {e}", crd.metadata.name));
+            crds.create(&PostParams::default(), &crd)
+                .await
+                .unwrap_or_else(|e| panic!("{dir}: CRD {:?} refused: {e}", crd.metadata.name));
         }
         let policies: Api<MigPolicy> = Api::all(client);
-        let policy: MigPolicy = serde_json::from_value(object(&objects, "MigPolicy", "default").clone()).unwrap();
-        let created = policies.create(&PostParams::default(), &policy).await.unwrap_or_else(|e| panic!("{dir}: MigPolicy refused: {e}"));
-        assert_eq!(created.spec.disruption.max_nodes_reconfiguring, 1, "{dir}: defaults filled in by the CRD");
+        let policy: MigPolicy =
+            serde_json::from_value(object(&objects, "MigPolicy", "default").clone()).unwrap();
+        let created = policies
+            .create(&PostParams::default(), &policy)
+            .await
+            .unwrap_or_else(|e| panic!("{dir}: MigPolicy refused: {e}"));
+        assert_eq!(
+            created.spec.disruption.max_nodes_reconfiguring, 1,
+            "{dir}: defaults filled in by the CRD"
+        );
     }
 }

@@ -22,25 +22,41 @@ impl Write for Captured {
 }
 
 fn short(mode: PolicyMode) -> DemoOptions {
-    DemoOptions { mode, nodes: 2, duration_s: 60.0, speed: 6.0, serve_http: false, tick: Duration::from_secs(1), ..DemoOptions::default() }
+    DemoOptions {
+        mode,
+        nodes: 2,
+        duration_s: 60.0,
+        speed: 6.0,
+        serve_http: false,
+        tick: Duration::from_secs(1),
+        ..DemoOptions::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_mode_reconfigures_gpus_and_serves_the_shifting_workload() {
     let out = Captured::default();
-    let summary = demo::run(short(PolicyMode::Auto), Console::new(Box::new(out.clone()))).await.expect("demo runs");
+    let summary =
+        demo::run(short(PolicyMode::Auto), Console::new(Box::new(out.clone()))).await.expect("demo runs");
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
     assert!(summary.submitted > 0);
     assert!(summary.plans_applied >= 1, "{text}");
     assert!(summary.gpus_reconfigured >= 1, "{text}");
-    assert!(summary.served * 10 >= summary.submitted * 9, "most pods are served: {}/{}\n{text}", summary.served, summary.submitted);
+    assert!(
+        summary.served * 10 >= summary.submitted * 9,
+        "most pods are served: {}/{}\n{text}",
+        summary.served,
+        summary.submitted
+    );
     assert!(text.contains("Summary") && text.contains("pods served"), "{text}");
     assert!(text.contains("Ready ("), "node steps are shown: {text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_publishes_plans_and_changes_no_gpu() {
-    let summary = demo::run(short(PolicyMode::DryRun), Console::new(Box::new(std::io::sink()))).await.expect("demo runs");
+    let summary = demo::run(short(PolicyMode::DryRun), Console::new(Box::new(std::io::sink())))
+        .await
+        .expect("demo runs");
     assert!(summary.plans >= 1);
     assert_eq!(summary.plans_applied, 0);
     assert_eq!(summary.gpus_reconfigured, 0);
@@ -49,6 +65,12 @@ async fn dry_run_publishes_plans_and_changes_no_gpu() {
 
 #[tokio::test]
 async fn bad_options_name_the_flag_and_value() {
-    let err = demo::run(DemoOptions { speed: 0.0, ..DemoOptions::default() }, Console::new(Box::new(std::io::sink()))).await.err().unwrap();
+    let err = demo::run(
+        DemoOptions { speed: 0.0, ..DemoOptions::default() },
+        Console::new(Box::new(std::io::sink())),
+    )
+    .await
+    .err()
+    .unwrap();
     assert!(err.to_string().contains("--speed 0"), "{err}");
 }

@@ -10,7 +10,10 @@ use geometer_simcluster::{ClusterSpec, MigPod, NodeSpec};
 const WHOLE: &[(&str, u8)] = &[("7g.80gb", 0)];
 
 fn two_nodes() -> ClusterSpec {
-    ClusterSpec::new(vec![NodeSpec::new("gpu-1", "H100-80GB", 2, WHOLE), NodeSpec::new("gpu-2", "H100-80GB", 2, WHOLE)])
+    ClusterSpec::new(vec![
+        NodeSpec::new("gpu-1", "H100-80GB", 2, WHOLE),
+        NodeSpec::new("gpu-2", "H100-80GB", 2, WHOLE),
+    ])
 }
 
 async fn submit_small(e2e: &E2e, names: &[&str]) {
@@ -26,10 +29,16 @@ async fn a_demand_shift_is_planned_applied_and_the_pods_run() {
     let pods = ["small-0", "small-1", "small-2", "small-3"];
     submit_small(&e2e, &pods).await;
     wait_for("the pods running", || e2e.running(&pods).then_some(())).await;
-    let plan = wait_for("a succeeded plan", || e2e.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Succeeded)).await;
+    let plan = wait_for("a succeeded plan", || {
+        e2e.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Succeeded)
+    })
+    .await;
     assert!(plan.spec.summary.pods_helped >= 1);
     // Only as many GPUs changed as the pods needed (7 x 1g.10gb fit on one GPU).
-    let changed: usize = ["gpu-1", "gpu-2"].iter().map(|n| (0..2).filter(|g| e2e.geometry(n, *g) != ["7g.80gb@0"]).count()).sum();
+    let changed: usize = ["gpu-1", "gpu-2"]
+        .iter()
+        .map(|n| (0..2).filter(|g| e2e.geometry(n, *g) != ["7g.80gb@0"]).count())
+        .sum();
     assert_eq!(changed, 1, "one GPU repartitioned for four 1g.10gb pods");
     wait_for("nodes settled and uncordoned", || e2e.settled().then_some(())).await;
     assert!(e2e.evictions().is_empty(), "{:?}", e2e.evictions());
@@ -72,13 +81,19 @@ async fn approve_waits_for_kubectl_patch_then_applies() {
     let kubeconfig = dir.path().join("kubeconfig");
     let (_addr, _serving) = e2e.server.serve_http("127.0.0.1:0").await.unwrap();
     e2e.server.write_kubeconfig(&kubeconfig).unwrap();
-    let patched = kubectl(&e2e.server, &kubeconfig, &["patch", "migplan", &name, "--type=merge", "-p", r#"{"spec":{"approved":true}}"#]);
+    let patched = kubectl(
+        &e2e.server,
+        &kubeconfig,
+        &["patch", "migplan", &name, "--type=merge", "-p", r#"{"spec":{"approved":true}}"#],
+    );
     if let Err(why) = patched {
         eprintln!("kubectl unavailable ({why}); approving through the API instead");
-        geometer_controller::approval::approve(e2e.server.client(), &name).await.unwrap();
+        geometer_controller::rollout::approval::approve(e2e.server.client(), &name).await.unwrap();
     }
     wait_for("the pod running", || e2e.running(&["small-0"]).then_some(())).await;
-    let done = wait_for("Succeeded", || e2e.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Succeeded)).await;
+    let done =
+        wait_for("Succeeded", || e2e.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Succeeded))
+            .await;
     assert_eq!(done.metadata.name.as_deref(), Some(name.as_str()));
 }
 
@@ -88,7 +103,8 @@ async fn approve_waits_for_kubectl_patch_then_applies() {
 /// protected. Kubelet admission takes the lowest free GPU and placement first, which is what
 /// puts the pods where they are.
 async fn fragmented(protected: bool) -> E2e {
-    let spec = ClusterSpec::new(vec![NodeSpec::new("gpu-1", "H100-80GB", 2, &[("3g.40gb", 0), ("3g.40gb", 4)])]);
+    let spec =
+        ClusterSpec::new(vec![NodeSpec::new("gpu-1", "H100-80GB", 2, &[("3g.40gb", 0), ("3g.40gb", 4)])]);
     let e2e = E2e::new(&spec, policy(PolicyMode::Auto, true)).await;
     for name in ["a", "b", "c", "d"] {
         let mut pod = MigPod::new(NS, name).slice("3g.40gb", 1).run_seconds(3600.0);
@@ -122,7 +138,9 @@ async fn a_do_not_disrupt_pod_is_never_evicted() {
     // The controller says on the pod why it cannot help.
     let note = wait_for("the waiting pod's event", || {
         e2e.server.objects::<k8s_openapi::api::events::v1::Event>().into_iter().find_map(|e| {
-            (e.regarding.as_ref()?.name.as_deref() == Some("whole") && e.reason.as_deref() == Some("NoSlicePlanned")).then(|| e.note.unwrap_or_default())
+            (e.regarding.as_ref()?.name.as_deref() == Some("whole")
+                && e.reason.as_deref() == Some("NoSlicePlanned"))
+            .then(|| e.note.unwrap_or_default())
         })
     })
     .await;
@@ -136,7 +154,8 @@ async fn a_do_not_disrupt_pod_is_never_evicted() {
 async fn restarting_the_controller_and_an_agent_mid_rollout_still_converges() {
     let e2e_spec = two_nodes().with_nvml_latency(std::time::Duration::from_millis(200));
     let mut e2e = E2e::new(&e2e_spec, policy(PolicyMode::Auto, false)).await;
-    let pods = ["small-0", "small-1", "small-2", "small-3", "small-4", "small-5", "small-6", "small-7", "small-8"];
+    let pods =
+        ["small-0", "small-1", "small-2", "small-3", "small-4", "small-5", "small-6", "small-7", "small-8"];
     submit_small(&e2e, &pods).await;
     // As soon as a node starts reconfiguring, kill both the controller and that node's agent.
     let node = wait_for("a node reconfiguring", || {

@@ -25,12 +25,21 @@ fn strings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 async fn the_device_plugin_advertises_each_nodes_slices() {
     let spec = ClusterSpec::new(vec![
         NodeSpec::new("a100-1", "A100-80GB", 2, A100_MIXED),
-        NodeSpec::new("h100-1", "H100-80GB", 1, &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3)]),
+        NodeSpec::new(
+            "h100-1",
+            "H100-80GB",
+            1,
+            &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3)],
+        ),
     ]);
     let (server, _cluster) = cluster(&spec).await;
     assert_eq!(
         mig_allocatable(&server, "a100-1"),
-        strings(&[("nvidia.com/mig-1g.10gb", "2"), ("nvidia.com/mig-2g.20gb", "2"), ("nvidia.com/mig-3g.40gb", "2")])
+        strings(&[
+            ("nvidia.com/mig-1g.10gb", "2"),
+            ("nvidia.com/mig-2g.20gb", "2"),
+            ("nvidia.com/mig-3g.40gb", "2")
+        ])
     );
     assert_eq!(mig_allocatable(&server, "h100-1"), strings(&[("nvidia.com/mig-1g.10gb", "4")]));
     let node = server.object::<Node>("", "h100-1").unwrap();
@@ -44,18 +53,22 @@ async fn the_device_plugin_advertises_each_nodes_slices() {
         .unwrap();
     assert_eq!(plugins.items.len(), 2);
     for p in plugins.items {
-        assert!(geometer_agent::reconcile::advertise::plugin_ready(&p), "{:?}", p.metadata.name);
+        assert!(geometer_agent::steps::advertise::plugin_ready(&p), "{:?}", p.metadata.name);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_run_on_free_slices_and_the_rest_are_unschedulable() {
-    let (server, cluster) = cluster(&ClusterSpec::new(vec![NodeSpec::new("gpu-1", "A100-80GB", 1, TWO_HALVES)])).await;
+    let (server, cluster) =
+        cluster(&ClusterSpec::new(vec![NodeSpec::new("gpu-1", "A100-80GB", 1, TWO_HALVES)])).await;
     for name in ["p1", "p2", "p3"] {
         create(&server, MigPod::new(NS, name).slice("3g.40gb", 1).build()).await;
     }
     create(&server, MigPod::new(NS, "small").slice("1g.10gb", 1).build()).await;
-    wait_for("p1 and p2 running", || (phase(&server, "p1")? == "Running" && phase(&server, "p2")? == "Running").then_some(())).await;
+    wait_for("p1 and p2 running", || {
+        (phase(&server, "p1")? == "Running" && phase(&server, "p2")? == "Running").then_some(())
+    })
+    .await;
     let (reason, message) = wait_for("p3 unschedulable", || unschedulable(&server, "p3")).await;
     assert_eq!(reason, "Unschedulable");
     assert_eq!(message, "0/1 nodes are available: 1 Insufficient nvidia.com/mig-3g.40gb.");
@@ -79,7 +92,8 @@ async fn pods_run_on_free_slices_and_the_rest_are_unschedulable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_ends_after_its_run_time_and_the_next_one_gets_its_slice() {
-    let (server, cluster) = cluster(&ClusterSpec::new(vec![NodeSpec::new("gpu-1", "A100-80GB", 1, &[("7g.80gb", 0)])])).await;
+    let (server, cluster) =
+        cluster(&ClusterSpec::new(vec![NodeSpec::new("gpu-1", "A100-80GB", 1, &[("7g.80gb", 0)])])).await;
     create(&server, MigPod::new(NS, "first").slice("7g.80gb", 1).run_seconds(0.05).build()).await;
     wait_for("first running", || (phase(&server, "first")? == "Running").then_some(())).await;
     create(&server, MigPod::new(NS, "second").slice("7g.80gb", 1).build()).await;
@@ -87,7 +101,8 @@ async fn a_pod_ends_after_its_run_time_and_the_next_one_gets_its_slice() {
     wait_for("second running", || (phase(&server, "second")? == "Running").then_some(())).await;
 
     let first = pod(&server, "first");
-    let terminated = first.status.unwrap().container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
+    let terminated =
+        first.status.unwrap().container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
     assert_eq!((terminated.exit_code, terminated.reason.as_deref()), (0, Some("Completed")));
     let held = cluster.assignments("gpu-1").unwrap().get();
     assert_eq!(held.iter().map(|a| a.pod.as_str()).collect::<Vec<_>>(), vec!["second"]);
@@ -99,20 +114,37 @@ async fn a_pod_ends_after_its_run_time_and_the_next_one_gets_its_slice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_selectors_taints_and_cpu_decide_where_pods_go() {
     let spec = ClusterSpec::new(vec![
-        NodeSpec::new("open", "A100-80GB", 1, &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2)]).label("zone", "a").resources("4", "64Gi"),
-        NodeSpec::new("team-b", "A100-80GB", 1, &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2)]).taint("dedicated", "team-b", "NoSchedule"),
+        NodeSpec::new("open", "A100-80GB", 1, &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2)])
+            .label("zone", "a")
+            .resources("4", "64Gi"),
+        NodeSpec::new("team-b", "A100-80GB", 1, &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2)]).taint(
+            "dedicated",
+            "team-b",
+            "NoSchedule",
+        ),
     ]);
     let (server, _cluster) = cluster(&spec).await;
     create(&server, MigPod::new(NS, "zoned").slice("1g.10gb", 1).node_selector("zone", "a").build()).await;
     create(&server, MigPod::new(NS, "big-cpu").slice("1g.10gb", 1).resources("8", "1Gi").build()).await;
-    create(&server, MigPod::new(NS, "big-cpu-tolerant").slice("1g.10gb", 1).resources("8", "1Gi").toleration("dedicated", "team-b", "NoSchedule").build()).await;
+    create(
+        &server,
+        MigPod::new(NS, "big-cpu-tolerant")
+            .slice("1g.10gb", 1)
+            .resources("8", "1Gi")
+            .toleration("dedicated", "team-b", "NoSchedule")
+            .build(),
+    )
+    .await;
     create(&server, MigPod::new(NS, "nowhere").slice("1g.10gb", 1).node_selector("zone", "b").build()).await;
 
     wait_for("zoned bound", || node_name(&server, "zoned")).await;
     assert_eq!(node_name(&server, "zoned").as_deref(), Some("open"));
     assert_eq!(wait_for("tolerant bound", || node_name(&server, "big-cpu-tolerant")).await, "team-b");
     let (_, message) = wait_for("big-cpu unschedulable", || unschedulable(&server, "big-cpu")).await;
-    assert_eq!(message, "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: team-b}.");
+    assert_eq!(
+        message,
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: team-b}."
+    );
     let (_, message) = wait_for("nowhere unschedulable", || unschedulable(&server, "nowhere")).await;
     assert!(message.contains("2 node(s) didn't match Pod's node affinity/selector"), "{message}");
 }
@@ -120,7 +152,10 @@ async fn node_selectors_taints_and_cpu_decide_where_pods_go() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_frees_the_slice_and_a_restarted_plugin_advertises_what_the_gpus_have_now() {
     let spec = ClusterSpec::new(vec![NodeSpec {
-        gpus: vec![geometer_simcluster::GpuSpec::new("H100-80GB", &[("7g.80gb", 0)]), geometer_simcluster::GpuSpec::new("H100-80GB", &[])],
+        gpus: vec![
+            geometer_simcluster::GpuSpec::new("H100-80GB", &[("7g.80gb", 0)]),
+            geometer_simcluster::GpuSpec::new("H100-80GB", &[]),
+        ],
         ..NodeSpec::new("gpu-1", "H100-80GB", 0, &[])
     }]);
     let (server, cluster) = cluster(&spec).await;
@@ -140,9 +175,14 @@ async fn deleting_frees_the_slice_and_a_restarted_plugin_advertises_what_the_gpu
     let plugins: Api<Pod> = Api::namespaced(server.client(), DEVICE_PLUGIN_NAMESPACE);
     plugins.delete("nvidia-device-plugin-gpu-1-0", &DeleteParams::default()).await.unwrap();
     wait_for("new slices advertised", || (mig_allocatable(&server, "gpu-1").len() == 2).then_some(())).await;
-    assert_eq!(mig_allocatable(&server, "gpu-1"), strings(&[("nvidia.com/mig-3g.40gb", "2"), ("nvidia.com/mig-7g.80gb", "1")]));
+    assert_eq!(
+        mig_allocatable(&server, "gpu-1"),
+        strings(&[("nvidia.com/mig-3g.40gb", "2"), ("nvidia.com/mig-7g.80gb", "1")])
+    );
     let replacement = wait_for("plugin pod back", || {
-        server.object::<Pod>(DEVICE_PLUGIN_NAMESPACE, "nvidia-device-plugin-gpu-1-1").filter(geometer_agent::reconcile::advertise::plugin_ready)
+        server
+            .object::<Pod>(DEVICE_PLUGIN_NAMESPACE, "nvidia-device-plugin-gpu-1-1")
+            .filter(geometer_agent::steps::advertise::plugin_ready)
     })
     .await;
     assert_eq!(replacement.spec.unwrap().node_name.as_deref(), Some("gpu-1"));
@@ -151,7 +191,8 @@ async fn deleting_frees_the_slice_and_a_restarted_plugin_advertises_what_the_gpu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_agent_reconfigures_a_node_and_the_waiting_pod_runs() {
-    let (server, cluster) = cluster(&ClusterSpec::new(vec![NodeSpec::new("gpu-1", "H100-80GB", 1, &[("7g.80gb", 0)])])).await;
+    let (server, cluster) =
+        cluster(&ClusterSpec::new(vec![NodeSpec::new("gpu-1", "H100-80GB", 1, &[("7g.80gb", 0)])])).await;
     let mut cfg = cluster.agent_config("gpu-1");
     cfg.poll_interval = std::time::Duration::from_millis(50);
     let agent = cluster.spawn_agent("gpu-1", cfg);
@@ -164,7 +205,10 @@ async fn a_real_agent_reconfigures_a_node_and_the_waiting_pod_runs() {
     match mignodes.create(&PostParams::default(), &MigNode::new("gpu-1", spec.clone())).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {
-            mignodes.patch("gpu-1", &PatchParams::default(), &Patch::Merge(json!({ "spec": spec }))).await.unwrap();
+            mignodes
+                .patch("gpu-1", &PatchParams::default(), &Patch::Merge(json!({ "spec": spec })))
+                .await
+                .unwrap();
         }
         Err(e) => panic!("MigNode: {e}"),
     }

@@ -6,7 +6,9 @@ use geometer_sim::cluster::{Cluster, NodeSpec};
 use geometer_sim::engine::{Engine, SimError, Timings};
 use geometer_sim::mapping::Mapping;
 use geometer_sim::metrics::Summary;
-use geometer_sim::strategy::{PlanView, Replan, Slot, StaticLayout, StaticStrategy, Strategy, StrategyError, StrategyKind, WholeGpu};
+use geometer_sim::strategy::{
+    PlanView, Replan, Slot, StaticLayout, StaticStrategy, Strategy, StrategyError, StrategyKind, WholeGpu,
+};
 use geometer_sim::trace::{geometer as trace_format, Trace};
 use geometer_sim::workload::Workload;
 use sim_fixtures::a100;
@@ -54,7 +56,8 @@ fn whole_gpus_make_the_third_pod_wait_for_the_first() {
 fn one_g_slices_serve_all_three_at_once_and_use_an_eighth() {
     let c = cluster(2);
     let w = workload(THREE_PODS, &c);
-    let all_1g = [slot(&w, "1g.10gb", 0); 7].iter().enumerate().map(|(i, s)| Slot { start: i as u8, ..*s }).collect();
+    let all_1g =
+        [slot(&w, "1g.10gb", 0); 7].iter().enumerate().map(|(i, s)| Slot { start: i as u8, ..*s }).collect();
     let mut strategy = StaticStrategy { layout: StaticLayout::All1g, geometries: vec![all_1g] };
     let s = run(&c, &w, &mut strategy).unwrap();
     assert_eq!(s.waits, vec![0, 0, 0]);
@@ -70,7 +73,8 @@ fn one_g_slices_serve_all_three_at_once_and_use_an_eighth() {
 fn a_profile_the_layout_lacks_is_never_served() {
     let c = cluster(1);
     let w = workload("name,arrival_s,duration_s,mig\nbig,0,10,4g.40gb\nsmall,0,10,3g.40gb\n", &c);
-    let balanced = vec![slot(&w, "3g.40gb", 4), slot(&w, "2g.20gb", 2), slot(&w, "1g.10gb", 0), slot(&w, "1g.10gb", 1)];
+    let balanced =
+        vec![slot(&w, "3g.40gb", 4), slot(&w, "2g.20gb", 2), slot(&w, "1g.10gb", 0), slot(&w, "1g.10gb", 1)];
     let mut strategy = StaticStrategy { layout: StaticLayout::AllBalanced, geometries: vec![balanced] };
     let s = run(&c, &w, &mut strategy).unwrap();
     assert_eq!((s.served, s.not_served), (1, 1));
@@ -86,7 +90,11 @@ struct Scripted {
 }
 
 impl Scripted {
-    fn new(kind: StrategyKind, initial: Vec<Slot>, decide: impl FnMut(&PlanView<'_>) -> Replan + 'static) -> Self {
+    fn new(
+        kind: StrategyKind,
+        initial: Vec<Slot>,
+        decide: impl FnMut(&PlanView<'_>) -> Replan + 'static,
+    ) -> Self {
         Scripted { kind, initial, decide: Box::new(decide), calls: Vec::new() }
     }
 }
@@ -134,7 +142,12 @@ fn eviction_drains_repartitions_and_the_evicted_pod_waits_again() {
         let gpu_busy = view.gpus[0].slots.iter().any(|(_, pod)| pod.is_some());
         if view.demand.contains(&1) {
             // Make room for y (pod 1) by evicting x (pod 0).
-            Replan { targets: vec![(0, whole.clone())], evictions: vec![0], placements: vec![(1, 0)], ..Replan::default() }
+            Replan {
+                targets: vec![(0, whole.clone())],
+                evictions: vec![0],
+                placements: vec![(1, 0)],
+                ..Replan::default()
+            }
         } else if !gpu_busy {
             Replan { targets: vec![(0, back.clone())], placements: vec![(0, 0)], ..Replan::default() }
         } else {
@@ -157,7 +170,10 @@ fn eviction_drains_repartitions_and_the_evicted_pod_waits_again() {
 #[test]
 fn evicting_a_do_not_disrupt_pod_is_refused() {
     let c = cluster(1);
-    let w = workload("name,arrival_s,duration_s,mig,do_not_disrupt\nx,0,1000,4g.40gb,true\ny,1,100,7g.80gb,false\n", &c);
+    let w = workload(
+        "name,arrival_s,duration_s,mig,do_not_disrupt\nx,0,1000,4g.40gb,true\ny,1,100,7g.80gb,false\n",
+        &c,
+    );
     let split = vec![slot(&w, "4g.40gb", 0), slot(&w, "3g.40gb", 4)];
     let whole = vec![slot(&w, "7g.80gb", 0)];
     let mut strategy = Scripted::new(StrategyKind::GeometerEvict, split, move |_| Replan {

@@ -22,7 +22,15 @@ fn writes_table_csv_and_chart() {
     let out = geometer()
         .args(["simulate", "--trace"])
         .arg(&trace)
-        .args(["--cluster", "1xA100-80GB:4,1xH100-80GB:4", "--strategy", "whole-gpu", "--strategy", "static:all-balanced", "-o"])
+        .args([
+            "--cluster",
+            "1xA100-80GB:4,1xH100-80GB:4",
+            "--strategy",
+            "whole-gpu",
+            "--strategy",
+            "static:all-balanced",
+            "-o",
+        ])
         .arg(&out_dir)
         .output()
         .unwrap();
@@ -48,12 +56,25 @@ fn same_seed_same_output() {
         let out = geometer()
             .args(["simulate", "--trace"])
             .arg(&trace)
-            .args(["--cluster", "2xA100-80GB:2", "--load", "1.3", "--seed", "9", "--strategy", "whole-gpu,static:all-1g"])
+            .args([
+                "--cluster",
+                "2xA100-80GB:2",
+                "--load",
+                "1.3",
+                "--seed",
+                "9",
+                "--strategy",
+                "whole-gpu,static:all-1g",
+            ])
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         // Drop the wall-time notes, the only lines allowed to differ.
-        String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.contains("wall time")).collect::<Vec<_>>().join("\n")
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.contains("wall time"))
+            .collect::<Vec<_>>()
+            .join("\n")
     };
     assert_eq!(run(), run());
 }
@@ -76,7 +97,8 @@ fn bad_input_exits_2_naming_the_problem() {
     }
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, "name,arrival_s,mig\na,soon,1g.10gb\n").unwrap();
-    let out = geometer().args(["simulate", "--cluster", "1xA100-80GB:8", "--trace"]).arg(&bad).output().unwrap();
+    let out =
+        geometer().args(["simulate", "--cluster", "1xA100-80GB:8", "--trace"]).arg(&bad).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("\"arrival_s\"") && stderr.contains("\"soon\""), "{stderr}");

@@ -11,10 +11,18 @@ use geometer_solver::catalog::Catalog;
 #[test]
 fn a100_80gb_has_the_standard_profiles_with_their_slices() {
     let info = resolve(Catalog::builtin(), "A100-80GB").unwrap();
-    let shapes: Vec<(&str, u8, u8)> = info.profiles.iter().map(|p| (p.name.as_str(), p.compute_slices, p.memory_slices)).collect();
+    let shapes: Vec<(&str, u8, u8)> =
+        info.profiles.iter().map(|p| (p.name.as_str(), p.compute_slices, p.memory_slices)).collect();
     assert_eq!(
         shapes,
-        [("1g.10gb", 1, 1), ("1g.20gb", 1, 2), ("2g.20gb", 2, 2), ("3g.40gb", 3, 4), ("4g.40gb", 4, 4), ("7g.80gb", 7, 8)]
+        [
+            ("1g.10gb", 1, 1),
+            ("1g.20gb", 1, 2),
+            ("2g.20gb", 2, 2),
+            ("3g.40gb", 3, 4),
+            ("4g.40gb", 4, 4),
+            ("7g.80gb", 7, 8)
+        ]
     );
     assert_eq!((info.compute_slices, info.memory_slices), (7, 8));
     // A PCI device id finds the same model.

@@ -93,7 +93,9 @@ fn alibaba_pod_errors_name_line_field_and_value() {
 fn node_list_without_a_mapping_says_what_to_do() {
     let text = format!("{NODES}\nopenb-node-0001,96000,393216,8,G2\n");
     let nodes = alibaba::read_nodes("n.csv", &text).unwrap();
-    let e = alibaba::cluster_from_nodes(&nodes, &alibaba::ModelMap::default(), |_| Some(a100())).unwrap_err().to_string();
+    let e = alibaba::cluster_from_nodes(&nodes, &alibaba::ModelMap::default(), |_| Some(a100()))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("no GPUs"), "{e}");
     let map = alibaba::ModelMap::parse("G2=A100-80GB").unwrap();
     let (cluster, notes) = alibaba::cluster_from_nodes(&nodes, &map, |_| Some(a100())).unwrap();

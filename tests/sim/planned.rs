@@ -21,16 +21,20 @@ fn run(kind: StrategyKind, cluster: &Cluster, trace: &Trace) -> Summary {
 
 fn run_forecast(kind: StrategyKind, cluster: &Cluster, trace: &Trace, forecast_ms: u64) -> Summary {
     let workload = Workload::new(trace, cluster, Mapping::Compute);
-    let mut strategy = PlannerStrategy::new(kind, Catalog::builtin(), cluster, &workload, 5_000, forecast_ms).unwrap();
+    let mut strategy =
+        PlannerStrategy::new(kind, Catalog::builtin(), cluster, &workload, 5_000, forecast_ms).unwrap();
     Engine::new(cluster, &workload, Timings::default(), &mut strategy).run().unwrap()
 }
 
-const DYNAMIC: [StrategyKind; 3] = [StrategyKind::Greedy, StrategyKind::Geometer, StrategyKind::GeometerEvict];
+const DYNAMIC: [StrategyKind; 3] =
+    [StrategyKind::Greedy, StrategyKind::Geometer, StrategyKind::GeometerEvict];
 
 #[test]
 fn an_empty_gpu_is_partitioned_for_the_first_batch() {
     let c = cluster("1xA100-80GB:1");
-    let trace = trace_format::parse("t.csv", "name,arrival_s,duration_s,mig\na,0,100,3g.40gb\nb,2,100,4g.40gb\n").unwrap();
+    let trace =
+        trace_format::parse("t.csv", "name,arrival_s,duration_s,mig\na,0,100,3g.40gb\nb,2,100,4g.40gb\n")
+            .unwrap();
     for kind in DYNAMIC {
         let s = run(kind, &c, &trace);
         // The batch ends 5 s after b (t=7); reconfigure 10 s and plugin restart 20 s: ready at 37.
@@ -44,7 +48,9 @@ fn an_empty_gpu_is_partitioned_for_the_first_batch() {
 #[test]
 fn without_eviction_a_whole_gpu_pod_waits_for_the_gpu_to_empty() {
     let c = cluster("1xA100-80GB:1");
-    let trace = trace_format::parse("t.csv", "name,arrival_s,duration_s,mig\nx,0,1000,4g.40gb\ny,100,100,7g.80gb\n").unwrap();
+    let trace =
+        trace_format::parse("t.csv", "name,arrival_s,duration_s,mig\nx,0,1000,4g.40gb\ny,100,100,7g.80gb\n")
+            .unwrap();
     for kind in [StrategyKind::Greedy, StrategyKind::Geometer] {
         let s = run(kind, &c, &trace);
         // x runs 35..1035; y is planned at 1040 (batch after the departure) and starts at 1070.
@@ -80,7 +86,9 @@ fn the_forecast_readies_slices_before_the_next_pod_arrives() {
     // One node, two A100-80GB. a (4g.40gb) at 0 and b (4g.40gb) at 100. Planning at 5 s gives a
     // GPU 0; a 4g.40gb leaves room for a 3g.40gb there, not another 4g.40gb.
     let c = cluster("1xA100-80GB:2");
-    let trace = trace_format::parse("t.csv", "name,arrival_s,duration_s,mig\na,0,1000,4g.40gb\nb,100,1000,4g.40gb\n").unwrap();
+    let trace =
+        trace_format::parse("t.csv", "name,arrival_s,duration_s,mig\na,0,1000,4g.40gb\nb,100,1000,4g.40gb\n")
+            .unwrap();
     for kind in DYNAMIC {
         // Without a forecast b waits for its own batch (to 105) and reconfiguration (to 135).
         let s = run(kind, &c, &trace);
@@ -103,11 +111,14 @@ fn a_node_inside_its_stabilisation_window_is_not_planned_again_until_it_ends() {
     // One A100-80GB. a (4g.40gb) at 0 runs 50 s: planned at 5, ready at 35, gone at 85.
     // b (7g.80gb) at 90 needs the GPU repartitioned.
     let c = cluster("1xA100-80GB:1");
-    let trace = trace_format::parse("t.csv", "name,arrival_s,duration_s,mig\na,0,50,4g.40gb\nb,90,100,7g.80gb\n").unwrap();
+    let trace =
+        trace_format::parse("t.csv", "name,arrival_s,duration_s,mig\na,0,50,4g.40gb\nb,90,100,7g.80gb\n")
+            .unwrap();
     let workload = Workload::new(&trace, &c, Mapping::Compute);
     for (stabilisation, b_wait) in [(0, 35_000), (200_000, 150_000)] {
         for kind in DYNAMIC {
-            let mut strategy = PlannerStrategy::new(kind, Catalog::builtin(), &c, &workload, 5_000, 0).unwrap();
+            let mut strategy =
+                PlannerStrategy::new(kind, Catalog::builtin(), &c, &workload, 5_000, 0).unwrap();
             let timings = Timings { stabilisation, ..Timings::default() };
             let s = Engine::new(&c, &workload, timings, &mut strategy).run().unwrap();
             // Without a window: batch to 95, ready at 125. With 200 s from the plan at 5: the

@@ -32,13 +32,18 @@ impl Strategy for TwoPlans {
             2 => (0, 0, 0),
             _ => return Ok(None),
         };
-        Ok(Some(Replan { targets: vec![(gpu, vec![self.three_g])], placements: vec![(pod, node)], ..Replan::default() }))
+        Ok(Some(Replan {
+            targets: vec![(gpu, vec![self.three_g])],
+            placements: vec![(pod, node)],
+            ..Replan::default()
+        }))
     }
 }
 
 #[test]
 fn new_slices_go_to_the_pod_they_were_made_for() {
-    let node = |name: &str| NodeSpec { name: name.into(), model: 0, gpus: 1, cpu_milli: None, memory_mib: None };
+    let node =
+        |name: &str| NodeSpec { name: name.into(), model: 0, gpus: 1, cpu_milli: None, memory_mib: None };
     let cluster = Cluster::new(vec![a100()], vec![node("node-a"), node("node-b")]).unwrap();
     // `free` may run anywhere and is first in the queue; `pinned` may only run on node-b.
     let csv = "name,arrival_s,duration_s,mig,nodes\nfree,0,100,3g.40gb,\npinned,0,100,3g.40gb,node-b\n";

@@ -1,9 +1,25 @@
-//! The node agent's hardware layer: NVML backends, the kubelet PodResources client, the
-//! inventory published in `MigNode.status`, and the catalog check against NVML.
+//! The node agent. The folders follow its pipeline:
+//! - [`observe`]: what is there now: NVML ([`nvml`]), the kubelet's PodResources, the
+//!   inventory published in `MigNode.status`, the catalog check, and one round's observation.
+//! - [`decide`]: what has to change on each GPU ([`decide::gpu_diff`]), the next step
+//!   ([`decide::next_step`]), and the disruption rules a drain follows.
+//! - [`steps`]: taking a step: cordon, drain (evictions through the Eviction API),
+//!   repartition, re-advertise.
+//! - [`runtime`]: the agent's loop, status and conditions, backoff.
+//!
+//! Crash safety: every step is written to `MigNode.status` before it is taken, and each round
+//! starts from a fresh observation, so a restarted agent decides the same step again (every
+//! step is idempotent: a destroy that finds nothing is done, a create is only decided when the
+//! instance is missing, cordon and uncordon patches carry the node's resourceVersion).
 
-pub mod catalog_check;
-pub mod inventory;
+pub mod decide;
 pub mod nvml;
-pub mod pod_resources;
-pub mod probe;
-pub mod reconcile;
+pub mod observe;
+pub mod runtime;
+pub mod steps;
+
+pub use observe::sources::{
+    Clock, DeviceAssignments, KubeletPodResources, SharedAssignments, StepHook, StepPoint,
+};
+pub use runtime::agent_loop::{Agent, AgentConfig, StepError};
+pub use runtime::status::half_built_summary;

@@ -55,9 +55,9 @@ pub fn evaluate(pod: &Pod, keys: &[String], now: Timestamp) -> Verdict {
                     value: value.clone(),
                     until: None,
                     why: format!(
-                        "annotation {key}={value:?} is neither \"true\", \"false\" nor a duration like \"30m\"; \
+                    "annotation {key}={value:?} is neither \"true\", \"false\" nor a duration like \"30m\"; \
                          it is treated as do-not-disrupt until it is fixed"
-                    ),
+                ),
                 })
             }
             Protection::For(duration) => {
@@ -110,10 +110,7 @@ fn started_at(pod: &Pod) -> Option<Timestamp> {
 }
 
 fn add(start: Timestamp, d: Duration) -> Timestamp {
-    SignedDuration::try_from(d)
-        .ok()
-        .and_then(|d| start.checked_add(d).ok())
-        .unwrap_or(Timestamp::MAX)
+    SignedDuration::try_from(d).ok().and_then(|d| start.checked_add(d).ok()).unwrap_or(Timestamp::MAX)
 }
 
 /// Parses Go's `time.ParseDuration` syntax: a sequence of decimal numbers with units `ns`,
@@ -170,7 +167,8 @@ mod tests {
         pod.metadata.name = Some("train-0".into());
         pod.metadata.annotations =
             Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>());
-        pod.status = Some(PodStatus { start_time: started.map(|s| Time(s.parse().unwrap())), ..Default::default() });
+        pod.status =
+            Some(PodStatus { start_time: started.map(|s| Time(s.parse().unwrap())), ..Default::default() });
         pod
     }
 
@@ -216,7 +214,8 @@ mod tests {
 
     #[test]
     fn false_does_not_protect_and_other_keys_are_ignored() {
-        let p = pod(&[("geometer.dev/do-not-disrupt", "false"), ("example.com/do-not-disrupt", "true")], None);
+        let p =
+            pod(&[("geometer.dev/do-not-disrupt", "false"), ("example.com/do-not-disrupt", "true")], None);
         assert_eq!(evaluate(&p, &keys(), at("2025-01-01T00:00:00Z")), Verdict::Allowed);
         let only_custom = vec!["example.com/do-not-disrupt".to_string()];
         assert!(matches!(evaluate(&p, &only_custom, at("2025-01-01T00:00:00Z")), Verdict::Blocked(_)));

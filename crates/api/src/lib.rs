@@ -9,9 +9,9 @@
 //! The CRD YAML in `crds/` is generated from these types (`geometer crds`); a test fails when
 //! the two drift.
 
-mod node;
-mod plan;
-mod policy;
+pub mod node;
+pub mod plan;
+pub mod policy;
 
 pub mod do_not_disrupt;
 pub mod migparted;
@@ -28,8 +28,8 @@ pub use node::{
     MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction,
 };
 pub use plan::{
-    Demand, DemandMet, DemandUnmet, Eviction, GpuChange, GpuOperations, MigPlan, MigPlanPhase,
-    MigPlanSpec, MigPlanStatus, NodeChange, NodeProgress, NodeProgressPhase, PlanSummary,
+    Demand, DemandMet, DemandUnmet, Eviction, GpuChange, GpuOperations, MigPlan, MigPlanPhase, MigPlanSpec,
+    MigPlanStatus, NodeChange, NodeProgress, NodeProgressPhase, PlanSummary,
 };
 pub use plan::{MAX_PLAN_DEMAND_ENTRIES, MAX_PLAN_EVICTIONS, MAX_PLAN_NODES};
 pub use policy::{
@@ -124,10 +124,22 @@ mod tests {
 
     #[test]
     fn profile_names_follow_the_schema_pattern() {
-        for ok in ["1g.10gb", "7g.80gb", "1g.12gb+me", "1g.24gb+me.all", "1g.24gb-me", "2g.24gb+gfx", "10g.100gb"] {
+        for ok in
+            ["1g.10gb", "7g.80gb", "1g.12gb+me", "1g.24gb+me.all", "1g.24gb-me", "2g.24gb+gfx", "10g.100gb"]
+        {
             assert!(is_profile_name(ok), "{ok} should be accepted");
         }
-        for bad in ["", "1g", "g.10gb", "1g.gb", "1g.10GB", "1c.1g.10gb", "1g.10gb+foo", "1g.10gb ", "nvidia.com/mig-1g.10gb"] {
+        for bad in [
+            "",
+            "1g",
+            "g.10gb",
+            "1g.gb",
+            "1g.10GB",
+            "1c.1g.10gb",
+            "1g.10gb+foo",
+            "1g.10gb ",
+            "nvidia.com/mig-1g.10gb",
+        ] {
             assert!(!is_profile_name(bad), "{bad} should be rejected");
         }
     }

@@ -8,7 +8,9 @@
 //! Status (written by the agent): what is on the GPUs (inventory), the phase and the step of the
 //! current reconfiguration, and conditions. The step is written before it is taken, so a
 //! restarted agent knows what it was doing.
-
+// kube's `CustomResource` derive makes rustc report the spec types as unreachable `pub`
+// (a false positive: they are re-exported from the crate root).
+#![allow(unreachable_pub)]
 // kube-derive's repeated `printcolumn(...)` entries look like duplicated attributes to clippy.
 #![allow(clippy::duplicated_attributes)]
 
@@ -32,13 +34,44 @@ use super::PlacedInstance;
     status = "MigNodeStatus",
     derive = "PartialEq",
     doc = "MIG geometry of one node: desired (spec, from the controller) and observed (status, from the node agent).",
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Ready, or the stage of the current reconfiguration"),
-    printcolumn(name = "Step", type_ = "string", json_path = ".status.step.action", description = "Step being taken"),
-    printcolumn(name = "Plan", type_ = "string", json_path = ".spec.plan", description = "MigPlan the desired geometry comes from"),
-    printcolumn(name = "GPUs", type_ = "integer", json_path = ".status.gpuCount", description = "GPUs the agent sees"),
-    printcolumn(name = "Cordoned", type_ = "boolean", json_path = ".status.cordonedByGeometer", description = "Whether Geometer cordoned the node", priority = 1),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Ready, or the stage of the current reconfiguration"
+    ),
+    printcolumn(
+        name = "Step",
+        type_ = "string",
+        json_path = ".status.step.action",
+        description = "Step being taken"
+    ),
+    printcolumn(
+        name = "Plan",
+        type_ = "string",
+        json_path = ".spec.plan",
+        description = "MigPlan the desired geometry comes from"
+    ),
+    printcolumn(
+        name = "GPUs",
+        type_ = "integer",
+        json_path = ".status.gpuCount",
+        description = "GPUs the agent sees"
+    ),
+    printcolumn(
+        name = "Cordoned",
+        type_ = "boolean",
+        json_path = ".status.cordonedByGeometer",
+        description = "Whether Geometer cordoned the node",
+        priority = 1
+    ),
     printcolumn(name = "Generation", type_ = "integer", json_path = ".metadata.generation", priority = 1),
-    printcolumn(name = "Observed", type_ = "integer", json_path = ".status.observedGeneration", priority = 1),
+    printcolumn(
+        name = "Observed",
+        type_ = "integer",
+        json_path = ".status.observedGeneration",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]

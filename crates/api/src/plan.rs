@@ -4,7 +4,9 @@
 //! false to true), which the schema enforces with CEL transition rules. Lists carry `maxItems`
 //! so that those rules stay within the API server's CEL cost budget; the summary counts
 //! everything, also what a capped list had to leave out.
-
+// kube's `CustomResource` derive makes rustc report the spec types as unreachable `pub`
+// (a false positive: they are re-exported from the crate root).
+#![allow(unreachable_pub)]
 // kube-derive's repeated `printcolumn(...)` entries look like duplicated attributes to clippy.
 #![allow(clippy::duplicated_attributes)]
 
@@ -39,12 +41,43 @@ pub const MAX_PLAN_DEMAND_ENTRIES: usize = 2000;
     status = "MigPlanStatus",
     derive = "PartialEq",
     doc = "One planning round of a MigPolicy, published for review. Immutable except spec.approved.",
-    printcolumn(name = "Policy", type_ = "string", json_path = ".spec.policy", description = "MigPolicy that made the plan"),
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Proposed, Approved, Applying, Succeeded, Failed or Superseded"),
-    printcolumn(name = "Pods-Helped", type_ = "integer", json_path = ".spec.summary.podsHelped", description = "Pending pods the plan makes room for"),
-    printcolumn(name = "GPUs-Changed", type_ = "integer", json_path = ".spec.summary.gpusChanged", description = "GPUs whose geometry changes"),
-    printcolumn(name = "Evictions", type_ = "integer", json_path = ".spec.summary.evictions", description = "Pods the plan evicts"),
-    printcolumn(name = "Unmet", type_ = "integer", json_path = ".spec.summary.podsUnmet", description = "Pending pods the plan cannot help", priority = 1),
+    printcolumn(
+        name = "Policy",
+        type_ = "string",
+        json_path = ".spec.policy",
+        description = "MigPolicy that made the plan"
+    ),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Proposed, Approved, Applying, Succeeded, Failed or Superseded"
+    ),
+    printcolumn(
+        name = "Pods-Helped",
+        type_ = "integer",
+        json_path = ".spec.summary.podsHelped",
+        description = "Pending pods the plan makes room for"
+    ),
+    printcolumn(
+        name = "GPUs-Changed",
+        type_ = "integer",
+        json_path = ".spec.summary.gpusChanged",
+        description = "GPUs whose geometry changes"
+    ),
+    printcolumn(
+        name = "Evictions",
+        type_ = "integer",
+        json_path = ".spec.summary.evictions",
+        description = "Pods the plan evicts"
+    ),
+    printcolumn(
+        name = "Unmet",
+        type_ = "integer",
+        json_path = ".spec.summary.podsUnmet",
+        description = "Pending pods the plan cannot help",
+        priority = 1
+    ),
     printcolumn(name = "Approved", type_ = "boolean", json_path = ".spec.approved", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]

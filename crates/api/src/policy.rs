@@ -1,5 +1,7 @@
 //! `MigPolicy`: which nodes Geometer manages and how far it may go.
-
+// kube's `CustomResource` derive makes rustc report the spec types as unreachable `pub`
+// (a false positive: they are re-exported from the crate root).
+#![allow(unreachable_pub)]
 // kube-derive's repeated `printcolumn(...)` entries look like duplicated attributes to clippy.
 #![allow(clippy::duplicated_attributes)]
 
@@ -13,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use super::PROFILE_NAME_PATTERN;
 
 /// Pod annotations that forbid eviction when the policy names none.
-pub const DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS: [&str; 2] = [crate::DO_NOT_DISRUPT_ANNOTATION, "karpenter.sh/do-not-disrupt"];
+pub const DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS: [&str; 2] =
+    [crate::DO_NOT_DISRUPT_ANNOTATION, "karpenter.sh/do-not-disrupt"];
 
 // CEL regexes are RE2 inside a single-quoted CEL string, where a backslash must be doubled.
 const HEADROOM_KEYS_RULE: &str =
@@ -32,10 +35,30 @@ const HEADROOM_KEYS_RULE: &str =
     status = "MigPolicyStatus",
     derive = "PartialEq",
     doc = "Which nodes Geometer manages and how it may change their MIG geometry.",
-    printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode", description = "DryRun, Approve or Auto"),
-    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.managedNodes", description = "Nodes this policy manages"),
-    printcolumn(name = "GPUs", type_ = "integer", json_path = ".status.managedGpus", description = "MIG-capable GPUs on those nodes"),
-    printcolumn(name = "Last-Plan", type_ = "string", json_path = ".status.lastPlan", description = "Most recent MigPlan of this policy"),
+    printcolumn(
+        name = "Mode",
+        type_ = "string",
+        json_path = ".spec.mode",
+        description = "DryRun, Approve or Auto"
+    ),
+    printcolumn(
+        name = "Nodes",
+        type_ = "integer",
+        json_path = ".status.managedNodes",
+        description = "Nodes this policy manages"
+    ),
+    printcolumn(
+        name = "GPUs",
+        type_ = "integer",
+        json_path = ".status.managedGpus",
+        description = "MIG-capable GPUs on those nodes"
+    ),
+    printcolumn(
+        name = "Last-Plan",
+        type_ = "string",
+        json_path = ".status.lastPlan",
+        description = "Most recent MigPlan of this policy"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -173,7 +196,11 @@ pub struct SolverLimits {
 
 impl Default for SolverLimits {
     fn default() -> Self {
-        SolverLimits { time_limit_ms: default_time_limit_ms(), max_gpus_changed: None, max_nodes_changed: None }
+        SolverLimits {
+            time_limit_ms: default_time_limit_ms(),
+            max_gpus_changed: None,
+            max_nodes_changed: None,
+        }
     }
 }
 

@@ -21,7 +21,8 @@ fn base_units(text: &str) -> Result<f64, QuantityError> {
     if t.is_empty() {
         return Err(err("it is empty"));
     }
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(t.len());
+    let split =
+        t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(t.len());
     let (number, suffix) = t.split_at(split);
     let factor: f64 = match suffix {
         "" => 1.0,

@@ -155,7 +155,7 @@ const SPECS: &[Spec] = &[
     },
 ];
 
-pub fn builtin_types() -> Vec<ResourceType> {
+pub(crate) fn builtin_types() -> Vec<ResourceType> {
     SPECS
         .iter()
         .map(|s| ResourceType {
@@ -180,4 +180,4 @@ pub fn builtin_types() -> Vec<ResourceType> {
 }
 
 /// Namespaces every cluster starts with.
-pub const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+pub(crate) const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];

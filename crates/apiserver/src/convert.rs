@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::events;
 use super::resource::{Builtin, ResourceType};
 
-pub fn to_storage(rt: &ResourceType, mut obj: Value) -> Value {
+pub(crate) fn to_storage(rt: &ResourceType, mut obj: Value) -> Value {
     if rt.is(Builtin::EventV1) {
         obj = events::to_core(&obj);
         obj["kind"] = Value::String("Event".into());
@@ -20,7 +20,7 @@ pub fn to_storage(rt: &ResourceType, mut obj: Value) -> Value {
     obj
 }
 
-pub fn to_served(rt: &ResourceType, version: &str, obj: &Arc<Value>) -> Arc<Value> {
+pub(crate) fn to_served(rt: &ResourceType, version: &str, obj: &Arc<Value>) -> Arc<Value> {
     if rt.is(Builtin::EventV1) {
         return Arc::new(events::to_events_v1(obj));
     }

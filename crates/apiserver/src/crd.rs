@@ -16,7 +16,9 @@ fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
 }
 
 fn strings(v: &Value) -> Vec<String> {
-    v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    v.as_array()
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -28,7 +30,7 @@ fn is_dns_label(s: &str) -> bool {
 }
 
 /// Checks a CRD the way the real API server's validation would, and builds its served type.
-pub fn resource_from_crd(crd: &Value, registry: &Registry) -> ApiResult<ResourceType> {
+pub(crate) fn resource_from_crd(crd: &Value, registry: &Registry) -> ApiResult<ResourceType> {
     let name = str_at(crd, &["metadata", "name"]);
     let spec = &crd["spec"];
     let group = str_at(spec, &["group"]);
@@ -37,10 +39,16 @@ pub fn resource_from_crd(crd: &Value, registry: &Registry) -> ApiResult<Resource
     let kind = str_at(names, &["kind"]);
     let mut causes: Vec<(String, String)> = Vec::new();
     if group.is_empty() || !group.contains('.') {
-        causes.push(("spec.group".into(), format!("Invalid value: \"{group}\": should be a domain with at least one dot")));
+        causes.push((
+            "spec.group".into(),
+            format!("Invalid value: \"{group}\": should be a domain with at least one dot"),
+        ));
     }
     if !is_dns_label(plural) {
-        causes.push(("spec.names.plural".into(), format!("Invalid value: \"{plural}\": a lowercase DNS-1035 label is required")));
+        causes.push((
+            "spec.names.plural".into(),
+            format!("Invalid value: \"{plural}\": a lowercase DNS-1035 label is required"),
+        ));
     }
     if kind.is_empty() {
         causes.push(("spec.names.kind".into(), "Required value".into()));
@@ -53,11 +61,17 @@ pub fn resource_from_crd(crd: &Value, registry: &Registry) -> ApiResult<Resource
     }
     let scope = str_at(spec, &["scope"]);
     if scope != "Namespaced" && scope != "Cluster" {
-        causes.push(("spec.scope".into(), format!("Unsupported value: \"{scope}\": supported values: \"Cluster\", \"Namespaced\"")));
+        causes.push((
+            "spec.scope".into(),
+            format!("Unsupported value: \"{scope}\": supported values: \"Cluster\", \"Namespaced\""),
+        ));
     }
     let versions = spec["versions"].as_array().cloned().unwrap_or_default();
     if versions.is_empty() {
-        causes.push(("spec.versions".into(), "Invalid value: must have exactly one version marked as storage version".into()));
+        causes.push((
+            "spec.versions".into(),
+            "Invalid value: must have exactly one version marked as storage version".into(),
+        ));
     }
     let storage_count = versions.iter().filter(|v| v["storage"].as_bool() == Some(true)).count();
     if !versions.is_empty() && storage_count != 1 {
@@ -70,30 +84,44 @@ pub fn resource_from_crd(crd: &Value, registry: &Registry) -> ApiResult<Resource
     for (i, v) in versions.iter().enumerate() {
         let vname = str_at(v, &["name"]);
         if !is_dns_label(vname) {
-            causes.push((format!("spec.versions[{i}].name"), format!("Invalid value: \"{vname}\": a DNS-1035 label is required")));
+            causes.push((
+                format!("spec.versions[{i}].name"),
+                format!("Invalid value: \"{vname}\": a DNS-1035 label is required"),
+            ));
         }
         if v["schema"]["openAPIV3Schema"].is_null() {
-            causes.push((format!("spec.versions[{i}].schema.openAPIV3Schema"), "Required value: schemas are required".into()));
+            causes.push((
+                format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                "Required value: schemas are required".into(),
+            ));
         }
         if v["served"].as_bool() != Some(true) {
             continue;
         }
         let columns = printer_columns(&v["additionalPrinterColumns"], i, &mut causes);
-        served.push((v["storage"].as_bool() == Some(true), VersionInfo {
-            name: vname.to_string(),
-            schema: Some(v["schema"]["openAPIV3Schema"].clone()),
-            printer: if columns.is_empty() { Printer::Default } else { Printer::Columns(columns) },
-            status_subresource: v["subresources"]["status"].is_object(),
-        }));
+        served.push((
+            v["storage"].as_bool() == Some(true),
+            VersionInfo {
+                name: vname.to_string(),
+                schema: Some(v["schema"]["openAPIV3Schema"].clone()),
+                printer: if columns.is_empty() { Printer::Default } else { Printer::Columns(columns) },
+                status_subresource: v["subresources"]["status"].is_object(),
+            },
+        ));
     }
     if !causes.is_empty() {
         return Err(ApiError::invalid("CustomResourceDefinition", name, causes));
     }
-    if let Some(other) = registry.all().iter().find(|t| t.group == group && t.kind == kind && t.plural != plural) {
+    if let Some(other) =
+        registry.all().iter().find(|t| t.group == group && t.kind == kind && t.plural != plural)
+    {
         return Err(ApiError::invalid(
             "CustomResourceDefinition",
             name,
-            vec![("spec.names.kind".into(), format!("Invalid value: \"{kind}\": is already in use by {}", other.qualified()))],
+            vec![(
+                "spec.names.kind".into(),
+                format!("Invalid value: \"{kind}\": is already in use by {}", other.qualified()),
+            )],
         ));
     }
     // Preferred version first: the storage version, as kubectl expects from discovery.
@@ -123,7 +151,11 @@ pub fn resource_from_crd(crd: &Value, registry: &Registry) -> ApiResult<Resource
     })
 }
 
-fn printer_columns(v: &Value, version_index: usize, causes: &mut Vec<(String, String)>) -> Vec<PrinterColumn> {
+fn printer_columns(
+    v: &Value,
+    version_index: usize,
+    causes: &mut Vec<(String, String)>,
+) -> Vec<PrinterColumn> {
     let mut out = Vec::new();
     for (i, c) in v.as_array().into_iter().flatten().enumerate() {
         let field = format!("spec.versions[{version_index}].additionalPrinterColumns[{i}]");
@@ -151,7 +183,7 @@ fn printer_columns(v: &Value, version_index: usize, causes: &mut Vec<(String, St
 }
 
 /// The status a real server reports once a CRD's names are accepted and it is served.
-pub fn established_status(crd: &Value, now: &str) -> Value {
+pub(crate) fn established_status(crd: &Value, now: &str) -> Value {
     let names = &crd["spec"]["names"];
     let mut accepted = names.clone();
     if accepted["singular"].as_str().unwrap_or("").is_empty() {

@@ -14,7 +14,7 @@ use super::resource::{Builtin, ResourceType, StorageKey};
 use super::store::{rv_of, uid_of, Store};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Propagation {
+pub(crate) enum Propagation {
     #[default]
     Background,
     Foreground,
@@ -22,7 +22,7 @@ pub enum Propagation {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct DeleteOpts {
+pub(crate) struct DeleteOpts {
     pub propagation: Propagation,
     pub precondition_uid: Option<String>,
     pub precondition_rv: Option<String>,
@@ -31,7 +31,11 @@ pub struct DeleteOpts {
 
 impl DeleteOpts {
     /// From a `DeleteOptions` body (or `{}`), with query parameters as fallbacks.
-    pub fn parse(body: &Value, query_propagation: Option<&str>, dry_run: bool) -> ApiResult<DeleteOpts> {
+    pub(crate) fn parse(
+        body: &Value,
+        query_propagation: Option<&str>,
+        dry_run: bool,
+    ) -> ApiResult<DeleteOpts> {
         let policy = body["propagationPolicy"].as_str().or(query_propagation);
         let orphan = body["orphanDependents"].as_bool();
         let propagation = match (policy, orphan) {
@@ -56,7 +60,7 @@ impl DeleteOpts {
 }
 
 /// What a delete did: the object's last state, and whether it is gone or only marked.
-pub struct Deleted {
+pub(crate) struct Deleted {
     pub object: Arc<Value>,
     pub gone: bool,
 }
@@ -64,16 +68,37 @@ pub struct Deleted {
 const FOREGROUND: &str = "foregroundDeletion";
 
 fn finalizers(obj: &Value) -> Vec<String> {
-    obj["metadata"]["finalizers"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(str::to_string)).collect()
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str().map(str::to_string))
+        .collect()
 }
 
 impl Store {
-    pub fn delete(&mut self, rt: &ResourceType, ns: &str, name: &str, opts: &DeleteOpts, now: &str) -> ApiResult<Deleted> {
-        let old = self.get(&rt.storage, ns, name).cloned().ok_or_else(|| ApiError::not_found(&rt.qualified(), name))?;
+    pub(crate) fn delete(
+        &mut self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOpts,
+        now: &str,
+    ) -> ApiResult<Deleted> {
+        let old = self
+            .get(&rt.storage, ns, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))?;
         if let Some(uid) = &opts.precondition_uid {
             if uid != uid_of(&old) {
-                return Err(ApiError::conflict(&rt.qualified(), name, &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}", uid_of(&old))));
+                return Err(ApiError::conflict(
+                    &rt.qualified(),
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        uid_of(&old)
+                    ),
+                ));
             }
         }
         if let Some(rv) = &opts.precondition_rv {
@@ -86,7 +111,10 @@ impl Store {
             return Ok(Deleted { object: old, gone: true });
         }
         let mut fins = finalizers(&old);
-        if opts.propagation == Propagation::Foreground && !self.dependents_of(uid_of(&old)).is_empty() && !fins.iter().any(|f| f == FOREGROUND) {
+        if opts.propagation == Propagation::Foreground
+            && !self.dependents_of(uid_of(&old)).is_empty()
+            && !fins.iter().any(|f| f == FOREGROUND)
+        {
             fins.push(FOREGROUND.to_string());
         }
         if opts.propagation == Propagation::Orphan {
@@ -125,7 +153,9 @@ impl Store {
                 None => Deleted { object: stored, gone: true },
             });
         }
-        let gone = self.remove_object(rt, ns, name, None, now).ok_or_else(|| ApiError::not_found(&rt.qualified(), name))?;
+        let gone = self
+            .remove_object(rt, ns, name, None, now)
+            .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))?;
         Ok(Deleted { object: gone, gone: true })
     }
 
@@ -150,7 +180,14 @@ impl Store {
     }
 
     /// Takes an object out of the store and runs everything that follows a removal.
-    pub(crate) fn remove_object(&mut self, rt: &ResourceType, ns: &str, name: &str, last: Option<Value>, now: &str) -> Option<Arc<Value>> {
+    pub(crate) fn remove_object(
+        &mut self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        last: Option<Value>,
+        now: &str,
+    ) -> Option<Arc<Value>> {
         let gone = self.take(&rt.storage, ns, name, last)?;
         let uid = uid_of(&gone).to_string();
         // Dependents whose every owner is gone are collected; others only lose the reference.
@@ -202,7 +239,9 @@ impl Store {
         }
         let Some((key, ns, name)) = self.find_uid(&owner_uid) else { return };
         let Some(owner) = self.get(&key, &ns, &name).cloned() else { return };
-        if owner["metadata"]["deletionTimestamp"].is_null() || !finalizers(&owner).iter().any(|f| f == FOREGROUND) {
+        if owner["metadata"]["deletionTimestamp"].is_null()
+            || !finalizers(&owner).iter().any(|f| f == FOREGROUND)
+        {
             return;
         }
         let mut copy = (*owner).clone();

@@ -10,7 +10,10 @@ const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", 
 const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 
 /// `(subresource, group, version, kind, verbs)` for each subresource of `rt` at `version`.
-fn subresources(rt: &ResourceType, version: &str) -> Vec<(&'static str, &'static str, String, String, &'static [&'static str])> {
+fn subresources(
+    rt: &ResourceType,
+    version: &str,
+) -> Vec<(&'static str, &'static str, String, String, &'static [&'static str])> {
     rt.subresources(version)
         .into_iter()
         .map(|sub| match sub {
@@ -21,17 +24,18 @@ fn subresources(rt: &ResourceType, version: &str) -> Vec<(&'static str, &'static
         .collect()
 }
 
-pub fn core_versions(server_address: &str) -> Value {
+pub(crate) fn core_versions(server_address: &str) -> Value {
     json!({"kind": "APIVersions", "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]})
 }
 
 fn group_json(group: &str, versions: &[String]) -> Value {
-    let gvs: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v})).collect();
+    let gvs: Vec<Value> =
+        versions.iter().map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v})).collect();
     json!({"name": group, "versions": gvs, "preferredVersion": gvs[0]})
 }
 
-pub fn group_list(registry: &Registry) -> Value {
+pub(crate) fn group_list(registry: &Registry) -> Value {
     let groups: Vec<Value> = registry
         .groups()
         .into_iter()
@@ -41,7 +45,7 @@ pub fn group_list(registry: &Registry) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-pub fn group(registry: &Registry, group: &str) -> Option<Value> {
+pub(crate) fn group(registry: &Registry, group: &str) -> Option<Value> {
     let (g, vs) = registry.groups().into_iter().find(|(g, _)| g == group && !g.is_empty())?;
     let mut v = group_json(&g, &vs);
     v["kind"] = json!("APIGroup");
@@ -49,7 +53,7 @@ pub fn group(registry: &Registry, group: &str) -> Option<Value> {
     Some(v)
 }
 
-pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
+pub(crate) fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
     if !registry.has_version(group, version) {
         return None;
     }
@@ -76,11 +80,13 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
         }
     }
     let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+    )
 }
 
 /// The aggregated discovery list for `/api` (`core`) or `/apis`.
-pub fn aggregated(registry: &Registry, core: bool, api_version: &str) -> Value {
+pub(crate) fn aggregated(registry: &Registry, core: bool, api_version: &str) -> Value {
     let mut items = Vec::new();
     for (group, versions) in registry.groups() {
         if group.is_empty() != core {
@@ -128,7 +134,7 @@ pub fn aggregated(registry: &Registry, core: bool, api_version: &str) -> Value {
 }
 
 /// Which aggregated discovery version an Accept header asks for, if any.
-pub fn wants_aggregated(accept: &str) -> Option<&'static str> {
+pub(crate) fn wants_aggregated(accept: &str) -> Option<&'static str> {
     for part in accept.split(',') {
         if part.contains("as=APIGroupDiscoveryList") && part.contains("g=apidiscovery.k8s.io") {
             if part.contains("v=v2beta1") {
@@ -142,7 +148,7 @@ pub fn wants_aggregated(accept: &str) -> Option<&'static str> {
     None
 }
 
-pub fn version_info() -> Value {
+pub(crate) fn version_info() -> Value {
     json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0+geometer-apiserver", "gitCommit": "", "gitTreeState": "clean",
         "buildDate": "2025-01-01T00:00:00Z", "goVersion": "n/a", "compiler": "rustc", "platform": "linux/amd64"})
 }

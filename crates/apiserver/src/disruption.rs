@@ -26,7 +26,7 @@ fn pdbs_key() -> StorageKey {
     StorageKey::new("policy", "poddisruptionbudgets")
 }
 
-pub fn is_healthy(pod: &Value) -> bool {
+pub(crate) fn is_healthy(pod: &Value) -> bool {
     pod["metadata"]["deletionTimestamp"].is_null()
         && pod["status"]["conditions"]
             .as_array()
@@ -71,7 +71,8 @@ impl Store {
         // stands in for that scale.
         let needs_scale = !spec["maxUnavailable"].is_null() || spec["minAvailable"].is_string();
         let same_spec = pdb["status"]["observedGeneration"] == pdb["metadata"]["generation"];
-        let remembered = if needs_scale && same_spec { pdb["status"]["expectedPods"].as_i64().unwrap_or(0) } else { 0 };
+        let remembered =
+            if needs_scale && same_spec { pdb["status"]["expectedPods"].as_i64().unwrap_or(0) } else { 0 };
         let expected = (pods.len() as i64).max(remembered);
         let desired = if !spec["maxUnavailable"].is_null() {
             (expected - scaled(&spec["maxUnavailable"], expected).unwrap_or(0)).max(0)
@@ -87,7 +88,8 @@ impl Store {
     pub(crate) fn pdb_status(&self, pdb: &Value, previous: Option<&Value>, now: &str) -> Value {
         let b = self.budget(pdb);
         let allowed = (b.healthy - b.desired).max(0);
-        let (cond_status, reason) = if allowed > 0 { ("True", "SufficientPods") } else { ("False", "InsufficientPods") };
+        let (cond_status, reason) =
+            if allowed > 0 { ("True", "SufficientPods") } else { ("False", "InsufficientPods") };
         let generation = pdb["metadata"]["generation"].as_i64().unwrap_or(1);
         let previous_condition = previous
             .and_then(|p| p["conditions"].as_array())
@@ -123,16 +125,30 @@ impl Store {
     }
 
     /// `POST pods/{name}/eviction`: deletes the pod unless a budget forbids it (429).
-    pub fn evict(&mut self, ns: &str, name: &str, body: &Value, dry_run: bool, now: &str) -> ApiResult<Value> {
+    pub(crate) fn evict(
+        &mut self,
+        ns: &str,
+        name: &str,
+        body: &Value,
+        dry_run: bool,
+        now: &str,
+    ) -> ApiResult<Value> {
         if body["kind"].as_str().is_some_and(|k| k != "Eviction") {
-            return Err(ApiError::bad_request(format!("expected an Eviction object, got kind {}", body["kind"])));
+            return Err(ApiError::bad_request(format!(
+                "expected an Eviction object, got kind {}",
+                body["kind"]
+            )));
         }
         let body_name = body["metadata"]["name"].as_str().unwrap_or("");
         if !body_name.is_empty() && body_name != name {
-            return Err(ApiError::bad_request(format!("name in URL does not match name in Eviction object: {name} != {body_name}")));
+            return Err(ApiError::bad_request(format!(
+                "name in URL does not match name in Eviction object: {name} != {body_name}"
+            )));
         }
-        let pod = self.get(&pods_key(), ns, name).cloned().ok_or_else(|| ApiError::not_found("pods", name))?;
-        let success = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+        let pod =
+            self.get(&pods_key(), ns, name).cloned().ok_or_else(|| ApiError::not_found("pods", name))?;
+        let success =
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
         if !pod["metadata"]["deletionTimestamp"].is_null() {
             return Ok(success);
         }
@@ -145,7 +161,8 @@ impl Store {
                 .iter(&pdbs_key(), Some(ns))
                 .filter(|pdb| {
                     !pdb["spec"]["selector"].is_null()
-                        && LabelSelector::from_object(&pdb["spec"]["selector"]).is_ok_and(|s| s.matches_object(&pod))
+                        && LabelSelector::from_object(&pdb["spec"]["selector"])
+                            .is_ok_and(|s| s.matches_object(&pod))
                 })
                 .cloned()
                 .collect();
@@ -157,7 +174,11 @@ impl Store {
             if let Some(pdb) = matching.first() {
                 let b = self.budget(pdb);
                 let always = pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow";
-                let allowed = if is_healthy(&pod) { b.healthy - b.desired > 0 } else { always || b.healthy >= b.desired };
+                let allowed = if is_healthy(&pod) {
+                    b.healthy - b.desired > 0
+                } else {
+                    always || b.healthy >= b.desired
+                };
                 if !allowed {
                     let pdb_name = pdb["metadata"]["name"].as_str().unwrap_or("");
                     return Err(ApiError::too_many_requests("Cannot evict pod as it would violate the pod's disruption budget.")

@@ -61,8 +61,10 @@ impl ApiError {
     pub fn invalid(kind: &str, name: &str, causes: Vec<(String, String)>) -> Self {
         let summary: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
         let message = format!("{kind} \"{name}\" is invalid: {}", summary.join(", "));
-        let causes: Vec<Value> =
-            causes.into_iter().map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f})).collect();
+        let causes: Vec<Value> = causes
+            .into_iter()
+            .map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f}))
+            .collect();
         Self::new(422, "Invalid", message).with_details(json!({"name": name, "kind": kind, "causes": causes}))
     }
 
@@ -120,4 +122,4 @@ fn group_part(qualified: &str) -> &str {
     qualified.split_once('.').map_or("", |(_, g)| g)
 }
 
-pub type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;

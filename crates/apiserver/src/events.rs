@@ -30,17 +30,17 @@ fn rename(obj: &Value, api_version: &str, from_events_v1: bool) -> Value {
 }
 
 /// An events.k8s.io/v1 Event as stored (core/v1 field names).
-pub fn to_core(event: &Value) -> Value {
+pub(crate) fn to_core(event: &Value) -> Value {
     rename(event, "v1", true)
 }
 
 /// A stored event as events.k8s.io/v1 shows it.
-pub fn to_events_v1(event: &Value) -> Value {
+pub(crate) fn to_events_v1(event: &Value) -> Value {
     rename(event, "events.k8s.io/v1", false)
 }
 
 /// Field selector labels of the events.k8s.io view, in stored (core) names.
-pub fn core_field_label(label: &str) -> Option<String> {
+pub(crate) fn core_field_label(label: &str) -> Option<String> {
     for (new, old) in RENAMES {
         if let Some(rest) = label.strip_prefix(new) {
             if rest.is_empty() || rest.starts_with('.') {

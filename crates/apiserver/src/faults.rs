@@ -30,7 +30,15 @@ pub struct Fault {
 
 impl Fault {
     fn blank() -> Fault {
-        Fault { verb: None, resource: None, namespace: None, name: None, delay: None, error: None, times: None }
+        Fault {
+            verb: None,
+            resource: None,
+            namespace: None,
+            name: None,
+            delay: None,
+            error: None,
+            times: None,
+        }
     }
 
     /// Answer with this HTTP status and the matching Kubernetes `Status` reason
@@ -217,7 +225,10 @@ mod tests {
         assert_eq!(faults.verdict(&facts(Verb::Update, "pods", "b")).error, None);
         assert_eq!(faults.verdict(&facts(Verb::Get, "pods", "a")).error, None);
         assert_eq!(faults.verdict(&facts(Verb::Update, "pods", "a")).error.map(|e| e.code), Some(409));
-        assert_eq!(faults.verdict(&facts(Verb::Update, "pods", "a")).error.map(|e| e.reason), Some("Conflict"));
+        assert_eq!(
+            faults.verdict(&facts(Verb::Update, "pods", "a")).error.map(|e| e.reason),
+            Some("Conflict")
+        );
         assert_eq!(faults.verdict(&facts(Verb::Update, "pods", "a")).error, None);
         assert_eq!(faults.hits(), 2);
     }

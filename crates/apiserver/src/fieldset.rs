@@ -9,7 +9,7 @@ use super::list_semantics::{ListKind, ListSemantics};
 
 /// One step of a field path: a map field, a keyed list item, a set member, a list index.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Step {
+pub(crate) enum Step {
     Field(String),
     /// The JSON of the item's key fields, e.g. `{"name":"c"}`.
     Key(String),
@@ -18,11 +18,11 @@ pub enum Step {
     Index(usize),
 }
 
-pub type Path = Vec<Step>;
+pub(crate) type Path = Vec<Step>;
 
 /// Paths an object sets: leaves, plus keyed list items themselves (so they can be removed).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FieldSet(pub BTreeSet<Path>);
+pub(crate) struct FieldSet(pub BTreeSet<Path>);
 
 /// Metadata a client never owns.
 const SERVER_METADATA: &[&str] = &[
@@ -41,7 +41,7 @@ const SERVER_METADATA: &[&str] = &[
 
 /// Which part of an object a write may touch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     Everything,
     /// The main resource of a type with a status subresource.
     AllButStatus,
@@ -49,7 +49,7 @@ pub enum Scope {
 }
 
 impl FieldSet {
-    pub fn of(obj: &Value, scope: Scope, lists: ListSemantics<'_>) -> FieldSet {
+    pub(crate) fn of(obj: &Value, scope: Scope, lists: ListSemantics<'_>) -> FieldSet {
         let mut set = BTreeSet::new();
         if let Some(m) = obj.as_object() {
             for (k, v) in m {
@@ -67,7 +67,13 @@ impl FieldSet {
                 if k == "metadata" {
                     for (mk, mv) in v.as_object().into_iter().flatten() {
                         if !SERVER_METADATA.contains(&mk.as_str()) {
-                            collect(mv, &mut vec![Step::Field(k.clone()), Step::Field(mk.clone())], &mut vec![k.clone(), mk.clone()], lists, &mut set);
+                            collect(
+                                mv,
+                                &mut vec![Step::Field(k.clone()), Step::Field(mk.clone())],
+                                &mut vec![k.clone(), mk.clone()],
+                                lists,
+                                &mut set,
+                            );
                         }
                     }
                 } else {
@@ -78,20 +84,20 @@ impl FieldSet {
         FieldSet(set)
     }
 
-    pub fn contains(&self, p: &Path) -> bool {
+    pub(crate) fn contains(&self, p: &Path) -> bool {
         self.0.contains(p)
     }
 
     /// Whether this set owns `p` or anything below it.
-    pub fn touches(&self, p: &Path) -> bool {
+    pub(crate) fn touches(&self, p: &Path) -> bool {
         self.0.range(p.clone()..).next().is_some_and(|q| q.starts_with(p))
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    pub fn to_fields_v1(&self) -> Value {
+    pub(crate) fn to_fields_v1(&self) -> Value {
         let mut root = Map::new();
         for path in &self.0 {
             let mut node = &mut root;
@@ -109,14 +115,20 @@ impl FieldSet {
         Value::Object(root)
     }
 
-    pub fn from_fields_v1(v: &Value) -> FieldSet {
+    pub(crate) fn from_fields_v1(v: &Value) -> FieldSet {
         let mut set = BTreeSet::new();
         read(v, &mut Vec::new(), &mut set);
         FieldSet(set)
     }
 }
 
-fn collect(v: &Value, path: &mut Path, names: &mut Vec<String>, lists: ListSemantics<'_>, out: &mut BTreeSet<Path>) {
+fn collect(
+    v: &Value,
+    path: &mut Path,
+    names: &mut Vec<String>,
+    lists: ListSemantics<'_>,
+    out: &mut BTreeSet<Path>,
+) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, x) in m {
@@ -154,7 +166,7 @@ fn collect(v: &Value, path: &mut Path, names: &mut Vec<String>, lists: ListSeman
 }
 
 /// The `k:` identity of a keyed list item (key fields it has, in key order).
-pub fn key_of(item: &Value, keys: &[String]) -> String {
+pub(crate) fn key_of(item: &Value, keys: &[String]) -> String {
     let mut m = Map::new();
     for k in keys {
         if let Some(v) = item.get(k) {
@@ -212,7 +224,7 @@ fn member_matches(item: &Value, json: &str) -> bool {
     serde_json::from_str::<Value>(json).is_ok_and(|m| &m == item)
 }
 
-pub fn get<'a>(v: &'a Value, path: &[Step]) -> Option<&'a Value> {
+pub(crate) fn get<'a>(v: &'a Value, path: &[Step]) -> Option<&'a Value> {
     let mut cur = v;
     for step in path {
         cur = match step {
@@ -225,7 +237,7 @@ pub fn get<'a>(v: &'a Value, path: &[Step]) -> Option<&'a Value> {
     Some(cur)
 }
 
-pub fn remove(v: &mut Value, path: &[Step]) {
+pub(crate) fn remove(v: &mut Value, path: &[Step]) {
     let Some((last, parent_path)) = path.split_last() else { return };
     let mut cur = v;
     for step in parent_path {
@@ -267,7 +279,7 @@ pub fn remove(v: &mut Value, path: &[Step]) {
 }
 
 /// `.spec.containers[name="c"].image`: how conflicts name a path.
-pub fn display(path: &[Step]) -> String {
+pub(crate) fn display(path: &[Step]) -> String {
     let mut s = String::new();
     for step in path {
         match step {
@@ -304,10 +316,18 @@ mod tests {
             "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": "Running"}});
         let set = FieldSet::of(&obj, Scope::AllButStatus, lists);
         let v1 = set.to_fields_v1();
-        assert_eq!(v1, json!({"f:metadata": {"f:labels": {"f:a": {}}, "f:finalizers": {"v:\"f\"": {}}},
-            "f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:image": {}, "f:name": {}}}}}));
+        assert_eq!(
+            v1,
+            json!({"f:metadata": {"f:labels": {"f:a": {}}, "f:finalizers": {"v:\"f\"": {}}},
+            "f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:image": {}, "f:name": {}}}}})
+        );
         assert_eq!(FieldSet::from_fields_v1(&v1), set);
-        let image = vec![Step::Field("spec".into()), Step::Field("containers".into()), Step::Key("{\"name\":\"c\"}".into()), Step::Field("image".into())];
+        let image = vec![
+            Step::Field("spec".into()),
+            Step::Field("containers".into()),
+            Step::Key("{\"name\":\"c\"}".into()),
+            Step::Field("image".into()),
+        ];
         assert_eq!(get(&obj, &image), Some(&json!("i")));
         assert_eq!(display(&image), ".spec.containers[name=\"c\"].image");
         let mut copy = obj.clone();

@@ -12,12 +12,12 @@ enum Step {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct JsonPath {
+pub(crate) struct JsonPath {
     steps: Vec<Step>,
 }
 
 impl JsonPath {
-    pub fn parse(expr: &str) -> Result<JsonPath, String> {
+    pub(crate) fn parse(expr: &str) -> Result<JsonPath, String> {
         let mut s = expr.trim();
         if let Some(inner) = s.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
             s = inner.trim();
@@ -60,7 +60,7 @@ impl JsonPath {
     }
 
     /// Every value the path selects, in document order.
-    pub fn find<'a>(&self, root: &'a Value) -> Vec<&'a Value> {
+    pub(crate) fn find<'a>(&self, root: &'a Value) -> Vec<&'a Value> {
         let mut current = vec![root];
         for step in &self.steps {
             let mut next = Vec::new();
@@ -132,7 +132,9 @@ fn find_close(chars: &[char], open: usize) -> Option<usize> {
 
 fn unquote(s: &str) -> Option<&str> {
     let s = s.trim();
-    if s.len() >= 2 && ((s.starts_with('\'') && s.ends_with('\'')) || (s.starts_with('"') && s.ends_with('"'))) {
+    if s.len() >= 2
+        && ((s.starts_with('\'') && s.ends_with('\'')) || (s.starts_with('"') && s.ends_with('"')))
+    {
         Some(&s[1..s.len() - 1])
     } else {
         None
@@ -158,9 +160,9 @@ fn parse_bracket(inner: &str) -> Result<Step, String> {
         } else {
             (filter, None)
         };
-        let lhs = lhs.trim().strip_prefix('@').ok_or_else(|| format!("filter must start with '@': {filter}"))?;
-        let path: Vec<String> =
-            lhs.split('.').filter(|p| !p.is_empty()).map(str::to_string).collect();
+        let lhs =
+            lhs.trim().strip_prefix('@').ok_or_else(|| format!("filter must start with '@': {filter}"))?;
+        let path: Vec<String> = lhs.split('.').filter(|p| !p.is_empty()).map(str::to_string).collect();
         return Ok(Step::Filter { path, test });
     }
     Err(format!("unsupported subscript [{inner}]"))

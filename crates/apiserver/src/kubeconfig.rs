@@ -2,9 +2,9 @@
 
 use std::net::SocketAddr;
 
-pub const CONTEXT: &str = "geometer-apiserver";
+pub(crate) const CONTEXT: &str = "geometer-apiserver";
 
-pub fn kubeconfig_yaml(addr: SocketAddr) -> String {
+pub(crate) fn kubeconfig_yaml(addr: SocketAddr) -> String {
     format!(
         "apiVersion: v1
 kind: Config

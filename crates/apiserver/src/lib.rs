@@ -122,7 +122,10 @@ impl Inner {
     }
 
     fn server_address(&self) -> String {
-        self.served_at.lock().expect("address lock").map_or_else(|| "127.0.0.1:0".to_string(), |a| a.to_string())
+        self.served_at
+            .lock()
+            .expect("address lock")
+            .map_or_else(|| "127.0.0.1:0".to_string(), |a| a.to_string())
     }
 }
 
@@ -235,7 +238,10 @@ impl ApiServer {
     /// Writes [`kubeconfig`](Self::kubeconfig) to `path`.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
         let yaml = self.kubeconfig().ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::NotConnected, "the API server is not serving HTTP yet: call serve_http first")
+            std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the API server is not serving HTTP yet: call serve_http first",
+            )
         })?;
         std::fs::write(path, yaml)
     }

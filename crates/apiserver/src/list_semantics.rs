@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::resource::{Builtin, ResourceType};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ListKind {
+pub(crate) enum ListKind {
     /// Items are objects identified by these keys; the first is the strategic-merge key.
     Map(Vec<String>),
     /// Items are scalars merged as a set.
@@ -80,17 +80,17 @@ fn schema_list(schema: &Value, path: &[&str]) -> ListKind {
 
 /// Answers "how does the list at this field path merge" for one type and version.
 #[derive(Clone, Copy)]
-pub struct ListSemantics<'a> {
+pub(crate) struct ListSemantics<'a> {
     rt: &'a ResourceType,
     version: &'a str,
 }
 
 impl<'a> ListSemantics<'a> {
-    pub fn new(rt: &'a ResourceType, version: &'a str) -> Self {
+    pub(crate) fn new(rt: &'a ResourceType, version: &'a str) -> Self {
         ListSemantics { rt, version }
     }
 
-    pub fn kind(&self, path: &[String]) -> ListKind {
+    pub(crate) fn kind(&self, path: &[String]) -> ListKind {
         let path: Vec<&str> = path.iter().map(String::as_str).collect();
         if let Some(b) = self.rt.builtin {
             return builtin_list(b, &path);

@@ -63,7 +63,7 @@ fn write_entries(obj: &mut Value, entries: Vec<Entry>) {
 
 /// Who writes, in which part of the object, at which version and time.
 #[derive(Debug, Clone, Copy)]
-pub struct Writer<'a> {
+pub(crate) struct Writer<'a> {
     pub manager: &'a str,
     pub api_version: &'a str,
     pub subresource: &'a str,
@@ -101,14 +101,17 @@ fn is_leaf(p: &Path) -> bool {
 
 /// Records that `w` changed `old` into `new` with an ordinary write (create, update, patch):
 /// the writer takes over every field whose value it changed.
-pub fn record_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>, lists: ListSemantics<'_>) {
+pub(crate) fn record_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>, lists: ListSemantics<'_>) {
     let mut entries = old.map(read_entries).unwrap_or_default();
     let before = old.map(|o| FieldSet::of(o, w.scope, lists)).unwrap_or_default();
     let after = FieldSet::of(new, w.scope, lists);
     let changed: Vec<&Path> = after
         .0
         .iter()
-        .filter(|p| !before.contains(p) || (is_leaf(p) && fieldset::get(new, p) != old.and_then(|o| fieldset::get(o, p))))
+        .filter(|p| {
+            !before.contains(p)
+                || (is_leaf(p) && fieldset::get(new, p) != old.and_then(|o| fieldset::get(o, p)))
+        })
         .collect();
     let removed: Vec<&Path> = before.0.difference(&after.0).collect();
     for e in entries.iter_mut() {
@@ -130,13 +133,13 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>, lists
 
 /// A field another manager owns with a different value than the apply sets.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Conflict {
+pub(crate) struct Conflict {
     pub manager: String,
     pub field: String,
 }
 
 /// Server-side apply of `applied` (already limited to what `w.scope` may touch) onto `live`.
-pub fn apply(
+pub(crate) fn apply(
     live: &Value,
     applied: &Value,
     w: &Writer<'_>,
@@ -244,7 +247,13 @@ mod tests {
     }
 
     fn writer(manager: &str) -> Writer<'_> {
-        Writer { manager, api_version: "v1", subresource: "", scope: Scope::AllButStatus, now: "2025-01-01T00:00:00Z" }
+        Writer {
+            manager,
+            api_version: "v1",
+            subresource: "",
+            scope: Scope::AllButStatus,
+            now: "2025-01-01T00:00:00Z",
+        }
     }
 
     #[test]
@@ -272,13 +281,25 @@ mod tests {
     #[test]
     fn updates_take_ownership() {
         with_lists(|lists| {
-            let live = apply(&json!({"metadata": {"name": "n"}}),
-                &json!({"metadata": {"name": "n"}, "spec": {"unschedulable": true}}), &writer("alice"), false, lists).unwrap();
+            let live = apply(
+                &json!({"metadata": {"name": "n"}}),
+                &json!({"metadata": {"name": "n"}, "spec": {"unschedulable": true}}),
+                &writer("alice"),
+                false,
+                lists,
+            )
+            .unwrap();
             let mut updated = live.clone();
             updated["spec"]["unschedulable"] = json!(false);
             record_update(Some(&live), &mut updated, &writer("kubectl"), lists);
             // alice no longer owns it, so re-applying her old value is not a conflict but a change
-            let again = apply(&updated, &json!({"metadata": {"name": "n"}, "spec": {"unschedulable": true}}), &writer("alice"), false, lists);
+            let again = apply(
+                &updated,
+                &json!({"metadata": {"name": "n"}, "spec": {"unschedulable": true}}),
+                &writer("alice"),
+                false,
+                lists,
+            );
             assert!(again.is_err(), "kubectl now owns spec.unschedulable with a different value");
         });
     }

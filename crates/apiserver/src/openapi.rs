@@ -54,7 +54,7 @@ fn params(names: &[&str]) -> Value {
 }
 
 /// The document for one group-version, or None if nothing is served there.
-pub fn group_version(registry: &Registry, group: &str, version: &str) -> Option<Value> {
+pub(crate) fn group_version(registry: &Registry, group: &str, version: &str) -> Option<Value> {
     let types = registry.in_group_version(group, version);
     if types.is_empty() {
         return None;
@@ -63,11 +63,18 @@ pub fn group_version(registry: &Registry, group: &str, version: &str) -> Option<
     let mut paths = Map::new();
     let mut schemas = Map::new();
     for rt in &types {
-        let prefix = if rt.namespaced { format!("{base}/namespaces/{{namespace}}/{}", rt.plural) } else { format!("{base}/{}", rt.plural) };
-        paths.insert(prefix.clone(), json!({
-            "get": operation(rt, version, "list"),
-            "post": operation(rt, version, "post"),
-        }));
+        let prefix = if rt.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}", rt.plural)
+        } else {
+            format!("{base}/{}", rt.plural)
+        };
+        paths.insert(
+            prefix.clone(),
+            json!({
+                "get": operation(rt, version, "list"),
+                "post": operation(rt, version, "post"),
+            }),
+        );
         let item_ops = json!({
             "get": operation(rt, version, "get"),
             "put": operation(rt, version, "put"),
@@ -76,17 +83,21 @@ pub fn group_version(registry: &Registry, group: &str, version: &str) -> Option<
         });
         paths.insert(format!("{prefix}/{{name}}"), item_ops);
         if rt.has_status(version) {
-            paths.insert(format!("{prefix}/{{name}}/status"), json!({
-                "get": operation(rt, version, "get"),
-                "put": operation(rt, version, "put"),
-                "patch": operation(rt, version, "patch"),
-            }));
+            paths.insert(
+                format!("{prefix}/{{name}}/status"),
+                json!({
+                    "get": operation(rt, version, "get"),
+                    "put": operation(rt, version, "put"),
+                    "patch": operation(rt, version, "patch"),
+                }),
+            );
         }
         let mut schema = rt
             .version(version)
             .and_then(|v| v.schema.clone())
             .unwrap_or_else(|| json!({"type": "object", "description": format!("{} ({}); this in-memory server does not publish the full built-in schema.", rt.kind, rt.api_version(version))}));
-        schema["x-kubernetes-group-version-kind"] = json!([{"group": rt.group, "version": version, "kind": rt.kind}]);
+        schema["x-kubernetes-group-version-kind"] =
+            json!([{"group": rt.group, "version": version, "kind": rt.kind}]);
         schemas.insert(schema_name(rt, version), schema);
     }
     Some(json!({
@@ -98,7 +109,7 @@ pub fn group_version(registry: &Registry, group: &str, version: &str) -> Option<
 }
 
 /// `/openapi/v3`: where each group-version document is, with a content hash for caching.
-pub fn index(registry: &Registry) -> Value {
+pub(crate) fn index(registry: &Registry) -> Value {
     let mut paths = Map::new();
     for (group, versions) in registry.groups() {
         for version in versions {
@@ -106,7 +117,10 @@ pub fn index(registry: &Registry) -> Value {
             let mut h = DefaultHasher::new();
             doc.to_string().hash(&mut h);
             let path = gv_path(&group, &version);
-            paths.insert(path.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={:016X}", h.finish())}));
+            paths.insert(
+                path.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={:016X}", h.finish())}),
+            );
         }
     }
     json!({"paths": paths})

@@ -7,23 +7,43 @@ use super::resource::StorageKey;
 use super::store::Store;
 
 impl Store {
-    pub fn bind(&mut self, ns: &str, name: &str, body: &Value, dry_run: bool, now: &str) -> ApiResult<Value> {
+    pub(crate) fn bind(
+        &mut self,
+        ns: &str,
+        name: &str,
+        body: &Value,
+        dry_run: bool,
+        now: &str,
+    ) -> ApiResult<Value> {
         let key = StorageKey::new("", "pods");
         let node = body["target"]["name"].as_str().filter(|n| !n.is_empty()).ok_or_else(|| {
-            ApiError::invalid("Binding", name, vec![("target.name".into(), "Required value: the node to bind to".into())])
+            ApiError::invalid(
+                "Binding",
+                name,
+                vec![("target.name".into(), "Required value: the node to bind to".into())],
+            )
         })?;
         let pod = self.get(&key, ns, name).cloned().ok_or_else(|| ApiError::not_found("pods", name))?;
         if let Some(current) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
-            return Err(ApiError::conflict("pods/binding", name, &format!("pod {name} is already assigned to node \"{current}\"")));
+            return Err(ApiError::conflict(
+                "pods/binding",
+                name,
+                &format!("pod {name} is already assigned to node \"{current}\""),
+            ));
         }
         if !pod["metadata"]["deletionTimestamp"].is_null() {
-            return Err(ApiError::conflict("pods/binding", name, &format!("pod {name} is being deleted, cannot be assigned to a host")));
+            return Err(ApiError::conflict(
+                "pods/binding",
+                name,
+                &format!("pod {name} is being deleted, cannot be assigned to a host"),
+            ));
         }
         let mut bound = (*pod).clone();
         bound["spec"]["nodeName"] = json!(node);
         let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
         let conditions = bound["status"]["conditions"].as_array().cloned().unwrap_or_default();
-        let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
+        let mut conditions: Vec<Value> =
+            conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
         conditions.push(condition);
         bound["status"]["conditions"] = json!(conditions);
         if !dry_run {

@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::resource::Builtin;
 
-pub struct Column {
+pub(crate) struct Column {
     pub name: &'static str,
     pub type_: &'static str,
     pub priority: i64,
@@ -15,7 +15,7 @@ const fn col(name: &'static str, priority: i64, description: &'static str) -> Co
     Column { name, type_: "string", priority, description }
 }
 
-pub fn columns(b: Builtin) -> Vec<Column> {
+pub(crate) fn columns(b: Builtin) -> Vec<Column> {
     match b {
         Builtin::Pod => vec![
             col("Ready", 0, "The aggregate readiness state of this pod for accepting traffic."),
@@ -84,7 +84,7 @@ fn int_or_string(v: &Value) -> String {
 }
 
 /// The cells after `Name`, in `columns(b)` order. `age` renders a timestamp as a duration.
-pub fn cells(b: Builtin, obj: &Value, age: &dyn Fn(&Value) -> String) -> Vec<Value> {
+pub(crate) fn cells(b: Builtin, obj: &Value, age: &dyn Fn(&Value) -> String) -> Vec<Value> {
     let created = age(&obj["metadata"]["creationTimestamp"]);
     match b {
         Builtin::Pod => pod_cells(obj, created, age),
@@ -92,11 +92,16 @@ pub fn cells(b: Builtin, obj: &Value, age: &dyn Fn(&Value) -> String) -> Vec<Val
         Builtin::Namespace => vec![json!(s(&obj["status"]["phase"])), json!(created)],
         Builtin::Event | Builtin::EventV1 => {
             let core = if b == Builtin::EventV1 { super::events::to_core(obj) } else { obj.clone() };
-            let last = [&core["lastTimestamp"], &core["eventTime"], &core["firstTimestamp"], &core["metadata"]["creationTimestamp"]]
-                .into_iter()
-                .find(|t| !t.is_null())
-                .map(age)
-                .unwrap_or_default();
+            let last = [
+                &core["lastTimestamp"],
+                &core["eventTime"],
+                &core["firstTimestamp"],
+                &core["metadata"]["creationTimestamp"],
+            ]
+            .into_iter()
+            .find(|t| !t.is_null())
+            .map(age)
+            .unwrap_or_default();
             let involved = &core["involvedObject"];
             vec![
                 json!(last),
@@ -153,7 +158,11 @@ fn pod_cells(pod: &Value, created: String, age: &dyn Fn(&Value) -> String) -> Ve
         }
     }
     if reason == "Completed" && has_running {
-        let pod_ready = pod["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True");
+        let pod_ready = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
         reason = if pod_ready { "Running".into() } else { "NotReady".into() };
     }
     if !pod["metadata"]["deletionTimestamp"].is_null() {
@@ -217,6 +226,10 @@ fn node_cells(node: &Value, created: String) -> Vec<Value> {
         or_none(address("ExternalIP")),
         json!(if s(&info["osImage"]).is_empty() { "<unknown>" } else { s(&info["osImage"]) }),
         json!(if s(&info["kernelVersion"]).is_empty() { "<unknown>" } else { s(&info["kernelVersion"]) }),
-        json!(if s(&info["containerRuntimeVersion"]).is_empty() { "<unknown>" } else { s(&info["containerRuntimeVersion"]) }),
+        json!(if s(&info["containerRuntimeVersion"]).is_empty() {
+            "<unknown>"
+        } else {
+            s(&info["containerRuntimeVersion"])
+        }),
     ]
 }

@@ -63,10 +63,12 @@ fn unsupported(what: &str) -> ApiError {
 }
 
 /// Decodes a protobuf request body into the JSON the rest of the server works with.
-pub fn decode(body: &[u8]) -> ApiResult<Value> {
+pub(crate) fn decode(body: &[u8]) -> ApiResult<Value> {
     use prost::Message;
-    let payload = body.strip_prefix(MAGIC).ok_or_else(|| unsupported("body without the k8s protobuf header"))?;
-    let envelope = Unknown::decode(payload).map_err(|e| ApiError::bad_request(format!("invalid protobuf body: {e}")))?;
+    let payload =
+        body.strip_prefix(MAGIC).ok_or_else(|| unsupported("body without the k8s protobuf header"))?;
+    let envelope =
+        Unknown::decode(payload).map_err(|e| ApiError::bad_request(format!("invalid protobuf body: {e}")))?;
     let type_meta = envelope.type_meta.unwrap_or_default();
     let kind = type_meta.kind.unwrap_or_default();
     let api_version = type_meta.api_version.unwrap_or_default();
@@ -107,7 +109,11 @@ mod tests {
     #[test]
     fn decodes_a_namespace_and_refuses_the_rest() {
         let ns = Namespace {
-            metadata: Some(ObjectMeta { name: Some("team".into()), labels: HashMap::from([("a".into(), "b".into())]), ..Default::default() }),
+            metadata: Some(ObjectMeta {
+                name: Some("team".into()),
+                labels: HashMap::from([("a".into(), "b".into())]),
+                ..Default::default()
+            }),
             spec: None,
         };
         let envelope = Unknown {
@@ -116,8 +122,14 @@ mod tests {
         };
         let mut body = MAGIC.to_vec();
         body.extend(envelope.encode_to_vec());
-        assert_eq!(decode(&body).unwrap(), json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team", "labels": {"a": "b"}}}));
-        let pod = Unknown { type_meta: Some(TypeMeta { api_version: Some("v1".into()), kind: Some("Pod".into()) }), raw: None };
+        assert_eq!(
+            decode(&body).unwrap(),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team", "labels": {"a": "b"}}})
+        );
+        let pod = Unknown {
+            type_meta: Some(TypeMeta { api_version: Some("v1".into()), kind: Some("Pod".into()) }),
+            raw: None,
+        };
         let mut body = MAGIC.to_vec();
         body.extend(pod.encode_to_vec());
         assert_eq!(decode(&body).unwrap_err().code, 415);

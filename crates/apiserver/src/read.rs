@@ -17,16 +17,18 @@ use super::store::{ObjKey, Store};
 
 /// Label and field selectors of a list or watch, checked against the type.
 #[derive(Debug, Clone, Default)]
-pub struct Filter {
+pub(crate) struct Filter {
     pub namespace: Option<String>,
     pub labels: LabelSelector,
     pub fields: FieldSelector,
 }
 
 impl Filter {
-    pub fn from_query(rt: &ResourceType, namespace: Option<&str>, q: &Query) -> ApiResult<Filter> {
-        let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
-        let mut fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+    pub(crate) fn from_query(rt: &ResourceType, namespace: Option<&str>, q: &Query) -> ApiResult<Filter> {
+        let labels =
+            LabelSelector::parse(q.get("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+        let mut fields =
+            FieldSelector::parse(q.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
         if rt.is(Builtin::EventV1) {
             fields.rename(events::core_field_label);
         }
@@ -42,12 +44,12 @@ impl Filter {
         Ok(Filter { namespace: namespace.map(str::to_string), labels, fields })
     }
 
-    pub fn matches(&self, obj: &Value) -> bool {
+    pub(crate) fn matches(&self, obj: &Value) -> bool {
         self.labels.matches_object(obj) && self.fields.matches(obj)
     }
 }
 
-pub struct Page {
+pub(crate) struct Page {
     pub items: Vec<Arc<Value>>,
     pub resource_version: u64,
     pub continue_token: Option<String>,
@@ -59,7 +61,7 @@ fn encode_token(rv: u64, key: &ObjKey) -> String {
 }
 
 fn decode_token(token: &str) -> Option<(u64, ObjKey)> {
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> =
@@ -71,16 +73,17 @@ fn decode_token(token: &str) -> Option<(u64, ObjKey)> {
 }
 
 impl Store {
-    pub fn get_object(&self, rt: &ResourceType, ns: &str, name: &str) -> ApiResult<Arc<Value>> {
+    pub(crate) fn get_object(&self, rt: &ResourceType, ns: &str, name: &str) -> ApiResult<Arc<Value>> {
         self.get(&rt.storage, ns, name).cloned().ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
     }
 
-    pub fn list_objects(&self, rt: &ResourceType, filter: &Filter, q: &Query) -> ApiResult<Page> {
+    pub(crate) fn list_objects(&self, rt: &ResourceType, filter: &Filter, q: &Query) -> ApiResult<Page> {
         let limit = q.number("limit")?.map(|l| l as usize).filter(|l| *l > 0);
         let (list_rv, start) = match q.get("continue") {
             Some(token) => {
-                let (rv, key) = decode_token(token)
-                    .ok_or_else(|| ApiError::bad_request(format!("continue key is not valid: \"{token}\"")))?;
+                let (rv, key) = decode_token(token).ok_or_else(|| {
+                    ApiError::bad_request(format!("continue key is not valid: \"{token}\""))
+                })?;
                 self.check_available(rv).map_err(|_| {
                     ApiError::gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
                 })?;
@@ -136,7 +139,12 @@ impl Store {
 }
 
 /// `{"kind": "PodList", ...}` written without building one big Value.
-pub fn list_json(rt: &ResourceType, version: &str, page: &Page, convert: impl Fn(&Arc<Value>) -> Arc<Value>) -> Vec<u8> {
+pub(crate) fn list_json(
+    rt: &ResourceType,
+    version: &str,
+    page: &Page,
+    convert: impl Fn(&Arc<Value>) -> Arc<Value>,
+) -> Vec<u8> {
     let mut meta = json!({"resourceVersion": page.resource_version.to_string()});
     if let Some(c) = &page.continue_token {
         meta["continue"] = json!(c);

@@ -38,7 +38,7 @@ impl fmt::Display for Verb {
 
 /// `/api/v1/namespaces/ns/pods/name/status` and friends, taken apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourcePath {
+pub(crate) struct ResourcePath {
     pub group: String,
     pub version: String,
     pub namespace: Option<String>,
@@ -48,7 +48,7 @@ pub struct ResourcePath {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// `/api`
     CoreVersions,
     /// `/apis`
@@ -56,7 +56,10 @@ pub enum Target {
     /// `/apis/{group}`
     Group(String),
     /// `/api/v1`, `/apis/{group}/{version}`
-    GroupVersion { group: String, version: String },
+    GroupVersion {
+        group: String,
+        version: String,
+    },
     OpenApiV2,
     /// `/openapi/v3` (None) or `/openapi/v3/apis/{group}/{version}`.
     OpenApiV3(Option<(String, String)>),
@@ -67,26 +70,28 @@ pub enum Target {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct Query(HashMap<String, String>);
+pub(crate) struct Query(HashMap<String, String>);
 
 impl Query {
-    pub fn parse(q: &str) -> Query {
+    pub(crate) fn parse(q: &str) -> Query {
         Query(form_urlencoded::parse(q.as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect())
     }
 
-    pub fn get(&self, key: &str) -> Option<&str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str).filter(|v| !v.is_empty())
     }
 
-    pub fn flag(&self, key: &str) -> bool {
+    pub(crate) fn flag(&self, key: &str) -> bool {
         matches!(self.get(key), Some("true" | "1"))
     }
 
-    pub fn number(&self, key: &str) -> ApiResult<Option<u64>> {
+    pub(crate) fn number(&self, key: &str) -> ApiResult<Option<u64>> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => v.parse().map(Some).map_err(|_| {
-                ApiError::bad_request(format!("invalid value for query parameter {key}: \"{v}\" is not a non-negative integer"))
+                ApiError::bad_request(format!(
+                    "invalid value for query parameter {key}: \"{v}\" is not a non-negative integer"
+                ))
             }),
         }
     }
@@ -94,7 +99,7 @@ impl Query {
 
 /// A request with its body read.
 #[derive(Debug, Clone)]
-pub struct ApiRequest {
+pub(crate) struct ApiRequest {
     pub method: Method,
     pub path: String,
     pub query: Query,
@@ -107,7 +112,7 @@ pub struct ApiRequest {
 }
 
 impl ApiRequest {
-    pub fn from_http(req: http::Request<Bytes>) -> ApiRequest {
+    pub(crate) fn from_http(req: http::Request<Bytes>) -> ApiRequest {
         let (parts, body) = req.into_parts();
         let header = |name: http::header::HeaderName| {
             parts.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string()
@@ -128,7 +133,7 @@ impl ApiRequest {
     }
 
     /// The verb for a resource request, as Kubernetes names it.
-    pub fn verb(&self, rp: &ResourcePath) -> Option<Verb> {
+    pub(crate) fn verb(&self, rp: &ResourcePath) -> Option<Verb> {
         let named = rp.name.is_some();
         Some(match self.method {
             Method::GET | Method::HEAD if self.query.flag("watch") => Verb::Watch,
@@ -144,7 +149,7 @@ impl ApiRequest {
     }
 
     /// The field manager Kubernetes would record: explicit, or the user agent's program name.
-    pub fn field_manager(&self) -> String {
+    pub(crate) fn field_manager(&self) -> String {
         if let Some(m) = self.query.get("fieldManager") {
             return m.to_string();
         }
@@ -156,15 +161,15 @@ impl ApiRequest {
         }
     }
 
-    pub fn dry_run(&self) -> bool {
+    pub(crate) fn dry_run(&self) -> bool {
         self.query.get("dryRun") == Some("All")
     }
 
-    pub fn wants_table(&self) -> bool {
+    pub(crate) fn wants_table(&self) -> bool {
         self.accept.split(',').any(|a| a.contains("as=Table"))
     }
 
-    pub fn wants_partial_metadata(&self) -> bool {
+    pub(crate) fn wants_partial_metadata(&self) -> bool {
         !self.wants_table() && self.accept.split(',').any(|a| a.contains("as=PartialObjectMetadata"))
     }
 }
@@ -230,15 +235,26 @@ mod tests {
     #[test]
     fn paths() {
         let r = rp("/api/v1/namespaces/default/pods/p1/eviction");
-        assert_eq!((r.namespace.as_deref(), r.plural.as_str(), r.name.as_deref(), r.subresource.as_deref()),
-            (Some("default"), "pods", Some("p1"), Some("eviction")));
+        assert_eq!(
+            (r.namespace.as_deref(), r.plural.as_str(), r.name.as_deref(), r.subresource.as_deref()),
+            (Some("default"), "pods", Some("p1"), Some("eviction"))
+        );
         let r = rp("/api/v1/namespaces/kube-system");
-        assert_eq!((r.namespace, r.plural.as_str(), r.name.as_deref()), (None, "namespaces", Some("kube-system")));
+        assert_eq!(
+            (r.namespace, r.plural.as_str(), r.name.as_deref()),
+            (None, "namespaces", Some("kube-system"))
+        );
         let r = rp("/api/v1/namespaces/x/status");
-        assert_eq!((r.plural.as_str(), r.name.as_deref(), r.subresource.as_deref()), ("namespaces", Some("x"), Some("status")));
+        assert_eq!(
+            (r.plural.as_str(), r.name.as_deref(), r.subresource.as_deref()),
+            ("namespaces", Some("x"), Some("status"))
+        );
         let r = rp("/apis/geometer.dev/v1alpha1/migplans");
         assert_eq!((r.group.as_str(), r.version.as_str(), r.name), ("geometer.dev", "v1alpha1", None));
-        assert_eq!(parse_target("/apis/policy/v1"), Target::GroupVersion { group: "policy".into(), version: "v1".into() });
+        assert_eq!(
+            parse_target("/apis/policy/v1"),
+            Target::GroupVersion { group: "policy".into(), version: "v1".into() }
+        );
         assert_eq!(parse_target("/nope"), Target::Unknown);
     }
 

@@ -8,20 +8,20 @@ use serde_json::Value;
 /// Where a resource's objects live, independent of the version they are served at.
 /// `events.k8s.io` events share core events' storage, as in Kubernetes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StorageKey {
+pub(crate) struct StorageKey {
     pub group: String,
     pub plural: String,
 }
 
 impl StorageKey {
-    pub fn new(group: &str, plural: &str) -> Self {
+    pub(crate) fn new(group: &str, plural: &str) -> Self {
         StorageKey { group: group.to_string(), plural: plural.to_string() }
     }
 }
 
 /// Types with server behaviour beyond plain storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Builtin {
+pub(crate) enum Builtin {
     Pod,
     Node,
     Namespace,
@@ -35,7 +35,7 @@ pub enum Builtin {
 
 /// How rows are printed for `kubectl get` (server-side Table).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Printer {
+pub(crate) enum Printer {
     Builtin(Builtin),
     /// A CRD's `additionalPrinterColumns`.
     Columns(Vec<PrinterColumn>),
@@ -44,7 +44,7 @@ pub enum Printer {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct PrinterColumn {
+pub(crate) struct PrinterColumn {
     pub name: String,
     /// `string`, `integer`, `number`, `boolean` or `date`.
     pub type_: String,
@@ -56,7 +56,7 @@ pub struct PrinterColumn {
 
 /// One served version.
 #[derive(Debug, Clone)]
-pub struct VersionInfo {
+pub(crate) struct VersionInfo {
     pub name: String,
     /// The CRD's `openAPIV3Schema` for this version: pruning, defaulting, validation, list types.
     pub schema: Option<Value>,
@@ -65,7 +65,7 @@ pub struct VersionInfo {
 }
 
 #[derive(Debug, Clone)]
-pub struct ResourceType {
+pub(crate) struct ResourceType {
     pub group: String,
     /// Served versions; the first is the preferred one.
     pub versions: Vec<VersionInfo>,
@@ -81,18 +81,18 @@ pub struct ResourceType {
     pub field_labels: Vec<String>,
 }
 
-pub type ResourceRef = Arc<ResourceType>;
+pub(crate) type ResourceRef = Arc<ResourceType>;
 
 impl ResourceType {
-    pub fn version(&self, version: &str) -> Option<&VersionInfo> {
+    pub(crate) fn version(&self, version: &str) -> Option<&VersionInfo> {
         self.versions.iter().find(|v| v.name == version)
     }
 
-    pub fn preferred_version(&self) -> &str {
+    pub(crate) fn preferred_version(&self) -> &str {
         &self.versions[0].name
     }
 
-    pub fn api_version(&self, version: &str) -> String {
+    pub(crate) fn api_version(&self, version: &str) -> String {
         if self.group.is_empty() {
             version.to_string()
         } else {
@@ -100,12 +100,12 @@ impl ResourceType {
         }
     }
 
-    pub fn list_kind(&self) -> String {
+    pub(crate) fn list_kind(&self) -> String {
         format!("{}List", self.kind)
     }
 
     /// `pods`, `migplans.geometer.dev`: the name Kubernetes uses in messages.
-    pub fn qualified(&self) -> String {
+    pub(crate) fn qualified(&self) -> String {
         if self.group.is_empty() {
             self.plural.clone()
         } else {
@@ -113,15 +113,15 @@ impl ResourceType {
         }
     }
 
-    pub fn has_status(&self, version: &str) -> bool {
+    pub(crate) fn has_status(&self, version: &str) -> bool {
         self.version(version).is_some_and(|v| v.status_subresource)
     }
 
-    pub fn is(&self, builtin: Builtin) -> bool {
+    pub(crate) fn is(&self, builtin: Builtin) -> bool {
         self.builtin == Some(builtin)
     }
 
-    pub fn subresources(&self, version: &str) -> Vec<&'static str> {
+    pub(crate) fn subresources(&self, version: &str) -> Vec<&'static str> {
         let mut subs = Vec::new();
         if self.has_status(version) {
             subs.push("status");
@@ -133,7 +133,8 @@ impl ResourceType {
         subs
     }
 
-    pub fn accepts_field_label(&self, label: &str) -> bool {
-        matches!(label, "metadata.name" | "metadata.namespace") || self.field_labels.iter().any(|l| l == label)
+    pub(crate) fn accepts_field_label(&self, label: &str) -> bool {
+        matches!(label, "metadata.name" | "metadata.namespace")
+            || self.field_labels.iter().any(|l| l == label)
     }
 }

@@ -22,7 +22,7 @@ use super::watch::{self, Format, WatchSpec};
 use super::write::WriteOpts;
 use super::{now, Inner, RecordedRequest};
 
-pub async fn handle(inner: &Arc<Inner>, req: http::Request<Bytes>) -> http::Response<Body> {
+pub(crate) async fn handle(inner: &Arc<Inner>, req: http::Request<Bytes>) -> http::Response<Body> {
     let req = ApiRequest::from_http(req);
     let (verb, resource, namespace, name) = match &req.target {
         Target::Resource(rp) => (
@@ -77,7 +77,8 @@ fn route(inner: &Arc<Inner>, req: &ApiRequest) -> http::Response<Body> {
                 Some(v) => Ok(bytes_response(
                     200,
                     &format!("application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"),
-                    serde_json::to_vec(&discovery::aggregated(&store.registry, core, v)).expect("serializable"),
+                    serde_json::to_vec(&discovery::aggregated(&store.registry, core, v))
+                        .expect("serializable"),
                 )),
                 None if core => Ok(json_response(200, &discovery::core_versions(&inner.server_address()))),
                 None => Ok(json_response(200, &discovery::group_list(&store.registry))),
@@ -128,7 +129,8 @@ fn parse_body(req: &ApiRequest) -> ApiResult<Value> {
     if media == "application/yaml" {
         return super::patch::parse_yaml_or_json(&req.body);
     }
-    serde_json::from_slice(&req.body).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+    serde_json::from_slice(&req.body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
 }
 
 fn write_opts(req: &ApiRequest) -> ApiResult<WriteOpts> {
@@ -143,7 +145,11 @@ fn write_opts(req: &ApiRequest) -> ApiResult<WriteOpts> {
     };
     match req.query.get("dryRun") {
         None | Some("All") => {}
-        Some(other) => return Err(ApiError::bad_request(format!("dryRun: invalid value \"{other}\": the only value is All"))),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "dryRun: invalid value \"{other}\": the only value is All"
+            )))
+        }
     }
     let mut opts = WriteOpts::new(&req.field_manager(), now());
     opts.dry_run = req.dry_run();
@@ -151,7 +157,13 @@ fn write_opts(req: &ApiRequest) -> ApiResult<WriteOpts> {
     Ok(opts)
 }
 
-fn object_response(code: u16, req: &ApiRequest, rt: &ResourceRef, version: &str, obj: &Arc<Value>) -> http::Response<Body> {
+fn object_response(
+    code: u16,
+    req: &ApiRequest,
+    rt: &ResourceRef,
+    version: &str,
+    obj: &Arc<Value>,
+) -> http::Response<Body> {
     let served = to_served(rt, version, obj);
     if req.wants_table() {
         let include = Include::from_query(req.query.get("includeObject"));
@@ -164,14 +176,20 @@ fn object_response(code: u16, req: &ApiRequest, rt: &ResourceRef, version: &str,
     json_response(code, &served)
 }
 
-fn resource_request(inner: &Arc<Inner>, req: &ApiRequest, rp: &ResourcePath) -> ApiResult<http::Response<Body>> {
+fn resource_request(
+    inner: &Arc<Inner>,
+    req: &ApiRequest,
+    rp: &ResourcePath,
+) -> ApiResult<http::Response<Body>> {
     let rt = {
         let store = inner.store.lock().expect("store lock poisoned");
         store.registry.lookup(&rp.group, &rp.version, &rp.plural)
     }
     .ok_or_else(|| ApiError::path_not_found(&req.path))?;
     let version = rp.version.as_str();
-    let verb = req.verb(rp).ok_or_else(|| ApiError::method_not_allowed(format!("method {} is not supported on {}", req.method, req.path)))?;
+    let verb = req.verb(rp).ok_or_else(|| {
+        ApiError::method_not_allowed(format!("method {} is not supported on {}", req.method, req.path))
+    })?;
     if !rt.namespaced && rp.namespace.is_some() {
         return Err(ApiError::path_not_found(&req.path));
     }
@@ -187,7 +205,10 @@ fn resource_request(inner: &Arc<Inner>, req: &ApiRequest, rp: &ResourcePath) -> 
             _ => return Err(ApiError::path_not_found(&req.path)),
         };
         if !allowed {
-            return Err(ApiError::method_not_allowed(format!("{verb} is not supported on {}/{sub}", rt.plural)));
+            return Err(ApiError::method_not_allowed(format!(
+                "{verb} is not supported on {}/{sub}",
+                rt.plural
+            )));
         }
     }
     let name = rp.name.as_deref().unwrap_or("");
@@ -201,11 +222,14 @@ fn resource_request(inner: &Arc<Inner>, req: &ApiRequest, rp: &ResourcePath) -> 
             let mut filter = Filter::from_query(&rt, ns, &req.query)?;
             if !name.is_empty() {
                 let named = format!("metadata.name={name}");
-                filter.fields = super::selector::FieldSelector::parse(&named).map_err(ApiError::bad_request)?;
+                filter.fields =
+                    super::selector::FieldSelector::parse(&named).map_err(ApiError::bad_request)?;
             }
             let from = match req.query.get("resourceVersion") {
                 None | Some("0") => None,
-                Some(rv) => Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion \"{rv}\": must be a number")))?),
+                Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resourceVersion \"{rv}\": must be a number"))
+                })?),
             };
             let send_initial = req.query.flag("sendInitialEvents");
             let format = if req.wants_table() {
@@ -237,11 +261,18 @@ fn resource_request(inner: &Arc<Inner>, req: &ApiRequest, rp: &ResourcePath) -> 
             let opts = write_opts(req)?;
             let mut store = inner.store.lock().expect("store lock poisoned");
             match rp.subresource.as_deref() {
-                Some("eviction") => Ok(json_response(201, &store.evict(ns_str, name, &body, opts.dry_run, &opts.now)?)),
-                Some("binding") => Ok(json_response(201, &store.bind(ns_str, name, &body, opts.dry_run, &opts.now)?)),
+                Some("eviction") => {
+                    Ok(json_response(201, &store.evict(ns_str, name, &body, opts.dry_run, &opts.now)?))
+                }
+                Some("binding") => {
+                    Ok(json_response(201, &store.bind(ns_str, name, &body, opts.dry_run, &opts.now)?))
+                }
                 _ => {
                     if !name.is_empty() {
-                        return Err(ApiError::method_not_allowed(format!("POST is not supported on a named {}; use PUT or PATCH", rt.kind)));
+                        return Err(ApiError::method_not_allowed(format!(
+                            "POST is not supported on a named {}; use PUT or PATCH",
+                            rt.kind
+                        )));
                     }
                     let obj = store.create(&rt, version, ns, body, &opts)?;
                     drop(store);
@@ -252,7 +283,15 @@ fn resource_request(inner: &Arc<Inner>, req: &ApiRequest, rp: &ResourcePath) -> 
         Verb::Update => {
             let body = parse_body(req)?;
             let opts = write_opts(req)?;
-            let obj = inner.store.lock().expect("store lock poisoned").update(&rt, version, ns_str, name, body, rp.subresource.as_deref(), &opts)?;
+            let obj = inner.store.lock().expect("store lock poisoned").update(
+                &rt,
+                version,
+                ns_str,
+                name,
+                body,
+                rp.subresource.as_deref(),
+                &opts,
+            )?;
             Ok(object_response(200, req, &rt, version, &obj))
         }
         Verb::Patch => {
@@ -274,15 +313,19 @@ fn resource_request(inner: &Arc<Inner>, req: &ApiRequest, rp: &ResourcePath) -> 
         Verb::Delete => {
             let body = parse_body(req)?;
             let opts = DeleteOpts::parse(&body, req.query.get("propagationPolicy"), req.dry_run())?;
-            let deleted = inner.store.lock().expect("store lock poisoned").delete(&rt, ns_str, name, &opts, &now())?;
+            let deleted =
+                inner.store.lock().expect("store lock poisoned").delete(&rt, ns_str, name, &opts, &now())?;
             if !deleted.gone {
                 return Ok(object_response(202, req, &rt, version, &deleted.object));
             }
             if rt.is(Builtin::Pod) {
                 return Ok(object_response(200, req, &rt, version, &deleted.object));
             }
-            Ok(json_response(200, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                "details": {"name": name, "group": rt.group, "kind": rt.plural, "uid": deleted.object["metadata"]["uid"]}})))
+            Ok(json_response(
+                200,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "group": rt.group, "kind": rt.plural, "uid": deleted.object["metadata"]["uid"]}}),
+            ))
         }
         Verb::DeleteCollection => {
             let body = parse_body(req)?;
@@ -299,14 +342,28 @@ fn resource_request(inner: &Arc<Inner>, req: &ApiRequest, rp: &ResourcePath) -> 
                     deleted.push(d.object);
                 }
             }
-            let done = super::read::Page { items: deleted, resource_version: store.current_rv(), continue_token: None };
+            let done = super::read::Page {
+                items: deleted,
+                resource_version: store.current_rv(),
+                continue_token: None,
+            };
             drop(store);
-            Ok(bytes_response(200, "application/json", list_json(&rt, version, &done, |o| to_served(&rt, version, o))))
+            Ok(bytes_response(
+                200,
+                "application/json",
+                list_json(&rt, version, &done, |o| to_served(&rt, version, o)),
+            ))
         }
     }
 }
 
-fn list(inner: &Arc<Inner>, req: &ApiRequest, rt: &ResourceRef, version: &str, ns: Option<&str>) -> ApiResult<http::Response<Body>> {
+fn list(
+    inner: &Arc<Inner>,
+    req: &ApiRequest,
+    rt: &ResourceRef,
+    version: &str,
+    ns: Option<&str>,
+) -> ApiResult<http::Response<Body>> {
     let filter = Filter::from_query(rt, ns, &req.query)?;
     let page = inner.store.lock().expect("store lock poisoned").list_objects(rt, &filter, &req.query)?;
     let mut meta = json!({"resourceVersion": page.resource_version.to_string()});

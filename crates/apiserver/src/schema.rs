@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// `(field, message)` for each violation.
     pub errors: Vec<(String, String)>,
     /// Fields that were pruned because the schema does not know them.
@@ -14,7 +14,7 @@ pub struct Outcome {
 }
 
 /// Applies `schema` (an `openAPIV3Schema`) to a whole object in place.
-pub fn apply(obj: &mut Value, schema: &Value) -> Outcome {
+pub(crate) fn apply(obj: &mut Value, schema: &Value) -> Outcome {
     let mut out = Outcome::default();
     let Some(map) = obj.as_object_mut() else {
         out.errors.push((String::new(), "the object must be a JSON object".into()));
@@ -33,7 +33,9 @@ pub fn apply(obj: &mut Value, schema: &Value) -> Outcome {
     if !preserve {
         let unknown: Vec<String> = map
             .keys()
-            .filter(|k| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata") && props.get(k.as_str()).is_none())
+            .filter(|k| {
+                !matches!(k.as_str(), "apiVersion" | "kind" | "metadata") && props.get(k.as_str()).is_none()
+            })
             .cloned()
             .collect();
         for k in unknown {
@@ -100,13 +102,19 @@ fn walk(v: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
     };
     if !type_ok {
         let expected = if int_or_string { "integer or string" } else { want };
-        out.errors.push((path.to_string(), format!("Invalid value: \"{have}\": {path} in body must be of type {expected}: \"{have}\"")));
+        out.errors.push((
+            path.to_string(),
+            format!("Invalid value: \"{have}\": {path} in body must be of type {expected}: \"{have}\""),
+        ));
         return;
     }
     if let Some(allowed) = schema["enum"].as_array() {
         if !allowed.contains(v) {
             let list: Vec<String> = allowed.iter().map(|a| a.to_string()).collect();
-            out.errors.push((path.to_string(), format!("Unsupported value: {v}: supported values: {}", list.join(", "))));
+            out.errors.push((
+                path.to_string(),
+                format!("Unsupported value: {v}: supported values: {}", list.join(", ")),
+            ));
         }
     }
     check_bounds(v, schema, path, out);
@@ -174,7 +182,10 @@ fn check_bounds(v: &Value, schema: &Value, path: &str, out: &mut Outcome) {
     if let Some(s) = v.as_str() {
         let len = s.chars().count() as u64;
         if schema["minLength"].as_u64().is_some_and(|m| len < m) {
-            fail(format!("Invalid value: {v}: {path} in body should be at least {} chars long", schema["minLength"]));
+            fail(format!(
+                "Invalid value: {v}: {path} in body should be at least {} chars long",
+                schema["minLength"]
+            ));
         }
         if schema["maxLength"].as_u64().is_some_and(|m| len > m) {
             fail(format!("Too long: {path} may not be more than {} bytes", schema["maxLength"]));
@@ -183,7 +194,10 @@ fn check_bounds(v: &Value, schema: &Value, path: &str, out: &mut Outcome) {
     if let Some(a) = v.as_array() {
         let len = a.len() as u64;
         if schema["minItems"].as_u64().is_some_and(|m| len < m) {
-            fail(format!("Invalid value: {len}: {path} in body should have at least {} items", schema["minItems"]));
+            fail(format!(
+                "Invalid value: {len}: {path} in body should have at least {} items",
+                schema["minItems"]
+            ));
         }
         if schema["maxItems"].as_u64().is_some_and(|m| len > m) {
             fail(format!("Too many: {len}: must have at most {} items", schema["maxItems"]));
@@ -218,16 +232,23 @@ mod tests {
         let mut pruned = out.pruned.clone();
         pruned.sort();
         assert_eq!(pruned, vec!["junk".to_string(), "spec.bogus".to_string()]);
-        assert_eq!(obj["spec"], json!({"mode": "Auto", "headroom": 1, "window": "5m", "labels": {"a": "b"}, "extra": {"any": [1]}, "note": null}));
+        assert_eq!(
+            obj["spec"],
+            json!({"mode": "Auto", "headroom": 1, "window": "5m", "labels": {"a": "b"}, "extra": {"any": [1]}, "note": null})
+        );
     }
 
     #[test]
     fn reports_each_violation_by_field() {
-        let mut obj = json!({"spec": {"mode": "Sometimes", "headroom": -1, "window": 1.5, "labels": {"a": 1}}});
+        let mut obj =
+            json!({"spec": {"mode": "Sometimes", "headroom": -1, "window": 1.5, "labels": {"a": 1}}});
         let mut fields: Vec<String> = apply(&mut obj, &schema()).errors.into_iter().map(|(f, _)| f).collect();
         fields.sort();
         assert_eq!(fields, vec!["spec.headroom", "spec.labels.a", "spec.mode", "spec.window"]);
         let mut missing = json!({"spec": {}});
-        assert_eq!(apply(&mut missing, &schema()).errors, vec![("spec.mode".to_string(), "Required value".to_string())]);
+        assert_eq!(
+            apply(&mut missing, &schema()).errors,
+            vec![("spec.mode".to_string(), "Required value".to_string())]
+        );
     }
 }

@@ -32,7 +32,13 @@ pub(crate) fn initial_namespaces(store: &mut Store) {
     let opts = WriteOpts::new("geometer-apiserver", now());
     for ns in INITIAL_NAMESPACES {
         store
-            .create(&rt, "v1", None, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}), &opts)
+            .create(
+                &rt,
+                "v1",
+                None,
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                &opts,
+            )
             .expect("initial namespaces are valid");
     }
 }
@@ -48,11 +54,18 @@ impl Store {
         })?;
         let version = super::registry::split_api_version(&api_version).1.to_string();
         let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
-        let ns = if rt.namespaced { obj["metadata"]["namespace"].as_str().filter(|n| !n.is_empty()).unwrap_or("default").to_string() } else { String::new() };
+        let ns = if rt.namespaced {
+            obj["metadata"]["namespace"].as_str().filter(|n| !n.is_empty()).unwrap_or("default").to_string()
+        } else {
+            String::new()
+        };
         let mut opts = WriteOpts::new("geometer-seed", now());
         opts.keep_status = true;
         if rt.namespaced && self.get(&StorageKey::new("", "namespaces"), "", &ns).is_none() {
-            let ns_rt = self.registry.by_storage(&StorageKey::new("", "namespaces")).expect("namespaces are built in");
+            let ns_rt = self
+                .registry
+                .by_storage(&StorageKey::new("", "namespaces"))
+                .expect("namespaces are built in");
             self.create(&ns_rt, "v1", None, json!({"metadata": {"name": ns}}), &opts)?;
         }
         let path_ns = rt.namespaced.then_some(ns.as_str());
@@ -62,7 +75,15 @@ impl Store {
                 if let Some(m) = new["metadata"].as_object_mut() {
                     m.remove("resourceVersion");
                 }
-                self.commit_update(&rt, &version, &old, super::convert::to_storage(&rt, new), None, &opts, Tracking::Update)?
+                self.commit_update(
+                    &rt,
+                    &version,
+                    &old,
+                    super::convert::to_storage(&rt, new),
+                    None,
+                    &opts,
+                    Tracking::Update,
+                )?
             }
             _ => self.create_tracked(&rt, &version, path_ns, obj, &opts, Tracking::Update)?,
         };
@@ -95,7 +116,9 @@ impl ApiServer {
         value["apiVersion"] = json!(K::api_version(&()));
         value["kind"] = json!(K::kind(&()));
         let stored = self.seed_value(value)?;
-        serde_json::from_value(stored).map_err(|e| ApiError::internal(format!("stored object does not decode as {}: {e}", K::kind(&()))))
+        serde_json::from_value(stored).map_err(|e| {
+            ApiError::internal(format!("stored object does not decode as {}: {e}", K::kind(&())))
+        })
     }
 
     /// Stores an object given as JSON (`apiVersion` and `kind` required).
@@ -105,18 +128,28 @@ impl ApiServer {
 
     /// Seeds every object of a multi-document YAML (or JSON) text, `List` kinds expanded,
     /// CRDs first so that their custom resources can follow in the same text.
+    #[allow(clippy::result_large_err)] // seeding is test and demo set-up, not a hot path
     pub fn load_yaml(&self, text: &str) -> Result<Vec<Value>, SeedError> {
-        let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| SeedError::Yaml(e.to_string()))?;
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(text).map_err(|e| SeedError::Yaml(e.to_string()))?;
         let mut docs: Vec<(usize, Value)> = expand_lists(docs).into_iter().enumerate().collect();
         docs.sort_by_key(|(_, d)| d["kind"] != "CustomResourceDefinition" && d["kind"] != "Namespace");
         let mut out = Vec::new();
         for (index, doc) in docs {
             if !doc.is_object() {
-                return Err(SeedError::Shape { index, message: "each document must be a Kubernetes object (a mapping)".into() });
+                return Err(SeedError::Shape {
+                    index,
+                    message: "each document must be a Kubernetes object (a mapping)".into(),
+                });
             }
             let kind = doc["kind"].as_str().unwrap_or("").to_string();
             let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
-            out.push(self.seed_value(doc).map_err(|source| SeedError::Rejected { index, kind, name, source })?);
+            out.push(self.seed_value(doc).map_err(|source| SeedError::Rejected {
+                index,
+                kind,
+                name,
+                source,
+            })?);
         }
         Ok(out)
     }
@@ -139,10 +172,14 @@ impl ApiServer {
         K: kube::Resource<DynamicType = ()> + DeserializeOwned,
     {
         let store = self.inner.store.lock().expect("store lock poisoned");
-        let Some(rt) = store.registry.by_kind(&K::group(&()), &K::version(&()), &K::kind(&())) else { return Vec::new() };
+        let Some(rt) = store.registry.by_kind(&K::group(&()), &K::version(&()), &K::kind(&())) else {
+            return Vec::new();
+        };
         store
             .iter(&rt.storage, None)
-            .filter_map(|o| serde_json::from_value((*super::convert::to_served(&rt, &K::version(&()), o)).clone()).ok())
+            .filter_map(|o| {
+                serde_json::from_value((*super::convert::to_served(&rt, &K::version(&()), o)).clone()).ok()
+            })
             .collect()
     }
 }

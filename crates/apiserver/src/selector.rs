@@ -22,14 +22,14 @@ struct Requirement {
 
 /// A parsed label selector; the empty selector matches everything.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct LabelSelector {
+pub(crate) struct LabelSelector {
     reqs: Vec<Requirement>,
     /// A `null` selector object matches nothing (policy/v1 PDB semantics).
     matches_nothing: bool,
 }
 
 impl LabelSelector {
-    pub fn parse(s: &str) -> Result<LabelSelector, String> {
+    pub(crate) fn parse(s: &str) -> Result<LabelSelector, String> {
         let mut reqs = Vec::new();
         for part in split_top_level(s) {
             let part = part.trim();
@@ -42,7 +42,7 @@ impl LabelSelector {
     }
 
     /// From a `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`).
-    pub fn from_object(v: &Value) -> Result<LabelSelector, String> {
+    pub(crate) fn from_object(v: &Value) -> Result<LabelSelector, String> {
         if v.is_null() {
             return Ok(LabelSelector { reqs: Vec::new(), matches_nothing: true });
         }
@@ -52,9 +52,16 @@ impl LabelSelector {
             reqs.push(Requirement { key: k.clone(), op: Op::Eq(val.to_string()) });
         }
         for (i, e) in v["matchExpressions"].as_array().into_iter().flatten().enumerate() {
-            let key = e["key"].as_str().ok_or_else(|| format!("matchExpressions[{i}].key is required"))?.to_string();
-            let values: Vec<String> =
-                e["values"].as_array().into_iter().flatten().filter_map(|x| x.as_str().map(str::to_string)).collect();
+            let key = e["key"]
+                .as_str()
+                .ok_or_else(|| format!("matchExpressions[{i}].key is required"))?
+                .to_string();
+            let values: Vec<String> = e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect();
             let op = match e["operator"].as_str().unwrap_or("") {
                 "In" => Op::In(values),
                 "NotIn" => Op::NotIn(values),
@@ -71,7 +78,7 @@ impl LabelSelector {
         Ok(LabelSelector { reqs, matches_nothing: false })
     }
 
-    pub fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
+    pub(crate) fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
         if self.matches_nothing {
             return false;
         }
@@ -89,7 +96,7 @@ impl LabelSelector {
     }
 
     /// Matches an object by its `metadata.labels`.
-    pub fn matches_object(&self, obj: &Value) -> bool {
+    pub(crate) fn matches_object(&self, obj: &Value) -> bool {
         self.matches(obj["metadata"]["labels"].as_object())
     }
 }
@@ -146,7 +153,10 @@ fn parse_requirement(part: &str) -> Result<Requirement, String> {
     }
     for (sep, gt) in [('>', true), ('<', false)] {
         if let Some((k, v)) = part.split_once(sep) {
-            let n = v.trim().parse::<i64>().map_err(|_| format!("invalid label selector \"{part}\": {v} is not an integer"))?;
+            let n = v
+                .trim()
+                .parse::<i64>()
+                .map_err(|_| format!("invalid label selector \"{part}\": {v} is not an integer"))?;
             return Ok(Requirement { key: check_key(k, part)?, op: if gt { Op::Gt(n) } else { Op::Lt(n) } });
         }
     }
@@ -167,12 +177,12 @@ fn parse_requirement(part: &str) -> Result<Requirement, String> {
 
 /// A field selector: `a=b`, `a==b` and `a!=b` terms joined by commas.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct FieldSelector {
+pub(crate) struct FieldSelector {
     terms: Vec<(String, bool, String)>,
 }
 
 impl FieldSelector {
-    pub fn parse(s: &str) -> Result<FieldSelector, String> {
+    pub(crate) fn parse(s: &str) -> Result<FieldSelector, String> {
         let mut terms = Vec::new();
         for part in split_unescaped(s, ',') {
             if part.trim().is_empty() {
@@ -183,19 +193,21 @@ impl FieldSelector {
             } else if let Some((f, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
                 (f, true, v)
             } else {
-                return Err(format!("invalid field selector \"{part}\": expected field=value or field!=value"));
+                return Err(format!(
+                    "invalid field selector \"{part}\": expected field=value or field!=value"
+                ));
             };
             terms.push((field.trim().to_string(), equal, unescape(value.trim())));
         }
         Ok(FieldSelector { terms })
     }
 
-    pub fn fields(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn fields(&self) -> impl Iterator<Item = &str> {
         self.terms.iter().map(|(f, _, _)| f.as_str())
     }
 
     /// Rewrites field names (used by the events.k8s.io view of events).
-    pub fn rename(&mut self, f: impl Fn(&str) -> Option<String>) {
+    pub(crate) fn rename(&mut self, f: impl Fn(&str) -> Option<String>) {
         for t in &mut self.terms {
             if let Some(n) = f(&t.0) {
                 t.0 = n;
@@ -204,17 +216,17 @@ impl FieldSelector {
     }
 
     /// The value `metadata.name=x` pins, letting a lookup skip the scan.
-    pub fn exact_name(&self) -> Option<&str> {
+    pub(crate) fn exact_name(&self) -> Option<&str> {
         self.terms.iter().find(|(f, eq, _)| f == "metadata.name" && *eq).map(|(_, _, v)| v.as_str())
     }
 
-    pub fn matches(&self, obj: &Value) -> bool {
+    pub(crate) fn matches(&self, obj: &Value) -> bool {
         self.terms.iter().all(|(field, equal, want)| (field_value(obj, field) == *want) == *equal)
     }
 }
 
 /// The string a field selector compares against: missing fields read as "".
-pub fn field_value(obj: &Value, field: &str) -> String {
+pub(crate) fn field_value(obj: &Value, field: &str) -> String {
     let path = if field == "source" { "source.component" } else { field };
     let mut cur = obj;
     for p in path.split('.') {
@@ -275,7 +287,18 @@ mod tests {
     #[test]
     fn label_selector_forms() {
         let l = labels(json!({"app": "web", "tier": "gpu", "rank": "5"}));
-        let yes = ["app=web", "app==web", "app!=db", "app in (web,db)", "tier notin (cpu)", "app", "!missing", "rank>3", "app=web,tier=gpu", ""];
+        let yes = [
+            "app=web",
+            "app==web",
+            "app!=db",
+            "app in (web,db)",
+            "tier notin (cpu)",
+            "app",
+            "!missing",
+            "rank>3",
+            "app=web,tier=gpu",
+            "",
+        ];
         for s in yes {
             assert!(LabelSelector::parse(s).unwrap().matches(Some(&l)), "{s} should match");
         }
@@ -290,18 +313,21 @@ mod tests {
     #[test]
     fn label_selector_object_and_null() {
         let sel = LabelSelector::from_object(&json!({"matchLabels": {"app": "web"},
-            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]})).unwrap();
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]}))
+        .unwrap();
         assert!(sel.matches(Some(&labels(json!({"app": "web", "tier": "gpu"})))));
         assert!(!sel.matches(Some(&labels(json!({"app": "web"})))));
         assert!(LabelSelector::from_object(&json!({})).unwrap().matches(None));
         assert!(!LabelSelector::from_object(&Value::Null).unwrap().matches(None));
-        assert!(LabelSelector::from_object(&json!({"matchExpressions": [{"key": "a", "operator": "Is"}]})).is_err());
+        assert!(LabelSelector::from_object(&json!({"matchExpressions": [{"key": "a", "operator": "Is"}]}))
+            .is_err());
     }
 
     #[test]
     fn field_selector_terms() {
         let pod = json!({"metadata": {"name": "p", "namespace": "d"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}});
-        let sel = FieldSelector::parse("spec.nodeName=n1,status.phase!=Failed,status.phase!=Succeeded").unwrap();
+        let sel =
+            FieldSelector::parse("spec.nodeName=n1,status.phase!=Failed,status.phase!=Succeeded").unwrap();
         assert!(sel.matches(&pod));
         assert!(!FieldSelector::parse("spec.nodeName=").unwrap().matches(&pod));
         assert!(FieldSelector::parse("spec.nodeName!=").unwrap().matches(&pod));

@@ -6,7 +6,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http_body_util::BodyExt;
 
 use super::response::Body;
@@ -39,11 +38,12 @@ where
             let bytes = match body.collect().await {
                 Ok(collected) => collected.to_bytes(),
                 Err(e) => {
-                    let err = super::error::ApiError::bad_request(format!("could not read the request body: {e}"));
+                    let err =
+                        super::error::ApiError::bad_request(format!("could not read the request body: {e}"));
                     return Ok(super::response::error_response(&err));
                 }
             };
-            Ok(router::handle(&inner, http::Request::from_parts(parts, Bytes::from(bytes))).await)
+            Ok(router::handle(&inner, http::Request::from_parts(parts, bytes)).await)
         })
     }
 }

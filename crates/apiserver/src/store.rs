@@ -10,17 +10,17 @@ use super::registry::Registry;
 use super::resource::StorageKey;
 
 /// `(namespace, name)`; namespace is "" for cluster-scoped objects.
-pub type ObjKey = (String, String);
+pub(crate) type ObjKey = (String, String);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeType {
+pub(crate) enum ChangeType {
     Added,
     Modified,
     Deleted,
 }
 
 impl ChangeType {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ChangeType::Added => "ADDED",
             ChangeType::Modified => "MODIFIED",
@@ -31,7 +31,7 @@ impl ChangeType {
 
 /// One committed write, as watches see it.
 #[derive(Debug)]
-pub struct Change {
+pub(crate) struct Change {
     pub rv: u64,
     pub storage: StorageKey,
     pub namespace: String,
@@ -45,7 +45,7 @@ pub struct Change {
 /// Where an owner's dependents are, for garbage collection.
 type DependentRef = (StorageKey, String, String);
 
-pub struct Store {
+pub(crate) struct Store {
     pub registry: Registry,
     collections: HashMap<StorageKey, BTreeMap<ObjKey, Arc<Value>>>,
     rv: u64,
@@ -60,15 +60,15 @@ pub struct Store {
 
 /// A watch or continue token asked for a version the history no longer holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Expired {
+pub(crate) struct Expired {
     pub oldest_available: u64,
 }
 
-pub fn rv_of(obj: &Value) -> u64 {
+pub(crate) fn rv_of(obj: &Value) -> u64 {
     obj["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
-pub fn uid_of(obj: &Value) -> &str {
+pub(crate) fn uid_of(obj: &Value) -> &str {
     obj["metadata"]["uid"].as_str().unwrap_or("")
 }
 
@@ -82,7 +82,7 @@ fn owner_uids(obj: &Value) -> Vec<String> {
 }
 
 impl Store {
-    pub fn new(history_limit: usize, notifier: tokio::sync::watch::Sender<u64>) -> Self {
+    pub(crate) fn new(history_limit: usize, notifier: tokio::sync::watch::Sender<u64>) -> Self {
         Store {
             registry: Registry::default(),
             collections: HashMap::new(),
@@ -96,16 +96,20 @@ impl Store {
         }
     }
 
-    pub fn current_rv(&self) -> u64 {
+    pub(crate) fn current_rv(&self) -> u64 {
         self.rv
     }
 
-    pub fn get(&self, storage: &StorageKey, ns: &str, name: &str) -> Option<&Arc<Value>> {
+    pub(crate) fn get(&self, storage: &StorageKey, ns: &str, name: &str) -> Option<&Arc<Value>> {
         self.collections.get(storage)?.get(&(ns.to_string(), name.to_string()))
     }
 
     /// Objects of one type in key order, optionally in one namespace.
-    pub fn iter<'a>(&'a self, storage: &StorageKey, ns: Option<&'a str>) -> Box<dyn Iterator<Item = &'a Arc<Value>> + 'a> {
+    pub(crate) fn iter<'a>(
+        &'a self,
+        storage: &StorageKey,
+        ns: Option<&'a str>,
+    ) -> Box<dyn Iterator<Item = &'a Arc<Value>> + 'a> {
         let Some(coll) = self.collections.get(storage) else {
             return Box::new(std::iter::empty());
         };
@@ -119,7 +123,7 @@ impl Store {
     }
 
     /// Objects after `after` (exclusive) in key order: list pagination.
-    pub fn iter_after<'a>(
+    pub(crate) fn iter_after<'a>(
         &'a self,
         storage: &StorageKey,
         after: ObjKey,
@@ -131,7 +135,7 @@ impl Store {
         Box::new(coll.range((Bound::Excluded(after), Bound::Unbounded)).map(|(_, v)| v))
     }
 
-    pub fn namespaces_in_use(&self, ns: &str) -> Vec<(StorageKey, String)> {
+    pub(crate) fn namespaces_in_use(&self, ns: &str) -> Vec<(StorageKey, String)> {
         let mut out = Vec::new();
         for (key, coll) in &self.collections {
             for (n, name) in coll.keys() {
@@ -143,14 +147,14 @@ impl Store {
         out
     }
 
-    pub fn dependents_of(&self, uid: &str) -> Vec<DependentRef> {
+    pub(crate) fn dependents_of(&self, uid: &str) -> Vec<DependentRef> {
         let mut v: Vec<DependentRef> = self.dependents.get(uid).into_iter().flatten().cloned().collect();
         v.sort();
         v
     }
 
     /// Where the object with this uid is stored.
-    pub fn find_uid(&self, uid: &str) -> Option<DependentRef> {
+    pub(crate) fn find_uid(&self, uid: &str) -> Option<DependentRef> {
         self.uids.get(uid).cloned()
     }
 
@@ -159,7 +163,14 @@ impl Store {
         self.rv
     }
 
-    fn index_owners(&mut self, storage: &StorageKey, ns: &str, name: &str, old: Option<&Value>, new: Option<&Value>) {
+    fn index_owners(
+        &mut self,
+        storage: &StorageKey,
+        ns: &str,
+        name: &str,
+        old: Option<&Value>,
+        new: Option<&Value>,
+    ) {
         let entry = (storage.clone(), ns.to_string(), name.to_string());
         for uid in old.map(owner_uids).unwrap_or_default() {
             if let Some(set) = self.dependents.get_mut(&uid) {
@@ -175,26 +186,42 @@ impl Store {
     }
 
     /// Stores `obj` (created or replaced) at a fresh resourceVersion.
-    pub fn put(&mut self, storage: &StorageKey, mut obj: Value) -> Arc<Value> {
+    pub(crate) fn put(&mut self, storage: &StorageKey, mut obj: Value) -> Arc<Value> {
         let rv = self.next_rv();
         obj["metadata"]["resourceVersion"] = Value::String(rv.to_string());
         let ns = obj["metadata"]["namespace"].as_str().unwrap_or("").to_string();
         let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
         let obj = Arc::new(obj);
-        let previous =
-            self.collections.entry(storage.clone()).or_default().insert((ns.clone(), name.clone()), obj.clone());
+        let previous = self
+            .collections
+            .entry(storage.clone())
+            .or_default()
+            .insert((ns.clone(), name.clone()), obj.clone());
         self.index_owners(storage, &ns, &name, previous.as_deref(), Some(&obj));
         let uid = uid_of(&obj);
         if !uid.is_empty() {
             self.uids.insert(uid.to_string(), (storage.clone(), ns.clone(), name.clone()));
         }
         let kind = if previous.is_some() { ChangeType::Modified } else { ChangeType::Added };
-        self.record(Change { rv, storage: storage.clone(), namespace: ns, kind, object: obj.clone(), previous });
+        self.record(Change {
+            rv,
+            storage: storage.clone(),
+            namespace: ns,
+            kind,
+            object: obj.clone(),
+            previous,
+        });
         obj
     }
 
     /// Removes an object; `last` is its final state (finalizers gone, deletionTimestamp set).
-    pub fn take(&mut self, storage: &StorageKey, ns: &str, name: &str, last: Option<Value>) -> Option<Arc<Value>> {
+    pub(crate) fn take(
+        &mut self,
+        storage: &StorageKey,
+        ns: &str,
+        name: &str,
+        last: Option<Value>,
+    ) -> Option<Arc<Value>> {
         let previous = self.collections.get_mut(storage)?.remove(&(ns.to_string(), name.to_string()))?;
         self.index_owners(storage, ns, name, Some(&previous), None);
         self.uids.remove(uid_of(&previous));
@@ -214,8 +241,9 @@ impl Store {
     }
 
     /// Drops every object of a type (its CRD went away).
-    pub fn drop_collection(&mut self, storage: &StorageKey) {
-        let keys: Vec<ObjKey> = self.collections.get(storage).map(|c| c.keys().cloned().collect()).unwrap_or_default();
+    pub(crate) fn drop_collection(&mut self, storage: &StorageKey) {
+        let keys: Vec<ObjKey> =
+            self.collections.get(storage).map(|c| c.keys().cloned().collect()).unwrap_or_default();
         for (ns, name) in keys {
             self.take(storage, &ns, &name, None);
         }
@@ -234,7 +262,7 @@ impl Store {
     }
 
     /// Changes after `rv`, oldest first, at most `max`.
-    pub fn changes_after(&self, rv: u64, max: usize) -> Result<Vec<Arc<Change>>, Expired> {
+    pub(crate) fn changes_after(&self, rv: u64, max: usize) -> Result<Vec<Arc<Change>>, Expired> {
         if rv < self.compacted_rv {
             return Err(Expired { oldest_available: self.compacted_rv });
         }
@@ -242,7 +270,7 @@ impl Store {
         Ok(self.history.range(start..).take(max).cloned().collect())
     }
 
-    pub fn check_available(&self, rv: u64) -> Result<(), Expired> {
+    pub(crate) fn check_available(&self, rv: u64) -> Result<(), Expired> {
         if rv < self.compacted_rv {
             Err(Expired { oldest_available: self.compacted_rv })
         } else {
@@ -272,7 +300,10 @@ mod tests {
         assert!(s.get(&key, "d", "a").is_none());
         // Only the last two changes are kept: replay from `a`'s version still works, from before it not.
         let after_a = s.changes_after(rv_of(&a), 10).unwrap();
-        assert_eq!(after_a.iter().map(|c| c.kind).collect::<Vec<_>>(), vec![ChangeType::Modified, ChangeType::Deleted]);
+        assert_eq!(
+            after_a.iter().map(|c| c.kind).collect::<Vec<_>>(),
+            vec![ChangeType::Modified, ChangeType::Deleted]
+        );
         assert!(s.changes_after(rv_of(&a) - 1, 10).is_err());
     }
 

@@ -10,7 +10,7 @@ use super::list_semantics::{ListKind, ListSemantics};
 const DELETE_PRIMITIVE: &str = "$deleteFromPrimitiveList/";
 const SET_ORDER: &str = "$setElementOrder/";
 
-pub fn apply(original: &Value, patch: &Value, lists: ListSemantics<'_>) -> Result<Value, String> {
+pub(crate) fn apply(original: &Value, patch: &Value, lists: ListSemantics<'_>) -> Result<Value, String> {
     let mut out = original.clone();
     match (out.as_object_mut(), patch.as_object()) {
         (Some(o), Some(p)) => merge_map(o, p, &mut Vec::new(), lists)?,
@@ -23,17 +23,19 @@ pub fn apply(original: &Value, patch: &Value, lists: ListSemantics<'_>) -> Resul
 fn clean(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| !k.starts_with('$'))
-                .map(|(k, x)| (k.clone(), clean(x)))
-                .collect(),
+            m.iter().filter(|(k, _)| !k.starts_with('$')).map(|(k, x)| (k.clone(), clean(x))).collect(),
         ),
         Value::Array(a) => Value::Array(a.iter().map(clean).collect()),
         other => other.clone(),
     }
 }
 
-fn merge_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>, path: &mut Vec<String>, lists: ListSemantics<'_>) -> Result<(), String> {
+fn merge_map(
+    orig: &mut Map<String, Value>,
+    patch: &Map<String, Value>,
+    path: &mut Vec<String>,
+    lists: ListSemantics<'_>,
+) -> Result<(), String> {
     match patch.get("$patch").and_then(Value::as_str) {
         Some("replace") => {
             *orig = clean(&Value::Object(patch.clone())).as_object().cloned().unwrap_or_default();
@@ -88,7 +90,9 @@ fn merge_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>, path: &m
             }
             Value::Array(pa) => {
                 let merged = match (orig.get(key), lists.kind(path)) {
-                    (Some(Value::Array(oa)), ListKind::Map(keys)) => merge_keyed(oa, pa, &keys[0], path, lists)?,
+                    (Some(Value::Array(oa)), ListKind::Map(keys)) => {
+                        merge_keyed(oa, pa, &keys[0], path, lists)?
+                    }
                     (Some(Value::Array(oa)), ListKind::Set) => {
                         let mut out = oa.clone();
                         for v in pa {
@@ -117,7 +121,13 @@ fn merge_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>, path: &m
     Ok(())
 }
 
-fn merge_keyed(orig: &[Value], patch: &[Value], key: &str, path: &mut Vec<String>, lists: ListSemantics<'_>) -> Result<Vec<Value>, String> {
+fn merge_keyed(
+    orig: &[Value],
+    patch: &[Value],
+    key: &str,
+    path: &mut Vec<String>,
+    lists: ListSemantics<'_>,
+) -> Result<Vec<Value>, String> {
     if patch.iter().any(|p| p.get("$patch").and_then(Value::as_str) == Some("replace")) {
         return Ok(patch.iter().filter(|p| p.get("$patch").is_none()).map(clean).collect());
     }
@@ -186,27 +196,45 @@ mod tests {
     fn containers_merge_by_name_and_conditions_by_type() {
         let orig = json!({"spec": {"containers": [{"name": "a", "image": "x:1"}, {"name": "b", "image": "y:1"}]},
             "status": {"conditions": [{"type": "Ready", "status": "False"}]}});
-        let out = pod_patch(orig, json!({"spec": {"containers": [{"name": "b", "image": "y:2"}]},
-            "status": {"conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}}));
-        assert_eq!(out["spec"]["containers"], json!([{"name": "a", "image": "x:1"}, {"name": "b", "image": "y:2"}]));
-        assert_eq!(out["status"]["conditions"], json!([{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]));
+        let out = pod_patch(
+            orig,
+            json!({"spec": {"containers": [{"name": "b", "image": "y:2"}]},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}}),
+        );
+        assert_eq!(
+            out["spec"]["containers"],
+            json!([{"name": "a", "image": "x:1"}, {"name": "b", "image": "y:2"}])
+        );
+        assert_eq!(
+            out["status"]["conditions"],
+            json!([{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}])
+        );
     }
 
     #[test]
     fn directives() {
         let orig = json!({"metadata": {"finalizers": ["a", "b"], "labels": {"x": "1", "y": "2"}},
             "spec": {"containers": [{"name": "a"}, {"name": "b"}], "tolerations": [{"key": "k"}]}});
-        let out = pod_patch(orig, json!({
+        let out = pod_patch(
+            orig,
+            json!({
             "metadata": {"$deleteFromPrimitiveList/finalizers": ["a"], "finalizers": ["c"], "labels": {"x": null}},
             "spec": {"$setElementOrder/containers": [{"name": "b"}, {"name": "a"}],
                      "containers": [{"name": "a", "$patch": "delete"}, {"name": "c"}],
-                     "tolerations": [{"key": "z"}]}}));
+                     "tolerations": [{"key": "z"}]}}),
+        );
         assert_eq!(out["metadata"]["finalizers"], json!(["b", "c"]));
         assert_eq!(out["metadata"]["labels"], json!({"y": "2"}));
         assert_eq!(out["spec"]["containers"], json!([{"name": "b"}, {"name": "c"}]));
-        assert_eq!(out["spec"]["tolerations"], json!([{"key": "z"}]), "lists without a strategy are replaced");
-        let replaced = pod_patch(json!({"spec": {"nodeSelector": {"a": "1"}}}),
-            json!({"spec": {"nodeSelector": {"$patch": "replace", "b": "2"}}}));
+        assert_eq!(
+            out["spec"]["tolerations"],
+            json!([{"key": "z"}]),
+            "lists without a strategy are replaced"
+        );
+        let replaced = pod_patch(
+            json!({"spec": {"nodeSelector": {"a": "1"}}}),
+            json!({"spec": {"nodeSelector": {"$patch": "replace", "b": "2"}}}),
+        );
         assert_eq!(replaced["spec"]["nodeSelector"], json!({"b": "2"}));
     }
 }

@@ -11,7 +11,7 @@ use super::printers;
 use super::resource::{Printer, PrinterColumn, ResourceType};
 
 /// Kubernetes' `duration.HumanDuration`, which kubectl's AGE column shows.
-pub fn human_duration(secs: i64) -> String {
+pub(crate) fn human_duration(secs: i64) -> String {
     if secs < -1 {
         return "<invalid>".into();
     }
@@ -46,7 +46,11 @@ pub fn human_duration(secs: i64) -> String {
     }
     if hours < 24 * 365 * 8 {
         let dy = (hours / 24) % 365;
-        return if dy == 0 { format!("{}y", hours / 24 / 365) } else { format!("{}y{dy}d", hours / 24 / 365) };
+        return if dy == 0 {
+            format!("{}y", hours / 24 / 365)
+        } else {
+            format!("{}y{dy}d", hours / 24 / 365)
+        };
     }
     format!("{}y", hours / 24 / 365)
 }
@@ -59,14 +63,14 @@ fn age_of(now: jiff::Timestamp) -> impl Fn(&Value) -> String {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Include {
+pub(crate) enum Include {
     None,
     Metadata,
     Object,
 }
 
 impl Include {
-    pub fn from_query(v: Option<&str>) -> Include {
+    pub(crate) fn from_query(v: Option<&str>) -> Include {
         match v {
             Some("None") => Include::None,
             Some("Object") => Include::Object,
@@ -75,11 +79,11 @@ impl Include {
     }
 }
 
-pub fn partial_metadata(obj: &Value) -> Value {
+pub(crate) fn partial_metadata(obj: &Value) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
 }
 
-pub fn partial_metadata_list(items: &[Arc<Value>], list_meta: Value) -> Value {
+pub(crate) fn partial_metadata_list(items: &[Arc<Value>], list_meta: Value) -> Value {
     json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
         "items": items.iter().map(|i| partial_metadata(i)).collect::<Vec<_>>()})
 }
@@ -104,16 +108,26 @@ fn custom_cell(col: &PrinterColumn, obj: &Value, age: &dyn Fn(&Value) -> String)
     match found.as_slice() {
         [] => Value::Null,
         [v] => one(v),
-        many => json!(many.iter().map(|v| match one(v) {
-            Value::String(s) => s,
-            Value::Null => String::new(),
-            other => other.to_string(),
-        }).collect::<Vec<_>>().join(",")),
+        many => json!(many
+            .iter()
+            .map(|v| match one(v) {
+                Value::String(s) => s,
+                Value::Null => String::new(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(",")),
     }
 }
 
 /// A Table of `objects` (already in the served version).
-pub fn table(rt: &ResourceType, version: &str, objects: &[Arc<Value>], include: Include, list_meta: Value) -> Value {
+pub(crate) fn table(
+    rt: &ResourceType,
+    version: &str,
+    objects: &[Arc<Value>],
+    include: Include,
+    list_meta: Value,
+) -> Value {
     let age = age_of(jiff::Timestamp::now());
     let printer = rt.version(version).map(|v| v.printer.clone()).unwrap_or(Printer::Default);
     let mut defs = vec![column_def(
@@ -124,9 +138,19 @@ pub fn table(rt: &ResourceType, version: &str, objects: &[Arc<Value>], include: 
         0,
     )];
     match &printer {
-        Printer::Builtin(b) => defs.extend(printers::columns(*b).iter().map(|c| column_def(c.name, c.type_, "", c.description, c.priority))),
-        Printer::Columns(cols) => defs.extend(cols.iter().map(|c| column_def(&c.name, &c.type_, &c.format, &c.description, c.priority))),
-        Printer::Default => defs.push(column_def("Age", "date", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0)),
+        Printer::Builtin(b) => defs.extend(
+            printers::columns(*b).iter().map(|c| column_def(c.name, c.type_, "", c.description, c.priority)),
+        ),
+        Printer::Columns(cols) => defs.extend(
+            cols.iter().map(|c| column_def(&c.name, &c.type_, &c.format, &c.description, c.priority)),
+        ),
+        Printer::Default => defs.push(column_def(
+            "Age",
+            "date",
+            "",
+            "CreationTimestamp is a timestamp representing the server time when this object was created.",
+            0,
+        )),
     }
     let rows: Vec<Value> = objects
         .iter()

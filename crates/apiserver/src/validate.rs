@@ -38,7 +38,7 @@ fn is_label_key(k: &str) -> bool {
 }
 
 /// Name, namespace-name and label rules, as 422 Invalid with one cause per field.
-pub fn metadata(rt: &ResourceType, obj: &Value) -> ApiResult<()> {
+pub(crate) fn metadata(rt: &ResourceType, obj: &Value) -> ApiResult<()> {
     let meta = &obj["metadata"];
     let name = meta["name"].as_str().unwrap_or("");
     let mut causes = Vec::new();
@@ -53,16 +53,19 @@ pub fn metadata(rt: &ResourceType, obj: &Value) -> ApiResult<()> {
     }
     for (k, v) in meta["labels"].as_object().into_iter().flatten() {
         if !is_label_key(k) {
-            causes.push((format!("metadata.labels"), format!("Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character")));
+            causes.push(("metadata.labels".to_string(), format!("Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character")));
         }
         match v.as_str() {
             Some(s) if is_label_value(s) => {}
-            _ => causes.push((format!("metadata.labels"), format!("Invalid value: {v}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"))),
+            _ => causes.push(("metadata.labels".to_string(), format!("Invalid value: {v}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"))),
         }
     }
     for (k, v) in meta["annotations"].as_object().into_iter().flatten() {
         if !v.is_string() {
-            causes.push((format!("metadata.annotations.{k}"), format!("Invalid value: {v}: annotation values must be strings")));
+            causes.push((
+                format!("metadata.annotations.{k}"),
+                format!("Invalid value: {v}: annotation values must be strings"),
+            ));
         }
     }
     if causes.is_empty() {
@@ -74,12 +77,15 @@ pub fn metadata(rt: &ResourceType, obj: &Value) -> ApiResult<()> {
 
 fn decode<T: serde::de::DeserializeOwned>(rt: &ResourceType, obj: &Value) -> ApiResult<T> {
     T::deserialize(obj).map_err(|e| {
-        ApiError::bad_request(format!("{} in version \"v1\" cannot be handled as a {}: {e}", rt.kind, rt.kind))
+        ApiError::bad_request(format!(
+            "{} in version \"v1\" cannot be handled as a {}: {e}",
+            rt.kind, rt.kind
+        ))
     })
 }
 
 /// Type checks for built-in kinds (objects in storage form).
-pub fn builtin(rt: &ResourceType, obj: &Value) -> ApiResult<()> {
+pub(crate) fn builtin(rt: &ResourceType, obj: &Value) -> ApiResult<()> {
     use k8s_openapi::api::{coordination::v1 as coordination, core::v1 as core, policy::v1 as policy};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
     let name = obj["metadata"]["name"].as_str().unwrap_or("");
@@ -87,7 +93,11 @@ pub fn builtin(rt: &ResourceType, obj: &Value) -> ApiResult<()> {
         Some(Builtin::Pod) => {
             let pod: core::Pod = decode(rt, obj)?;
             if pod.spec.as_ref().is_none_or(|s| s.containers.is_empty()) {
-                return Err(ApiError::invalid("Pod", name, vec![("spec.containers".into(), "Required value".into())]));
+                return Err(ApiError::invalid(
+                    "Pod",
+                    name,
+                    vec![("spec.containers".into(), "Required value".into())],
+                ));
             }
         }
         Some(Builtin::Node) => {
@@ -106,7 +116,10 @@ pub fn builtin(rt: &ResourceType, obj: &Value) -> ApiResult<()> {
                     return Err(ApiError::invalid(
                         "PodDisruptionBudget",
                         name,
-                        vec![("spec".into(), "Invalid value: minAvailable and maxUnavailable cannot be both set".into())],
+                        vec![(
+                            "spec".into(),
+                            "Invalid value: minAvailable and maxUnavailable cannot be both set".into(),
+                        )],
                     ));
                 }
             }
@@ -125,12 +138,14 @@ pub fn builtin(rt: &ResourceType, obj: &Value) -> ApiResult<()> {
 /// Pods are mostly immutable: Kubernetes lets updates change only images, the active
 /// deadline, tolerations (additions) and scheduling gates (removals). The node is set by
 /// the `binding` subresource, not by an update.
-pub fn pod_spec_update(name: &str, old: &Value, new: &Value) -> ApiResult<()> {
+pub(crate) fn pod_spec_update(name: &str, old: &Value, new: &Value) -> ApiResult<()> {
     let mut a = old["spec"].clone();
     let mut b = new["spec"].clone();
     for spec in [&mut a, &mut b] {
         if let Some(m) = spec.as_object_mut() {
-            for field in ["activeDeadlineSeconds", "tolerations", "schedulingGates", "terminationGracePeriodSeconds"] {
+            for field in
+                ["activeDeadlineSeconds", "tolerations", "schedulingGates", "terminationGracePeriodSeconds"]
+            {
                 m.remove(field);
             }
             for list in ["containers", "initContainers"] {

@@ -20,7 +20,7 @@ use super::Inner;
 
 /// Messages from tests to open watches.
 #[derive(Debug, Clone)]
-pub enum Control {
+pub(crate) enum Control {
     /// End watches of this resource (plural), or of every resource.
     Drop(Option<String>),
     /// Send a bookmark now on every watch that allows them.
@@ -28,13 +28,13 @@ pub enum Control {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     Json,
     Table(Include),
     Metadata,
 }
 
-pub struct WatchSpec {
+pub(crate) struct WatchSpec {
     pub rt: ResourceRef,
     pub version: String,
     pub filter: Filter,
@@ -66,7 +66,8 @@ impl Drop for Open {
 }
 
 fn frame(kind: &str, object: &Value) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("a Value always serializes");
+    let mut line =
+        serde_json::to_vec(&json!({"type": kind, "object": object})).expect("a Value always serializes");
     line.push(b'\n');
     Bytes::from(line)
 }
@@ -80,7 +81,7 @@ impl WatchSpec {
             Format::Table(include) => table::table(
                 &self.rt,
                 &self.version,
-                &[served.clone()],
+                std::slice::from_ref(&served),
                 include,
                 json!({"resourceVersion": served["metadata"]["resourceVersion"]}),
             ),
@@ -121,7 +122,7 @@ impl WatchSpec {
 }
 
 /// Starts a watch; the returned receiver yields its newline-delimited JSON events.
-pub fn start(inner: &Arc<Inner>, spec: WatchSpec) -> mpsc::Receiver<Bytes> {
+pub(crate) fn start(inner: &Arc<Inner>, spec: WatchSpec) -> mpsc::Receiver<Bytes> {
     let (tx, rx) = mpsc::channel(256);
     let resource = spec.rt.plural.clone();
     inner.watches.send_modify(|m| *m.entry(resource.clone()).or_default() += 1);
@@ -194,7 +195,8 @@ async fn follow(
             let (batch, caught_up) = match read {
                 Ok(x) => x,
                 Err(e) => {
-                    let err = ApiError::gone(format!("too old resource version: {last} ({})", e.oldest_available));
+                    let err =
+                        ApiError::gone(format!("too old resource version: {last} ({})", e.oldest_available));
                     let _ = tx.send(frame("ERROR", &err.to_status())).await;
                     return;
                 }
@@ -232,11 +234,10 @@ async fn follow(
             msg = control.recv() => match msg {
                 Ok(Control::Drop(None)) => return,
                 Ok(Control::Drop(Some(r))) if r == spec.rt.plural => return,
-                Ok(Control::Bookmark) if spec.bookmarks => {
-                    if tx.send(spec.bookmark(last, false)).await.is_err() {
+                Ok(Control::Bookmark) if spec.bookmarks
+                    && tx.send(spec.bookmark(last, false)).await.is_err() => {
                         return;
                     }
-                }
                 Err(broadcast::error::RecvError::Closed) => return,
                 _ => {}
             },

@@ -20,7 +20,7 @@ use super::validate;
 
 /// Options every write carries.
 #[derive(Debug, Clone)]
-pub struct WriteOpts {
+pub(crate) struct WriteOpts {
     pub dry_run: bool,
     pub manager: String,
     /// `fieldValidation=Strict`: unknown fields are an error instead of being dropped.
@@ -31,21 +31,21 @@ pub struct WriteOpts {
 }
 
 impl WriteOpts {
-    pub fn new(manager: &str, now: String) -> Self {
+    pub(crate) fn new(manager: &str, now: String) -> Self {
         WriteOpts { dry_run: false, manager: manager.to_string(), strict: false, now, keep_status: false }
     }
 }
 
 /// How the managed fields of a write are to be tracked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tracking {
+pub(crate) enum Tracking {
     /// An ordinary write: the writer takes over the fields it changed.
     Update,
     /// Server-side apply already computed them.
     Applied,
 }
 
-pub fn scope_of(rt: &ResourceType, version: &str, subresource: Option<&str>) -> Scope {
+pub(crate) fn scope_of(rt: &ResourceType, version: &str, subresource: Option<&str>) -> Scope {
     match subresource {
         Some("status") => Scope::StatusOnly,
         _ if rt.has_status(version) => Scope::AllButStatus,
@@ -98,7 +98,11 @@ impl Store {
             let outcome = schema::apply(obj, schema);
             let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
             if opts.strict && !outcome.pruned.is_empty() {
-                let causes: Vec<(String, String)> = outcome.pruned.iter().map(|f| (f.clone(), "field not declared in schema".to_string())).collect();
+                let causes: Vec<(String, String)> = outcome
+                    .pruned
+                    .iter()
+                    .map(|f| (f.clone(), "field not declared in schema".to_string()))
+                    .collect();
                 return Err(ApiError::new(400, "BadRequest", format!("{} in version \"{}\" cannot be handled as a {}: strict decoding error: unknown field \"{}\"", rt.kind, rt.preferred_version(), rt.kind, outcome.pruned.join("\", \"")))
                     .with_details(json!({"name": name, "kind": rt.kind, "causes": causes_json(&causes)})));
             }
@@ -108,27 +112,55 @@ impl Store {
         }
         if rt.is(Builtin::CustomResourceDefinition) {
             let resource = crd::resource_from_crd(obj, &self.registry)?;
-            if let Some(existing) = self.registry.lookup(&resource.group, resource.preferred_version(), &resource.plural) {
+            if let Some(existing) =
+                self.registry.lookup(&resource.group, resource.preferred_version(), &resource.plural)
+            {
                 if existing.builtin.is_some() {
-                    return Err(ApiError::invalid("CustomResourceDefinition", obj["metadata"]["name"].as_str().unwrap_or(""),
-                        vec![("spec.names.plural".into(), format!("Invalid value: \"{}\": is served by a built-in type", resource.plural))]));
+                    return Err(ApiError::invalid(
+                        "CustomResourceDefinition",
+                        obj["metadata"]["name"].as_str().unwrap_or(""),
+                        vec![(
+                            "spec.names.plural".into(),
+                            format!("Invalid value: \"{}\": is served by a built-in type", resource.plural),
+                        )],
+                    ));
                 }
             }
             let computed = crd::established_status(obj, &opts.now);
-            if obj["status"]["acceptedNames"] != computed["acceptedNames"] || obj["status"]["storedVersions"] != computed["storedVersions"] {
+            if obj["status"]["acceptedNames"] != computed["acceptedNames"]
+                || obj["status"]["storedVersions"] != computed["storedVersions"]
+            {
                 obj["status"] = computed;
             }
         }
         Ok(())
     }
 
-    pub fn create(&mut self, rt: &ResourceRef, version: &str, path_ns: Option<&str>, body: Value, opts: &WriteOpts) -> ApiResult<Arc<Value>> {
+    pub(crate) fn create(
+        &mut self,
+        rt: &ResourceRef,
+        version: &str,
+        path_ns: Option<&str>,
+        body: Value,
+        opts: &WriteOpts,
+    ) -> ApiResult<Arc<Value>> {
         self.create_tracked(rt, version, path_ns, body, opts, Tracking::Update)
     }
 
-    pub(crate) fn create_tracked(&mut self, rt: &ResourceRef, version: &str, path_ns: Option<&str>, body: Value, opts: &WriteOpts, tracking: Tracking) -> ApiResult<Arc<Value>> {
+    pub(crate) fn create_tracked(
+        &mut self,
+        rt: &ResourceRef,
+        version: &str,
+        path_ns: Option<&str>,
+        body: Value,
+        opts: &WriteOpts,
+        tracking: Tracking,
+    ) -> ApiResult<Arc<Value>> {
         if !body.is_object() {
-            return Err(ApiError::bad_request(format!("the body of a {} create must be a JSON object", rt.kind)));
+            return Err(ApiError::bad_request(format!(
+                "the body of a {} create must be a JSON object",
+                rt.kind
+            )));
         }
         check_type_meta(rt, version, &body)?;
         let mut obj = to_storage(rt, body);
@@ -142,7 +174,15 @@ impl Store {
             m.remove("namespace");
         }
         if let Some(m) = obj["metadata"].as_object_mut() {
-            for k in ["uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "selfLink"] {
+            for k in [
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+                "selfLink",
+            ] {
                 m.remove(k);
             }
             if tracking == Tracking::Update {
@@ -152,7 +192,11 @@ impl Store {
         let explicit_name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
         let generate = obj["metadata"]["generateName"].as_str().unwrap_or("").to_string();
         if explicit_name.is_empty() && generate.is_empty() {
-            return Err(ApiError::invalid(&rt.kind, "", vec![("metadata.name".into(), "Required value: name or generateName is required".into())]));
+            return Err(ApiError::invalid(
+                &rt.kind,
+                "",
+                vec![("metadata.name".into(), "Required value: name or generateName is required".into())],
+            ));
         }
         let name = if explicit_name.is_empty() {
             let mut attempt = format!("{generate}{}", generate_suffix());
@@ -178,7 +222,13 @@ impl Store {
         if self.get(&rt.storage, &ns, &name).is_some() {
             return Err(ApiError::already_exists(&rt.qualified(), &name));
         }
-        let writer = Writer { manager: &opts.manager, api_version: &rt.api_version(version), subresource: "", scope: scope_of(rt, version, None), now: &opts.now };
+        let writer = Writer {
+            manager: &opts.manager,
+            api_version: &rt.api_version(version),
+            subresource: "",
+            scope: scope_of(rt, version, None),
+            now: &opts.now,
+        };
         if tracking == Tracking::Update {
             managed::record_update(None, &mut obj, &writer, ListSemantics::new(rt, version));
         }
@@ -193,23 +243,50 @@ impl Store {
         Ok(stored)
     }
 
+    #[allow(clippy::too_many_arguments)] // the pieces of one PUT request
     /// PUT of a whole object (main resource or `status`).
-    pub fn update(&mut self, rt: &ResourceRef, version: &str, ns: &str, name: &str, body: Value, subresource: Option<&str>, opts: &WriteOpts) -> ApiResult<Arc<Value>> {
+    pub(crate) fn update(
+        &mut self,
+        rt: &ResourceRef,
+        version: &str,
+        ns: &str,
+        name: &str,
+        body: Value,
+        subresource: Option<&str>,
+        opts: &WriteOpts,
+    ) -> ApiResult<Arc<Value>> {
         if !body.is_object() {
-            return Err(ApiError::bad_request(format!("the body of a {} update must be a JSON object", rt.kind)));
+            return Err(ApiError::bad_request(format!(
+                "the body of a {} update must be a JSON object",
+                rt.kind
+            )));
         }
         check_type_meta(rt, version, &body)?;
         let body_name = body["metadata"]["name"].as_str().unwrap_or("");
         if body_name != name {
-            return Err(ApiError::bad_request(format!("the name of the object ({body_name}) does not match the name on the URL ({name})")));
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
         }
-        let old = self.get(&rt.storage, ns, name).cloned().ok_or_else(|| ApiError::not_found(&rt.qualified(), name))?;
+        let old = self
+            .get(&rt.storage, ns, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))?;
         self.commit_update(rt, version, &old, to_storage(rt, body), subresource, opts, Tracking::Update)
     }
 
     /// The shared tail of update, patch and apply: `new` is the full proposed object in storage form.
     #[allow(clippy::too_many_arguments)]
-    pub fn commit_update(&mut self, rt: &ResourceRef, version: &str, old: &Arc<Value>, mut new: Value, subresource: Option<&str>, opts: &WriteOpts, tracking: Tracking) -> ApiResult<Arc<Value>> {
+    pub(crate) fn commit_update(
+        &mut self,
+        rt: &ResourceRef,
+        version: &str,
+        old: &Arc<Value>,
+        mut new: Value,
+        subresource: Option<&str>,
+        opts: &WriteOpts,
+        tracking: Tracking,
+    ) -> ApiResult<Arc<Value>> {
         let name = old["metadata"]["name"].as_str().unwrap_or("").to_string();
         let ns = old["metadata"]["namespace"].as_str().unwrap_or("").to_string();
         if !new["metadata"].is_object() {
@@ -217,11 +294,15 @@ impl Store {
         }
         let new_name = new["metadata"]["name"].as_str().unwrap_or("");
         if new_name != name {
-            return Err(ApiError::bad_request(format!("the name of the object ({new_name}) does not match the name on the URL ({name})")));
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({new_name}) does not match the name on the URL ({name})"
+            )));
         }
         let new_ns = new["metadata"]["namespace"].as_str().unwrap_or("");
         if rt.namespaced && !new_ns.is_empty() && new_ns != ns {
-            return Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
         }
         if let Some(rv) = new["metadata"]["resourceVersion"].as_str().filter(|s| !s.is_empty()) {
             if rv.parse::<u64>().ok() != Some(rv_of(old)) {
@@ -253,7 +334,14 @@ impl Store {
             },
             Scope::Everything => {}
         }
-        for k in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "namespace"] {
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "namespace",
+        ] {
             match old["metadata"].get(k) {
                 Some(v) => new["metadata"][k] = v.clone(),
                 None => {
@@ -287,7 +375,13 @@ impl Store {
             new["metadata"]["generation"] = json!(old["metadata"]["generation"].as_i64().unwrap_or(1) + 1);
         }
         if tracking == Tracking::Update {
-            let writer = Writer { manager: &opts.manager, api_version: &rt.api_version(version), subresource: subresource.unwrap_or(""), scope, now: &opts.now };
+            let writer = Writer {
+                manager: &opts.manager,
+                api_version: &rt.api_version(version),
+                subresource: subresource.unwrap_or(""),
+                scope,
+                now: &opts.now,
+            };
             managed::record_update(Some(old), &mut new, &writer, ListSemantics::new(rt, version));
         }
         if rt.is(Builtin::PodDisruptionBudget) && scope != Scope::StatusOnly {
@@ -336,7 +430,12 @@ impl Store {
 }
 
 fn causes_json(causes: &[(String, String)]) -> Value {
-    Value::Array(causes.iter().map(|(f, m)| json!({"reason": "FieldValueUnknown", "field": f, "message": m})).collect())
+    Value::Array(
+        causes
+            .iter()
+            .map(|(f, m)| json!({"reason": "FieldValueUnknown", "field": f, "message": m}))
+            .collect(),
+    )
 }
 
 fn check_type_meta(rt: &ResourceType, version: &str, body: &Value) -> ApiResult<()> {
@@ -350,7 +449,10 @@ fn check_type_meta(rt: &ResourceType, version: &str, body: &Value) -> ApiResult<
     }
     if let Some(kind) = body["kind"].as_str().filter(|s| !s.is_empty()) {
         if kind != rt.kind {
-            return Err(ApiError::bad_request(format!("the kind in the data ({kind}) does not match the expected kind ({})", rt.kind)));
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({kind}) does not match the expected kind ({})",
+                rt.kind
+            )));
         }
     }
     Ok(())
@@ -367,7 +469,10 @@ fn namespace_for(rt: &ResourceType, path_ns: Option<&str>, obj: &Value) -> ApiRe
         )),
         Some(p) => Ok(p.to_string()),
         None if !body_ns.is_empty() => Ok(body_ns.to_string()),
-        None => Err(ApiError::bad_request(format!("{} is namespaced: create it under /namespaces/{{namespace}}/", rt.plural))),
+        None => Err(ApiError::bad_request(format!(
+            "{} is namespaced: create it under /namespaces/{{namespace}}/",
+            rt.plural
+        ))),
     }
 }
 
@@ -390,7 +495,8 @@ fn qos_class(pod: &Value) -> &'static str {
     for c in &containers {
         let req = &c["resources"]["requests"];
         let lim = &c["resources"]["limits"];
-        any |= req.as_object().is_some_and(|m| !m.is_empty()) || lim.as_object().is_some_and(|m| !m.is_empty());
+        any |=
+            req.as_object().is_some_and(|m| !m.is_empty()) || lim.as_object().is_some_and(|m| !m.is_empty());
         for r in ["cpu", "memory"] {
             let l = &lim[r];
             let q = if req[r].is_null() { l } else { &req[r] };

@@ -17,14 +17,23 @@ pub struct Desired {
 
 /// Sets each desired condition in `conditions`, keeping other types as they are.
 /// Returns whether anything changed, so callers skip writes that would change nothing.
-pub fn apply(conditions: &mut Vec<Condition>, desired: &[Desired], generation: Option<i64>, now: Timestamp) -> bool {
+pub fn apply(
+    conditions: &mut Vec<Condition>,
+    desired: &[Desired],
+    generation: Option<i64>,
+    now: Timestamp,
+) -> bool {
     let mut changed = false;
     for d in desired {
         let status = if d.status { "True" } else { "False" };
         match conditions.iter_mut().find(|c| c.type_ == d.type_) {
             Some(c) => {
                 let transition = c.status != status;
-                if transition || c.reason != d.reason || c.message != d.message || c.observed_generation != generation {
+                if transition
+                    || c.reason != d.reason
+                    || c.message != d.message
+                    || c.observed_generation != generation
+                {
                     changed = true;
                     if transition {
                         c.last_transition_time = Time(now);
@@ -61,7 +70,12 @@ mod tests {
     use super::*;
 
     fn ready(status: bool, message: &str) -> Desired {
-        Desired { type_: "Ready", status, reason: if status { "Valid" } else { "Invalid" }, message: message.into() }
+        Desired {
+            type_: "Ready",
+            status,
+            reason: if status { "Valid" } else { "Invalid" },
+            message: message.into(),
+        }
     }
 
     #[test]
@@ -74,7 +88,10 @@ mod tests {
         assert!(apply(&mut conditions, &[ready(false, "another bad profile")], Some(1), t1));
         assert_eq!(conditions[0].last_transition_time, Time(t0));
         assert_eq!(conditions[0].message, "another bad profile");
-        assert!(!apply(&mut conditions, &[ready(false, "another bad profile")], Some(1), t1), "no change, no write");
+        assert!(
+            !apply(&mut conditions, &[ready(false, "another bad profile")], Some(1), t1),
+            "no change, no write"
+        );
         assert!(apply(&mut conditions, &[ready(true, "ok")], Some(2), t2));
         assert_eq!(conditions.len(), 1);
         assert_eq!(find(&conditions, "Ready").unwrap().last_transition_time, Time(t2));

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // test code
 //! API scenarios as data, for the controller's unit tests: each builder states one object the
 //! way `kubectl get -o yaml` would show it, with only the fields that matter.
 
@@ -9,7 +10,7 @@ use serde_json::{json, Value};
 
 use geometer_api::{MigNode, MigPlan, MigPolicy};
 
-pub fn policy(name: &str, mode: &str) -> MigPolicy {
+pub(crate) fn policy(name: &str, mode: &str) -> MigPolicy {
     serde_json::from_value(json!({
         "apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy",
         "metadata": {"name": name, "generation": 1, "resourceVersion": "10"},
@@ -19,10 +20,15 @@ pub fn policy(name: &str, mode: &str) -> MigPolicy {
 }
 
 /// An instance: `(profile, start, pod using it)`.
-pub type Inst<'a> = (&'a str, u8, Option<&'a str>);
+pub(crate) type Inst<'a> = (&'a str, u8, Option<&'a str>);
 
 /// A MigNode whose agent is Ready on its spec generation, with GPUs `(index, instances)`.
-pub fn mignode(name: &str, generation: i64, plan: Option<&str>, gpus: &[(u32, &[Inst<'_>])]) -> MigNode {
+pub(crate) fn mignode(
+    name: &str,
+    generation: i64,
+    plan: Option<&str>,
+    gpus: &[(u32, &[Inst<'_>])],
+) -> MigNode {
     let inventory: Vec<Value> = gpus
         .iter()
         .map(|(index, instances)| {
@@ -45,7 +51,7 @@ pub fn mignode(name: &str, generation: i64, plan: Option<&str>, gpus: &[(u32, &[
 }
 
 /// The same MigNode with the agent in another phase; `Failed` gets a Failed condition.
-pub fn in_phase(mut node: MigNode, phase: &str, message: &str) -> MigNode {
+pub(crate) fn in_phase(mut node: MigNode, phase: &str, message: &str) -> MigNode {
     let mut status = serde_json::to_value(node.status.take().unwrap_or_default()).unwrap();
     status["phase"] = json!(phase);
     if phase == "Failed" {
@@ -59,7 +65,7 @@ pub fn in_phase(mut node: MigNode, phase: &str, message: &str) -> MigNode {
 }
 
 /// A plan that turns GPU 0 of `node` from one `7g.80gb` into seven `1g.10gb` for `pod`.
-pub fn plan(name: &str, policy: &str, phase: &str, approved: bool, node: &str, pod: &str) -> MigPlan {
+pub(crate) fn plan(name: &str, policy: &str, phase: &str, approved: bool, node: &str, pod: &str) -> MigPlan {
     let sevens: Vec<Value> = (0..7).map(|s| json!({"profile": "1g.10gb", "start": s})).collect();
     serde_json::from_value(json!({
         "apiVersion": "geometer.dev/v1alpha1", "kind": "MigPlan",
@@ -82,7 +88,7 @@ pub fn plan(name: &str, policy: &str, phase: &str, approved: bool, node: &str, p
 }
 
 /// A pod: pending when `node` is None, else bound there.
-pub fn pod(namespace: &str, name: &str, node: Option<&str>) -> Pod {
+pub(crate) fn pod(namespace: &str, name: &str, node: Option<&str>) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"namespace": namespace, "name": name},
@@ -94,7 +100,7 @@ pub fn pod(namespace: &str, name: &str, node: Option<&str>) -> Pod {
 }
 
 /// A pending pod the scheduler marked `Unschedulable`: demand for a `profile` slice.
-pub fn unschedulable(namespace: &str, name: &str, profile: &str) -> Pod {
+pub(crate) fn unschedulable(namespace: &str, name: &str, profile: &str) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-{name}")},
@@ -106,7 +112,7 @@ pub fn unschedulable(namespace: &str, name: &str, profile: &str) -> Pod {
 }
 
 /// A schedulable node with 64 CPUs and 512 GiB in `pool`.
-pub fn node(name: &str, pool: &str) -> k8s_openapi::api::core::v1::Node {
+pub(crate) fn node(name: &str, pool: &str) -> k8s_openapi::api::core::v1::Node {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": {"pool": pool}},
@@ -115,6 +121,6 @@ pub fn node(name: &str, pool: &str) -> k8s_openapi::api::core::v1::Node {
     .expect("node fixture")
 }
 
-pub fn by_name(nodes: Vec<MigNode>) -> BTreeMap<String, Arc<MigNode>> {
+pub(crate) fn by_name(nodes: Vec<MigNode>) -> BTreeMap<String, Arc<MigNode>> {
     nodes.into_iter().map(|n| (n.metadata.name.clone().unwrap(), Arc::new(n))).collect()
 }

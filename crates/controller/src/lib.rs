@@ -1,34 +1,32 @@
 //! The controller: from pending demand to published plans to rollout.
 //!
-//! Pure decisions live in small modules that take plain values and return decisions, so they
-//! are tested without a cluster: [`batching`] (when a round starts), [`fingerprint`] (whether
-//! anything changed), [`supersede`] (whether the world overtook a plan), [`rollout`] (which
-//! nodes to write next and when a plan is done), [`policy_check`] (settings a person must fix).
-//! The rest talks to the API server.
+//! The folders follow the pipeline:
+//! - [`adapter`]: Kubernetes objects -> a solver snapshot (also used by the offline
+//!   `geometer plan`).
+//! - [`planning`]: when a round starts ([`planning::batching`]), whether anything changed
+//!   ([`planning::fingerprint`]), one policy's round from demand to a plan
+//!   ([`planning::propose`]), the plan as a `MigPlan` ([`planning::plan_spec`]).
+//! - [`rollout`]: a published plan's life ([`rollout::lifecycle`]), supersession, approval and
+//!   which nodes are written next ([`rollout::sequence`]).
+//! - [`policy`]: validation a CRD schema cannot do, selectors, and the policies' status.
+//! - [`runtime`]: the loop, its caches, leader election, health and metrics, and the
+//!   execution of decided actions against the API server.
+//!
+//! Decisions are pure functions of plain values ([`world`] converts the cached objects), so
+//! they are tested without a cluster.
 
-pub mod batching;
-pub mod cache;
-pub mod actions;
 pub mod adapter;
-pub mod approval;
 pub mod conditions;
-pub mod execute;
-pub mod fingerprint;
-pub mod health;
-pub mod leader;
-pub mod lifecycle;
-pub mod metrics;
-pub mod naming;
-pub mod pass;
-pub mod policy_check;
-pub mod plan_spec;
-pub mod policy_status;
+pub mod planning;
+pub mod policy;
 pub mod rollout;
-pub mod round;
-pub mod run;
-pub mod selector;
-pub mod supersede;
-pub mod views;
+pub mod runtime;
+pub mod world;
 
 #[cfg(test)]
-pub(crate) mod fixtures;
+mod fixtures;
+
+pub use runtime::health::Health;
+pub use runtime::leader::LeaseSettings;
+pub use runtime::main_loop::{run, RunError, Settings};
+pub use runtime::metrics::Metrics;

@@ -106,7 +106,9 @@ pub enum ClusterError {
     Entry { entry: String, reason: String },
     #[error("--cluster: GPU model {model:?} in entry {entry:?} is not in the catalog (see `geometer catalog list`)")]
     UnknownModel { entry: String, model: String },
-    #[error("--cluster: GPU model {model:?} has no MIG profile that takes the whole GPU; it cannot be simulated")]
+    #[error(
+        "--cluster: GPU model {model:?} has no MIG profile that takes the whole GPU; it cannot be simulated"
+    )]
     NoFullProfile { model: String },
     #[error("the cluster has no GPUs; give at least one node with GPUs")]
     NoGpus,
@@ -130,25 +132,23 @@ pub fn parse_cluster_spec(
         }
         let mut parts = entry.split(':');
         let head = parts.next().unwrap_or_default();
-        let (count, model_name) = head.split_once(['x', 'X']).ok_or_else(|| bad("missing NODESx before the model"))?;
-        let count: usize = count
-            .trim()
-            .parse()
-            .map_err(|_| bad(&format!("node count {count:?} is not a whole number")))?;
+        let (count, model_name) =
+            head.split_once(['x', 'X']).ok_or_else(|| bad("missing NODESx before the model"))?;
+        let count: usize =
+            count.trim().parse().map_err(|_| bad(&format!("node count {count:?} is not a whole number")))?;
         if count == 0 || count > 100_000 {
             return Err(bad(&format!("node count {count} must be between 1 and 100000")));
         }
         let gpus = parts.next().ok_or_else(|| bad("missing :GPUS per node"))?;
-        let gpus: u32 = gpus
-            .trim()
-            .parse()
-            .map_err(|_| bad(&format!("GPUs per node {gpus:?} is not a whole number")))?;
+        let gpus: u32 =
+            gpus.trim().parse().map_err(|_| bad(&format!("GPUs per node {gpus:?} is not a whole number")))?;
         if gpus == 0 || gpus > 64 {
             return Err(bad(&format!("GPUs per node {gpus} must be between 1 and 64")));
         }
         let (mut cpu_milli, mut memory_mib) = (None, None);
         for extra in parts {
-            let (key, value) = extra.split_once('=').ok_or_else(|| bad(&format!("option {extra:?} is not key=value")))?;
+            let (key, value) =
+                extra.split_once('=').ok_or_else(|| bad(&format!("option {extra:?} is not key=value")))?;
             let number: f64 = value
                 .trim()
                 .parse()
@@ -197,7 +197,12 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn a100() -> ModelInfo {
-        let p = |name: &str, c, m, mib| ProfileInfo { name: name.into(), compute_slices: c, memory_slices: m, memory_mib: mib };
+        let p = |name: &str, c, m, mib| ProfileInfo {
+            name: name.into(),
+            compute_slices: c,
+            memory_slices: m,
+            memory_mib: mib,
+        };
         ModelInfo {
             name: "A100-80GB".into(),
             compute_slices: 7,

@@ -75,7 +75,11 @@ impl Mapping {
             Mapping::Memory => by_memory_slices((milli * u64::from(model.memory_slices)).div_ceil(1000)),
             Mapping::MemoryOf { gib } => {
                 let need_mib = (milli * u64::from(*gib) * 1024).div_ceil(1000);
-                model.profiles.iter().filter(|p| p.memory_mib >= need_mib).min_by_key(|p| (p.memory_mib, p.compute_slices))
+                model
+                    .profiles
+                    .iter()
+                    .filter(|p| p.memory_mib >= need_mib)
+                    .min_by_key(|p| (p.memory_mib, p.compute_slices))
             }
         };
         chosen.unwrap_or(full)

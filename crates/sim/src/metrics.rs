@@ -62,14 +62,22 @@ impl Recorder {
     }
 
     /// Records the state after the events at the current time.
-    pub fn observe(&mut self, memory_slices: u64, compute_slices: u64, running: u32, pending: u32, demand_memory: u64) {
+    pub fn observe(
+        &mut self,
+        memory_slices: u64,
+        compute_slices: u64,
+        running: u32,
+        pending: u32,
+        demand_memory: u64,
+    ) {
         self.demand_memory = demand_memory;
         let next = Sample { time: self.current.time, memory_slices, compute_slices, running, pending };
         self.current = next;
         match self.series.last_mut() {
             Some(last) if last.time == next.time => *last = next,
-            Some(last) if (last.memory_slices, last.compute_slices, last.running, last.pending)
-                == (next.memory_slices, next.compute_slices, next.running, next.pending) => {}
+            Some(last)
+                if (last.memory_slices, last.compute_slices, last.running, last.pending)
+                    == (next.memory_slices, next.compute_slices, next.running, next.pending) => {}
             _ => self.series.push(next),
         }
     }
@@ -132,7 +140,8 @@ impl Summary {
 
     /// Mean share of memory slices allocated while demand exceeded capacity; `None` if it never did.
     pub fn saturated_memory_share(&self) -> Option<f64> {
-        (self.saturated_time > 0).then(|| share(self.saturated_memory_integral, self.capacity_memory, self.saturated_time))
+        (self.saturated_time > 0)
+            .then(|| share(self.saturated_memory_integral, self.capacity_memory, self.saturated_time))
     }
 }
 

@@ -16,11 +16,17 @@ pub fn model_info(model: &GpuModel) -> ModelInfo {
         .into_iter()
         .map(|id| {
             let p = model.profile_info(id);
-            ProfileInfo { name: p.name.clone(), compute_slices: p.compute_slices, memory_slices: p.size, memory_mib: p.memory_mib }
+            ProfileInfo {
+                name: p.name.clone(),
+                compute_slices: p.compute_slices,
+                memory_slices: p.size,
+                memory_mib: p.memory_mib,
+            }
         })
         .collect();
     profiles.sort_by_key(|p| (p.compute_slices, p.memory_slices));
-    let memory_mib = model.memory_mib.unwrap_or_else(|| profiles.iter().map(|p| p.memory_mib).max().unwrap_or(0));
+    let memory_mib =
+        model.memory_mib.unwrap_or_else(|| profiles.iter().map(|p| p.memory_mib).max().unwrap_or(0));
     ModelInfo {
         name: model.key.clone(),
         compute_slices: model.compute_slices,
@@ -37,28 +43,31 @@ pub fn resolve(catalog: &Catalog, name: &str) -> Option<ModelInfo> {
 
 /// The static layout for one catalog model, placed by the solver. Errors say which model has no
 /// entry in the layout or cannot hold it.
-pub fn static_geometry(layout: StaticLayout, model: &GpuModel, workload: &Workload) -> Result<Vec<Slot>, String> {
+pub fn static_geometry(
+    layout: StaticLayout,
+    model: &GpuModel,
+    workload: &Workload,
+) -> Result<Vec<Slot>, String> {
     let info = model_info(model);
     let instances = layout
         .instances_for(|p| info.profile(p).is_some())
         .ok_or_else(|| format!("mig-parted {layout} has no entry for GPU model {}", model.key))?;
     let mut ids = Vec::new();
     for (name, count) in &instances {
-        let id = model.profile(name).ok_or_else(|| format!("GPU model {} has no profile {name}", model.key))?;
+        let id =
+            model.profile(name).ok_or_else(|| format!("GPU model {} has no profile {name}", model.key))?;
         ids.extend(std::iter::repeat_n(id, *count as usize));
     }
-    let geometry: Geometry =
-        place(model, &Geometry::empty(), &ids).map_err(|e| format!("{layout} does not fit a {}: {e}", model.key))?;
+    let geometry: Geometry = place(model, &Geometry::empty(), &ids)
+        .map_err(|e| format!("{layout} does not fit a {}: {e}", model.key))?;
     geometry
         .instances()
         .iter()
         .map(|placed| {
             let name = &model.profile_info(placed.profile).name;
-            let key = workload
-                .profiles
-                .iter()
-                .position(|p| p == name)
-                .ok_or_else(|| format!("profile {name} of {} is not in the workload's profile table", model.key))?;
+            let key = workload.profiles.iter().position(|p| p == name).ok_or_else(|| {
+                format!("profile {name} of {} is not in the workload's profile table", model.key)
+            })?;
             Ok(Slot { profile: key, start: placed.start })
         })
         .collect()

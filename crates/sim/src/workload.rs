@@ -60,7 +60,8 @@ impl Workload {
                 intern(&p.name, &mut profiles);
             }
         }
-        let node_index: HashMap<&str, usize> = cluster.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        let node_index: HashMap<&str, usize> =
+            cluster.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
         let mut summary = MappingSummary::default();
         let (mut unknown_profile, mut unknown_model, mut unknown_node) = (0usize, 0usize, 0usize);
         let mut pods = Vec::with_capacity(trace.pods.len());
@@ -83,12 +84,14 @@ impl Workload {
                 GpuRequest::Mig(items) => items.iter().map(|(_, c)| c).sum(),
             };
             let models = (!pod.gpu_models.is_empty()).then(|| {
-                let found: Vec<usize> = pod.gpu_models.iter().filter_map(|m| cluster.model_index(m)).collect();
+                let found: Vec<usize> =
+                    pod.gpu_models.iter().filter_map(|m| cluster.model_index(m)).collect();
                 unknown_model += usize::from(found.len() < pod.gpu_models.len());
                 found
             });
             let nodes = (!pod.nodes.is_empty()).then(|| {
-                let mut found: Vec<usize> = pod.nodes.iter().filter_map(|n| node_index.get(n.as_str()).copied()).collect();
+                let mut found: Vec<usize> =
+                    pod.nodes.iter().filter_map(|n| node_index.get(n.as_str()).copied()).collect();
                 found.sort_unstable();
                 unknown_node += usize::from(found.len() < pod.nodes.len());
                 found

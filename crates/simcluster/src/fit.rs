@@ -47,16 +47,19 @@ fn container_requests(c: &k8s_openapi::api::core::v1::Container) -> Resources {
 }
 
 /// MIG devices a pod asks for, by profile (`1g.10gb` -> 2).
-pub fn mig_requests(requests: &Resources) -> BTreeMap<String, u32> {
+pub(crate) fn mig_requests(requests: &Resources) -> BTreeMap<String, u32> {
     requests
         .iter()
-        .filter_map(|(k, v)| k.strip_prefix(geometer_api::resources::MIG_RESOURCE_PREFIX).map(|p| (p.to_string(), (*v / 1000) as u32)))
+        .filter_map(|(k, v)| {
+            k.strip_prefix(geometer_api::resources::MIG_RESOURCE_PREFIX)
+                .map(|p| (p.to_string(), (*v / 1000) as u32))
+        })
         .filter(|(_, n)| *n > 0)
         .collect()
 }
 
 /// MIG devices each container asks for, by container name and profile.
-pub fn container_mig_requests(pod: &Pod) -> Vec<(String, BTreeMap<String, u32>)> {
+pub(crate) fn container_mig_requests(pod: &Pod) -> Vec<(String, BTreeMap<String, u32>)> {
     let Some(spec) = &pod.spec else { return Vec::new() };
     spec.containers
         .iter()
@@ -66,7 +69,7 @@ pub fn container_mig_requests(pod: &Pod) -> Vec<(String, BTreeMap<String, u32>)>
 }
 
 /// A node's allocatable, in milli-units.
-pub fn allocatable(node: &Node) -> Resources {
+pub(crate) fn allocatable(node: &Node) -> Resources {
     node.status
         .as_ref()
         .and_then(|s| s.allocatable.as_ref())
@@ -99,10 +102,11 @@ impl std::fmt::Display for Misfit {
 /// The first reason the pod cannot use the node, ignoring resources. The planner's own rules
 /// decide it (`geometer_solver::snapshot::eligibility` over the adapter's reading of the pod
 /// and the node), so the simulated scheduler and the planner never disagree on a constraint.
-pub fn placement_misfit(pod: &Pod, node: &Node) -> Option<Misfit> {
+pub(crate) fn placement_misfit(pod: &Pod, node: &Node) -> Option<Misfit> {
     // A pod or node whose constraints cannot be read is refused by the API server's
     // validation in a real cluster; here it simply fits nowhere.
-    let Ok(planner_pod) = adapter_pods::planner_pod(pod, &BTreeMap::new(), &[], jiff::Timestamp::UNIX_EPOCH) else {
+    let Ok(planner_pod) = adapter_pods::planner_pod(pod, &BTreeMap::new(), &[], jiff::Timestamp::UNIX_EPOCH)
+    else {
         return Some(Misfit::Affinity);
     };
     let Ok(planner_node) = adapter_nodes::planner_node(node, &BTreeMap::new()) else {
@@ -117,12 +121,14 @@ pub fn placement_misfit(pod: &Pod, node: &Node) -> Option<Misfit> {
             let value = taint.value.as_deref().map(|v| format!(": {v}")).unwrap_or_default();
             Some(Misfit::Taint(format!("{}{value}", taint.key)))
         }
-        Err(Ineligible::Affinity | Ineligible::Cpu { .. } | Ineligible::Memory { .. }) => Some(Misfit::Affinity),
+        Err(Ineligible::Affinity | Ineligible::Cpu { .. } | Ineligible::Memory { .. }) => {
+            Some(Misfit::Affinity)
+        }
     }
 }
 
 /// The resources the pod needs beyond what is free, first by name; None when it fits.
-pub fn resource_misfit(requests: &Resources, free: &Resources) -> Option<Misfit> {
+pub(crate) fn resource_misfit(requests: &Resources, free: &Resources) -> Option<Misfit> {
     requests
         .iter()
         .find(|(k, want)| **want > 0 && free.get(*k).copied().unwrap_or(0) < **want)
@@ -131,7 +137,7 @@ pub fn resource_misfit(requests: &Resources, free: &Resources) -> Option<Misfit>
 
 /// The scheduler's summary: `0/4 nodes are available: 2 Insufficient nvidia.com/mig-1g.10gb,
 /// 2 node(s) were unschedulable.`
-pub fn unschedulable_message(nodes: usize, misfits: &BTreeMap<String, usize>) -> String {
+pub(crate) fn unschedulable_message(nodes: usize, misfits: &BTreeMap<String, usize>) -> String {
     let mut parts: Vec<(usize, &String)> = misfits.iter().map(|(m, n)| (*n, m)).collect();
     parts.sort_by(|a, b| a.1.cmp(b.1));
     let list: Vec<String> = parts.iter().map(|(n, m)| format!("{n} {m}")).collect();
@@ -182,20 +188,34 @@ mod tests {
     #[test]
     fn selector_affinity_taints_and_cordon_each_keep_a_pod_off() {
         let gpu = node(json!({"gpu": "h100", "zone": "a"}), json!({}));
-        assert_eq!(placement_misfit(&pod(json!({"containers": [], "nodeSelector": {"gpu": "h100"}})), &gpu), None);
-        assert_eq!(placement_misfit(&pod(json!({"containers": [], "nodeSelector": {"gpu": "a100"}})), &gpu), Some(Misfit::Selector));
+        assert_eq!(
+            placement_misfit(&pod(json!({"containers": [], "nodeSelector": {"gpu": "h100"}})), &gpu),
+            None
+        );
+        assert_eq!(
+            placement_misfit(&pod(json!({"containers": [], "nodeSelector": {"gpu": "a100"}})), &gpu),
+            Some(Misfit::Selector)
+        );
 
         let affinity = |op: &str, values: serde_json::Value| {
-            pod(json!({"containers": [], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": op, "values": values}]}]}}}}))
+            pod(
+                json!({"containers": [], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": op, "values": values}]}]}}}}),
+            )
         };
         assert_eq!(placement_misfit(&affinity("In", json!(["a", "b"])), &gpu), None);
         assert_eq!(placement_misfit(&affinity("NotIn", json!(["a"])), &gpu), Some(Misfit::Affinity));
         assert_eq!(placement_misfit(&affinity("DoesNotExist", json!([])), &gpu), Some(Misfit::Affinity));
 
-        let tainted = node(json!({}), json!({"taints": [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]}));
-        assert_eq!(placement_misfit(&pod(json!({"containers": []})), &tainted), Some(Misfit::Taint("gpu: true".into())));
-        let tolerant = pod(json!({"containers": [], "tolerations": [{"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}));
+        let tainted =
+            node(json!({}), json!({"taints": [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]}));
+        assert_eq!(
+            placement_misfit(&pod(json!({"containers": []})), &tainted),
+            Some(Misfit::Taint("gpu: true".into()))
+        );
+        let tolerant = pod(
+            json!({"containers": [], "tolerations": [{"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}),
+        );
         assert_eq!(placement_misfit(&tolerant, &tainted), None);
         let everything = pod(json!({"containers": [], "tolerations": [{"operator": "Exists"}]}));
         assert_eq!(placement_misfit(&everything, &tainted), None);
@@ -212,11 +232,20 @@ mod tests {
         let free = Resources::from([("cpu".into(), 4000), ("nvidia.com/mig-1g.10gb".into(), 1000)]);
         assert_eq!(resource_misfit(&want, &free), None);
         let none = Resources::from([("cpu".into(), 4000)]);
-        assert_eq!(resource_misfit(&want, &none), Some(Misfit::Insufficient("nvidia.com/mig-1g.10gb".into())));
-        let msg = unschedulable_message(4, &BTreeMap::from([
-            (Misfit::Insufficient("nvidia.com/mig-1g.10gb".into()).to_string(), 3),
-            (Misfit::Unschedulable.to_string(), 1),
-        ]));
-        assert_eq!(msg, "0/4 nodes are available: 3 Insufficient nvidia.com/mig-1g.10gb, 1 node(s) were unschedulable.");
+        assert_eq!(
+            resource_misfit(&want, &none),
+            Some(Misfit::Insufficient("nvidia.com/mig-1g.10gb".into()))
+        );
+        let msg = unschedulable_message(
+            4,
+            &BTreeMap::from([
+                (Misfit::Insufficient("nvidia.com/mig-1g.10gb".into()).to_string(), 3),
+                (Misfit::Unschedulable.to_string(), 1),
+            ]),
+        );
+        assert_eq!(
+            msg,
+            "0/4 nodes are available: 3 Insufficient nvidia.com/mig-1g.10gb, 1 node(s) were unschedulable."
+        );
     }
 }

@@ -44,7 +44,13 @@ struct Kubelet {
 
 pub(super) async fn run(shared: Arc<Shared>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let mut k = Kubelet { shared: shared.clone(), later: tx, handled: HashSet::new(), plugin_serial: BTreeMap::new(), releases: BTreeMap::new() };
+    let mut k = Kubelet {
+        shared: shared.clone(),
+        later: tx,
+        handled: HashSet::new(),
+        plugin_serial: BTreeMap::new(),
+        releases: BTreeMap::new(),
+    };
     let pods: Api<Pod> = Api::all(shared.client.clone());
     let mut stream = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
     let mut relisted: Option<BTreeSet<String>> = None;
@@ -126,28 +132,51 @@ impl Kubelet {
             let patch = objects::advertise_patch(&current, &counts);
             nodes.patch_status(&node.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
             let status = objects::running_status(&pod, &node.ip);
-            self.pods(DEVICE_PLUGIN_NAMESPACE).patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await
+            self.pods(DEVICE_PLUGIN_NAMESPACE)
+                .patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status))
+                .await
         };
         match written.await {
-            Ok(_) => self.shared.ledger.emit(SimEvent::Advertised { node: node.name.clone(), resources: counts, start }),
-            Err(e) => tracing::warn!(node = %node.name, error = %e, "simulated device plugin could not publish the node's slices"),
+            Ok(_) => self.shared.ledger.emit(SimEvent::Advertised {
+                node: node.name.clone(),
+                resources: counts,
+                start,
+            }),
+            Err(e) => {
+                tracing::warn!(node = %node.name, error = %e, "simulated device plugin could not publish the node's slices")
+            }
         }
     }
 
     async fn start_workload(&mut self, node: &SimNode, pod: Pod) {
-        let (ns, name, uid) = (pod.namespace().unwrap_or_default(), pod.name_any(), pod.uid().unwrap_or_default());
+        let (ns, name, uid) =
+            (pod.namespace().unwrap_or_default(), pod.name_any(), pod.uid().unwrap_or_default());
         let key = format!("{ns}/{name}");
         let api = self.pods(&ns);
         match node.admit(&ns, &name, &uid, &container_mig_requests(&pod)) {
             Ok(devices) => {
                 let status = objects::running_status(&pod, &node.ip);
-                if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await {
+                if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await
+                {
                     tracing::debug!(pod = %key, error = %e, "simulated kubelet could not report the pod running");
                 }
                 let profiles: Vec<String> = devices.iter().map(|d| d.profile.clone()).collect();
                 let described = devices.iter().map(|d| format!("{} on GPU {}", d.profile, d.gpu)).collect();
-                self.shared.ledger.started(&uid, PodRun { pod: key.clone(), node: node.name.clone(), started: Instant::now(), ended: None, profiles });
-                self.shared.ledger.emit(SimEvent::Started { pod: key, node: node.name.clone(), devices: described });
+                self.shared.ledger.started(
+                    &uid,
+                    PodRun {
+                        pod: key.clone(),
+                        node: node.name.clone(),
+                        started: Instant::now(),
+                        ended: None,
+                        profiles,
+                    },
+                );
+                self.shared.ledger.emit(SimEvent::Started {
+                    pod: key,
+                    node: node.name.clone(),
+                    devices: described,
+                });
                 if let Some(seconds) = objects::run_seconds(&pod) {
                     let later = self.later.clone();
                     tokio::spawn(async move {
@@ -159,13 +188,24 @@ impl Kubelet {
             Err(refusal) => {
                 let message = refusal.to_string();
                 let status = objects::ended_status(&pod, "Failed", "UnexpectedAdmissionError", &message);
-                if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await {
+                if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await
+                {
                     tracing::debug!(pod = %key, error = %e, "simulated kubelet could not report the refusal");
                 }
-                let run = PodRun { pod: key.clone(), node: node.name.clone(), started: Instant::now(), ended: None, profiles: Vec::new() };
+                let run = PodRun {
+                    pod: key.clone(),
+                    node: node.name.clone(),
+                    started: Instant::now(),
+                    ended: None,
+                    profiles: Vec::new(),
+                };
                 self.shared.ledger.started(&uid, run);
                 self.shared.ledger.ended(&uid, Ending::AdmissionFailed);
-                self.shared.ledger.emit(SimEvent::AdmissionFailed { pod: key, node: node.name.clone(), message });
+                self.shared.ledger.emit(SimEvent::AdmissionFailed {
+                    pod: key,
+                    node: node.name.clone(),
+                    message,
+                });
             }
         }
     }
@@ -185,7 +225,9 @@ impl Kubelet {
             tracing::debug!(pod = %name, error = %e, "simulated kubelet could not report the pod's end");
         }
         self.shared.ledger.ended(uid, Ending::Succeeded);
-        self.shared.ledger.emit(SimEvent::Succeeded { pod: format!("{namespace}/{name}"), node: node.name.clone() });
+        self.shared
+            .ledger
+            .emit(SimEvent::Succeeded { pod: format!("{namespace}/{name}"), node: node.name.clone() });
     }
 
     async fn deleted(&mut self, pod: &Pod) {
@@ -207,7 +249,13 @@ impl Kubelet {
         self.shared.ledger.emit(SimEvent::Stopped { pod: format!("{ns}/{name}"), node: node.name.clone() });
         // A cordoned node is being drained: tell its watchers (the agent) the devices are free.
         let nodes: Api<Node> = Api::all(self.shared.client.clone());
-        let cordoned = nodes.get_opt(&node.name).await.ok().flatten().and_then(|n| n.spec?.unschedulable).unwrap_or(false);
+        let cordoned = nodes
+            .get_opt(&node.name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|n| n.spec?.unschedulable)
+            .unwrap_or(false);
         if cordoned {
             let count = self.releases.entry(node.name.clone()).or_insert(0);
             *count += 1;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use geometer_agent::nvml::{
-    ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo, MigMode, NvmlBackend,
-    NvmlError, Placement, ProcessInfo,
+    ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
+    MigMode, NvmlBackend, NvmlError, Placement, ProcessInfo,
 };
 
 /// Wraps a backend; every call that changes a GPU blocks for `per_change` first (NVML is
@@ -45,7 +45,12 @@ impl NvmlBackend for SlowNvml {
     fn gpu_instances(&self, gpu: GpuIndex) -> Result<Vec<GpuInstanceInfo>, NvmlError> {
         self.inner.gpu_instances(gpu)
     }
-    fn create_gpu_instance(&self, gpu: GpuIndex, profile_id: u32, placement: Placement) -> Result<GpuInstanceInfo, NvmlError> {
+    fn create_gpu_instance(
+        &self,
+        gpu: GpuIndex,
+        profile_id: u32,
+        placement: Placement,
+    ) -> Result<GpuInstanceInfo, NvmlError> {
         self.pause();
         self.inner.create_gpu_instance(gpu, profile_id, placement)
     }
@@ -53,14 +58,27 @@ impl NvmlBackend for SlowNvml {
         self.pause();
         self.inner.destroy_gpu_instance(gpu, gpu_instance)
     }
-    fn compute_instances(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<Vec<ComputeInstanceInfo>, NvmlError> {
+    fn compute_instances(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<Vec<ComputeInstanceInfo>, NvmlError> {
         self.inner.compute_instances(gpu, gpu_instance)
     }
-    fn create_compute_instance(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<ComputeInstanceInfo, NvmlError> {
+    fn create_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<ComputeInstanceInfo, NvmlError> {
         self.pause();
         self.inner.create_compute_instance(gpu, gpu_instance)
     }
-    fn destroy_compute_instance(&self, gpu: GpuIndex, gpu_instance: u32, compute_instance: u32) -> Result<(), NvmlError> {
+    fn destroy_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<(), NvmlError> {
         self.pause();
         self.inner.destroy_compute_instance(gpu, gpu_instance, compute_instance)
     }

@@ -52,7 +52,7 @@ pub use spec::{ClusterSpec, GpuSpec, NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGI
 
 use geometer_agent::nvml::sim::{SimError, SimNvml};
 use geometer_agent::nvml::NvmlBackend;
-use geometer_agent::reconcile::{Agent, AgentConfig, SharedAssignments};
+use geometer_agent::{Agent, AgentConfig, SharedAssignments};
 use geometer_apiserver::{ApiError, ApiServer};
 
 #[derive(Debug, Error)]
@@ -100,7 +100,11 @@ pub struct SliceUsage {
 
 impl SliceUsage {
     pub fn fraction(&self) -> f64 {
-        if self.total == 0 { 0.0 } else { self.used as f64 / self.total as f64 }
+        if self.total == 0 {
+            0.0
+        } else {
+            self.used as f64 / self.total as f64
+        }
     }
 }
 
@@ -140,14 +144,22 @@ impl SimCluster {
         SimCluster::start_with_catalog(server, spec, Catalog::builtin().clone()).await
     }
 
-    pub async fn start_with_catalog(server: &ApiServer, spec: &ClusterSpec, catalog: Catalog) -> Result<SimCluster, SimClusterError> {
+    pub async fn start_with_catalog(
+        server: &ApiServer,
+        spec: &ClusterSpec,
+        catalog: Catalog,
+    ) -> Result<SimCluster, SimClusterError> {
         if spec.nodes.is_empty() {
             return Err(SimClusterError::NoNodes);
         }
         let mut nodes = BTreeMap::new();
         for (i, n) in spec.nodes.iter().enumerate() {
             for (field, value) in [("cpu", &n.cpu), ("memory", &n.memory)] {
-                geometer_api::quantity::milli(value).map_err(|source| SimClusterError::Quantity { node: n.name.clone(), field, source })?;
+                geometer_api::quantity::milli(value).map_err(|source| SimClusterError::Quantity {
+                    node: n.name.clone(),
+                    field,
+                    source,
+                })?;
             }
             let nvml = SimNvml::with_catalog(n.name.clone(), catalog.clone());
             for (g, gpu) in n.gpus.iter().enumerate() {
@@ -163,7 +175,9 @@ impl SimCluster {
             }
         }
         let seed_err = |what: String| move |source| SimClusterError::Seed { what, source };
-        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": DEVICE_PLUGIN_NAMESPACE}})).expect("namespace");
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": DEVICE_PLUGIN_NAMESPACE}}))
+                .expect("namespace");
         server.seed(&ns).map_err(seed_err(format!("namespace {DEVICE_PLUGIN_NAMESPACE}")))?;
         for n in &spec.nodes {
             server.seed(&objects::node(n, &catalog)).map_err(seed_err(format!("node {}", n.name)))?;
@@ -178,15 +192,18 @@ impl SimCluster {
             nvml_latency: spec.nvml_latency,
         });
         let mut events = ledger.subscribe();
-        let tasks = vec![tokio::spawn(kubelet::run(shared.clone())), tokio::spawn(scheduler::run(shared.clone()))];
+        let tasks =
+            vec![tokio::spawn(kubelet::run(shared.clone())), tokio::spawn(scheduler::run(shared.clone()))];
         let cluster = SimCluster { server: server.clone(), shared, tasks };
 
         let plugins: Api<Pod> = Api::namespaced(cluster.shared.client.clone(), DEVICE_PLUGIN_NAMESPACE);
         for n in &spec.nodes {
-            plugins
-                .create(&PostParams::default(), &objects::device_plugin_pod(&n.name, 0))
-                .await
-                .map_err(|source| SimClusterError::Api { what: format!("the device plugin pod of node {}", n.name), source })?;
+            plugins.create(&PostParams::default(), &objects::device_plugin_pod(&n.name, 0)).await.map_err(
+                |source| SimClusterError::Api {
+                    what: format!("the device plugin pod of node {}", n.name),
+                    source,
+                },
+            )?;
         }
         let mut waiting: std::collections::BTreeSet<&String> = cluster.shared.nodes.keys().collect();
         while !waiting.is_empty() {
@@ -251,10 +268,14 @@ impl SimCluster {
     /// The real node agent for `node`, on that node's simulated GPUs and kubelet. Panics when
     /// the node is not part of the cluster (a programming error in the caller).
     pub fn agent(&self, node: &str, client: kube::Client, cfg: AgentConfig) -> Agent {
-        let sim = self.node(node).unwrap_or_else(|| panic!("node {node} is not part of the simulated cluster"));
+        let sim =
+            self.node(node).unwrap_or_else(|| panic!("node {node} is not part of the simulated cluster"));
         let nvml: Arc<dyn NvmlBackend> = Arc::new(sim.nvml.clone());
-        let nvml: Arc<dyn NvmlBackend> =
-            if self.shared.nvml_latency.is_zero() { nvml } else { Arc::new(SlowNvml::new(nvml, self.shared.nvml_latency)) };
+        let nvml: Arc<dyn NvmlBackend> = if self.shared.nvml_latency.is_zero() {
+            nvml
+        } else {
+            Arc::new(SlowNvml::new(nvml, self.shared.nvml_latency))
+        };
         Agent::new(cfg, client, nvml, Arc::new(sim.assignments.clone()))
     }
 

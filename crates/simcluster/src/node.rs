@@ -8,12 +8,12 @@ use std::sync::{Mutex, MutexGuard};
 use geometer_solver::catalog::Catalog;
 use thiserror::Error;
 
-use geometer_agent::inventory::read_inventory;
 use geometer_agent::nvml::sim::SimNvml;
 use geometer_agent::nvml::{GpuIndex, NvmlError};
-use geometer_agent::pod_resources::DeviceAssignment;
+use geometer_agent::observe::inventory::read_inventory;
+use geometer_agent::observe::pod_resources::DeviceAssignment;
+use geometer_agent::SharedAssignments;
 use geometer_api::resources::MIG_RESOURCE_PREFIX;
-use geometer_agent::reconcile::SharedAssignments;
 
 /// A MIG device as the device plugin lists it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -90,7 +90,14 @@ pub struct SimNode {
 
 impl SimNode {
     pub fn new(name: &str, ip: &str, nvml: SimNvml, units: SliceUnits) -> SimNode {
-        SimNode { name: name.to_string(), ip: ip.to_string(), nvml, units, assignments: SharedAssignments::default(), state: Mutex::new(NodeState::default()) }
+        SimNode {
+            name: name.to_string(),
+            ip: ip.to_string(),
+            nvml,
+            units,
+            assignments: SharedAssignments::default(),
+            state: Mutex::new(NodeState::default()),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, NodeState> {
@@ -106,7 +113,12 @@ impl SimNode {
         for gpu in &inventory.gpus {
             for i in &gpu.instances {
                 if let Some(uuid) = &i.uuid {
-                    let d = Device { gpu: gpu.index, start: i.start, profile: i.profile.clone(), uuid: uuid.clone() };
+                    let d = Device {
+                        gpu: gpu.index,
+                        start: i.start,
+                        profile: i.profile.clone(),
+                        uuid: uuid.clone(),
+                    };
                     advertised.entry(d.resource()).or_default().push(d);
                 }
             }
@@ -121,13 +133,20 @@ impl SimNode {
     /// Admits a pod: takes free advertised devices for each container's MIG requests (lowest
     /// GPU and placement first), starts a process on each, and records the assignment for
     /// PodResources. Nothing is taken when any request cannot be met.
-    pub fn admit(&self, namespace: &str, pod: &str, uid: &str, requests: &[(String, BTreeMap<String, u32>)]) -> Result<Vec<Device>, AdmitError> {
+    pub fn admit(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: &str,
+        requests: &[(String, BTreeMap<String, u32>)],
+    ) -> Result<Vec<Device>, AdmitError> {
         let key = format!("{namespace}/{pod}");
         let mut st = self.lock();
         if let Some(r) = st.running.get(&key).filter(|r| r.uid == uid) {
             return Ok(r.devices.clone());
         }
-        let taken: Vec<&str> = st.running.values().flat_map(|r| r.devices.iter().map(|d| d.uuid.as_str())).collect();
+        let taken: Vec<&str> =
+            st.running.values().flat_map(|r| r.devices.iter().map(|d| d.uuid.as_str())).collect();
         let mut chosen: Vec<(String, Device)> = Vec::new();
         for (container, wants) in requests {
             for (profile, &wanted) in wants {
@@ -135,7 +154,14 @@ impl SimNode {
                 let mut free: Vec<&Device> = st
                     .advertised
                     .get(&resource)
-                    .map(|v| v.iter().filter(|d| !taken.contains(&d.uuid.as_str()) && !chosen.iter().any(|(_, c)| c.uuid == d.uuid)).collect())
+                    .map(|v| {
+                        v.iter()
+                            .filter(|d| {
+                                !taken.contains(&d.uuid.as_str())
+                                    && !chosen.iter().any(|(_, c)| c.uuid == d.uuid)
+                            })
+                            .collect()
+                    })
                     .unwrap_or_default();
                 free.sort();
                 if free.len() < wanted as usize {
@@ -201,7 +227,13 @@ impl SimNode {
 
     /// Memory slices (placement units) held by running pods, and on all this node's MIG GPUs.
     pub fn slice_usage(&self) -> (u64, u64) {
-        let used = self.lock().running.values().flat_map(|r| &r.devices).map(|d| self.units.sizes.get(&d.profile).copied().unwrap_or(0)).sum();
+        let used = self
+            .lock()
+            .running
+            .values()
+            .flat_map(|r| &r.devices)
+            .map(|d| self.units.sizes.get(&d.profile).copied().unwrap_or(0))
+            .sum();
         (used, self.units.total)
     }
 

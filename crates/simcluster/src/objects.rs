@@ -18,19 +18,24 @@ pub const RUN_SECONDS_ANNOTATION: &str = "sim.geometer.dev/run-seconds";
 /// of the node (the agent waiting for a drain) look again at once.
 pub const RELEASES_ANNOTATION: &str = "sim.geometer.dev/released-pods";
 
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// The Node as a cluster with the GPU Operator labels it: product, count, MIG strategy mixed.
-pub fn node(spec: &NodeSpec, catalog: &Catalog) -> Node {
+pub(crate) fn node(spec: &NodeSpec, catalog: &Catalog) -> Node {
     let mut labels: BTreeMap<String, String> = BTreeMap::new();
     labels.insert("kubernetes.io/hostname".into(), spec.name.clone());
     labels.insert("kubernetes.io/os".into(), "linux".into());
     if let Some(first) = spec.gpus.first() {
         let product = catalog
             .find(&first.model)
-            .and_then(|m| m.product_labels.first().cloned().or_else(|| m.nvml_names.first().map(|n| n.replace(' ', "-"))))
+            .and_then(|m| {
+                m.product_labels
+                    .first()
+                    .cloned()
+                    .or_else(|| m.nvml_names.first().map(|n| n.replace(' ', "-")))
+            })
             .unwrap_or_else(|| first.model.clone());
         labels.insert("nvidia.com/gpu.product".into(), product);
         labels.insert("nvidia.com/gpu.count".into(), spec.gpus.len().to_string());
@@ -57,7 +62,7 @@ pub fn node(spec: &NodeSpec, catalog: &Catalog) -> Node {
 }
 
 /// A device plugin pod on a node, as its DaemonSet creates it (pending; the kubelet runs it).
-pub fn device_plugin_pod(node: &str, serial: u32) -> Pod {
+pub(crate) fn device_plugin_pod(node: &str, serial: u32) -> Pod {
     serde_json::from_value(json!({
         "metadata": {
             "name": format!("nvidia-device-plugin-{node}-{serial}"),
@@ -77,12 +82,13 @@ pub fn device_plugin_pod(node: &str, serial: u32) -> Pod {
 
 pub fn is_device_plugin(pod: &Pod) -> bool {
     pod.metadata.namespace.as_deref() == Some(DEVICE_PLUGIN_NAMESPACE)
-        && pod.metadata.labels.as_ref().and_then(|l| l.get(DEVICE_PLUGIN_LABEL.0)).map(String::as_str) == Some(DEVICE_PLUGIN_LABEL.1)
+        && pod.metadata.labels.as_ref().and_then(|l| l.get(DEVICE_PLUGIN_LABEL.0)).map(String::as_str)
+            == Some(DEVICE_PLUGIN_LABEL.1)
 }
 
 /// Node status patch: the MIG resources the plugin advertises; names it no longer has stay at
 /// 0, as the kubelet keeps them.
-pub fn advertise_patch(node: &Node, counts: &BTreeMap<String, u64>) -> Value {
+pub(crate) fn advertise_patch(node: &Node, counts: &BTreeMap<String, u64>) -> Value {
     let mut mig = serde_json::Map::new();
     let old = node.status.as_ref().and_then(|s| s.capacity.clone()).unwrap_or_default();
     for k in old.keys().filter(|k| k.starts_with(MIG_RESOURCE_PREFIX)) {
@@ -103,12 +109,13 @@ fn container_statuses(pod: &Pod, state: Value, ready: bool) -> Vec<Value> {
 }
 
 /// Status of a pod the kubelet started.
-pub fn running_status(pod: &Pod, node_ip: &str) -> Value {
+pub(crate) fn running_status(pod: &Pod, node_ip: &str) -> Value {
     let t = now();
-    let conditions: Vec<Value> = ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"]
-        .iter()
-        .map(|c| json!({"type": c, "status": "True", "lastProbeTime": null, "lastTransitionTime": t}))
-        .collect();
+    let conditions: Vec<Value> =
+        ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"]
+            .iter()
+            .map(|c| json!({"type": c, "status": "True", "lastProbeTime": null, "lastTransitionTime": t}))
+            .collect();
     json!({"status": {
         "phase": "Running",
         "hostIP": node_ip,
@@ -120,15 +127,21 @@ pub fn running_status(pod: &Pod, node_ip: &str) -> Value {
 }
 
 /// Status of a pod whose containers ended (`Succeeded`) or that the kubelet refused (`Failed`).
-pub fn ended_status(pod: &Pod, phase: &str, reason: &str, message: &str) -> Value {
+pub(crate) fn ended_status(pod: &Pod, phase: &str, reason: &str, message: &str) -> Value {
     let t = now();
-    let started = pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|s| s.0.to_string()).unwrap_or_else(|| t.clone());
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map(|s| s.0.to_string())
+        .unwrap_or_else(|| t.clone());
     let exit = if phase == "Succeeded" { 0 } else { 1 };
     let conditions: Vec<Value> = [("Ready", "False"), ("ContainersReady", "False"), ("Initialized", "True"), ("PodScheduled", "True")]
         .iter()
         .map(|(c, s)| json!({"type": c, "status": s, "reason": if *s == "False" { "PodCompleted" } else { "" }, "lastProbeTime": null, "lastTransitionTime": t}))
         .collect();
-    let terminated = json!({"terminated": {"exitCode": exit, "reason": reason, "startedAt": started, "finishedAt": t}});
+    let terminated =
+        json!({"terminated": {"exitCode": exit, "reason": reason, "startedAt": started, "finishedAt": t}});
     let mut status = json!({"phase": phase, "conditions": conditions, "containerStatuses": container_statuses(pod, terminated, false)});
     if phase == "Failed" {
         status["reason"] = json!(reason);

@@ -31,7 +31,8 @@ pub(super) async fn run(shared: Arc<Shared>) {
     if pods.wait_until_ready().await.is_err() || nodes.wait_until_ready().await.is_err() {
         return;
     }
-    let mut scheduler = Scheduler { shared, assumed: HashMap::new(), requests: HashMap::new(), marked: HashMap::new() };
+    let mut scheduler =
+        Scheduler { shared, assumed: HashMap::new(), requests: HashMap::new(), marked: HashMap::new() };
     loop {
         scheduler.pass(&pods.state(), &nodes.state()).await;
         wake.notified().await;
@@ -41,10 +42,17 @@ pub(super) async fn run(shared: Arc<Shared>) {
 /// A store kept up to date by a watch; `wake` rings on every change.
 fn watch_into_store<K>(api: Api<K>, wake: Arc<Notify>) -> Store<K>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff()).touched_objects();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff())
+        .touched_objects();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
@@ -99,7 +107,9 @@ fn placement_signature(pod: &Pod) -> String {
 }
 
 fn extended(requests: &Resources) -> impl Iterator<Item = (&String, &i128)> {
-    requests.iter().filter(|(k, v)| !matches!(k.as_str(), "cpu" | "memory" | "pods" | "ephemeral-storage") && **v > 0)
+    requests
+        .iter()
+        .filter(|(k, v)| !matches!(k.as_str(), "cpu" | "memory" | "pods" | "ephemeral-storage") && **v > 0)
 }
 
 impl Scheduler {
@@ -114,7 +124,8 @@ impl Scheduler {
             .map(|n| Room { node: n.clone(), name: n.name_any(), free: fit::allocatable(n) })
             .collect();
         rooms.sort_by(|a, b| a.name.cmp(&b.name));
-        let index: HashMap<String, usize> = rooms.iter().enumerate().map(|(i, r)| (r.name.clone(), i)).collect();
+        let index: HashMap<String, usize> =
+            rooms.iter().enumerate().map(|(i, r)| (r.name.clone(), i)).collect();
 
         let live: BTreeSet<String> = pods.iter().filter_map(|p| p.uid()).collect();
         self.requests.retain(|uid, _| live.contains(uid));
@@ -151,7 +162,12 @@ impl Scheduler {
         }
         pending.sort_by_key(|p| {
             let priority = p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
-            (-(priority as i64), p.metadata.creation_timestamp.clone().map(|t| t.0), p.namespace(), p.name_any())
+            (
+                -(priority as i64),
+                p.metadata.creation_timestamp.clone().map(|t| t.0),
+                p.namespace(),
+                p.name_any(),
+            )
         });
 
         // Nodes with room per extended resource, by (free, index): best fit is the first that
@@ -226,9 +242,14 @@ impl Scheduler {
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         });
         let api: Api<Pod> = Api::namespaced(self.shared.client.clone(), &ns);
-        match api.create_subresource::<_, serde_json::Value>("binding", &name, &PostParams::default(), &binding).await {
+        match api
+            .create_subresource::<_, serde_json::Value>("binding", &name, &PostParams::default(), &binding)
+            .await
+        {
             Ok(_) => {
-                self.shared.ledger.emit(SimEvent::Scheduled { pod: format!("{ns}/{name}"), node: node.to_string() });
+                self.shared
+                    .ledger
+                    .emit(SimEvent::Scheduled { pod: format!("{ns}/{name}"), node: node.to_string() });
                 true
             }
             Err(e) => {
@@ -245,8 +266,16 @@ impl Scheduler {
         if self.marked.get(&uid).is_some_and(|m| m == message) {
             return;
         }
-        let current = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
-        if current.is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable") && c.message.as_deref() == Some(message)) {
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
+        if current.is_some_and(|c| {
+            c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+                && c.message.as_deref() == Some(message)
+        }) {
             self.marked.insert(uid, message.to_string());
             return;
         }
@@ -259,9 +288,14 @@ impl Scheduler {
         match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => {
                 self.marked.insert(uid, message.to_string());
-                self.shared.ledger.emit(SimEvent::Unschedulable { pod: format!("{ns}/{name}"), message: message.to_string() });
+                self.shared.ledger.emit(SimEvent::Unschedulable {
+                    pod: format!("{ns}/{name}"),
+                    message: message.to_string(),
+                });
             }
-            Err(e) => tracing::debug!(pod = %name, error = %e, "simulated scheduler: cannot mark the pod unschedulable"),
+            Err(e) => {
+                tracing::debug!(pod = %name, error = %e, "simulated scheduler: cannot mark the pod unschedulable")
+            }
         }
     }
 }

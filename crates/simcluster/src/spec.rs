@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Taint;
 /// Namespace of the simulated NVIDIA device plugin's pods (the GPU Operator's).
 pub const DEVICE_PLUGIN_NAMESPACE: &str = "gpu-operator";
 /// Labels of the device plugin's pods; the agent finds them with
-/// [`geometer_agent::reconcile::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR`].
+/// [`geometer_agent::steps::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR`].
 pub const DEVICE_PLUGIN_LABEL: (&str, &str) = ("app", "nvidia-device-plugin-daemonset");
 
 /// One GPU: a catalog model (key, PCI id or NVML name) and the instances it starts with.
@@ -22,7 +22,10 @@ pub struct GpuSpec {
 
 impl GpuSpec {
     pub fn new(model: &str, geometry: &[(&str, u8)]) -> GpuSpec {
-        GpuSpec { model: model.to_string(), geometry: geometry.iter().map(|(p, s)| (p.to_string(), *s)).collect() }
+        GpuSpec {
+            model: model.to_string(),
+            geometry: geometry.iter().map(|(p, s)| (p.to_string(), *s)).collect(),
+        }
     }
 }
 
@@ -59,7 +62,12 @@ impl NodeSpec {
     }
 
     pub fn taint(mut self, key: &str, value: &str, effect: &str) -> NodeSpec {
-        self.taints.push(Taint { key: key.into(), value: Some(value.into()), effect: effect.into(), time_added: None });
+        self.taints.push(Taint {
+            key: key.into(),
+            value: Some(value.into()),
+            effect: effect.into(),
+            time_added: None,
+        });
         self
     }
 
@@ -89,9 +97,19 @@ impl ClusterSpec {
     }
 
     /// `count` identical nodes named `<prefix>-<n>` (n from 1, zero-padded to sort by name).
-    pub fn uniform(prefix: &str, count: usize, model: &str, gpus: usize, geometry: &[(&str, u8)]) -> ClusterSpec {
+    pub fn uniform(
+        prefix: &str,
+        count: usize,
+        model: &str,
+        gpus: usize,
+        geometry: &[(&str, u8)],
+    ) -> ClusterSpec {
         let width = count.to_string().len();
-        ClusterSpec::new((1..=count).map(|i| NodeSpec::new(format!("{prefix}-{i:0width$}"), model, gpus, geometry)).collect())
+        ClusterSpec::new(
+            (1..=count)
+                .map(|i| NodeSpec::new(format!("{prefix}-{i:0width$}"), model, gpus, geometry))
+                .collect(),
+        )
     }
 
     pub fn gpu_count(&self) -> usize {

@@ -6,9 +6,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use geometer_agent::reconcile::backoff::Backoff;
-use geometer_agent::reconcile::{AgentConfig, StepHook};
-use geometer_api::{Batching, Disruption, MigNode, MigPlan, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits};
+use geometer_agent::runtime::backoff::Backoff;
+use geometer_agent::{AgentConfig, StepHook};
+use geometer_api::{
+    Batching, Disruption, MigNode, MigPlan, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits,
+};
 use geometer_apiserver::ApiServer;
 use geometer_simcluster::{ClusterSpec, SimCluster};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -31,7 +33,12 @@ pub fn policy(mode: PolicyMode, eviction_allowed: bool) -> MigPolicy {
             forecast_window_seconds: 0,
             batching: Batching { idle_seconds: 1, max_seconds: 2 },
             stabilisation_seconds: 0,
-            disruption: Disruption { eviction_allowed, max_nodes_reconfiguring: 2, drain_timeout_seconds: 60, ..Disruption::default() },
+            disruption: Disruption {
+                eviction_allowed,
+                max_nodes_reconfiguring: 2,
+                drain_timeout_seconds: 60,
+                ..Disruption::default()
+            },
             solver: SolverLimits { time_limit_ms: 5000, ..SolverLimits::default() },
         },
     )
@@ -69,7 +76,9 @@ impl E2e {
         for crd in geometer_api::crds() {
             server.seed(&crd).expect("CRD");
         }
-        server.seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": NS}})).unwrap()).expect("namespace");
+        server
+            .seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": NS}})).unwrap())
+            .expect("namespace");
         let cluster = SimCluster::start(&server, spec).await.expect("simulated cluster starts");
         Api::<MigPolicy>::all(server.client()).create(&PostParams::default(), &policy).await.expect("policy");
         let mut e2e = E2e { server, cluster, agents: BTreeMap::new(), controller: None, poll };
@@ -119,7 +128,10 @@ impl E2e {
     }
 
     pub async fn submit(&self, pod: Pod) -> Pod {
-        Api::<Pod>::namespaced(self.server.client(), NS).create(&PostParams::default(), &pod).await.expect("create pod")
+        Api::<Pod>::namespaced(self.server.client(), NS)
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod")
     }
 
     pub fn plans(&self) -> Vec<MigPlan> {
@@ -132,7 +144,8 @@ impl E2e {
 
     /// Instances on a simulated GPU as `profile@start`, sorted.
     pub fn geometry(&self, node: &str, gpu: u32) -> Vec<String> {
-        let mut g: Vec<String> = self.cluster.nvml(node).unwrap().geometry(gpu).unwrap().iter().map(|p| p.to_string()).collect();
+        let mut g: Vec<String> =
+            self.cluster.nvml(node).unwrap().geometry(gpu).unwrap().iter().map(|p| p.to_string()).collect();
         g.sort();
         g
     }
@@ -151,8 +164,14 @@ impl E2e {
         self.server
             .requests()
             .iter()
-            .filter(|r| r.resource.as_deref() == Some("pods/eviction") && r.status < 300 && r.namespace.as_deref() == Some(NS))
-            .map(|r| format!("{}/{}", r.namespace.clone().unwrap_or_default(), r.name.clone().unwrap_or_default()))
+            .filter(|r| {
+                r.resource.as_deref() == Some("pods/eviction")
+                    && r.status < 300
+                    && r.namespace.as_deref() == Some(NS)
+            })
+            .map(|r| {
+                format!("{}/{}", r.namespace.clone().unwrap_or_default(), r.name.clone().unwrap_or_default())
+            })
             .collect()
     }
 
@@ -161,7 +180,9 @@ impl E2e {
         self.cluster.node_names().iter().all(|n| {
             let Some(m) = self.mignode(n) else { return false };
             let Some(s) = &m.status else { return false };
-            s.phase == geometer_api::MigNodePhase::Ready && s.observed_generation == m.metadata.generation && !s.cordoned_by_geometer
+            s.phase == geometer_api::MigNodePhase::Ready
+                && s.observed_generation == m.metadata.generation
+                && !s.cordoned_by_geometer
         })
     }
 }

@@ -1,4 +1,5 @@
 //! What Geometer's integration tests share: harnesses per area, builders and fixtures.
+#![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 pub mod agent;
 pub mod controller;

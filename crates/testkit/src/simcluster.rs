@@ -18,13 +18,18 @@ pub async fn cluster(spec: &ClusterSpec) -> (ApiServer, SimCluster) {
     for crd in geometer_api::crds() {
         server.seed(&crd).expect("CRD");
     }
-    server.seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": NS}})).unwrap()).expect("namespace");
+    server
+        .seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": NS}})).unwrap())
+        .expect("namespace");
     let cluster = SimCluster::start(&server, spec).await.expect("simulated cluster starts");
     (server, cluster)
 }
 
 pub async fn create(server: &ApiServer, pod: Pod) -> Pod {
-    Api::<Pod>::namespaced(server.client(), NS).create(&PostParams::default(), &pod).await.expect("create pod")
+    Api::<Pod>::namespaced(server.client(), NS)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod")
 }
 
 /// Polls `check` until it gives a value. The deadline (generous, never a measured time) only

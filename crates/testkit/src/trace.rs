@@ -5,7 +5,12 @@ use geometer_sim::cluster::{ModelInfo, ProfileInfo};
 
 /// An 80 GB A100 as the simulator sees it (from the NVIDIA MIG user guide's profile table).
 pub fn a100() -> ModelInfo {
-    let p = |name: &str, c, m, mib| ProfileInfo { name: name.into(), compute_slices: c, memory_slices: m, memory_mib: mib };
+    let p = |name: &str, c, m, mib| ProfileInfo {
+        name: name.into(),
+        compute_slices: c,
+        memory_slices: m,
+        memory_mib: mib,
+    };
     ModelInfo {
         name: "A100-80GB".into(),
         compute_slices: 7,

@@ -10,22 +10,22 @@ use geometer_solver::geometry::{place, Geometry};
 use geometer_solver::snapshot::{Gpu, Instance, Node, Pod, Policy, Snapshot};
 
 /// Small deterministic generator (xorshift64*), so every run plans the same clusters.
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-    pub fn chance(&mut self, p: f64) -> bool {
+    pub(crate) fn chance(&mut self, p: f64) -> bool {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
     }
 }
@@ -62,13 +62,13 @@ fn config_geometry(model: &GpuModel, config: [usize; 5]) -> Geometry {
 }
 
 /// `gpus` GPUs (8 per node, rounded up) and `pods` pending pods; half the GPUs busy.
-pub fn cluster(gpus: usize, pods: usize, seed: u64) -> Snapshot {
+pub(crate) fn cluster(gpus: usize, pods: usize, seed: u64) -> Snapshot {
     cluster_with(gpus, pods, seed, 0.5)
 }
 
 /// The same shape with a `busy_share` of GPUs holding pods (on a busy GPU three in four
 /// instances hold one).
-pub fn cluster_with(gpus: usize, pods: usize, seed: u64, busy_share: f64) -> Snapshot {
+pub(crate) fn cluster_with(gpus: usize, pods: usize, seed: u64, busy_share: f64) -> Snapshot {
     let catalog = Catalog::builtin();
     let mut rng = Rng::new(seed);
     let mut snapshot = Snapshot::default();
@@ -81,7 +81,10 @@ pub fn cluster_with(gpus: usize, pods: usize, seed: u64, busy_share: f64) -> Sna
         let mut node = Node {
             name: name.clone(),
             // Zones cut across models (every zone has every model), as in a real cluster.
-            labels: BTreeMap::from([("pool".into(), key.to_string()), ("zone".into(), format!("z{}", (n / MODELS.len()) % 4))]),
+            labels: BTreeMap::from([
+                ("pool".into(), key.to_string()),
+                ("zone".into(), format!("z{}", (n / MODELS.len()) % 4)),
+            ]),
             free_cpu_millis: Some(64_000 + rng.below(64) * 1000),
             free_memory_bytes: Some((512u64 + rng.below(512)) << 30),
             ..Node::default()
@@ -140,15 +143,15 @@ pub fn cluster_with(gpus: usize, pods: usize, seed: u64, busy_share: f64) -> Sna
     snapshot
 }
 
-pub fn with_eviction(mut snapshot: Snapshot) -> Snapshot {
+pub(crate) fn with_eviction(mut snapshot: Snapshot) -> Snapshot {
     snapshot.policy = Some(Policy { eviction_allowed: true, ..Policy::default() });
     snapshot
 }
 
 /// The benchmark sizes: (GPUs, pending pods), half the GPUs busy.
-pub const SIZES: [(usize, usize); 8] =
+pub(crate) const SIZES: [(usize, usize); 8] =
     [(10, 10), (100, 100), (1000, 10), (1000, 1000), (1000, 5000), (8000, 10), (8000, 1000), (8000, 5000)];
 
 /// A contended cluster: most GPUs busy, so pending pods compete for the room left.
-pub const BUSY_SHARE: f64 = 0.9;
-pub const BUSY_SIZES: [(usize, usize); 3] = [(100, 100), (1000, 1000), (8000, 5000)];
+pub(crate) const BUSY_SHARE: f64 = 0.9;
+pub(crate) const BUSY_SIZES: [(usize, usize); 3] = [(100, 100), (1000, 1000), (8000, 5000)];

@@ -148,12 +148,7 @@ impl CatalogFile {
 }
 
 fn raw_engines(e: &Engines) -> RawEngines {
-    RawEngines {
-        dec: e.dec.into(),
-        enc: e.enc.into(),
-        jpeg: e.jpeg.into(),
-        ofa: e.ofa.into(),
-    }
+    RawEngines { dec: e.dec.into(), enc: e.enc.into(), jpeg: e.jpeg.into(), ofa: e.ofa.into() }
 }
 
 fn raw_model(m: &GpuModel) -> RawModel {
@@ -162,17 +157,8 @@ fn raw_model(m: &GpuModel) -> RawModel {
         key: m.key.clone(),
         description: m.description.clone(),
         nvml_names: m.nvml_names.clone(),
-        product_labels: m
-            .product_labels
-            .iter()
-            .filter(|l| !derived.contains(l))
-            .cloned()
-            .collect(),
-        device_ids: m
-            .device_ids
-            .iter()
-            .map(|&id| format_device_id(id))
-            .collect(),
+        product_labels: m.product_labels.iter().filter(|l| !derived.contains(l)).cloned().collect(),
+        device_ids: m.device_ids.iter().map(|&id| format_device_id(id)).collect(),
         architecture: m.architecture.clone(),
         memory_mib: m.memory_mib.map(|v| v as i64),
         memory_status: m.memory_status,

@@ -75,19 +75,13 @@ pub fn parse_device_id(text: &str) -> Option<u32> {
         Some((vendor, device)) => (Some(vendor), device),
         None => (None, text),
     };
-    let hex = device
-        .strip_prefix("0x")
-        .or_else(|| device.strip_prefix("0X"))
-        .unwrap_or(device);
+    let hex = device.strip_prefix("0x").or_else(|| device.strip_prefix("0X")).unwrap_or(device);
     if hex.is_empty() || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
         return None;
     }
     let vendor = match vendor {
         Some(v) => {
-            let v = v
-                .strip_prefix("0x")
-                .or_else(|| v.strip_prefix("0X"))
-                .unwrap_or(v);
+            let v = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")).unwrap_or(v);
             if v.len() != 4 {
                 return None;
             }
@@ -137,22 +131,10 @@ mod tests {
         assert_eq!(parse_device_id("0X20B0"), Some(0x20B010DE));
         assert_eq!(parse_device_id("10de:20b0"), Some(0x20B010DE));
         assert_eq!(parse_device_id("0x10de:0x20b0"), Some(0x20B010DE));
-        assert_eq!(
-            parse_device_id("8086:20b0"),
-            Some(0x20B08086),
-            "other vendors keep their id"
-        );
-        for bad in [
-            "",
-            "0x",
-            "20b",
-            "20b01",
-            "0x20B010DE0",
-            "g0b0",
-            "10de:20b010de",
-            "1:20b0",
-            "0x20b0 extra",
-        ] {
+        assert_eq!(parse_device_id("8086:20b0"), Some(0x20B08086), "other vendors keep their id");
+        for bad in
+            ["", "0x", "20b", "20b01", "0x20B010DE0", "g0b0", "10de:20b010de", "1:20b0", "0x20b0 extra"]
+        {
             assert_eq!(parse_device_id(bad), None, "{bad:?}");
         }
         assert_eq!(format_device_id(0x20B010DE), "0x20B010DE");
@@ -160,25 +142,10 @@ mod tests {
 
     #[test]
     fn names_normalize_like_gpu_operator_labels() {
-        assert_eq!(
-            normalize_name("NVIDIA A100-SXM4-40GB"),
-            "nvidia-a100-sxm4-40gb"
-        );
-        assert_eq!(
-            normalize_name("NVIDIA-A100-SXM4-40GB-SHARED"),
-            "nvidia-a100-sxm4-40gb"
-        );
-        assert_eq!(
-            normalize_name("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"),
-            "nvidia-a100-sxm4-40gb"
-        );
-        assert_eq!(
-            normalize_name("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED"),
-            "nvidia-a100-sxm4-40gb"
-        );
-        assert_eq!(
-            product_label("NVIDIA H100 80GB HBM3"),
-            "NVIDIA-H100-80GB-HBM3"
-        );
+        assert_eq!(normalize_name("NVIDIA A100-SXM4-40GB"), "nvidia-a100-sxm4-40gb");
+        assert_eq!(normalize_name("NVIDIA-A100-SXM4-40GB-SHARED"), "nvidia-a100-sxm4-40gb");
+        assert_eq!(normalize_name("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"), "nvidia-a100-sxm4-40gb");
+        assert_eq!(normalize_name("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED"), "nvidia-a100-sxm4-40gb");
+        assert_eq!(product_label("NVIDIA H100 80GB HBM3"), "NVIDIA-H100-80GB-HBM3");
     }
 }

@@ -10,9 +10,9 @@ use super::lookup::{format_device_id, parse_device_id, product_label};
 use super::{Engines, ExclusiveGroup, GpuModel, Profile, ProfileKind, UnplaceableModel};
 
 /// Most profiles a model may have: profile sets are 64-bit masks in the geometry search.
-pub const MAX_PROFILES: usize = 64;
+pub(super) const MAX_PROFILES: usize = 64;
 /// Widest placement grid: occupied units are a 32-bit mask.
-pub const MAX_PLACEMENT_UNITS: i64 = 32;
+pub(super) const MAX_PLACEMENT_UNITS: i64 = 32;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum CatalogError {
@@ -23,13 +23,7 @@ pub enum CatalogError {
     Empty,
 
     #[error("{}field `{field}` = {value}: {problem}", location(.model, .profile))]
-    Invalid {
-        model: String,
-        profile: Option<String>,
-        field: String,
-        value: String,
-        problem: String,
-    },
+    Invalid { model: String, profile: Option<String>, field: String, value: String, problem: String },
 }
 
 fn location(model: &str, profile: &Option<String>) -> String {
@@ -46,12 +40,7 @@ struct At<'a> {
 }
 
 impl At<'_> {
-    fn err(
-        &self,
-        field: &str,
-        value: impl std::fmt::Display,
-        problem: impl Into<String>,
-    ) -> CatalogError {
+    fn err(&self, field: &str, value: impl std::fmt::Display, problem: impl Into<String>) -> CatalogError {
         CatalogError::Invalid {
             model: self.model.to_string(),
             profile: self.profile.map(str::to_string),
@@ -61,13 +50,7 @@ impl At<'_> {
         }
     }
 
-    fn int<T: TryFrom<i64>>(
-        &self,
-        field: &str,
-        value: i64,
-        min: i64,
-        max: i64,
-    ) -> Result<T, CatalogError> {
+    fn int<T: TryFrom<i64>>(&self, field: &str, value: i64, min: i64, max: i64) -> Result<T, CatalogError> {
         if value < min || value > max {
             return Err(self.err(field, value, format!("must be between {min} and {max}")));
         }
@@ -76,9 +59,8 @@ impl At<'_> {
 }
 
 pub(super) fn parse(text: &str) -> Result<(Vec<GpuModel>, Vec<UnplaceableModel>), CatalogError> {
-    let raw: CatalogFile = serde_saphyr::from_str(text).map_err(|e| CatalogError::Parse {
-        message: e.to_string(),
-    })?;
+    let raw: CatalogFile =
+        serde_saphyr::from_str(text).map_err(|e| CatalogError::Parse { message: e.to_string() })?;
     if raw.models.is_empty() && raw.unplaceable.is_empty() {
         return Err(CatalogError::Empty);
     }
@@ -87,16 +69,9 @@ pub(super) fn parse(text: &str) -> Result<(Vec<GpuModel>, Vec<UnplaceableModel>)
     let mut device_owner: HashMap<u32, String> = HashMap::new();
     for raw_model in raw.models {
         let model = convert_model(raw_model)?;
-        let at = At {
-            model: &model.key,
-            profile: None,
-        };
+        let at = At { model: &model.key, profile: None };
         if !keys.insert(model.key.to_ascii_lowercase()) {
-            return Err(at.err(
-                "key",
-                &model.key,
-                "defined twice in this file; keys are case-insensitive",
-            ));
+            return Err(at.err("key", &model.key, "defined twice in this file; keys are case-insensitive"));
         }
         for &id in &model.device_ids {
             if let Some(owner) = device_owner.insert(id, model.key.clone()) {
@@ -111,63 +86,33 @@ pub(super) fn parse(text: &str) -> Result<(Vec<GpuModel>, Vec<UnplaceableModel>)
     }
     let mut unplaceable = Vec::new();
     for u in raw.unplaceable {
-        let at = At {
-            model: &u.key,
-            profile: None,
-        };
+        let at = At { model: &u.key, profile: None };
         check_key(&at, &u.key)?;
         if u.reason.trim().is_empty() {
-            return Err(at.err(
-                "reason",
-                "\"\"",
-                "say why no geometry can be planned for this GPU",
-            ));
+            return Err(at.err("reason", "\"\"", "say why no geometry can be planned for this GPU"));
         }
         if !keys.insert(u.key.to_ascii_lowercase()) {
-            return Err(at.err(
-                "key",
-                &u.key,
-                "defined twice in this file; keys are case-insensitive",
-            ));
+            return Err(at.err("key", &u.key, "defined twice in this file; keys are case-insensitive"));
         }
-        unplaceable.push(UnplaceableModel {
-            key: u.key,
-            nvml_names: u.nvml_names,
-            reason: u.reason,
-        });
+        unplaceable.push(UnplaceableModel { key: u.key, nvml_names: u.nvml_names, reason: u.reason });
     }
     Ok((models, unplaceable))
 }
 
 fn check_key(at: &At, key: &str) -> Result<(), CatalogError> {
-    let ok = !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    let ok = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
     if ok {
         Ok(())
     } else {
-        Err(at.err(
-            "key",
-            format!("{key:?}"),
-            "use letters, digits, '-', '_' or '.' (e.g. A100-40GB)",
-        ))
+        Err(at.err("key", format!("{key:?}"), "use letters, digits, '-', '_' or '.' (e.g. A100-40GB)"))
     }
 }
 
 fn convert_model(raw: RawModel) -> Result<GpuModel, CatalogError> {
     let key = raw.key.trim().to_string();
-    let at = At {
-        model: &key,
-        profile: None,
-    };
+    let at = At { model: &key, profile: None };
     check_key(&at, &key)?;
-    let placement_units: u8 = at.int(
-        "placement_units",
-        raw.placement_units,
-        1,
-        MAX_PLACEMENT_UNITS,
-    )?;
+    let placement_units: u8 = at.int("placement_units", raw.placement_units, 1, MAX_PLACEMENT_UNITS)?;
     let compute_slices: u8 = at.int("compute_slices", raw.compute_slices, 1, 255)?;
     let memory_mib = match raw.memory_mib {
         Some(m) => Some(at.int::<u64>("memory_mib", m, 1, i64::MAX)?),
@@ -175,13 +120,8 @@ fn convert_model(raw: RawModel) -> Result<GpuModel, CatalogError> {
     };
     let mut device_ids = Vec::new();
     for text in &raw.device_ids {
-        let id = parse_device_id(text).ok_or_else(|| {
-            at.err(
-                "device_ids",
-                format!("{text:?}"),
-                "expected a PCI id like 0x20B010DE",
-            )
-        })?;
+        let id = parse_device_id(text)
+            .ok_or_else(|| at.err("device_ids", format!("{text:?}"), "expected a PCI id like 0x20B010DE"))?;
         if device_ids.contains(&id) {
             return Err(at.err("device_ids", text, "listed twice"));
         }
@@ -208,18 +148,9 @@ fn convert_model(raw: RawModel) -> Result<GpuModel, CatalogError> {
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut profiles = Vec::with_capacity(raw.profiles.len());
     for (id, rp) in raw.profiles.into_iter().enumerate() {
-        let profile = convert_profile(
-            &key,
-            placement_units,
-            compute_slices,
-            engine_totals.as_ref(),
-            rp,
-        )?;
+        let profile = convert_profile(&key, placement_units, compute_slices, engine_totals.as_ref(), rp)?;
         for name in std::iter::once(&profile.name).chain(&profile.aliases) {
-            let at = At {
-                model: &key,
-                profile: Some(&profile.name),
-            };
+            let at = At { model: &key, profile: Some(&profile.name) };
             if names.insert(name.to_ascii_lowercase(), id).is_some() {
                 return Err(at.err(
                     "name",
@@ -232,20 +163,14 @@ fn convert_model(raw: RawModel) -> Result<GpuModel, CatalogError> {
         profiles.push(profile);
     }
     let canonical = |field: &str, name: &str| -> Result<String, CatalogError> {
-        let id = names
-            .get(name)
-            .or_else(|| names.get(&name.to_ascii_lowercase()));
+        let id = names.get(name).or_else(|| names.get(&name.to_ascii_lowercase()));
         id.map(|&i| profiles[i].name.clone())
             .ok_or_else(|| at.err(field, name, "not a profile of this model"))
     };
     let mut exclusive_groups = Vec::new();
     for g in &raw.exclusive_groups {
         if g.profiles.is_empty() {
-            return Err(at.err(
-                "exclusive_groups.profiles",
-                "[]",
-                "a group needs at least one profile",
-            ));
+            return Err(at.err("exclusive_groups.profiles", "[]", "a group needs at least one profile"));
         }
         let max_total = match g.max_total {
             Some(m) => Some(at.int::<u8>("exclusive_groups.max_total", m, 1, 255)?),
@@ -315,15 +240,8 @@ fn convert_profile(
     raw: RawProfile,
 ) -> Result<Profile, CatalogError> {
     let name = raw.name.trim().to_string();
-    let at = At {
-        model,
-        profile: Some(&name),
-    };
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || ".+-_".contains(c))
-    {
+    let at = At { model, profile: Some(&name) };
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || ".+-_".contains(c)) {
         return Err(at.err(
             "name",
             format!("{name:?}"),
@@ -331,11 +249,7 @@ fn convert_profile(
         ));
     }
     let kind = ProfileKind::from_name(&name).ok_or_else(|| {
-        at.err(
-            "name",
-            &name,
-            "expected <N>g.<M>gb with an optional +me, +me.all, -me or +gfx suffix",
-        )
+        at.err("name", &name, "expected <N>g.<M>gb with an optional +me, +me.all, -me or +gfx suffix")
     })?;
     let size: u8 = at.int("size", raw.size, 1, units as i64)?;
     let memory_slices = match raw.memory_slices {
@@ -401,12 +315,7 @@ fn convert_profile(
     Ok(Profile {
         aliases,
         kind,
-        compute_slices: at.int(
-            "compute_slices",
-            raw.compute_slices,
-            1,
-            compute_total as i64,
-        )?,
+        compute_slices: at.int("compute_slices", raw.compute_slices, 1, compute_total as i64)?,
         memory_slices,
         memory_mib: at.int("memory_mib", raw.memory_mib, 1, i64::MAX)?,
         starts,
@@ -414,12 +323,7 @@ fn convert_profile(
         max_instances: at.int("max_instances", raw.max_instances, 1, 255)?,
         engines,
         engines_known,
-        nvml_profile_index: at.int(
-            "nvml_profile_index",
-            raw.nvml_profile_index,
-            0,
-            u32::MAX as i64,
-        )?,
+        nvml_profile_index: at.int("nvml_profile_index", raw.nvml_profile_index, 0, u32::MAX as i64)?,
         nvidia_smi_profile_id: match raw.nvidia_smi_profile_id {
             Some(id) => Some(at.int("nvidia_smi_profile_id", id, 0, u32::MAX as i64)?),
             None => None,

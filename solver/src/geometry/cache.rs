@@ -37,14 +37,7 @@ pub(crate) fn fingerprint(model: &GpuModel) -> u64 {
     model.compute_slices.hash(&mut h);
     model.engine_totals.hash(&mut h);
     for p in &model.profiles {
-        (
-            p.size,
-            &p.starts,
-            p.compute_slices,
-            p.engines,
-            p.max_instances,
-        )
-            .hash(&mut h);
+        (p.size, &p.starts, p.compute_slices, p.engines, p.max_instances).hash(&mut h);
     }
     for g in &model.exclusive_groups {
         (&g.profiles, g.max_total, &g.only_coexists_with).hash(&mut h);
@@ -64,11 +57,7 @@ pub(crate) fn get_or_compute(
     allowed: &[ProfileId],
     compute: impl FnOnce() -> Vec<Geometry>,
 ) -> Vec<Geometry> {
-    let key: Key = (
-        fingerprint(model),
-        fixed.instances().to_vec(),
-        allowed.to_vec(),
-    );
+    let key: Key = (fingerprint(model), fixed.instances().to_vec(), allowed.to_vec());
     if let Some(hit) = lock().entries.get(&key) {
         return hit.as_ref().clone();
     }
@@ -88,7 +77,5 @@ pub(crate) fn get_or_compute(
 
 fn lock() -> std::sync::MutexGuard<'static, Memo> {
     // A panic while holding the lock leaves a consistent map (inserts are single calls).
-    memo()
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    memo().lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

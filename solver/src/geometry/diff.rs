@@ -67,9 +67,5 @@ pub fn diff(from: &Geometry, to: &Geometry, model: &GpuModel) -> GeometryDiff {
         }
     }
     sort_largest_first(&mut create, model);
-    GeometryDiff {
-        keep,
-        destroy,
-        create,
-    }
+    GeometryDiff { keep, destroy, create }
 }

@@ -31,7 +31,7 @@ pub(crate) struct GroupRule {
 }
 
 impl Rules {
-    pub fn new(model: &GpuModel) -> Rules {
+    pub(super) fn new(model: &GpuModel) -> Rules {
         let engines = |e: &crate::catalog::Engines| [e.dec, e.enc, e.jpeg, e.ofa].map(u32::from);
         let bits = |ids: &[ProfileId]| ids.iter().fold(0u64, |b, &id| b | (1u64 << id));
         Rules {
@@ -63,13 +63,9 @@ impl Rules {
         }
     }
 
-    pub fn mask(&self, profile: ProfileId, start: u8) -> u32 {
+    pub(super) fn mask(&self, profile: ProfileId, start: u8) -> u32 {
         let size = self.profiles[profile].size as u32;
-        let ones = if size >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << size) - 1
-        };
+        let ones = if size >= 32 { u32::MAX } else { (1u32 << size) - 1 };
         ones.checked_shl(start as u32).unwrap_or(0)
     }
 }
@@ -88,7 +84,7 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub fn new(rules: &Rules) -> State {
+    pub(super) fn new(rules: &Rules) -> State {
         State {
             used: 0,
             compute: 0,
@@ -100,7 +96,7 @@ impl State {
     }
 
     /// Whether `profile@start` (a legal start, checked by the caller) can join.
-    pub fn can_add(&self, rules: &Rules, profile: ProfileId, mask: u32) -> bool {
+    pub(super) fn can_add(&self, rules: &Rules, profile: ProfileId, mask: u32) -> bool {
         let p = &rules.profiles[profile];
         if self.used & mask != 0 || self.counts[profile] >= p.max {
             return false;
@@ -136,11 +132,11 @@ impl State {
         true
     }
 
-    pub fn add(&mut self, rules: &Rules, profile: ProfileId, mask: u32) {
+    pub(super) fn add(&mut self, rules: &Rules, profile: ProfileId, mask: u32) {
         self.apply(rules, profile, mask, true);
     }
 
-    pub fn remove(&mut self, rules: &Rules, profile: ProfileId, mask: u32) {
+    pub(super) fn remove(&mut self, rules: &Rules, profile: ProfileId, mask: u32) {
         self.apply(rules, profile, mask, false);
     }
 
@@ -194,8 +190,8 @@ pub(crate) fn check(model: &GpuModel, instances: &[Placed]) -> Result<(), Geomet
     }
     for (i, a) in instances.iter().enumerate() {
         for b in &instances[i + 1..] {
-            let overlap = model.profiles[a.profile].mask_at(a.start)
-                & model.profiles[b.profile].mask_at(b.start);
+            let overlap =
+                model.profiles[a.profile].mask_at(a.start) & model.profiles[b.profile].mask_at(b.start);
             if overlap != 0 {
                 return Err(GeometryError::Overlap {
                     first: model.profiles[a.profile].name.clone(),
@@ -232,10 +228,7 @@ pub(crate) fn check_counting(model: &GpuModel, instances: &[Placed]) -> Result<(
     for group in &model.exclusive_groups {
         let (members, allowed) = model.group_ids(group);
         if let Some(max) = group.max_total {
-            let count = instances
-                .iter()
-                .filter(|p| members.contains(&p.profile))
-                .count();
+            let count = instances.iter().filter(|p| members.contains(&p.profile)).count();
             if count > max as usize {
                 return Err(GeometryError::GroupLimit {
                     model: model_name(),
@@ -267,10 +260,8 @@ pub(crate) fn check_counting(model: &GpuModel, instances: &[Placed]) -> Result<(
     }
     if let Some(totals) = &model.engine_totals {
         for (e, (engine, total)) in totals.fields().into_iter().enumerate() {
-            let used: u32 = instances
-                .iter()
-                .map(|p| model.profiles[p.profile].engines.fields()[e].1 as u32)
-                .sum();
+            let used: u32 =
+                instances.iter().map(|p| model.profiles[p.profile].engines.fields()[e].1 as u32).sum();
             if used > total as u32 {
                 return Err(GeometryError::EngineTotals {
                     model: model_name(),
@@ -281,10 +272,7 @@ pub(crate) fn check_counting(model: &GpuModel, instances: &[Placed]) -> Result<(
             }
         }
     }
-    let compute: u32 = instances
-        .iter()
-        .map(|p| model.profiles[p.profile].compute_slices as u32)
-        .sum();
+    let compute: u32 = instances.iter().map(|p| model.profiles[p.profile].compute_slices as u32).sum();
     if compute > model.compute_slices as u32 {
         return Err(GeometryError::ComputeSlices {
             model: model_name(),
@@ -297,9 +285,5 @@ pub(crate) fn check_counting(model: &GpuModel, instances: &[Placed]) -> Result<(
 
 /// Names of instances for messages: `3g.20gb@4, 1g.5gb@0`.
 pub(crate) fn names(model: &GpuModel, instances: &[Placed]) -> String {
-    instances
-        .iter()
-        .map(|p| placed_name(model, p))
-        .collect::<Vec<_>>()
-        .join(", ")
+    instances.iter().map(|p| placed_name(model, p)).collect::<Vec<_>>().join(", ")
 }

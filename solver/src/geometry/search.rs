@@ -21,11 +21,7 @@ fn choices(rules: &Rules, allowed: &[ProfileId]) -> Vec<Choice> {
     let mut out = Vec::new();
     for &profile in allowed {
         for &start in &rules.profiles[profile].starts {
-            out.push(Choice {
-                profile,
-                start,
-                mask: rules.mask(profile, start),
-            });
+            out.push(Choice { profile, start, mask: rules.mask(profile, start) });
         }
     }
     out.sort_by_key(|c| (c.start, c.profile));
@@ -42,11 +38,9 @@ fn state_of(rules: &Rules, g: &Geometry) -> State {
 
 fn check_ids(model: &GpuModel, ids: &[ProfileId]) -> Result<(), GeometryError> {
     match ids.iter().find(|&&id| id >= model.profiles.len()) {
-        Some(&id) => Err(GeometryError::UnknownProfileId {
-            model: model.key.clone(),
-            id,
-            count: model.profiles.len(),
-        }),
+        Some(&id) => {
+            Err(GeometryError::UnknownProfileId { model: model.key.clone(), id, count: model.profiles.len() })
+        }
         None => Ok(()),
     }
 }
@@ -55,11 +49,7 @@ fn check_ids(model: &GpuModel, ids: &[ProfileId]) -> Result<(), GeometryError> {
 /// "Maximal": no allowed profile fits anywhere any more. Sorted; empty when `fixed` is invalid.
 /// When nothing can be added, the answer is `fixed` itself. Results are memoized per model
 /// content, fixed part and allowed set, since planners ask the same question for many GPUs.
-pub fn maximal_extensions(
-    model: &GpuModel,
-    fixed: &Geometry,
-    allowed: &[ProfileId],
-) -> Vec<Geometry> {
+pub fn maximal_extensions(model: &GpuModel, fixed: &Geometry, allowed: &[ProfileId]) -> Vec<Geometry> {
     if validate(model, fixed).is_err() {
         return Vec::new();
     }
@@ -86,27 +76,18 @@ pub fn enumerate(model: &GpuModel, allowed: &[ProfileId], maximal_only: bool) ->
     let choices = choices(&rules, &normalized(model, allowed));
     let mut out = Vec::new();
     let empty = Geometry::empty();
-    walk(
-        &rules,
-        &choices,
-        State::new(&rules),
-        &mut |addable, chosen| {
-            if !maximal_only || addable.is_empty() {
-                out.push(with_chosen(&empty, &choices, chosen));
-            }
-        },
-    );
+    walk(&rules, &choices, State::new(&rules), &mut |addable, chosen| {
+        if !maximal_only || addable.is_empty() {
+            out.push(with_chosen(&empty, &choices, chosen));
+        }
+    });
     out.sort();
     out
 }
 
 /// Allowed profile ids that exist, sorted and without repeats.
 fn normalized(model: &GpuModel, allowed: &[ProfileId]) -> Vec<ProfileId> {
-    let mut ids: Vec<ProfileId> = allowed
-        .iter()
-        .copied()
-        .filter(|&p| p < model.profiles.len())
-        .collect();
+    let mut ids: Vec<ProfileId> = allowed.iter().copied().filter(|&p| p < model.profiles.len()).collect();
     ids.sort_unstable();
     ids.dedup();
     ids
@@ -116,29 +97,14 @@ fn normalized(model: &GpuModel, allowed: &[ProfileId]) -> Vec<ProfileId> {
 /// index order), with the choices that could still be added to it. Every rule is monotone (an
 /// instance that cannot join a set cannot join a superset either), so each node only rechecks
 /// what its parent could still add; a set is maximal when that list is empty.
-fn walk(
-    rules: &Rules,
-    choices: &[Choice],
-    mut state: State,
-    visit: &mut dyn FnMut(&[usize], &[usize]),
-) {
+fn walk(rules: &Rules, choices: &[Choice], mut state: State, visit: &mut dyn FnMut(&[usize], &[usize])) {
     // One stack holds the addable list of every level of the current path, so the search
     // allocates nothing per node.
-    let mut stack: Vec<usize> = (0..choices.len())
-        .filter(|&i| state.can_add(rules, choices[i].profile, choices[i].mask))
-        .collect();
+    let mut stack: Vec<usize> =
+        (0..choices.len()).filter(|&i| state.can_add(rules, choices[i].profile, choices[i].mask)).collect();
     let mut chosen = Vec::new();
     let len = stack.len();
-    descend(
-        rules,
-        choices,
-        0,
-        0..len,
-        &mut stack,
-        &mut state,
-        &mut chosen,
-        visit,
-    );
+    descend(rules, choices, 0, 0..len, &mut stack, &mut state, &mut chosen, visit);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -169,16 +135,7 @@ fn descend(
             }
         }
         let child_end = stack.len();
-        descend(
-            rules,
-            choices,
-            i + 1,
-            child_start..child_end,
-            stack,
-            state,
-            chosen,
-            visit,
-        );
+        descend(rules, choices, i + 1, child_start..child_end, stack, state, chosen, visit);
         stack.truncate(child_start);
         chosen.pop();
         state.remove(rules, c.profile, c.mask);
@@ -187,11 +144,7 @@ fn descend(
 
 fn with_chosen(base: &Geometry, choices: &[Choice], chosen: &[usize]) -> Geometry {
     let mut instances = base.instances().to_vec();
-    instances.extend(
-        chosen
-            .iter()
-            .map(|&i| Placed::new(choices[i].profile, choices[i].start)),
-    );
+    instances.extend(chosen.iter().map(|&i| Placed::new(choices[i].profile, choices[i].start)));
     Geometry::new(instances)
 }
 
@@ -199,11 +152,7 @@ fn with_chosen(base: &Geometry, choices: &[Choice], chosen: &[usize]) -> Geometr
 /// Among all legal placements it picks the one that leaves the most room: the largest profile
 /// of the model that still fits, then the most (profile, start) choices still open, then the
 /// smallest geometry in sort order, so the answer is deterministic.
-pub fn place(
-    model: &GpuModel,
-    fixed: &Geometry,
-    add: &[ProfileId],
-) -> Result<Geometry, GeometryError> {
+pub fn place(model: &GpuModel, fixed: &Geometry, add: &[ProfileId]) -> Result<Geometry, GeometryError> {
     validate(model, fixed)?;
     check_ids(model, add)?;
     let rules = Rules::new(model);
@@ -214,43 +163,20 @@ pub fn place(
     let every = choices(&rules, &model.all_profiles());
     let mut best: Option<(u8, usize, Geometry)> = None;
     let mut placed = Vec::new();
-    assign(
-        &rules,
-        &wanted,
-        0,
-        0,
-        &mut state,
-        &mut placed,
-        &mut |state, placed| {
-            let open: Vec<&Choice> = every
-                .iter()
-                .filter(|c| state.can_add(&rules, c.profile, c.mask))
-                .collect();
-            let largest = open
-                .iter()
-                .map(|c| rules.profiles[c.profile].size)
-                .max()
-                .unwrap_or(0);
-            let g = Geometry::new(
-                fixed
-                    .instances()
-                    .iter()
-                    .chain(placed.iter())
-                    .copied()
-                    .collect(),
-            );
-            let better = match &best {
-                None => true,
-                Some((l, n, bg)) => {
-                    (largest, open.len()) > (*l, *n)
-                        || ((largest, open.len()) == (*l, *n) && g < *bg)
-                }
-            };
-            if better {
-                best = Some((largest, open.len(), g));
+    assign(&rules, &wanted, 0, 0, &mut state, &mut placed, &mut |state, placed| {
+        let open: Vec<&Choice> = every.iter().filter(|c| state.can_add(&rules, c.profile, c.mask)).collect();
+        let largest = open.iter().map(|c| rules.profiles[c.profile].size).max().unwrap_or(0);
+        let g = Geometry::new(fixed.instances().iter().chain(placed.iter()).copied().collect());
+        let better = match &best {
+            None => true,
+            Some((l, n, bg)) => {
+                (largest, open.len()) > (*l, *n) || ((largest, open.len()) == (*l, *n) && g < *bg)
             }
-        },
-    );
+        };
+        if better {
+            best = Some((largest, open.len(), g));
+        }
+    });
     match best {
         Some((_, _, g)) => Ok(g),
         None => Err(no_placement(model, fixed, add)),
@@ -293,18 +219,10 @@ fn assign(
 /// Says why `add` cannot join `fixed`: the first counting rule it breaks if any (caps, groups,
 /// engines, compute), otherwise that no arrangement of the legal starts fits.
 fn no_placement(model: &GpuModel, fixed: &Geometry, add: &[ProfileId]) -> GeometryError {
-    let all: Vec<Placed> = fixed
-        .instances()
-        .iter()
-        .copied()
-        .chain(add.iter().map(|&p| Placed::new(p, 0)))
-        .collect();
+    let all: Vec<Placed> =
+        fixed.instances().iter().copied().chain(add.iter().map(|&p| Placed::new(p, 0))).collect();
     let counting = rules::check_counting(model, &all).err();
-    let wanted = add
-        .iter()
-        .map(|&p| model.profiles[p].name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let wanted = add.iter().map(|&p| model.profiles[p].name.as_str()).collect::<Vec<_>>().join(", ");
     let fixed_text = if fixed.is_empty() {
         String::new()
     } else {
@@ -314,9 +232,7 @@ fn no_placement(model: &GpuModel, fixed: &Geometry, add: &[ProfileId]) -> Geomet
         Some(e) => e.to_string(),
         None => {
             let free = model.full_mask() & !fixed.used_units(model);
-            let free_units: Vec<u8> = (0..model.placement_units)
-                .filter(|u| free & (1 << u) != 0)
-                .collect();
+            let free_units: Vec<u8> = (0..model.placement_units).filter(|u| free & (1 << u) != 0).collect();
             let legal = add
                 .iter()
                 .map(|&p| {

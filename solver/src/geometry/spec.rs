@@ -14,19 +14,12 @@ pub struct GeometrySpec {
 impl GeometrySpec {
     /// Instances with a start.
     pub fn fixed(&self) -> Geometry {
-        self.items
-            .iter()
-            .filter_map(|&(p, s)| s.map(|s| Placed::new(p, s)))
-            .collect()
+        self.items.iter().filter_map(|&(p, s)| s.map(|s| Placed::new(p, s))).collect()
     }
 
     /// Profiles still to be placed.
     pub fn unplaced(&self) -> Vec<ProfileId> {
-        self.items
-            .iter()
-            .filter(|(_, s)| s.is_none())
-            .map(|&(p, _)| p)
-            .collect()
+        self.items.iter().filter(|(_, s)| s.is_none()).map(|&(p, _)| p).collect()
     }
 
     /// The geometry this spec describes: the placed instances validated as they are, the
@@ -53,10 +46,7 @@ pub fn parse_spec(model: &GpuModel, spec: &str) -> Result<GeometrySpec, Geometry
     }
     for token in tokens {
         if token.is_empty() {
-            return Err(malformed(
-                token,
-                "empty entry (two commas in a row or a trailing comma)",
-            ));
+            return Err(malformed(token, "empty entry (two commas in a row or a trailing comma)"));
         }
         let (repeat, rest) = split_repeat(token)?;
         let (name, start) = match rest.split_once('@') {
@@ -72,19 +62,12 @@ pub fn parse_spec(model: &GpuModel, spec: &str) -> Result<GeometrySpec, Geometry
                 "a repeat count and an @start together would overlap; list each start",
             ));
         }
-        let profile = model
-            .profile(name)
-            .ok_or_else(|| GeometryError::UnknownProfile {
-                model: model.key.clone(),
-                token: token.to_string(),
-                value: name.to_string(),
-                known: model
-                    .profiles
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?;
+        let profile = model.profile(name).ok_or_else(|| GeometryError::UnknownProfile {
+            model: model.key.clone(),
+            token: token.to_string(),
+            value: name.to_string(),
+            known: model.profiles.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+        })?;
         items.extend(std::iter::repeat_n((profile, start), repeat));
     }
     Ok(GeometrySpec { items })
@@ -113,17 +96,11 @@ fn parse_start(token: &str, start: &str) -> Result<u8, GeometryError> {
     if start.is_empty() {
         return Err(malformed(token, "missing start after '@', e.g. 3g.20gb@4"));
     }
-    start.parse::<u8>().map_err(|_| {
-        malformed(
-            token,
-            &format!("start {start:?} is not a placement unit number (0-255)"),
-        )
-    })
+    start
+        .parse::<u8>()
+        .map_err(|_| malformed(token, &format!("start {start:?} is not a placement unit number (0-255)")))
 }
 
 fn malformed(token: &str, reason: &str) -> GeometryError {
-    GeometryError::MalformedToken {
-        token: token.to_string(),
-        reason: reason.to_string(),
-    }
+    GeometryError::MalformedToken { token: token.to_string(), reason: reason.to_string() }
 }

@@ -123,6 +123,7 @@ pub(crate) fn aggregate(problem: &Problem, candidates: &Candidates) -> Aggregate
     }
 
     // GPU classes: entries per (base class, evicted pod classes), then merged by description.
+    #[allow(clippy::type_complexity)] // (base class, evicted classes) -> (entries, evicted)
     let mut described: BTreeMap<(usize, Vec<usize>), (Arc<Vec<Entry>>, Arc<Vec<usize>>)> = BTreeMap::new();
     let mut class_index: BTreeMap<(usize, Arc<Vec<Entry>>), usize> = BTreeMap::new();
     let mut classes: Vec<GpuClass> = Vec::new();
@@ -168,7 +169,12 @@ fn describe(cands: &[crate::candidates::Candidate], shapes: &[usize]) -> (Arc<Ve
                     *evicted.entry(d).or_default() += 1;
                 }
             }
-            let entry = Entry { changed: c.changed, evicted: evicted.into_iter().collect(), free: c.free.clone(), free_ranges: c.free_ranges };
+            let entry = Entry {
+                changed: c.changed,
+                evicted: evicted.into_iter().collect(),
+                free: c.free.clone(),
+                free_ranges: c.free_ranges,
+            };
             (entry, i)
         })
         .collect();

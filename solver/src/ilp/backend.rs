@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use good_lp::{variable, Expression, ProblemVariables, ResolutionError, Solution, SolutionStatus, SolverModel};
+use good_lp::{
+    variable, Expression, ProblemVariables, ResolutionError, Solution, SolutionStatus, SolverModel,
+};
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Var {
@@ -42,17 +44,17 @@ pub(crate) enum SolveError {
 }
 
 impl Lp {
-    pub fn var(&mut self, lo: f64, hi: f64, integer: bool) -> usize {
+    pub(super) fn var(&mut self, lo: f64, hi: f64, integer: bool) -> usize {
         self.vars.push(Var { lo, hi, integer });
         self.vars.len() - 1
     }
 
-    pub fn row(&mut self, coefs: Vec<(usize, f64)>, lo: f64, hi: f64) {
+    pub(super) fn row(&mut self, coefs: Vec<(usize, f64)>, lo: f64, hi: f64) {
         self.rows.push(Row { coefs, lo, hi });
     }
 
     /// Maximises `objective`; `relax` drops integrality (the LP bound).
-    pub fn maximise(
+    pub(super) fn maximise(
         &self,
         objective: &[(usize, f64)],
         relax: bool,

@@ -56,7 +56,11 @@ pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Re
     let evicting = solve(&problem, started, deadline);
     // The bound with eviction is the one that holds for this problem.
     let bound = kept.bound.max(evicting.bound);
-    let mut plan = if kept.objective.better(&evicting.objective) == std::cmp::Ordering::Greater { kept } else { evicting };
+    let mut plan = if kept.objective.better(&evicting.objective) == std::cmp::Ordering::Greater {
+        kept
+    } else {
+        evicting
+    };
     plan.bound = bound;
     plan.gap = if bound > 0.0 { (bound - plan.objective.demand_met as f64) / bound } else { 0.0 };
     plan.solve_ms = started.elapsed().as_millis() as u64;
@@ -84,7 +88,10 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant) -> Plan {
     let greedy = realize(problem, greedy, SolverUsed::GreedyFallback, bound, started, Vec::new());
     let Some(values) = solved else {
         let mut plan = greedy;
-        notes.push(format!("the {} solver found no plan in time; using the greedy plan", backend::backend_name()));
+        notes.push(format!(
+            "the {} solver found no plan in time; using the greedy plan",
+            backend::backend_name()
+        ));
         plan.notes.splice(0..0, notes);
         plan.solve_ms = started.elapsed().as_millis() as u64;
         return plan;
@@ -135,7 +142,7 @@ fn solve_stages(model: &Model, deadline: Instant, notes: &mut Vec<String>) -> Op
             stages.push(vec![l]);
             product = width;
         } else {
-            stages.last_mut().unwrap().push(l);
+            stages.last_mut().expect("a stage was pushed before the first one is filled").push(l);
             product *= width;
         }
     }
@@ -158,7 +165,10 @@ fn solve_stages(model: &Model, deadline: Instant, notes: &mut Vec<String>) -> Op
         let objective: Vec<(usize, f64)> = objective.into_iter().collect();
         let time = remaining(deadline);
         if time.is_zero() {
-            notes.push("time limit reached before all objective levels were optimised; the plan is the best found".into());
+            notes.push(
+                "time limit reached before all objective levels were optimised; the plan is the best found"
+                    .into(),
+            );
             break;
         }
         match lp.maximise(&objective, false, best.as_deref(), time) {
@@ -168,7 +178,10 @@ fn solve_stages(model: &Model, deadline: Instant, notes: &mut Vec<String>) -> Op
                 best = Some(solved.values);
                 if solved.timed_out {
                     let names: Vec<&str> = stage.iter().map(|&l| model.levels[l].name).collect();
-                    notes.push(format!("time limit reached while optimising {}; the plan is the best found", names.join(", ")));
+                    notes.push(format!(
+                        "time limit reached while optimising {}; the plan is the best found",
+                        names.join(", ")
+                    ));
                     break;
                 }
             }
@@ -184,7 +197,13 @@ fn solve_stages(model: &Model, deadline: Instant, notes: &mut Vec<String>) -> Op
 }
 
 /// Class-level counts -> a target per GPU, the pods to evict, and node-group hints for pods.
-fn disaggregate(problem: &Problem, candidates: &Candidates, agg: &Aggregate, model: &Model, values: &[f64]) -> Decision {
+fn disaggregate(
+    problem: &Problem,
+    candidates: &Candidates,
+    agg: &Aggregate,
+    model: &Model,
+    values: &[f64],
+) -> Decision {
     let mut targets: Vec<Geometry> = problem.gpus.iter().map(|g| g.current.clone()).collect();
     let mut evicted = BTreeSet::new();
     // Changes go to the nodes with the most undecided GPUs first, the same order for every
@@ -204,7 +223,9 @@ fn disaggregate(problem: &Problem, candidates: &Candidates, agg: &Aggregate, mod
             counts[0] = (counts[0] + n).saturating_sub(total);
         }
         let mut members: Vec<&(usize, std::sync::Arc<Vec<usize>>)> = class.gpus.iter().collect();
-        members.sort_by_key(|(g, _)| (std::cmp::Reverse(per_node[problem.gpus[*g].node]), problem.gpus[*g].node, *g));
+        members.sort_by_key(|(g, _)| {
+            (std::cmp::Reverse(per_node[problem.gpus[*g].node]), problem.gpus[*g].node, *g)
+        });
         // Changed entries first, onto the front of the member list.
         let mut order: Vec<usize> = (0..class.entries.len()).collect();
         order.sort_by_key(|&i| (!class.entries[i].changed, i));

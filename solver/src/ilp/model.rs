@@ -109,6 +109,7 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate) -> Model {
         class_by_group[gc.group].push(c);
     }
     for (f, group) in agg.groups.iter().enumerate() {
+        #[allow(clippy::needless_range_loop)] // k indexes several parallel per-profile arrays
         for k in 0..keys {
             let mut row: Vec<(usize, f64)> = Vec::new();
             for &d in &group.demand {
@@ -128,16 +129,27 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate) -> Model {
             }
             lp.row(row, f64::NEG_INFINITY, fixed_free[f][k]);
         }
-        let demand_cpu: u64 = group.demand.iter().map(|&d| agg.demand[d].needs.cpu * (agg.demand[d].pending + running_count[d]) as u64).sum();
+        let demand_cpu: u64 = group
+            .demand
+            .iter()
+            .map(|&d| agg.demand[d].needs.cpu * (agg.demand[d].pending + running_count[d]) as u64)
+            .sum();
         if let Some(cpu) = group.cpu.filter(|&c| c < demand_cpu) {
             let row = group.demand.iter().map(|&d| (y[&(d, f)], agg.demand[d].needs.cpu as f64)).collect();
             lp.row(row, f64::NEG_INFINITY, cpu as f64);
         }
-        let demand_mem: u64 =
-            group.demand.iter().map(|&d| agg.demand[d].needs.memory * (agg.demand[d].pending + running_count[d]) as u64).sum();
+        let demand_mem: u64 = group
+            .demand
+            .iter()
+            .map(|&d| agg.demand[d].needs.memory * (agg.demand[d].pending + running_count[d]) as u64)
+            .sum();
         if let Some(mem) = group.memory.filter(|&m| m < demand_mem) {
             // Memory in MiB keeps coefficients in a range solvers handle well.
-            let row = group.demand.iter().map(|&d| (y[&(d, f)], agg.demand[d].needs.memory as f64 / 1048576.0)).collect();
+            let row = group
+                .demand
+                .iter()
+                .map(|&d| (y[&(d, f)], agg.demand[d].needs.memory as f64 / 1048576.0))
+                .collect();
             lp.row(row, f64::NEG_INFINITY, mem as f64 / 1048576.0);
         }
     }
@@ -146,7 +158,9 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate) -> Model {
         .classes
         .iter()
         .enumerate()
-        .flat_map(|(c, gc)| gc.entries.iter().enumerate().filter(|(_, e)| e.changed).map(move |(i, _)| (c, i)))
+        .flat_map(|(c, gc)| {
+            gc.entries.iter().enumerate().filter(|(_, e)| e.changed).map(move |(i, _)| (c, i))
+        })
         .map(|(c, i)| (x[c][i], 1.0))
         .collect();
     if let Some(max) = problem.max_gpus_changed {
@@ -159,8 +173,13 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate) -> Model {
             z_all.push((z, 1.0));
             for &c in &class_by_group[f] {
                 let gc = &agg.classes[c];
-                let mut row: Vec<(usize, f64)> =
-                    gc.entries.iter().enumerate().filter(|(_, e)| e.changed).map(|(i, _)| (x[c][i], 1.0)).collect();
+                let mut row: Vec<(usize, f64)> = gc
+                    .entries
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| e.changed)
+                    .map(|(i, _)| (x[c][i], 1.0))
+                    .collect();
                 row.push((z, -(gc.max_per_node as f64)));
                 lp.row(row, f64::NEG_INFINITY, 0.0);
             }
@@ -170,6 +189,7 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate) -> Model {
 
     // Headroom: spare slices per profile, counted up to the policy's number.
     let mut headroom = Vec::new();
+    #[allow(clippy::needless_range_loop)] // k indexes several parallel per-profile arrays
     for k in 0..keys {
         let h = problem.headroom[k];
         if h == 0 {
@@ -213,10 +233,15 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate) -> Model {
         fr_range += n * fr_max;
     }
     // Expected pods (weight 0) count in a level of their own, below real demand and evictions.
-    let demand_met: Vec<(usize, f64)> =
-        met.iter().filter(|(&d, _)| agg.demand[d].weight > 0).map(|(&d, &v)| (v, agg.demand[d].weight as f64)).collect();
-    let expected: Vec<(usize, f64)> = met.iter().filter(|(&d, _)| agg.demand[d].weight == 0).map(|(_, &v)| (v, 1.0)).collect();
-    let expected_range: f64 = agg.demand.iter().filter(|d| d.weight == 0 && !d.running).map(|d| d.pending as f64).sum();
+    let demand_met: Vec<(usize, f64)> = met
+        .iter()
+        .filter(|(&d, _)| agg.demand[d].weight > 0)
+        .map(|(&d, &v)| (v, agg.demand[d].weight as f64))
+        .collect();
+    let expected: Vec<(usize, f64)> =
+        met.iter().filter(|(&d, _)| agg.demand[d].weight == 0).map(|(_, &v)| (v, 1.0)).collect();
+    let expected_range: f64 =
+        agg.demand.iter().filter(|d| d.weight == 0 && !d.running).map(|d| d.pending as f64).sum();
     let demand_range: f64 = agg.demand.iter().map(|d| d.weight as f64 * d.pending as f64).sum();
     let headroom_range: f64 = problem.headroom.iter().map(|&h| h as f64).sum();
     let changed_neg: Vec<(usize, f64)> = changed.iter().map(|&(v, c)| (v, -c)).collect();

@@ -40,7 +40,12 @@ struct FreeSlice {
 }
 
 /// Assigns evicted pods first (they must land again), then pending pods in priority order.
-pub(crate) fn assign(problem: &Problem, targets: &[Geometry], evicted: &BTreeSet<usize>, hints: Option<&Hints>) -> Assignment {
+pub(crate) fn assign(
+    problem: &Problem,
+    targets: &[Geometry],
+    evicted: &BTreeSet<usize>,
+    hints: Option<&Hints>,
+) -> Assignment {
     let keys = problem.profiles.len();
     let mut used: Vec<Vec<bool>> = targets.iter().map(|t| vec![false; t.len()]).collect();
     let mut free: Vec<Vec<FreeSlice>> = Vec::with_capacity(targets.len());
@@ -53,7 +58,8 @@ pub(crate) fn assign(problem: &Problem, targets: &[Geometry], evicted: &BTreeSet
                 User::Evictable(r) => !evicted.contains(&r),
             };
             if stays {
-                let at = target.instances().binary_search(placed).expect("planners keep every instance in use");
+                let at =
+                    target.instances().binary_search(placed).expect("planners keep every instance in use");
                 used[g][at] = true;
             }
         }
@@ -63,7 +69,11 @@ pub(crate) fn assign(problem: &Problem, targets: &[Geometry], evicted: &BTreeSet
             .enumerate()
             .filter(|(i, _)| !used[g][*i])
             .filter_map(|(i, p)| {
-                problem.key_of(g, p).map(|key| FreeSlice { instance: i, key, created: !gpu.current.contains(p) })
+                problem.key_of(g, p).map(|key| FreeSlice {
+                    instance: i,
+                    key,
+                    created: !gpu.current.contains(p),
+                })
             })
             .collect();
         // Existing instances first, so that a GPU whose new slices stay unused can be left alone.
@@ -80,7 +90,14 @@ pub(crate) fn assign(problem: &Problem, targets: &[Geometry], evicted: &BTreeSet
     let mut memory: Vec<Option<u64>> = problem.nodes.iter().map(|n| n.free_memory).collect();
     let mut quota = hints.map(|h| h.quota.clone()).unwrap_or_default();
 
-    let mut state = State { problem, free: &mut free, node_free: &mut node_free, cpu: &mut cpu, memory: &mut memory, used: &mut used };
+    let mut state = State {
+        problem,
+        free: &mut free,
+        node_free: &mut node_free,
+        cpu: &mut cpu,
+        memory: &mut memory,
+        used: &mut used,
+    };
     let mut evicted_out = BTreeMap::new();
     for &r in evicted {
         let pod = &problem.running[r];

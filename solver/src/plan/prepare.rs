@@ -147,16 +147,20 @@ struct PendingContext<'c, 'a> {
 }
 
 impl<'a> Problem<'a> {
-    pub fn model_of(&self, gpu: usize) -> &'a GpuModel {
+    pub(crate) fn model_of(&self, gpu: usize) -> &'a GpuModel {
         self.models[self.gpus[gpu].model]
     }
 
     /// Profile key of an instance, if demand or headroom cares about its profile.
-    pub fn key_of(&self, gpu: usize, placed: &Placed) -> Option<usize> {
+    pub(crate) fn key_of(&self, gpu: usize, placed: &Placed) -> Option<usize> {
         self.pid_to_key[self.gpus[gpu].model].get(placed.profile).copied().flatten()
     }
 
-    pub fn new(snapshot: &'a Snapshot, catalog: &'a Catalog, options: &PlanOptions) -> Result<Self, PlanError> {
+    pub(crate) fn new(
+        snapshot: &'a Snapshot,
+        catalog: &'a Catalog,
+        options: &PlanOptions,
+    ) -> Result<Self, PlanError> {
         snapshot.validate(catalog)?;
         let policy = snapshot.policy.clone().unwrap_or_default();
 
@@ -224,7 +228,8 @@ impl<'a> Problem<'a> {
                 if policy.allowed_profiles.is_empty() {
                     m.standard_profiles()
                 } else {
-                    let mut ids: Vec<ProfileId> = policy.allowed_profiles.iter().filter_map(|n| m.profile(n)).collect();
+                    let mut ids: Vec<ProfileId> =
+                        policy.allowed_profiles.iter().filter_map(|n| m.profile(n)).collect();
                     ids.sort_unstable();
                     ids.dedup();
                     ids
@@ -247,12 +252,20 @@ impl<'a> Problem<'a> {
             order.sort_by_key(|g| g.index);
             let mut ids = Vec::new();
             for gpu in order {
-                let model_idx = models.iter().position(|m| catalog.find(&gpu.model).is_some_and(|x| x.key == m.key)).unwrap();
+                let model_idx = models
+                    .iter()
+                    .position(|m| catalog.find(&gpu.model).is_some_and(|x| x.key == m.key))
+                    .expect("validated snapshot: every GPU model is in the catalog");
                 let model = models[model_idx];
                 let mut placed: Vec<(Placed, Option<&str>)> = gpu
                     .instances
                     .iter()
-                    .map(|i| (Placed::new(model.profile(&i.profile).expect("validated"), i.start), i.pod.as_deref()))
+                    .map(|i| {
+                        (
+                            Placed::new(model.profile(&i.profile).expect("validated"), i.start),
+                            i.pod.as_deref(),
+                        )
+                    })
                     .collect();
                 placed.sort();
                 for (_, pod) in &placed {
@@ -261,11 +274,19 @@ impl<'a> Problem<'a> {
                     }
                 }
                 let current = Geometry::new(placed.iter().map(|(p, _)| *p).collect());
-                let users = placed.iter().map(|(_, pod)| if pod.is_some() { User::Pinned } else { User::Free }).collect();
+                let users = placed
+                    .iter()
+                    .map(|(_, pod)| if pod.is_some() { User::Pinned } else { User::Free })
+                    .collect();
                 ids.push(gpus.len());
                 gpus.push(GpuInfo { node: n, index: gpu.index, model: model_idx, current, users });
             }
-            nodes.push(NodeInfo { name: node.name.as_str(), gpus: ids, free_cpu: node.free_cpu_millis, free_memory: node.free_memory_bytes });
+            nodes.push(NodeInfo {
+                name: node.name.as_str(),
+                gpus: ids,
+                free_cpu: node.free_cpu_millis,
+                free_memory: node.free_memory_bytes,
+            });
         }
 
         // Evictable running pods: allowed by policy, known, not do-not-disrupt, on one GPU.
@@ -279,22 +300,33 @@ impl<'a> Problem<'a> {
                     continue;
                 }
                 if gpu_set.len() > 1 {
-                    notes.push(format!("pod {key} uses instances on several GPUs; it is never evicted by this planner"));
+                    notes.push(format!(
+                        "pod {key} uses instances on several GPUs; it is never evicted by this planner"
+                    ));
                     continue;
                 }
-                let g = *gpu_set.iter().next().unwrap();
+                let g = *gpu_set.iter().next().expect("a GPU class is never empty");
                 let node_name = nodes[gpus[g].node].name;
                 if pod.node.as_deref() != Some(node_name) {
-                    notes.push(format!("pod {key} holds instances on node {node_name} but is bound elsewhere; not evicted"));
+                    notes.push(format!(
+                        "pod {key} holds instances on node {node_name} but is bound elsewhere; not evicted"
+                    ));
                     continue;
                 }
                 let gpu = &gpus[g];
                 let model = models[gpu.model];
                 let mut slices: BTreeMap<usize, u32> = BTreeMap::new();
-                let snapshot_gpu = node_order[gpu.node].gpus.iter().find(|x| x.index == gpu.index).unwrap();
+                let snapshot_gpu = node_order[gpu.node]
+                    .gpus
+                    .iter()
+                    .find(|x| x.index == gpu.index)
+                    .expect("the GPU comes from this node");
                 let mut ok = true;
                 for inst in snapshot_gpu.instances.iter().filter(|i| i.pod.as_deref() == Some(*key)) {
-                    match pid_to_key[gpu.model][model.profile(&inst.profile).unwrap()] {
+                    match pid_to_key[gpu.model][model
+                        .profile(&inst.profile)
+                        .expect("validated snapshot: every instance profile is in the catalog")]
+                    {
                         Some(k) => *slices.entry(k).or_default() += 1,
                         None => ok = false,
                     }
@@ -302,13 +334,21 @@ impl<'a> Problem<'a> {
                 if !ok {
                     continue;
                 }
-                let needs = Needs { slices: slices.into_iter().collect(), cpu: pod.cpu_millis, memory: pod.memory_bytes };
+                let needs = Needs {
+                    slices: slices.into_iter().collect(),
+                    cpu: pod.cpu_millis,
+                    memory: pod.memory_bytes,
+                };
                 // Pods from one template share one list (and so one demand class in the ILP).
                 let eligible = running_eligible
                     .entry(ConstraintKey::of(pod, Vec::new()))
                     .or_insert_with(|| {
-                        let nodes: Vec<usize> =
-                            node_order.iter().enumerate().filter(|(_, n)| eligibility(pod, n).is_ok()).map(|(i, _)| i).collect();
+                        let nodes: Vec<usize> = node_order
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, n)| eligibility(pod, n).is_ok())
+                            .map(|(i, _)| i)
+                            .collect();
                         Arc::from(nodes)
                     })
                     .clone();
@@ -328,7 +368,12 @@ impl<'a> Problem<'a> {
         priorities.sort_unstable();
         priorities.dedup();
         let mut order: Vec<&Pod> = snapshot.pending.iter().collect();
-        order.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.namespace.cmp(&b.namespace)).then_with(|| a.name.cmp(&b.name)));
+        order.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then_with(|| a.namespace.cmp(&b.namespace))
+                .then_with(|| a.name.cmp(&b.name))
+        });
         let mut pending = Vec::with_capacity(order.len());
         let mut problem = Problem {
             models,
@@ -354,14 +399,18 @@ impl<'a> Problem<'a> {
         problem.existing_free = vec![vec![0; problem.profiles.len()]; problem.nodes.len()];
         for gpu in &problem.gpus {
             for (i, placed) in gpu.current.instances().iter().enumerate() {
-                if let (User::Free, Some(k)) = (gpu.users[i], problem.pid_to_key[gpu.model].get(placed.profile).copied().flatten()) {
+                if let (User::Free, Some(k)) =
+                    (gpu.users[i], problem.pid_to_key[gpu.model].get(placed.profile).copied().flatten())
+                {
                     problem.existing_free[gpu.node][k] += 1;
                 }
             }
         }
         let mut ctx = PendingContext { nodes: &node_order, key_index: &key_index, cache: BTreeMap::new() };
         for pod in order {
-            let weight = 1 + priorities.binary_search(&pod.priority).unwrap() as u64;
+            let weight = 1 + priorities
+                .binary_search(&pod.priority)
+                .expect("every priority is in the sorted list") as u64;
             pending.push(problem.pending_info(pod, weight, &mut ctx));
         }
         // Expected pods last, with weight 0: they take what the pending pods leave.
@@ -374,7 +423,12 @@ impl<'a> Problem<'a> {
         Ok(problem)
     }
 
-    fn pending_info(&mut self, pod: &'a Pod, weight: u64, ctx: &mut PendingContext<'_, 'a>) -> PendingInfo<'a> {
+    fn pending_info(
+        &mut self,
+        pod: &'a Pod,
+        weight: u64,
+        ctx: &mut PendingContext<'_, 'a>,
+    ) -> PendingInfo<'a> {
         let mut slices: BTreeMap<usize, u32> = BTreeMap::new();
         let mut unknown = None;
         for (name, &count) in &pod.requests {
@@ -383,7 +437,8 @@ impl<'a> Problem<'a> {
                 None => unknown = unknown.or(Some(name.clone())),
             }
         }
-        let needs = Needs { slices: slices.into_iter().collect(), cpu: pod.cpu_millis, memory: pod.memory_bytes };
+        let needs =
+            Needs { slices: slices.into_iter().collect(), cpu: pod.cpu_millis, memory: pod.memory_bytes };
         let mut info = PendingInfo {
             pod,
             key: pod.key(),
@@ -427,7 +482,9 @@ impl<'a> Problem<'a> {
             match eligibility(pod, node) {
                 Ok(()) => passing.push(n),
                 Err(why) => {
-                    let entry = excluded.entry(why.constraint()).or_insert_with(|| (0, format!("{}: {why}", node.name)));
+                    let entry = excluded
+                        .entry(why.constraint())
+                        .or_insert_with(|| (0, format!("{}: {why}", node.name)));
                     entry.0 += 1;
                 }
             }
@@ -443,8 +500,11 @@ impl<'a> Problem<'a> {
                 self.key_to_pid[m][k].is_some_and(|pid| !allowed_only || self.allowed[m].contains(&pid))
             })
         };
-        let offering: Vec<usize> =
-            passing.iter().copied().filter(|&n| needs.slices.iter().all(|&(k, _)| offers(n, k, false))).collect();
+        let offering: Vec<usize> = passing
+            .iter()
+            .copied()
+            .filter(|&n| needs.slices.iter().all(|&(k, _)| offers(n, k, false)))
+            .collect();
         if offering.is_empty() {
             let wanted: Vec<&str> = needs.slices.iter().map(|&(k, _)| self.profiles[k].as_str()).collect();
             let detail = format!(
@@ -454,8 +514,11 @@ impl<'a> Problem<'a> {
             );
             return (passing, Err(UnmetReason::NoEligibleNode { detail }));
         }
-        let eligible: Vec<usize> =
-            offering.iter().copied().filter(|&n| needs.slices.iter().all(|&(k, _)| offers(n, k, true))).collect();
+        let eligible: Vec<usize> = offering
+            .iter()
+            .copied()
+            .filter(|&n| needs.slices.iter().all(|&(k, _)| offers(n, k, true)))
+            .collect();
         if eligible.is_empty() {
             let profile = needs
                 .slices
@@ -500,13 +563,13 @@ impl<'a> Problem<'a> {
     }
 
     /// Pending pods the planners work on, in priority order, then the expected pods.
-    pub fn plannable(&self) -> impl Iterator<Item = (usize, &PendingInfo<'a>)> {
+    pub(crate) fn plannable(&self) -> impl Iterator<Item = (usize, &PendingInfo<'a>)> {
         self.pending.iter().enumerate().filter(|(_, p)| matches!(p.status, PodStatus::Plannable))
     }
 
     /// The same problem with eviction off: every evictable pod's instances stay, as when the
     /// policy does not allow eviction.
-    pub fn without_eviction(&self) -> Problem<'a> {
+    pub(crate) fn without_eviction(&self) -> Problem<'a> {
         let mut keep = self.clone();
         keep.running.clear();
         for user in keep.gpus.iter_mut().flat_map(|g| g.users.iter_mut()) {
@@ -518,20 +581,33 @@ impl<'a> Problem<'a> {
     }
 
     /// Whether a pending entry stands for an expected pod, not a real one.
-    pub fn is_expected(&self, i: usize) -> bool {
+    pub(crate) fn is_expected(&self, i: usize) -> bool {
         self.pending[i].weight == 0
     }
 
     /// Upper bound on demand met: every plannable pod placed.
-    pub fn trivial_bound(&self) -> u64 {
+    pub(crate) fn trivial_bound(&self) -> u64 {
         self.plannable().map(|(_, p)| p.weight).sum()
     }
 }
 
 /// The pod reference of each instance, in the order `Geometry` sorts instances.
 fn snapshot_gpu_sorted<'s>(gpu: &'s crate::snapshot::Gpu, model: &GpuModel) -> Vec<Option<&'s String>> {
-    let mut placed: Vec<(Placed, Option<&String>)> =
-        gpu.instances.iter().map(|i| (Placed::new(model.profile(&i.profile).unwrap(), i.start), i.pod.as_ref())).collect();
+    let mut placed: Vec<(Placed, Option<&String>)> = gpu
+        .instances
+        .iter()
+        .map(|i| {
+            (
+                Placed::new(
+                    model
+                        .profile(&i.profile)
+                        .expect("validated snapshot: every instance profile is in the catalog"),
+                    i.start,
+                ),
+                i.pod.as_ref(),
+            )
+        })
+        .collect();
     placed.sort();
     placed.into_iter().map(|(_, p)| p).collect()
 }
@@ -542,7 +618,9 @@ fn exclusion_detail(total: usize, excluded: &BTreeMap<&'static str, (usize, Stri
     }
     let parts: Vec<String> = excluded
         .iter()
-        .map(|(constraint, (count, example))| format!("{constraint} excludes {count} of {total} (e.g. {example})"))
+        .map(|(constraint, (count, example))| {
+            format!("{constraint} excludes {count} of {total} (e.g. {example})")
+        })
         .collect();
     parts.join("; ")
 }

@@ -10,7 +10,7 @@ use crate::geometry::{self, Geometry, Placed};
 
 use super::assign::{assign, Assignment, Hints};
 use super::prepare::{PodStatus, Problem, User};
-use super::{Eviction, GpuPlan, Objective, Placement, PlacedName, Plan, PodOutcome, SolverUsed, UnmetReason};
+use super::{Eviction, GpuPlan, Objective, PlacedName, Placement, Plan, PodOutcome, SolverUsed, UnmetReason};
 
 pub(crate) struct Decision {
     pub targets: Vec<Geometry>,
@@ -32,7 +32,10 @@ pub(crate) fn realize(
 
     let names = |g: usize, geometry: &[Placed]| -> Vec<PlacedName> {
         let model = problem.model_of(g);
-        geometry.iter().map(|p| PlacedName { profile: model.profile_info(p.profile).name.clone(), start: p.start }).collect()
+        geometry
+            .iter()
+            .map(|p| PlacedName { profile: model.profile_info(p.profile).name.clone(), start: p.start })
+            .collect()
     };
     let mut gpus = Vec::with_capacity(problem.gpus.len());
     for (g, gpu) in problem.gpus.iter().enumerate() {
@@ -88,7 +91,9 @@ pub(crate) fn realize(
                 objective.pods_met += 1;
                 (Some(slot.node), Placement::NewSlices, None)
             }
-            (PodStatus::Plannable, None) => (None, Placement::Unmet, Some(unmet_reason(problem, i, limit_hit.as_deref()))),
+            (PodStatus::Plannable, None) => {
+                (None, Placement::Unmet, Some(unmet_reason(problem, i, limit_hit.as_deref())))
+            }
         };
         pods.push(PodOutcome {
             pod: p.key.clone(),
@@ -159,7 +164,9 @@ fn enforce_rules(problem: &Problem, decision: &mut Decision, notes: &mut Vec<Str
         .copied()
         .filter(|&r| {
             let gpu = &problem.gpus[problem.running[r].gpu];
-            gpu.current.instances().iter().zip(&gpu.users).all(|(p, u)| *u != User::Evictable(r) || decision.targets[problem.running[r].gpu].contains(p))
+            gpu.current.instances().iter().zip(&gpu.users).all(|(p, u)| {
+                *u != User::Evictable(r) || decision.targets[problem.running[r].gpu].contains(p)
+            })
         })
         .collect();
     for r in pointless {
@@ -173,7 +180,13 @@ fn revert(problem: &Problem, decision: &mut Decision, g: usize) {
 }
 
 fn changed_nodes(problem: &Problem, targets: &[Geometry]) -> BTreeSet<usize> {
-    problem.gpus.iter().enumerate().filter(|(g, gpu)| targets[*g] != gpu.current).map(|(_, gpu)| gpu.node).collect()
+    problem
+        .gpus
+        .iter()
+        .enumerate()
+        .filter(|(g, gpu)| targets[*g] != gpu.current)
+        .map(|(_, gpu)| gpu.node)
+        .collect()
 }
 
 /// Reverts changes from the last node backwards until the policy's limits hold.
@@ -187,7 +200,8 @@ fn enforce_limits(problem: &Problem, decision: &mut Decision) {
         }
     }
     if let Some(max) = problem.max_gpus_changed {
-        let changed: Vec<usize> = (0..problem.gpus.len()).filter(|&g| decision.targets[g] != problem.gpus[g].current).collect();
+        let changed: Vec<usize> =
+            (0..problem.gpus.len()).filter(|&g| decision.targets[g] != problem.gpus[g].current).collect();
         for &g in changed.iter().skip(max as usize) {
             revert(problem, decision, g);
         }
@@ -217,7 +231,8 @@ fn settle(problem: &Problem, decision: &mut Decision) -> Assignment {
                 continue;
             }
             // Also undoes evictions that made room nobody takes (expected pods count as takers).
-            let uses_new = target.instances().iter().enumerate().any(|(i, p)| a.used[g][i] && !current.contains(p));
+            let uses_new =
+                target.instances().iter().enumerate().any(|(i, p)| a.used[g][i] && !current.contains(p));
             if !uses_new {
                 revert(problem, decision, g);
                 reverted = true;
@@ -234,7 +249,8 @@ fn unmet_reason(problem: &Problem, i: usize, limit: Option<&str>) -> UnmetReason
         return UnmetReason::PolicyLimit { limit: limit.to_string() };
     }
     let p = &problem.pending[i];
-    let wanted: Vec<String> = p.needs.slices.iter().map(|&(k, c)| format!("{c}x {}", problem.profiles[k])).collect();
+    let wanted: Vec<String> =
+        p.needs.slices.iter().map(|&(k, c)| format!("{c}x {}", problem.profiles[k])).collect();
     UnmetReason::Capacity {
         detail: format!(
             "{} eligible node(s), but no room for {} there after higher-priority demand and the instances in use",

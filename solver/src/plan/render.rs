@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use super::{Placement, PlacedName, Plan, SolverUsed};
+use super::{PlacedName, Placement, Plan, SolverUsed};
 
 fn names(list: &[PlacedName]) -> String {
     if list.is_empty() {
@@ -22,7 +22,10 @@ pub(super) fn table(plan: &Plan) -> String {
     };
     let _ = writeln!(out, "Geometer plan ({solver}, {} ms)", plan.solve_ms);
     if plan.placements_inferred {
-        let _ = writeln!(out, "Note: current placements were inferred from node labels and counts, not read from the GPUs.");
+        let _ = writeln!(
+            out,
+            "Note: current placements were inferred from node labels and counts, not read from the GPUs."
+        );
     }
     let _ = writeln!(out);
 
@@ -46,7 +49,11 @@ pub(super) fn table(plan: &Plan) -> String {
     if !plan.evictions.is_empty() {
         let _ = writeln!(out, "\nEvictions:");
         for e in &plan.evictions {
-            let _ = writeln!(out, "  ! {} from {} gpu {} -> expected on {}", e.pod, e.node, e.gpu, e.rescheduled_to);
+            let _ = writeln!(
+                out,
+                "  ! {} from {} gpu {} -> expected on {}",
+                e.pod, e.node, e.gpu, e.rescheduled_to
+            );
         }
     }
     if !plan.pods.is_empty() {
@@ -56,7 +63,9 @@ pub(super) fn table(plan: &Plan) -> String {
             let req = p.requests.iter().map(|(k, v)| format!("{v}x {k}")).collect::<Vec<_>>().join(" + ");
             let (mark, what) = match (p.placement, &p.node, &p.reason) {
                 (Placement::NewSlices, Some(n), _) => ("+", format!("-> {n} (new slices)")),
-                (Placement::ExistingSlices, Some(n), _) => ("=", format!("-> {n} (free slices already there)")),
+                (Placement::ExistingSlices, Some(n), _) => {
+                    ("=", format!("-> {n} (free slices already there)"))
+                }
                 (_, _, Some(reason)) => ("x", format!("unmet: {}", reason.summary())),
                 _ => ("?", String::new()),
             };

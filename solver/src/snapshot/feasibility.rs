@@ -6,7 +6,9 @@
 
 use std::fmt;
 
-use super::{Node, NodeSelectorTerm, Operator, Pod, Requirement, Taint, TaintEffect, Toleration, TolerationOperator};
+use super::{
+    Node, NodeSelectorTerm, Operator, Pod, Requirement, Taint, TaintEffect, Toleration, TolerationOperator,
+};
 
 /// The first rule that keeps a pod off a node.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -14,13 +16,22 @@ pub enum Ineligible {
     /// The node is cordoned and the pod does not tolerate it.
     Unschedulable,
     /// `nodeSelector` key=value that the node's labels lack.
-    NodeSelector { key: String, value: String },
+    NodeSelector {
+        key: String,
+        value: String,
+    },
     /// No term of the required node affinity matches.
     Affinity,
     /// A NoSchedule/NoExecute taint the pod does not tolerate.
     Taint(Taint),
-    Cpu { requested: u64, free: u64 },
-    Memory { requested: u64, free: u64 },
+    Cpu {
+        requested: u64,
+        free: u64,
+    },
+    Memory {
+        requested: u64,
+        free: u64,
+    },
 }
 
 impl Ineligible {
@@ -47,7 +58,9 @@ impl fmt::Display for Ineligible {
                 Some(v) => write!(f, "taint {}={}:{:?} not tolerated", t.key, v, t.effect),
                 None => write!(f, "taint {}:{:?} not tolerated", t.key, t.effect),
             },
-            Ineligible::Cpu { requested, free } => write!(f, "cpu: requests {requested}m, node has {free}m free"),
+            Ineligible::Cpu { requested, free } => {
+                write!(f, "cpu: requests {requested}m, node has {free}m free")
+            }
             Ineligible::Memory { requested, free } => {
                 write!(f, "memory: requests {requested} bytes, node has {free} bytes free")
             }
@@ -213,7 +226,11 @@ mod tests {
     #[test]
     fn taints_need_tolerations_except_prefer_no_schedule() {
         let mut n = node();
-        n.taints.push(Taint { key: "nvidia.com/gpu".into(), value: Some("present".into()), effect: TaintEffect::NoSchedule });
+        n.taints.push(Taint {
+            key: "nvidia.com/gpu".into(),
+            value: Some("present".into()),
+            effect: TaintEffect::NoSchedule,
+        });
         n.taints.push(Taint { key: "soft".into(), value: None, effect: TaintEffect::PreferNoSchedule });
         let mut p = pod();
         assert!(matches!(eligibility(&p, &n), Err(Ineligible::Taint(t)) if t.key == "nvidia.com/gpu"));

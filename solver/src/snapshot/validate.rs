@@ -40,7 +40,11 @@ impl Snapshot {
             for (j, gpu) in node.gpus.iter().enumerate() {
                 let at = format!("{at}.gpus[{j}]");
                 if !indexes.insert(gpu.index) {
-                    return Err(err(format!("{at}.index"), gpu.index.to_string(), "GPU index used twice on this node"));
+                    return Err(err(
+                        format!("{at}.index"),
+                        gpu.index.to_string(),
+                        "GPU index used twice on this node",
+                    ));
                 }
                 let Some(model) = catalog.find(&gpu.model) else {
                     return Err(err(
@@ -71,7 +75,10 @@ impl Snapshot {
                     return Err(err(
                         format!("{at}.instances"),
                         current.display(model),
-                        format!("not a valid geometry on {}: {e}; fix the snapshot or the catalog", model.key),
+                        format!(
+                            "not a valid geometry on {}: {e}; fix the snapshot or the catalog",
+                            model.key
+                        ),
                     ));
                 }
             }
@@ -88,7 +95,11 @@ impl Snapshot {
                 ));
             }
             if let Some(node) = &pod.node {
-                return Err(err(format!("{at}.node"), node, "a pending pod is not bound; move it to `running`"));
+                return Err(err(
+                    format!("{at}.node"),
+                    node,
+                    "a pending pod is not bound; move it to `running`",
+                ));
             }
             if !pods.insert(pod.key()) {
                 return Err(err(format!("{at}.name"), pod.key(), "pod listed twice"));
@@ -98,7 +109,9 @@ impl Snapshot {
             let at = format!("running[{i}]");
             check_pod(&at, pod, catalog)?;
             match &pod.node {
-                None => return Err(err(format!("{at}.node"), "", "a running pod needs the node it is bound to")),
+                None => {
+                    return Err(err(format!("{at}.node"), "", "a running pod needs the node it is bound to"))
+                }
                 Some(node) if !node_names.contains(node.as_str()) => {
                     return Err(err(format!("{at}.node"), node, "not a node of this snapshot"));
                 }
@@ -112,7 +125,11 @@ impl Snapshot {
             let at = format!("expected[{i}]");
             check_pod(&at, pod, catalog)?;
             if let Some(node) = &pod.node {
-                return Err(err(format!("{at}.node"), node, "an expected pod is not bound yet; leave `node` out"));
+                return Err(err(
+                    format!("{at}.node"),
+                    node,
+                    "an expected pod is not bound yet; leave `node` out",
+                ));
             }
         }
         if let Some(policy) = &self.policy {
@@ -146,7 +163,11 @@ fn check_pod(at: &str, pod: &Pod, catalog: &Catalog) -> Result<(), SnapshotError
     }
     for (profile, &count) in &pod.requests {
         if count == 0 {
-            return Err(err(format!("{at}.requests.{profile}"), "0", "a request counts at least 1 slice; drop it"));
+            return Err(err(
+                format!("{at}.requests.{profile}"),
+                "0",
+                "a request counts at least 1 slice; drop it",
+            ));
         }
         if profile.is_empty() {
             return Err(err(format!("{at}.requests"), "", "a profile name is not empty"));
@@ -160,10 +181,18 @@ fn check_pod(at: &str, pod: &Pod, catalog: &Catalog) -> Result<(), SnapshotError
         for (r, req) in term.match_fields.iter().enumerate() {
             let field = format!("{at}.affinity[{t}].matchFields[{r}]");
             if req.key != "metadata.name" {
-                return Err(err(format!("{field}.key"), &req.key, "the only supported field is metadata.name"));
+                return Err(err(
+                    format!("{field}.key"),
+                    &req.key,
+                    "the only supported field is metadata.name",
+                ));
             }
             if !matches!(req.operator, Operator::In | Operator::NotIn) {
-                return Err(err(format!("{field}.operator"), format!("{:?}", req.operator), "matchFields takes In or NotIn"));
+                return Err(err(
+                    format!("{field}.operator"),
+                    format!("{:?}", req.operator),
+                    "matchFields takes In or NotIn",
+                ));
             }
             check_requirement(&field, req)?;
         }
@@ -191,6 +220,10 @@ fn check_profile_known(field: &str, name: &str, catalog: &Catalog) -> Result<(),
     if catalog.models().iter().any(|m| m.profile(name).is_some()) {
         Ok(())
     } else {
-        Err(err(field, name, "no GPU model in the catalog has this profile; check the spelling (e.g. 1g.10gb)"))
+        Err(err(
+            field,
+            name,
+            "no GPU model in the catalog has this profile; check the spelling (e.g. 1g.10gb)",
+        ))
     }
 }

@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-use super::{GpuIndex, NvmlCall, Placement};
+use crate::nvml::{GpuIndex, NvmlCall, Placement};
 
 /// Why NVML refused, mirroring the `nvmlReturn_t` codes the agent reacts to.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -60,7 +60,9 @@ pub enum NvmlError {
     #[error("GPU {gpu}: {call} for profile id {profile} failed: {reason}")]
     Profile { gpu: GpuIndex, call: NvmlCall, profile: u32, reason: Reason },
 
-    #[error("GPU {gpu}: cannot create GPU instance of profile id {profile} at placement {placement}: {reason}")]
+    #[error(
+        "GPU {gpu}: cannot create GPU instance of profile id {profile} at placement {placement}: {reason}"
+    )]
     CreateGpuInstance { gpu: GpuIndex, profile: u32, placement: Placement, reason: Reason },
 
     #[error("GPU {gpu}: cannot destroy GPU instance {gpu_instance}: {reason}")]
@@ -92,7 +94,9 @@ impl NvmlError {
             | NvmlError::DestroyComputeInstance { reason, .. }
             | NvmlError::MigDevice { reason, .. }
             | NvmlError::SetMigMode { reason, .. } => Some(reason),
-            NvmlError::DriverNotFound { .. } | NvmlError::MissingSymbol { .. } | NvmlError::NoSuchGpu { .. } => None,
+            NvmlError::DriverNotFound { .. }
+            | NvmlError::MissingSymbol { .. }
+            | NvmlError::NoSuchGpu { .. } => None,
         }
     }
 

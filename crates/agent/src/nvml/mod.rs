@@ -232,14 +232,27 @@ pub trait NvmlBackend: Send + Sync {
     fn destroy_gpu_instance(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<(), NvmlError>;
 
     /// Compute instances inside a GPU instance.
-    fn compute_instances(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<Vec<ComputeInstanceInfo>, NvmlError>;
+    fn compute_instances(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<Vec<ComputeInstanceInfo>, NvmlError>;
 
     /// Creates the compute instance that spans the whole GPU instance (what the device plugin's
     /// mixed strategy advertises as one `nvidia.com/mig-<profile>` device).
-    fn create_compute_instance(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<ComputeInstanceInfo, NvmlError>;
+    fn create_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<ComputeInstanceInfo, NvmlError>;
 
     /// Destroys a compute instance. NVML refuses while processes run on it.
-    fn destroy_compute_instance(&self, gpu: GpuIndex, gpu_instance: u32, compute_instance: u32) -> Result<(), NvmlError>;
+    fn destroy_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<(), NvmlError>;
 
     /// MIG devices (one per compute instance) with their UUIDs.
     fn mig_devices(&self, gpu: GpuIndex) -> Result<Vec<MigDeviceInfo>, NvmlError>;
@@ -271,19 +284,37 @@ impl<T: NvmlBackend + ?Sized> NvmlBackend for std::sync::Arc<T> {
     fn gpu_instances(&self, gpu: GpuIndex) -> Result<Vec<GpuInstanceInfo>, NvmlError> {
         (**self).gpu_instances(gpu)
     }
-    fn create_gpu_instance(&self, gpu: GpuIndex, profile_id: u32, placement: Placement) -> Result<GpuInstanceInfo, NvmlError> {
+    fn create_gpu_instance(
+        &self,
+        gpu: GpuIndex,
+        profile_id: u32,
+        placement: Placement,
+    ) -> Result<GpuInstanceInfo, NvmlError> {
         (**self).create_gpu_instance(gpu, profile_id, placement)
     }
     fn destroy_gpu_instance(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<(), NvmlError> {
         (**self).destroy_gpu_instance(gpu, gpu_instance)
     }
-    fn compute_instances(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<Vec<ComputeInstanceInfo>, NvmlError> {
+    fn compute_instances(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<Vec<ComputeInstanceInfo>, NvmlError> {
         (**self).compute_instances(gpu, gpu_instance)
     }
-    fn create_compute_instance(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<ComputeInstanceInfo, NvmlError> {
+    fn create_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<ComputeInstanceInfo, NvmlError> {
         (**self).create_compute_instance(gpu, gpu_instance)
     }
-    fn destroy_compute_instance(&self, gpu: GpuIndex, gpu_instance: u32, compute_instance: u32) -> Result<(), NvmlError> {
+    fn destroy_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<(), NvmlError> {
         (**self).destroy_compute_instance(gpu, gpu_instance, compute_instance)
     }
     fn mig_devices(&self, gpu: GpuIndex) -> Result<Vec<MigDeviceInfo>, NvmlError> {

@@ -14,9 +14,9 @@ use nvml_wrapper::error::NvmlError as WrapperError;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::*;
 
-use super::{
-    ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo, MigMode,
-    NvmlBackend, NvmlCall, NvmlError, Placement, ProcessInfo, Reason,
+use crate::nvml::{
+    ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
+    MigMode, NvmlBackend, NvmlCall, NvmlError, Placement, ProcessInfo, Reason,
 };
 
 /// The library the driver installs (the unversioned `libnvidia-ml.so` only comes with
@@ -75,7 +75,12 @@ impl RealNvml {
         self.nvml.lib()
     }
 
-    fn gpu_instance_handle(&self, gpu: GpuIndex, id: u32, call: NvmlCall) -> Result<nvmlGpuInstance_t, NvmlError> {
+    fn gpu_instance_handle(
+        &self,
+        gpu: GpuIndex,
+        id: u32,
+        call: NvmlCall,
+    ) -> Result<nvmlGpuInstance_t, NvmlError> {
         let dev = self.handle(gpu)?;
         let f = sym(&self.lib().nvmlDeviceGetGpuInstanceById, "nvmlDeviceGetGpuInstanceById")?;
         let mut gi: nvmlGpuInstance_t = ptr::null_mut();
@@ -85,7 +90,12 @@ impl RealNvml {
         Ok(gi)
     }
 
-    fn gpu_instance_info(&self, gpu: GpuIndex, gi: nvmlGpuInstance_t, call: NvmlCall) -> Result<GpuInstanceInfo, NvmlError> {
+    fn gpu_instance_info(
+        &self,
+        gpu: GpuIndex,
+        gi: nvmlGpuInstance_t,
+        call: NvmlCall,
+    ) -> Result<GpuInstanceInfo, NvmlError> {
         let f = sym(&self.lib().nvmlGpuInstanceGetInfo, "nvmlGpuInstanceGetInfo")?;
         // SAFETY: plain C struct, all-zero is a valid value.
         let mut info: nvmlGpuInstanceInfo_t = unsafe { mem::zeroed() };
@@ -98,7 +108,12 @@ impl RealNvml {
         })
     }
 
-    fn profile_info(&self, gpu: GpuIndex, dev: nvmlDevice_t, index: u32) -> Result<Option<GpuInstanceProfileInfo>, NvmlError> {
+    fn profile_info(
+        &self,
+        gpu: GpuIndex,
+        dev: nvmlDevice_t,
+        index: u32,
+    ) -> Result<Option<GpuInstanceProfileInfo>, NvmlError> {
         let lib = self.lib();
         if let Ok(f) = lib.nvmlDeviceGetGpuInstanceProfileInfoV.as_ref() {
             // SAFETY: plain C struct; version field set as nvml.h's NVML_STRUCT_VERSION does.
@@ -109,12 +124,15 @@ impl RealNvml {
                 return match profile_absent(code) {
                     true => Ok(None),
                     false => {
-                        check(code).map_err(|reason| profile_error(gpu, NvmlCall::GpuInstanceProfiles, index, reason))?;
+                        check(code).map_err(|reason| {
+                            profile_error(gpu, NvmlCall::GpuInstanceProfiles, index, reason)
+                        })?;
                         let name = c_chars_to_string(&info.name);
                         Ok(Some(GpuInstanceProfileInfo {
                             profile_index: index,
                             id: info.id,
-                            name: (!name.is_empty()).then(|| super::strip_mig_prefix(&name).to_string()),
+                            name: (!name.is_empty())
+                                .then(|| crate::nvml::strip_mig_prefix(&name).to_string()),
                             slice_count: info.sliceCount,
                             instance_count: info.instanceCount,
                             memory_mib: info.memorySizeMB,
@@ -155,7 +173,12 @@ impl RealNvml {
 
     /// The compute-instance profile that spans a GPU instance of `slices` slices: the largest
     /// one whose slice count fits (NVML offers exactly one equal to the GPU instance's).
-    fn full_compute_profile(&self, gpu: GpuIndex, gi: nvmlGpuInstance_t, gi_id: u32) -> Result<u32, NvmlError> {
+    fn full_compute_profile(
+        &self,
+        gpu: GpuIndex,
+        gi: nvmlGpuInstance_t,
+        gi_id: u32,
+    ) -> Result<u32, NvmlError> {
         let f = sym(
             &self.lib().nvmlGpuInstanceGetComputeInstanceProfileInfo,
             "nvmlGpuInstanceGetComputeInstanceProfileInfo",
@@ -168,7 +191,11 @@ impl RealNvml {
             if profile_absent(code) {
                 continue;
             }
-            check(code).map_err(|reason| NvmlError::CreateComputeInstance { gpu, gpu_instance: gi_id, reason })?;
+            check(code).map_err(|reason| NvmlError::CreateComputeInstance {
+                gpu,
+                gpu_instance: gi_id,
+                reason,
+            })?;
             if best.is_none_or(|(slices, _)| info.sliceCount > slices) {
                 best = Some((info.sliceCount, info.id));
             }
@@ -176,7 +203,9 @@ impl RealNvml {
         best.map(|(_, id)| id).ok_or(NvmlError::CreateComputeInstance {
             gpu,
             gpu_instance: gi_id,
-            reason: Reason::Other("NVML offers no compute-instance profile for this GPU instance".to_string()),
+            reason: Reason::Other(
+                "NVML offers no compute-instance profile for this GPU instance".to_string(),
+            ),
         })
     }
 
@@ -215,20 +244,23 @@ impl RealNvml {
 
 impl NvmlBackend for RealNvml {
     fn driver_version(&self) -> Result<String, NvmlError> {
-        self.nvml
-            .sys_driver_version()
-            .map_err(|e| NvmlError::Init { reason: reason_from_wrapper(e) })
+        self.nvml.sys_driver_version().map_err(|e| NvmlError::Init { reason: reason_from_wrapper(e) })
     }
 
     fn devices(&self) -> Result<Vec<DeviceInfo>, NvmlError> {
-        let count = self
-            .nvml
-            .device_count()
-            .map_err(|e| NvmlError::Gpu { gpu: 0, call: NvmlCall::Devices, reason: reason_from_wrapper(e) })?;
+        let count = self.nvml.device_count().map_err(|e| NvmlError::Gpu {
+            gpu: 0,
+            call: NvmlCall::Devices,
+            reason: reason_from_wrapper(e),
+        })?;
         let mut devices = Vec::with_capacity(count as usize);
         for index in 0..count {
             let device = self.device(index)?;
-            let err = |e: WrapperError| NvmlError::Gpu { gpu: index, call: NvmlCall::Devices, reason: reason_from_wrapper(e) };
+            let err = |e: WrapperError| NvmlError::Gpu {
+                gpu: index,
+                call: NvmlCall::Devices,
+                reason: reason_from_wrapper(e),
+            };
             let mig_mode = match device.mig_mode() {
                 Ok(mode) => Some(MigMode {
                     current: mode.current == NVML_DEVICE_MIG_ENABLE,
@@ -285,7 +317,8 @@ impl NvmlBackend for RealNvml {
         let f = sym(&self.lib().nvmlDeviceGetGpuInstances, "nvmlDeviceGetGpuInstances")?;
         let mut instances = Vec::new();
         for profile in self.gpu_instance_profiles(gpu)? {
-            let mut handles: Vec<nvmlGpuInstance_t> = vec![ptr::null_mut(); profile.instance_count.max(1) as usize];
+            let mut handles: Vec<nvmlGpuInstance_t> =
+                vec![ptr::null_mut(); profile.instance_count.max(1) as usize];
             let mut count: c_uint = 0;
             // SAFETY: the buffer holds the profile's instance count, as nvml.h requires.
             let code = unsafe { f(dev, profile.id, handles.as_mut_ptr(), &mut count) };
@@ -298,7 +331,12 @@ impl NvmlBackend for RealNvml {
         Ok(instances)
     }
 
-    fn create_gpu_instance(&self, gpu: GpuIndex, profile_id: u32, placement: Placement) -> Result<GpuInstanceInfo, NvmlError> {
+    fn create_gpu_instance(
+        &self,
+        gpu: GpuIndex,
+        profile_id: u32,
+        placement: Placement,
+    ) -> Result<GpuInstanceInfo, NvmlError> {
         let dev = self.handle(gpu)?;
         let f = sym(
             &self.lib().nvmlDeviceCreateGpuInstanceWithPlacement,
@@ -308,7 +346,12 @@ impl NvmlBackend for RealNvml {
         let mut gi: nvmlGpuInstance_t = ptr::null_mut();
         // SAFETY: valid device handle, placement and out pointer.
         let code = unsafe { f(dev, profile_id, &raw, &mut gi) };
-        check(code).map_err(|reason| NvmlError::CreateGpuInstance { gpu, profile: profile_id, placement, reason })?;
+        check(code).map_err(|reason| NvmlError::CreateGpuInstance {
+            gpu,
+            profile: profile_id,
+            placement,
+            reason,
+        })?;
         self.gpu_instance_info(gpu, gi, NvmlCall::CreateGpuInstance)
     }
 
@@ -320,7 +363,11 @@ impl NvmlBackend for RealNvml {
         check(code).map_err(|reason| NvmlError::DestroyGpuInstance { gpu, gpu_instance, reason })
     }
 
-    fn compute_instances(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<Vec<ComputeInstanceInfo>, NvmlError> {
+    fn compute_instances(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<Vec<ComputeInstanceInfo>, NvmlError> {
         let gi = self.gpu_instance_handle(gpu, gpu_instance, NvmlCall::ComputeInstances)?;
         let lib = self.lib();
         let profile_fn = sym(
@@ -334,12 +381,14 @@ impl NvmlBackend for RealNvml {
         for index in 0..MAX_COMPUTE_INSTANCE_PROFILE_INDEX {
             let mut profile: nvmlComputeInstanceProfileInfo_t = unsafe { mem::zeroed() };
             // SAFETY: valid GPU instance handle and out pointer.
-            let code = unsafe { profile_fn(gi, index, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &mut profile) };
+            let code =
+                unsafe { profile_fn(gi, index, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &mut profile) };
             if profile_absent(code) {
                 continue;
             }
             check(code).map_err(err)?;
-            let mut handles: Vec<nvmlComputeInstance_t> = vec![ptr::null_mut(); profile.instanceCount.max(1) as usize];
+            let mut handles: Vec<nvmlComputeInstance_t> =
+                vec![ptr::null_mut(); profile.instanceCount.max(1) as usize];
             let mut count: c_uint = 0;
             let code = unsafe { list_fn(gi, profile.id, handles.as_mut_ptr(), &mut count) };
             check(code).map_err(err)?;
@@ -347,14 +396,22 @@ impl NvmlBackend for RealNvml {
                 let mut info: nvmlComputeInstanceInfo_t = unsafe { mem::zeroed() };
                 let code = unsafe { info_fn(ci, &mut info) };
                 check(code).map_err(err)?;
-                out.push(ComputeInstanceInfo { id: info.id, gpu_instance_id: gpu_instance, profile_id: info.profileId });
+                out.push(ComputeInstanceInfo {
+                    id: info.id,
+                    gpu_instance_id: gpu_instance,
+                    profile_id: info.profileId,
+                });
             }
         }
         out.sort_by_key(|ci| ci.id);
         Ok(out)
     }
 
-    fn create_compute_instance(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<ComputeInstanceInfo, NvmlError> {
+    fn create_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<ComputeInstanceInfo, NvmlError> {
         let gi = self.gpu_instance_handle(gpu, gpu_instance, NvmlCall::CreateComputeInstance)?;
         let profile = self.full_compute_profile(gpu, gi, gpu_instance)?;
         let lib = self.lib();
@@ -369,7 +426,12 @@ impl NvmlBackend for RealNvml {
         Ok(ComputeInstanceInfo { id: info.id, gpu_instance_id: gpu_instance, profile_id: info.profileId })
     }
 
-    fn destroy_compute_instance(&self, gpu: GpuIndex, gpu_instance: u32, compute_instance: u32) -> Result<(), NvmlError> {
+    fn destroy_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<(), NvmlError> {
         let gi = self.gpu_instance_handle(gpu, gpu_instance, NvmlCall::DestroyComputeInstance)?;
         let lib = self.lib();
         let by_id = sym(&lib.nvmlGpuInstanceGetComputeInstanceById, "nvmlGpuInstanceGetComputeInstanceById")?;
@@ -392,7 +454,12 @@ impl NvmlBackend for RealNvml {
             // SAFETY: MIG device handle from NVML and out pointers.
             check(unsafe { gi_fn(mig, &mut gi) }).map_err(err)?;
             check(unsafe { ci_fn(mig, &mut ci) }).map_err(err)?;
-            out.push(MigDeviceInfo { index, uuid: self.mig_uuid(gpu, mig)?, gpu_instance_id: gi, compute_instance_id: ci });
+            out.push(MigDeviceInfo {
+                index,
+                uuid: self.mig_uuid(gpu, mig)?,
+                gpu_instance_id: gi,
+                compute_instance_id: ci,
+            });
         }
         Ok(out)
     }
@@ -408,7 +475,10 @@ impl NvmlBackend for RealNvml {
         let Some(mig) = target else {
             return Err(NvmlError::MigDevice { gpu, uuid: mig_uuid.to_string(), reason: Reason::NotFound });
         };
-        let f = sym(&self.lib().nvmlDeviceGetComputeRunningProcesses_v3, "nvmlDeviceGetComputeRunningProcesses_v3")?;
+        let f = sym(
+            &self.lib().nvmlDeviceGetComputeRunningProcesses_v3,
+            "nvmlDeviceGetComputeRunningProcesses_v3",
+        )?;
         let err = |reason| NvmlError::MigDevice { gpu, uuid: mig_uuid.to_string(), reason };
         // Processes come and go between the two calls: ask for the count, leave room, retry.
         let mut room: c_uint = 8;
@@ -439,7 +509,10 @@ impl NvmlBackend for RealNvml {
         let err = |e: WrapperError| NvmlError::SetMigMode { gpu, enabled, reason: reason_from_wrapper(e) };
         device.set_mig_mode(enabled).map_err(err)?;
         let mode = device.mig_mode().map_err(err)?;
-        Ok(MigMode { current: mode.current == NVML_DEVICE_MIG_ENABLE, pending: mode.pending == NVML_DEVICE_MIG_ENABLE })
+        Ok(MigMode {
+            current: mode.current == NVML_DEVICE_MIG_ENABLE,
+            pending: mode.pending == NVML_DEVICE_MIG_ENABLE,
+        })
     }
 }
 

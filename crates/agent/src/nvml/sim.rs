@@ -20,9 +20,9 @@ pub use gpu::ReportedProfile;
 
 use self::fault::FaultBook;
 use self::gpu::{ProcessTarget, SimGpu};
-use super::{
-    ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo, MigMode,
-    NvmlBackend, NvmlCall, NvmlError, Placement, ProcessInfo, Reason,
+use crate::nvml::{
+    ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
+    MigMode, NvmlBackend, NvmlCall, NvmlError, Placement, ProcessInfo, Reason,
 };
 use geometer_api::PlacedInstance;
 
@@ -101,7 +101,11 @@ impl SimNvml {
 
     pub fn add_gpu_with(&self, model: &str, options: SimGpuOptions) -> Result<GpuIndex, SimError> {
         let mut st = self.lock();
-        let found = st.catalog.find(model).cloned().ok_or_else(|| SimError::UnknownModel { query: model.to_string() })?;
+        let found = st
+            .catalog
+            .find(model)
+            .cloned()
+            .ok_or_else(|| SimError::UnknownModel { query: model.to_string() })?;
         let index = st.gpus.len() as GpuIndex;
         let gpu = SimGpu::new(&st.node, index, found, options);
         st.gpus.push(gpu);
@@ -120,7 +124,11 @@ impl SimNvml {
     /// Creates instances (each with its full compute instance) by profile name and start,
     /// following the same rules as [`NvmlBackend::create_gpu_instance`]. Not logged as calls and
     /// never faulted: this is the test's hand, not the agent's.
-    pub fn set_geometry(&self, gpu: GpuIndex, instances: &[(&str, u8)]) -> Result<Vec<MigDeviceInfo>, SimError> {
+    pub fn set_geometry(
+        &self,
+        gpu: GpuIndex,
+        instances: &[(&str, u8)],
+    ) -> Result<Vec<MigDeviceInfo>, SimError> {
         let mut st = self.lock();
         let g = st.gpu_mut_setup(gpu)?;
         let mut created = Vec::new();
@@ -137,7 +145,9 @@ impl SimNvml {
                 gpu_instance: gi.id,
                 reason,
             })?;
-            created.push(g.mig_devices().into_iter().find(|d| d.gpu_instance_id == gi.id).expect("just created"));
+            created.push(
+                g.mig_devices().into_iter().find(|d| d.gpu_instance_id == gi.id).expect("just created"),
+            );
         }
         Ok(created)
     }
@@ -160,7 +170,9 @@ impl SimNvml {
         let mut st = self.lock();
         let pid = st.next_pid;
         let g = st.gpu_mut_setup(gpu)?;
-        let gi = g.gpu_instance_of_uuid(mig_uuid).ok_or_else(|| SimError::UnknownMigDevice { gpu, uuid: mig_uuid.to_string() })?;
+        let gi = g
+            .gpu_instance_of_uuid(mig_uuid)
+            .ok_or_else(|| SimError::UnknownMigDevice { gpu, uuid: mig_uuid.to_string() })?;
         g.add_process(pid, ProcessTarget::GpuInstance(gi));
         st.next_pid += 1;
         Ok(pid)
@@ -197,7 +209,8 @@ impl SimNvml {
         let mut st = self.lock();
         let g = st.gpu_mut_setup(gpu)?;
         let model = g.model_key().to_string();
-        g.override_profile(profile, change).ok_or(SimError::UnknownProfile { model, profile: profile.to_string() })
+        g.override_profile(profile, change)
+            .ok_or(SimError::UnknownProfile { model, profile: profile.to_string() })
     }
 
     /// Makes NVML stop offering a profile (as a driver without it would).
@@ -277,8 +290,15 @@ impl NvmlBackend for SimNvml {
     }
 
     fn possible_placements(&self, gpu: GpuIndex, profile_id: u32) -> Result<Vec<Placement>, NvmlError> {
-        let err = move |reason| NvmlError::Profile { gpu, call: NvmlCall::PossiblePlacements, profile: profile_id, reason };
-        self.run(NvmlCall::PossiblePlacements, Some(gpu), err, |st| st.gpu_mut(gpu)?.possible_placements(profile_id).map_err(err))
+        let err = move |reason| NvmlError::Profile {
+            gpu,
+            call: NvmlCall::PossiblePlacements,
+            profile: profile_id,
+            reason,
+        };
+        self.run(NvmlCall::PossiblePlacements, Some(gpu), err, |st| {
+            st.gpu_mut(gpu)?.possible_placements(profile_id).map_err(err)
+        })
     }
 
     fn gpu_instances(&self, gpu: GpuIndex) -> Result<Vec<GpuInstanceInfo>, NvmlError> {
@@ -286,7 +306,12 @@ impl NvmlBackend for SimNvml {
         self.run(NvmlCall::GpuInstances, Some(gpu), err, |st| st.gpu_mut(gpu)?.gpu_instances().map_err(err))
     }
 
-    fn create_gpu_instance(&self, gpu: GpuIndex, profile_id: u32, placement: Placement) -> Result<GpuInstanceInfo, NvmlError> {
+    fn create_gpu_instance(
+        &self,
+        gpu: GpuIndex,
+        profile_id: u32,
+        placement: Placement,
+    ) -> Result<GpuInstanceInfo, NvmlError> {
         let err = move |reason| NvmlError::CreateGpuInstance { gpu, profile: profile_id, placement, reason };
         self.run(NvmlCall::CreateGpuInstance, Some(gpu), err, |st| {
             st.gpu_mut(gpu)?.create_gpu_instance(profile_id, placement).map_err(err)
@@ -295,23 +320,41 @@ impl NvmlBackend for SimNvml {
 
     fn destroy_gpu_instance(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<(), NvmlError> {
         let err = move |reason| NvmlError::DestroyGpuInstance { gpu, gpu_instance, reason };
-        self.run(NvmlCall::DestroyGpuInstance, Some(gpu), err, |st| st.gpu_mut(gpu)?.destroy_gpu_instance(gpu_instance).map_err(err))
+        self.run(NvmlCall::DestroyGpuInstance, Some(gpu), err, |st| {
+            st.gpu_mut(gpu)?.destroy_gpu_instance(gpu_instance).map_err(err)
+        })
     }
 
-    fn compute_instances(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<Vec<ComputeInstanceInfo>, NvmlError> {
+    fn compute_instances(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<Vec<ComputeInstanceInfo>, NvmlError> {
         let err = move |reason| NvmlError::Gpu { gpu, call: NvmlCall::ComputeInstances, reason };
-        self.run(NvmlCall::ComputeInstances, Some(gpu), err, |st| st.gpu_mut(gpu)?.compute_instances(gpu_instance).map_err(err))
+        self.run(NvmlCall::ComputeInstances, Some(gpu), err, |st| {
+            st.gpu_mut(gpu)?.compute_instances(gpu_instance).map_err(err)
+        })
     }
 
-    fn create_compute_instance(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<ComputeInstanceInfo, NvmlError> {
+    fn create_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<ComputeInstanceInfo, NvmlError> {
         let err = move |reason| NvmlError::CreateComputeInstance { gpu, gpu_instance, reason };
         self.run(NvmlCall::CreateComputeInstance, Some(gpu), err, |st| {
             st.gpu_mut(gpu)?.create_compute_instance(gpu_instance).map_err(err)
         })
     }
 
-    fn destroy_compute_instance(&self, gpu: GpuIndex, gpu_instance: u32, compute_instance: u32) -> Result<(), NvmlError> {
-        let err = move |reason| NvmlError::DestroyComputeInstance { gpu, gpu_instance, compute_instance, reason };
+    fn destroy_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<(), NvmlError> {
+        let err =
+            move |reason| NvmlError::DestroyComputeInstance { gpu, gpu_instance, compute_instance, reason };
         self.run(NvmlCall::DestroyComputeInstance, Some(gpu), err, |st| {
             st.gpu_mut(gpu)?.destroy_compute_instance(gpu_instance, compute_instance).map_err(err)
         })
@@ -329,6 +372,8 @@ impl NvmlBackend for SimNvml {
 
     fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigMode, NvmlError> {
         let err = move |reason| NvmlError::SetMigMode { gpu, enabled, reason };
-        self.run(NvmlCall::SetMigMode, Some(gpu), err, |st| st.gpu_mut(gpu)?.set_mig_mode(enabled).map_err(err))
+        self.run(NvmlCall::SetMigMode, Some(gpu), err, |st| {
+            st.gpu_mut(gpu)?.set_mig_mode(enabled).map_err(err)
+        })
     }
 }

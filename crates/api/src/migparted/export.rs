@@ -61,7 +61,9 @@ impl GpuLayout {
 pub enum ExportError {
     #[error("document {index}: {message}")]
     Document { index: usize, message: String },
-    #[error("node {node} appears more than once (documents {first} and {second}); export one source per node")]
+    #[error(
+        "node {node} appears more than once (documents {first} and {second}); export one source per node"
+    )]
     DuplicateNode { node: String, first: usize, second: usize },
     #[error("nothing to export: {0}")]
     Empty(String),
@@ -82,7 +84,8 @@ pub fn layouts(docs: &[Value], which: Which) -> Result<Found, ExportError> {
     for (i, doc) in docs.iter().enumerate() {
         let index = i + 1;
         for item in items(doc) {
-            let found = layouts_of(item, which).map_err(|message| ExportError::Document { index, message })?;
+            let found =
+                layouts_of(item, which).map_err(|message| ExportError::Document { index, message })?;
             let layouts = match found {
                 Ok(layouts) => layouts,
                 Err(why) => {
@@ -92,14 +95,22 @@ pub fn layouts(docs: &[Value], which: Which) -> Result<Found, ExportError> {
             };
             for layout in layouts {
                 if let Some((first, _)) = by_node.get(&layout.node) {
-                    return Err(ExportError::DuplicateNode { node: layout.node.clone(), first: *first, second: index });
+                    return Err(ExportError::DuplicateNode {
+                        node: layout.node.clone(),
+                        first: *first,
+                        second: index,
+                    });
                 }
                 by_node.insert(layout.node.clone(), (index, layout));
             }
         }
     }
     if by_node.is_empty() {
-        let why = if skipped.is_empty() { "the input holds no MigNode, MigPlan, snapshot or plan with GPUs".to_string() } else { skipped.join("; ") };
+        let why = if skipped.is_empty() {
+            "the input holds no MigNode, MigPlan, snapshot or plan with GPUs".to_string()
+        } else {
+            skipped.join("; ")
+        };
         return Err(ExportError::Empty(why));
     }
     Ok(Found { layouts: by_node.into_values().map(|(_, layout)| layout).collect(), skipped })
@@ -119,23 +130,32 @@ fn layouts_of(doc: &Value, which: Which) -> Result<Result<Vec<NodeLayout>, Strin
     let kind = doc.get("kind").and_then(Value::as_str);
     match kind {
         Some("MigNode") => {
-            let node: MigNode = serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid MigNode: {e}"))?;
+            let node: MigNode =
+                serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid MigNode: {e}"))?;
             Ok(from_mig_node(&node, which).map(|layout| vec![layout]))
         }
         Some("MigPlan") => {
-            let plan: MigPlan = serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid MigPlan: {e}"))?;
+            let plan: MigPlan =
+                serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid MigPlan: {e}"))?;
             Ok(Ok(from_mig_plan(&plan, which)))
         }
-        Some(other) => Err(format!("kind {other} holds no MIG geometry; give MigNodes, MigPlans, a snapshot or a plan")),
+        Some(other) => {
+            Err(format!("kind {other} holds no MIG geometry; give MigNodes, MigPlans, a snapshot or a plan"))
+        }
         None if doc.get("solver").is_some() && doc.get("gpus").is_some() => {
-            let plan: Plan = serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid plan: {e}"))?;
+            let plan: Plan =
+                serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid plan: {e}"))?;
             Ok(Ok(from_plan(&plan, which)))
         }
         None if doc.get("nodes").is_some() => {
-            let snapshot: Snapshot = serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid snapshot: {e}"))?;
+            let snapshot: Snapshot =
+                serde_json::from_value(doc.clone()).map_err(|e| format!("not a valid snapshot: {e}"))?;
             from_snapshot(&snapshot, which).map(Ok)
         }
-        None => Err("neither a Kubernetes object (no kind), a snapshot (no nodes) nor a plan (no solver and gpus)".into()),
+        None => Err(
+            "neither a Kubernetes object (no kind), a snapshot (no nodes) nor a plan (no solver and gpus)"
+                .into(),
+        ),
     }
 }
 
@@ -161,8 +181,12 @@ pub fn from_mig_node(node: &MigNode, which: Which) -> Result<NodeLayout, String>
     }
     if gpus.is_empty() {
         return Err(match which {
-            Which::Current => format!("MigNode {name} has no inventory in status.gpus yet (its agent has not reported)"),
-            Which::Planned => format!("MigNode {name} has neither a desired geometry (spec.gpus) nor an inventory (status.gpus)"),
+            Which::Current => {
+                format!("MigNode {name} has no inventory in status.gpus yet (its agent has not reported)")
+            }
+            Which::Planned => format!(
+                "MigNode {name} has neither a desired geometry (spec.gpus) nor an inventory (status.gpus)"
+            ),
         });
     }
     Ok(NodeLayout { node: name, gpus: gpus.into_values().collect() })
@@ -175,7 +199,9 @@ pub fn from_mig_plan(plan: &MigPlan, which: Which) -> Vec<NodeLayout> {
         .iter()
         .map(|n| NodeLayout {
             node: n.node.clone(),
-            gpus: sorted(n.gpus.iter().map(|g| GpuLayout::mig(g.index, profiles(if which == Which::Current { &g.from } else { &g.to })))),
+            gpus: sorted(n.gpus.iter().map(|g| {
+                GpuLayout::mig(g.index, profiles(if which == Which::Current { &g.from } else { &g.to }))
+            })),
         })
         .collect()
 }
@@ -191,7 +217,9 @@ pub fn from_snapshot(snapshot: &Snapshot, which: Which) -> Result<Vec<NodeLayout
         .filter(|n| !n.gpus.is_empty())
         .map(|n| NodeLayout {
             node: n.name.clone(),
-            gpus: sorted(n.gpus.iter().map(|g| GpuLayout::mig(g.index, g.instances.iter().map(|i| i.profile.clone())))),
+            gpus: sorted(
+                n.gpus.iter().map(|g| GpuLayout::mig(g.index, g.instances.iter().map(|i| i.profile.clone()))),
+            ),
         })
         .collect())
 }
@@ -201,7 +229,10 @@ pub fn from_plan(plan: &Plan, which: Which) -> Vec<NodeLayout> {
     let mut nodes: BTreeMap<&str, Vec<GpuLayout>> = BTreeMap::new();
     for g in &plan.gpus {
         let placed = if which == Which::Current { &g.from } else { &g.to };
-        nodes.entry(&g.node).or_default().push(GpuLayout::mig(g.index, placed.iter().map(|p| p.profile.clone())));
+        nodes
+            .entry(&g.node)
+            .or_default()
+            .push(GpuLayout::mig(g.index, placed.iter().map(|p| p.profile.clone())));
     }
     nodes.into_iter().map(|(node, gpus)| NodeLayout { node: node.to_string(), gpus: sorted(gpus) }).collect()
 }
@@ -262,7 +293,10 @@ mod tests {
         let entries = cfg.config("gpu-1").unwrap();
         assert_eq!(entries.len(), 3);
         assert_eq!(entries[0].devices, Devices::Indices(vec![0, 2]));
-        assert_eq!(entries[0].mig_devices.as_ref().unwrap(), &BTreeMap::from([("1g.10gb".into(), 1), ("3g.40gb".into(), 1)]));
+        assert_eq!(
+            entries[0].mig_devices.as_ref().unwrap(),
+            &BTreeMap::from([("1g.10gb".into(), 1), ("3g.40gb".into(), 1)])
+        );
         assert_eq!((entries[1].mig_enabled, entries[1].mig_devices.clone()), (false, None));
         assert_eq!((entries[2].mig_enabled, entries[2].mig_devices.clone()), (true, Some(BTreeMap::new())));
     }

@@ -27,7 +27,11 @@ pub struct ImportedProfiles {
 /// has no such config, when a device filter is not a PCI id, or when the configs create no
 /// instances at all: an empty `allowedProfiles` would allow every profile, the opposite of what
 /// such a config (e.g. `all-disabled`) says.
-pub fn allowed_profiles(file: &MigPartedConfig, name: Option<&str>, catalog: &Catalog) -> Result<ImportedProfiles, MigPartedError> {
+pub fn allowed_profiles(
+    file: &MigPartedConfig,
+    name: Option<&str>,
+    catalog: &Catalog,
+) -> Result<ImportedProfiles, MigPartedError> {
     let chosen: Vec<(&String, &[DeviceEntry])> = match name {
         Some(n) => {
             let entries = file.config(n)?;
@@ -41,7 +45,8 @@ pub fn allowed_profiles(file: &MigPartedConfig, name: Option<&str>, catalog: &Ca
     for (config, entries) in &chosen {
         for (i, entry) in entries.iter().enumerate() {
             let path = format!("mig-configs.{config}[{i}]");
-            let wanted: Vec<&String> = entry.mig_devices.iter().flatten().filter(|(_, &n)| n > 0).map(|(p, _)| p).collect();
+            let wanted: Vec<&String> =
+                entry.mig_devices.iter().flatten().filter(|(_, &n)| n > 0).map(|(p, _)| p).collect();
             check_against_catalog(&path, entry, &wanted, catalog, &mut notes)?;
             profiles.extend(wanted.into_iter().cloned());
         }
@@ -66,7 +71,8 @@ pub fn allowed_profiles(file: &MigPartedConfig, name: Option<&str>, catalog: &Ca
 
 /// `2g.20gb` -> (2, 20, ""): smaller slices first, `1g.5gb` before `1g.10gb`.
 fn size_order(profile: &str) -> (u32, u32, String) {
-    let number = |s: &str| s.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap_or(u32::MAX);
+    let number =
+        |s: &str| s.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap_or(u32::MAX);
     let (compute, rest) = profile.split_once("g.").unwrap_or((profile, ""));
     let memory = number(rest);
     let suffix = rest.trim_start_matches(|c: char| c.is_ascii_digit()).trim_start_matches("gb");
@@ -113,7 +119,12 @@ fn check_against_catalog(
 
 /// A MigPolicy allowing `profiles`, with every other setting at its default. Built through the
 /// API's own deserialization so that the defaults are exactly the ones the CRD applies.
-pub fn policy(name: &str, profiles: &[String], mode: PolicyMode, node_selector: &BTreeMap<String, String>) -> MigPolicy {
+pub fn policy(
+    name: &str,
+    profiles: &[String],
+    mode: PolicyMode,
+    node_selector: &BTreeMap<String, String>,
+) -> MigPolicy {
     let mut spec = json!({ "allowedProfiles": profiles, "mode": mode });
     if !node_selector.is_empty() {
         spec["nodeSelector"] = json!({ "matchLabels": node_selector });

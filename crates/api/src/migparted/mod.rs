@@ -125,10 +125,18 @@ impl MigPartedConfig {
     }
 
     fn from_value(value: &Value) -> Result<MigPartedConfig, MigPartedError> {
-        let top = value.as_object().ok_or_else(|| invalid("(top level)", format!("expected a mapping with version and mig-configs, found {}", kind(value))))?;
+        let top = value.as_object().ok_or_else(|| {
+            invalid(
+                "(top level)",
+                format!("expected a mapping with version and mig-configs, found {}", kind(value)),
+            )
+        })?;
         for key in top.keys() {
             if key != "version" && key != "mig-configs" {
-                return Err(invalid(key.as_str(), "unexpected field (mig-parted v1 has version and mig-configs)"));
+                return Err(invalid(
+                    key.as_str(),
+                    "unexpected field (mig-parted v1 has version and mig-configs)",
+                ));
             }
         }
         let version = match top.get("version") {
@@ -137,11 +145,19 @@ impl MigPartedConfig {
             None => return Err(invalid("version", "missing; mig-parted configs start with `version: v1`")),
         };
         if version != VERSION {
-            return Err(invalid("version", format!("{version:?} is not a version mig-parted knows; only v1 is")));
+            return Err(invalid(
+                "version",
+                format!("{version:?} is not a version mig-parted knows; only v1 is"),
+            ));
         }
         let configs = match top.get("mig-configs") {
             Some(Value::Object(map)) => map,
-            Some(other) => return Err(invalid("mig-configs", format!("expected a mapping from config name to entries, found {}", kind(other)))),
+            Some(other) => {
+                return Err(invalid(
+                    "mig-configs",
+                    format!("expected a mapping from config name to entries, found {}", kind(other)),
+                ))
+            }
             None => return Err(invalid("mig-configs", "missing; there is nothing to read")),
         };
         if configs.is_empty() {
@@ -150,9 +166,9 @@ impl MigPartedConfig {
         let mut mig_configs = BTreeMap::new();
         for (name, entries) in configs {
             let path = format!("mig-configs.{name}");
-            let list = entries
-                .as_array()
-                .ok_or_else(|| invalid(path.as_str(), format!("expected a list of entries, found {}", kind(entries))))?;
+            let list = entries.as_array().ok_or_else(|| {
+                invalid(path.as_str(), format!("expected a list of entries, found {}", kind(entries)))
+            })?;
             if list.is_empty() {
                 return Err(invalid(path, "at least one entry is required"));
             }
@@ -168,7 +184,9 @@ impl MigPartedConfig {
 }
 
 fn parse_entry(path: &str, value: &Value) -> Result<DeviceEntry, MigPartedError> {
-    let map = value.as_object().ok_or_else(|| invalid(path, format!("expected a mapping, found {}", kind(value))))?;
+    let map = value
+        .as_object()
+        .ok_or_else(|| invalid(path, format!("expected a mapping, found {}", kind(value))))?;
     for key in map.keys() {
         if !matches!(key.as_str(), "device-filter" | "devices" | "mig-enabled" | "mig-devices") {
             return Err(invalid(
@@ -184,54 +202,87 @@ fn parse_entry(path: &str, value: &Value) -> Result<DeviceEntry, MigPartedError>
             .iter()
             .map(|item| {
                 item.as_str().map(str::to_string).ok_or_else(|| {
-                    invalid(format!("{path}.device-filter"), format!("expected PCI device ids such as \"0x233010DE\", found {item}"))
+                    invalid(
+                        format!("{path}.device-filter"),
+                        format!("expected PCI device ids such as \"0x233010DE\", found {item}"),
+                    )
                 })
             })
             .collect::<Result<_, _>>()?,
         Some(other) => {
-            return Err(invalid(format!("{path}.device-filter"), format!("expected a PCI device id or a list of them, found {other}")))
+            return Err(invalid(
+                format!("{path}.device-filter"),
+                format!("expected a PCI device id or a list of them, found {other}"),
+            ))
         }
     };
     let devices = match map.get("devices") {
-        None => return Err(invalid(format!("{path}.devices"), "missing; write `all` or a list of GPU indices")),
+        None => {
+            return Err(invalid(format!("{path}.devices"), "missing; write `all` or a list of GPU indices"))
+        }
         Some(Value::String(s)) if s == "all" => Devices::All,
         Some(Value::Array(items)) => Devices::Indices(
             items
                 .iter()
                 .map(|item| {
                     item.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-                        invalid(format!("{path}.devices"), format!("{item} is not a GPU index (a whole number from 0)"))
+                        invalid(
+                            format!("{path}.devices"),
+                            format!("{item} is not a GPU index (a whole number from 0)"),
+                        )
                     })
                 })
                 .collect::<Result<_, _>>()?,
         ),
-        Some(other) => return Err(invalid(format!("{path}.devices"), format!("{other} is neither `all` nor a list of GPU indices"))),
+        Some(other) => {
+            return Err(invalid(
+                format!("{path}.devices"),
+                format!("{other} is neither `all` nor a list of GPU indices"),
+            ))
+        }
     };
     let mig_enabled = match map.get("mig-enabled") {
         Some(Value::Bool(b)) => *b,
-        Some(other) => return Err(invalid(format!("{path}.mig-enabled"), format!("expected true or false, found {other}"))),
+        Some(other) => {
+            return Err(invalid(
+                format!("{path}.mig-enabled"),
+                format!("expected true or false, found {other}"),
+            ))
+        }
         None => return Err(invalid(format!("{path}.mig-enabled"), "missing; write true or false")),
     };
     let mig_devices = match map.get("mig-devices") {
         None | Some(Value::Null) => None,
         Some(Value::Object(counts)) => Some(parse_counts(&format!("{path}.mig-devices"), counts)?),
         Some(other) => {
-            return Err(invalid(format!("{path}.mig-devices"), format!("expected a mapping from profile to count, found {}", kind(other))))
+            return Err(invalid(
+                format!("{path}.mig-devices"),
+                format!("expected a mapping from profile to count, found {}", kind(other)),
+            ))
         }
     };
     match (&mig_devices, mig_enabled) {
         (None, true) => {
-            return Err(invalid(format!("{path}.mig-devices"), "required when mig-enabled is true (write `{}` for no instances)"))
+            return Err(invalid(
+                format!("{path}.mig-devices"),
+                "required when mig-enabled is true (write `{}` for no instances)",
+            ))
         }
         (Some(counts), false) if !counts.is_empty() => {
-            return Err(invalid(format!("{path}.mig-devices"), "instances are listed but mig-enabled is false"))
+            return Err(invalid(
+                format!("{path}.mig-devices"),
+                "instances are listed but mig-enabled is false",
+            ))
         }
         _ => {}
     }
     Ok(DeviceEntry { device_filter, devices, mig_enabled, mig_devices })
 }
 
-fn parse_counts(path: &str, counts: &serde_json::Map<String, Value>) -> Result<BTreeMap<String, u32>, MigPartedError> {
+fn parse_counts(
+    path: &str,
+    counts: &serde_json::Map<String, Value>,
+) -> Result<BTreeMap<String, u32>, MigPartedError> {
     let mut out = BTreeMap::new();
     for (profile, count) in counts {
         let here = format!("{path}.\"{profile}\"");
@@ -242,12 +293,17 @@ fn parse_counts(path: &str, counts: &serde_json::Map<String, Value>) -> Result<B
             ));
         }
         if !crate::is_profile_name(profile) {
-            return Err(invalid(here, format!("{profile:?} is not a MIG profile name such as 1g.10gb, 3g.40gb or 1g.10gb+me")));
+            return Err(invalid(
+                here,
+                format!("{profile:?} is not a MIG profile name such as 1g.10gb, 3g.40gb or 1g.10gb+me"),
+            ));
         }
-        let n = count
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| invalid(format!("{path}.\"{profile}\""), format!("{count} is not an instance count (a whole number from 0)")))?;
+        let n = count.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+            invalid(
+                format!("{path}.\"{profile}\""),
+                format!("{count} is not an instance count (a whole number from 0)"),
+            )
+        })?;
         out.insert(profile.clone(), n);
     }
     Ok(out)
@@ -257,7 +313,8 @@ fn parse_counts(path: &str, counts: &serde_json::Map<String, Value>) -> Result<B
 fn compute_instance_profile(name: &str) -> Option<(&str, &str)> {
     let (ci, rest) = name.split_once('.')?;
     let digits = ci.strip_suffix('c')?;
-    (!digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) && crate::is_profile_name(rest)).then_some((ci, rest))
+    (!digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) && crate::is_profile_name(rest))
+        .then_some((ci, rest))
 }
 
 fn kind(value: &Value) -> &'static str {
@@ -281,7 +338,10 @@ mod tests {
 
     #[test]
     fn errors_name_the_field_and_the_value() {
-        assert_eq!(err("version: v2\nmig-configs: {a: [{devices: all, mig-enabled: false}]}"), "version: \"v2\" is not a version mig-parted knows; only v1 is");
+        assert_eq!(
+            err("version: v2\nmig-configs: {a: [{devices: all, mig-enabled: false}]}"),
+            "version: \"v2\" is not a version mig-parted knows; only v1 is"
+        );
         assert!(err("mig-configs: {a: [{devices: all, mig-enabled: false}]}").starts_with("version: missing"));
         assert_eq!(
             err("version: v1\nmig-configs:\n  a:\n    - devices: some\n      mig-enabled: false\n"),
@@ -291,7 +351,8 @@ mod tests {
             err("version: v1\nmig-configs:\n  a:\n    - devices: [0, -1]\n      mig-enabled: false\n"),
             "mig-configs.a[0].devices: -1 is not a GPU index (a whole number from 0)"
         );
-        assert!(err("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n").starts_with("mig-configs.a[0].mig-devices: required"));
+        assert!(err("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n")
+            .starts_with("mig-configs.a[0].mig-devices: required"));
         assert_eq!(
             err("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n      mig-devices: {\"1g.10gb\": 1}\n"),
             "mig-configs.a[0].mig-devices: instances are listed but mig-enabled is false"
@@ -306,7 +367,10 @@ mod tests {
             err("version: v1\nmig-configs:\n  a:\n    - devices: all\n      migenabled: true\n"),
             "mig-configs.a[0].migenabled: unexpected field (an entry has device-filter, devices, mig-enabled and mig-devices)"
         );
-        assert_eq!(err("version: v1\nmig-configs:\n  a: []\n"), "mig-configs.a: at least one entry is required");
+        assert_eq!(
+            err("version: v1\nmig-configs:\n  a: []\n"),
+            "mig-configs.a: at least one entry is required"
+        );
     }
 
     #[test]

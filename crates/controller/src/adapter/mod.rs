@@ -5,22 +5,22 @@
 //! inventory where there is one; otherwise from the GPU Operator's labels and the node's
 //! `nvidia.com/mig-*` capacity, with placements inferred (and the snapshot says so).
 
-pub mod crd;
+pub mod mig_objects;
 pub mod nodes;
 pub mod pods;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use geometer_api::{MigNode, MigPolicy};
 use geometer_solver::catalog::Catalog;
 use geometer_solver::snapshot::{Policy, Snapshot};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
 use serde_json::Value;
 use thiserror::Error;
-use geometer_api::{MigNode, MigPolicy};
-use kube::ResourceExt;
 
-pub use crd::PolicyObject;
+pub use mig_objects::PolicyObject;
 
 #[derive(Debug, Error)]
 pub enum AdapterError {
@@ -77,7 +77,14 @@ pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
         match value.get("items") {
             Some(Value::Array(items)) => items.clone(),
             None | Some(Value::Null) => Vec::new(),
-            Some(other) => return Err(AdapterError::Field { object: kind, field: "items".into(), value: other.to_string(), problem: "expected a list".into() }),
+            Some(other) => {
+                return Err(AdapterError::Field {
+                    object: kind,
+                    field: "items".into(),
+                    value: other.to_string(),
+                    problem: "expected a list".into(),
+                })
+            }
         }
     } else if matches!(kind.as_str(), "Node" | "Pod" | "MigNode" | "MigPolicy") {
         vec![value]
@@ -89,16 +96,26 @@ pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
     for (index, item) in items.into_iter().enumerate() {
         let kind = item.get("kind").and_then(Value::as_str).unwrap_or(implied).to_string();
         let name = item.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-        let bad = |e: serde_json::Error| AdapterError::Object { index, kind: kind.clone(), name: name.clone(), problem: e.to_string() };
+        let bad = |e: serde_json::Error| AdapterError::Object {
+            index,
+            kind: kind.clone(),
+            name: name.clone(),
+            problem: e.to_string(),
+        };
         match kind.as_str() {
             "Node" => objects.nodes.push(Arc::new(serde_json::from_value(item).map_err(bad)?)),
             "Pod" => objects.pods.push(Arc::new(serde_json::from_value(item).map_err(bad)?)),
             "MigNode" => {
                 let node: MigNode = serde_json::from_value(item).map_err(bad)?;
-                objects.inventories.insert(node.name_any(), crd::inventory(&node));
+                objects.inventories.insert(node.name_any(), mig_objects::inventory(&node));
             }
             "MigPolicy" => objects.policies.push(serde_json::from_value(item).map_err(bad)?),
-            _ => *objects.ignored.entry(if kind.is_empty() { "(no kind)".into() } else { kind }).or_default() += 1,
+            _ => {
+                *objects
+                    .ignored
+                    .entry(if kind.is_empty() { "(no kind)".into() } else { kind })
+                    .or_default() += 1
+            }
         }
     }
     Ok(objects)
@@ -113,7 +130,9 @@ pub fn parse_policy(text: &str) -> Result<PolicyObject, AdapterError> {
         let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
         // A label map where a LabelSelector belongs would decode as "select everything".
         if let Some(selector) = value.pointer("/spec/nodeSelector").and_then(Value::as_object) {
-            if let Some(key) = selector.keys().find(|k| !matches!(k.as_str(), "matchLabels" | "matchExpressions")) {
+            if let Some(key) =
+                selector.keys().find(|k| !matches!(k.as_str(), "matchLabels" | "matchExpressions"))
+            {
                 return Err(AdapterError::Field {
                     object: format!("MigPolicy {name}"),
                     field: format!("spec.nodeSelector.{key}"),
@@ -122,9 +141,13 @@ pub fn parse_policy(text: &str) -> Result<PolicyObject, AdapterError> {
                 });
             }
         }
-        let policy: MigPolicy = serde_json::from_value(value)
-            .map_err(|e| AdapterError::Object { index: 0, kind: "MigPolicy".into(), name, problem: e.to_string() })?;
-        return crd::mig_policy(&policy, true);
+        let policy: MigPolicy = serde_json::from_value(value).map_err(|e| AdapterError::Object {
+            index: 0,
+            kind: "MigPolicy".into(),
+            name,
+            problem: e.to_string(),
+        })?;
+        return mig_objects::mig_policy(&policy, true);
     }
     let policy: Policy = serde_json::from_value(value.clone()).map_err(|e| AdapterError::Field {
         object: "policy file".into(),
@@ -148,7 +171,8 @@ pub fn build_snapshot(
     now: jiff::Timestamp,
 ) -> Result<Built, AdapterError> {
     let mut warnings = Vec::new();
-    let mut in_list: Vec<PolicyObject> = objects.policies.iter().map(|p| crd::mig_policy(p, true)).collect::<Result<_, _>>()?;
+    let mut in_list: Vec<PolicyObject> =
+        objects.policies.iter().map(|p| mig_objects::mig_policy(p, true)).collect::<Result<_, _>>()?;
     in_list.sort_by(|a, b| a.name.cmp(&b.name));
     if policy.is_none() && in_list.len() > 1 {
         warnings.push(format!("{} MigPolicy objects; using {}", in_list.len(), in_list[0].name));
@@ -252,7 +276,9 @@ pub fn build_snapshot(
             None if mig.is_empty() => {}
             None => match pods::demand_check(pod) {
                 Ok(()) => pending.push(pods::planner_pod(pod, reqs, &do_not_disrupt, now)?),
-                Err(why) if !pods::is_terminal(pod) => warnings.push(format!("pod {key} requests MIG slices but is not demand: {why}")),
+                Err(why) if !pods::is_terminal(pod) => {
+                    warnings.push(format!("pod {key} requests MIG slices but is not demand: {why}"))
+                }
                 Err(_) => {}
             },
         }
@@ -317,23 +343,33 @@ items:
             profiles.sort();
             assert_eq!(profiles, ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]);
         }
-        let used: Vec<&str> = node.gpus.iter().flat_map(|g| &g.instances).filter_map(|i| i.pod.as_deref()).collect();
+        let used: Vec<&str> =
+            node.gpus.iter().flat_map(|g| &g.instances).filter_map(|i| i.pod.as_deref()).collect();
         assert_eq!(used, ["ml/user"]);
         assert_eq!(s.running.len(), 1);
         assert_eq!(s.pending.len(), 1);
         assert_eq!(s.pending[0].requests["1g.5gb"], 2);
-        assert!(built.warnings.iter().any(|w| w.contains("ml/fresh") && w.contains("Unschedulable")), "{:?}", built.warnings);
+        assert!(
+            built.warnings.iter().any(|w| w.contains("ml/fresh") && w.contains("Unschedulable")),
+            "{:?}",
+            built.warnings
+        );
         s.validate(Catalog::builtin()).unwrap();
     }
 
     #[test]
     fn policy_selector_limits_managed_nodes() {
         let objects = parse_objects(LIST).unwrap();
-        let err = parse_policy("kind: MigPolicy\nmetadata: {name: p}\nspec: {nodeSelector: {pool: other}}").unwrap_err().to_string();
+        let err = parse_policy("kind: MigPolicy\nmetadata: {name: p}\nspec: {nodeSelector: {pool: other}}")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("spec.nodeSelector.pool") && err.contains("matchLabels"), "{err}");
-        let policy =
-            parse_policy("kind: MigPolicy\nmetadata: {name: p}\nspec: {nodeSelector: {matchLabels: {pool: other}}}").unwrap();
-        let built = build_snapshot(&objects, Catalog::builtin(), Some(policy), jiff::Timestamp::UNIX_EPOCH).unwrap();
+        let policy = parse_policy(
+            "kind: MigPolicy\nmetadata: {name: p}\nspec: {nodeSelector: {matchLabels: {pool: other}}}",
+        )
+        .unwrap();
+        let built =
+            build_snapshot(&objects, Catalog::builtin(), Some(policy), jiff::Timestamp::UNIX_EPOCH).unwrap();
         assert!(built.snapshot.nodes.is_empty());
         let plain = parse_policy("evictionAllowed: true\nmaxGpusChanged: 3").unwrap();
         assert!(plain.policy.eviction_allowed);
@@ -344,7 +380,14 @@ items:
     #[test]
     fn missing_gpu_count_is_named() {
         let text = LIST.replace("nvidia.com/gpu.count: \"2\", ", "");
-        let err = build_snapshot(&parse_objects(&text).unwrap(), Catalog::builtin(), None, jiff::Timestamp::UNIX_EPOCH).unwrap_err().to_string();
+        let err = build_snapshot(
+            &parse_objects(&text).unwrap(),
+            Catalog::builtin(),
+            None,
+            jiff::Timestamp::UNIX_EPOCH,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("nvidia.com/gpu.count") && err.contains("Node n1"), "{err}");
     }
 

@@ -9,17 +9,22 @@ use geometer_solver::geometry::{place, Geometry};
 use geometer_solver::snapshot::{Gpu, Instance, Node as PlannerNode, Taint};
 use k8s_openapi::api::core::v1::Node;
 
-use super::pods::taint_effect;
-use geometer_api::resources::MIG_RESOURCE_PREFIX;
-use super::AdapterError;
+use crate::adapter::pods::taint_effect;
+use crate::adapter::AdapterError;
 use geometer_api::quantity;
+use geometer_api::resources::MIG_RESOURCE_PREFIX;
 
 pub const PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 pub const COUNT_LABEL: &str = "nvidia.com/gpu.count";
 pub const MIG_CONFIG_LABEL: &str = "nvidia.com/mig.config";
 
 fn err(node: &str, field: String, value: &str, problem: &str) -> AdapterError {
-    AdapterError::Field { object: format!("Node {node}"), field, value: value.to_string(), problem: problem.to_string() }
+    AdapterError::Field {
+        object: format!("Node {node}"),
+        field,
+        value: value.to_string(),
+        problem: problem.to_string(),
+    }
 }
 
 pub fn name(node: &Node) -> &str {
@@ -37,15 +42,21 @@ pub fn planner_node(node: &Node, used: &BTreeMap<String, u64>) -> Result<Planner
     let mut taints = Vec::new();
     for (i, t) in spec.taints.iter().flatten().enumerate() {
         let effect = taint_effect(&t.effect).ok_or_else(|| {
-            err(&node_name, format!("spec.taints[{i}].effect"), &t.effect, "expected NoSchedule, PreferNoSchedule or NoExecute")
+            err(
+                &node_name,
+                format!("spec.taints[{i}].effect"),
+                &t.effect,
+                "expected NoSchedule, PreferNoSchedule or NoExecute",
+            )
         })?;
         taints.push(Taint { key: t.key.clone(), value: t.value.clone().filter(|v| !v.is_empty()), effect });
     }
     let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
     let free = |resource: &str, scale: f64, div: u64| -> Result<Option<u64>, AdapterError> {
         let Some(q) = allocatable.get(resource) else { return Ok(None) };
-        let total = quantity::parse_scaled(&q.0, scale)
-            .ok_or_else(|| err(&node_name, format!("status.allocatable.{resource}"), &q.0, "not a Kubernetes quantity"))?;
+        let total = quantity::parse_scaled(&q.0, scale).ok_or_else(|| {
+            err(&node_name, format!("status.allocatable.{resource}"), &q.0, "not a Kubernetes quantity")
+        })?;
         let used = used.get(resource).copied().unwrap_or(0).div_ceil(div);
         Ok(Some(total.saturating_sub(used)))
     };
@@ -78,7 +89,9 @@ pub fn mig_counts(node: &Node) -> Result<BTreeMap<String, u32>, AdapterError> {
     let mut counts = BTreeMap::new();
     for (k, v) in labels(node) {
         if let Some(profile) = k.strip_prefix(MIG_RESOURCE_PREFIX).and_then(|r| r.strip_suffix(".count")) {
-            let n = v.parse::<u32>().map_err(|_| err(node_name, format!("metadata.labels.{k}"), &v, "expected a count"))?;
+            let n = v
+                .parse::<u32>()
+                .map_err(|_| err(node_name, format!("metadata.labels.{k}"), &v, "expected a count"))?;
             if n > 0 {
                 counts.insert(profile.to_string(), n);
             }
@@ -88,9 +101,9 @@ pub fn mig_counts(node: &Node) -> Result<BTreeMap<String, u32>, AdapterError> {
         let capacity = node.status.as_ref().and_then(|s| s.capacity.clone()).unwrap_or_default();
         for (k, q) in capacity {
             if let Some(profile) = k.strip_prefix(MIG_RESOURCE_PREFIX) {
-                let n = quantity::units(&q.0)
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| err(node_name, format!("status.capacity.{k}"), &q.0, "expected a count"))?;
+                let n = quantity::units(&q.0).and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                    err(node_name, format!("status.capacity.{k}"), &q.0, "expected a count")
+                })?;
                 if n > 0 {
                     counts.insert(profile.to_string(), n);
                 }
@@ -114,14 +127,20 @@ pub fn infer_gpus(
     let mut wanted: Vec<(ProfileId, u32)> = Vec::new();
     for (profile, &n) in counts {
         let id = model.profile(profile).ok_or_else(|| {
-            err(node_name, format!("metadata.labels.{MIG_RESOURCE_PREFIX}{profile}.count"), &n.to_string(), &format!("{} has no profile {profile}", model.key))
+            err(
+                node_name,
+                format!("metadata.labels.{MIG_RESOURCE_PREFIX}{profile}.count"),
+                &n.to_string(),
+                &format!("{} has no profile {profile}", model.key),
+            )
         })?;
         wanted.push((id, n));
     }
     let mut geometries = vec![Geometry::empty(); gpu_count as usize];
     let even = gpu_count > 0 && wanted.iter().all(|(_, n)| n % gpu_count == 0);
     let laid_out = even && {
-        let share: Vec<ProfileId> = wanted.iter().flat_map(|&(id, n)| std::iter::repeat_n(id, (n / gpu_count) as usize)).collect();
+        let share: Vec<ProfileId> =
+            wanted.iter().flat_map(|&(id, n)| std::iter::repeat_n(id, (n / gpu_count) as usize)).collect();
         match place(model, &Geometry::empty(), &share) {
             Ok(g) => {
                 geometries.iter_mut().for_each(|x| *x = g.clone());
@@ -131,7 +150,8 @@ pub fn infer_gpus(
         }
     };
     if !laid_out {
-        let mut all: Vec<ProfileId> = wanted.iter().flat_map(|&(id, n)| std::iter::repeat_n(id, n as usize)).collect();
+        let mut all: Vec<ProfileId> =
+            wanted.iter().flat_map(|&(id, n)| std::iter::repeat_n(id, n as usize)).collect();
         all.sort_by_key(|&id| std::cmp::Reverse(model.profile_info(id).size));
         for id in all {
             let slot = geometries.iter().position(|g| place(model, g, &[id]).is_ok());
@@ -143,7 +163,11 @@ pub fn infer_gpus(
                         node_name,
                         format!("metadata.labels.{COUNT_LABEL}"),
                         &gpu_count.to_string(),
-                        &format!("{} do not fit on {gpu_count} {} GPU(s); check the labels or publish a MigNode", text.join(", "), model.key),
+                        &format!(
+                            "{} do not fit on {gpu_count} {} GPU(s); check the labels or publish a MigNode",
+                            text.join(", "),
+                            model.key
+                        ),
                     ));
                 }
             }
@@ -154,7 +178,10 @@ pub fn infer_gpus(
     for (profile, pods) in used {
         match model.profile(profile) {
             Some(id) => users.entry(id).or_default().extend(pods.iter().cloned()),
-            None => warnings.push(format!("node {node_name}: pods use {MIG_RESOURCE_PREFIX}{profile}, which {} does not have", model.key)),
+            None => warnings.push(format!(
+                "node {node_name}: pods use {MIG_RESOURCE_PREFIX}{profile}, which {} does not have",
+                model.key
+            )),
         }
     }
     let mut gpus = Vec::new();
@@ -162,7 +189,11 @@ pub fn infer_gpus(
         let mut instances = Vec::new();
         for p in g.instances() {
             let pod = users.get_mut(&p.profile).and_then(|list| (!list.is_empty()).then(|| list.remove(0)));
-            instances.push(Instance { profile: model.profile_info(p.profile).name.clone(), start: p.start, pod });
+            instances.push(Instance {
+                profile: model.profile_info(p.profile).name.clone(),
+                start: p.start,
+                pod,
+            });
         }
         gpus.push(Gpu { index: i as u32, model: model.key.clone(), instances });
     }

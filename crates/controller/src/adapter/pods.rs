@@ -1,8 +1,8 @@
 //! Pods -> planner pods: effective requests as the scheduler computes them, constraints,
 //! and whether a pod is demand.
 
-use geometer_api::resources::MIG_RESOURCE_PREFIX;
 use geometer_api::do_not_disrupt::{self, Verdict};
+use geometer_api::resources::MIG_RESOURCE_PREFIX;
 use std::collections::BTreeMap;
 
 use geometer_solver::snapshot::{
@@ -10,8 +10,8 @@ use geometer_solver::snapshot::{
 };
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+use crate::adapter::AdapterError;
 use geometer_api::quantity;
-use super::AdapterError;
 
 pub fn key(pod: &Pod) -> String {
     format!(
@@ -22,7 +22,12 @@ pub fn key(pod: &Pod) -> String {
 }
 
 fn err(pod: &Pod, field: String, value: &str, problem: &str) -> AdapterError {
-    AdapterError::Field { object: format!("Pod {}", key(pod)), field, value: value.to_string(), problem: problem.to_string() }
+    AdapterError::Field {
+        object: format!("Pod {}", key(pod)),
+        field,
+        value: value.to_string(),
+        problem: problem.to_string(),
+    }
 }
 
 /// Requests of one container in milli-units per resource; limits stand in for requests that
@@ -33,7 +38,12 @@ fn container_requests(pod: &Pod, c: &Container, at: &str) -> Result<BTreeMap<Str
     for (field, map) in [("limits", &res.limits), ("requests", &res.requests)] {
         for (name, q) in map.iter().flatten() {
             let milli = quantity::parse_scaled(&q.0, 1000.0).ok_or_else(|| {
-                err(pod, format!("{at}.resources.{field}.{name}"), &q.0, "not a Kubernetes quantity (e.g. 500m, 2, 1Gi)")
+                err(
+                    pod,
+                    format!("{at}.resources.{field}.{name}"),
+                    &q.0,
+                    "not a Kubernetes quantity (e.g. 500m, 2, 1Gi)",
+                )
             })?;
             out.insert(name.clone(), milli);
         }
@@ -121,7 +131,9 @@ pub fn demand_check(pod: &Pod) -> Result<(), &'static str> {
         return Err("nominated to a node (preemption in progress)");
     }
     let unschedulable = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-        cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+        cs.iter().any(|c| {
+            c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+        })
     });
     if !unschedulable {
         return Err("not marked Unschedulable by the scheduler yet");
@@ -145,9 +157,11 @@ pub fn planner_pod(
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
         .and_then(|na| na.required_during_scheduling_ignored_during_execution.as_ref());
-    for (t, term) in required.map(|r| r.node_selector_terms.as_slice()).unwrap_or_default().iter().enumerate() {
+    for (t, term) in required.map(|r| r.node_selector_terms.as_slice()).unwrap_or_default().iter().enumerate()
+    {
         let at = format!("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{t}]");
-        let convert = |list: &Option<Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>>, what: &str| {
+        let convert = |list: &Option<Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>>,
+                       what: &str| {
             list.iter()
                 .flatten()
                 .enumerate()
@@ -168,7 +182,11 @@ pub fn planner_pod(
                             ))
                         }
                     };
-                    Ok(Requirement { key: req.key.clone(), operator, values: req.values.clone().unwrap_or_default() })
+                    Ok(Requirement {
+                        key: req.key.clone(),
+                        operator,
+                        values: req.values.clone().unwrap_or_default(),
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()
         };
@@ -182,17 +200,35 @@ pub fn planner_pod(
         let operator = match t.operator.as_deref() {
             None | Some("Equal") | Some("") => TolerationOperator::Equal,
             Some("Exists") => TolerationOperator::Exists,
-            Some(other) => return Err(err(pod, format!("spec.tolerations[{i}].operator"), other, "expected Equal or Exists")),
+            Some(other) => {
+                return Err(err(
+                    pod,
+                    format!("spec.tolerations[{i}].operator"),
+                    other,
+                    "expected Equal or Exists",
+                ))
+            }
         };
         let effect = match t.effect.as_deref() {
             None | Some("") => None,
             Some(e) => Some(taint_effect(e).ok_or_else(|| {
-                err(pod, format!("spec.tolerations[{i}].effect"), e, "expected NoSchedule, PreferNoSchedule or NoExecute")
+                err(
+                    pod,
+                    format!("spec.tolerations[{i}].effect"),
+                    e,
+                    "expected NoSchedule, PreferNoSchedule or NoExecute",
+                )
             })?),
         };
-        tolerations.push(Toleration { key: t.key.clone().filter(|k| !k.is_empty()), operator, value: t.value.clone(), effect });
+        tolerations.push(Toleration {
+            key: t.key.clone().filter(|k| !k.is_empty()),
+            operator,
+            value: t.value.clone(),
+            effect,
+        });
     }
-    let do_not_disrupt = matches!(do_not_disrupt::evaluate(pod, do_not_disrupt_keys, now), Verdict::Blocked(_));
+    let do_not_disrupt =
+        matches!(do_not_disrupt::evaluate(pod, do_not_disrupt_keys, now), Verdict::Blocked(_));
     Ok(PlannerPod {
         namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
         name: pod.metadata.name.clone().unwrap_or_default(),

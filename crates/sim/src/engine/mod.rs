@@ -42,7 +42,14 @@ pub struct Timings {
 
 impl Default for Timings {
     fn default() -> Self {
-        Timings { drain: 30_000, reconfigure: 10_000, plugin_restart: 20_000, batch_idle: 5_000, batch_max: 30_000, stabilisation: 0 }
+        Timings {
+            drain: 30_000,
+            reconfigure: 10_000,
+            plugin_restart: 20_000,
+            batch_idle: 5_000,
+            batch_max: 30_000,
+            stabilisation: 0,
+        }
     }
 }
 
@@ -56,12 +63,23 @@ pub enum SimError {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    Depart { pod: PodIdx, run: u32 },
-    Ready { node: usize },
+    Depart {
+        pod: PodIdx,
+        run: u32,
+    },
+    Ready {
+        node: usize,
+    },
     /// A node's stabilisation window ends.
-    Stable { node: usize },
-    Arrive { pod: PodIdx },
-    BatchEnd { generation: u64 },
+    Stable {
+        node: usize,
+    },
+    Arrive {
+        pod: PodIdx,
+    },
+    BatchEnd {
+        generation: u64,
+    },
 }
 
 impl Event {
@@ -128,7 +146,12 @@ pub struct Engine<'a> {
 }
 
 impl<'a> Engine<'a> {
-    pub fn new(cluster: &'a Cluster, workload: &'a Workload, timings: Timings, strategy: &'a mut dyn Strategy) -> Self {
+    pub fn new(
+        cluster: &'a Cluster,
+        workload: &'a Workload,
+        timings: Timings,
+        strategy: &'a mut dyn Strategy,
+    ) -> Self {
         let whole_gpu = strategy.initial_geometry(0).iter().any(|s| s.profile == WHOLE_GPU);
         let state = ClusterState::new(cluster, &workload.profiles, |m| strategy.initial_geometry(m));
         let requests = workload
@@ -321,7 +344,12 @@ impl<'a> Engine<'a> {
         let mut gpus = Vec::new();
         for (n, node) in self.state.nodes.iter().enumerate() {
             let plannable = !self.in_flight.contains_key(&n) && self.now >= self.stable_at[n];
-            nodes.push(NodeView { index: n, plannable, cpu_free: node.cpu_free, memory_free: node.memory_free });
+            nodes.push(NodeView {
+                index: n,
+                plannable,
+                cpu_free: node.cpu_free,
+                memory_free: node.memory_free,
+            });
             if !plannable {
                 continue;
             }
@@ -340,16 +368,28 @@ impl<'a> Engine<'a> {
     }
 
     fn bad_plan(&self, reason: String) -> SimError {
-        SimError::BadPlan { strategy: self.strategy.kind().to_string(), time_s: self.now as f64 / 1000.0, reason }
+        SimError::BadPlan {
+            strategy: self.strategy.kind().to_string(),
+            time_s: self.now as f64 / 1000.0,
+            reason,
+        }
     }
 
     /// Carries a plan out: evictions now, each changed node ready after its modelled steps.
     fn apply(&mut self, replan: Replan) -> Result<(), SimError> {
         let mut by_node: BTreeMap<usize, Vec<(usize, Vec<Slot>)>> = BTreeMap::new();
         for (gpu, target) in replan.targets {
-            let node = self.state.gpus.get(gpu).map(|g| g.node).ok_or_else(|| self.bad_plan(format!("GPU id {gpu} does not exist")))?;
+            let node = self
+                .state
+                .gpus
+                .get(gpu)
+                .map(|g| g.node)
+                .ok_or_else(|| self.bad_plan(format!("GPU id {gpu} does not exist")))?;
             if self.in_flight.contains_key(&node) {
-                return Err(self.bad_plan(format!("it changes node {} while that node reconfigures", self.cluster.nodes[node].name)));
+                return Err(self.bad_plan(format!(
+                    "it changes node {} while that node reconfigures",
+                    self.cluster.nodes[node].name
+                )));
             }
             if self.state.gpus[gpu].slots.iter().map(|s| s.slot).eq(target.iter().copied()) {
                 continue;
@@ -364,7 +404,11 @@ impl<'a> Engine<'a> {
         }
         let mut drained = BTreeMap::new();
         for &p in &replan.evictions {
-            let pod = self.workload.pods.get(p).ok_or_else(|| self.bad_plan(format!("pod index {p} does not exist")))?;
+            let pod = self
+                .workload
+                .pods
+                .get(p)
+                .ok_or_else(|| self.bad_plan(format!("pod index {p} does not exist")))?;
             if pod.do_not_disrupt {
                 return Err(self.bad_plan(format!("it evicts do-not-disrupt pod {}", pod.name)));
             }
@@ -380,13 +424,18 @@ impl<'a> Engine<'a> {
             self.make_pending(p);
         }
         for (&node, targets) in &by_node {
-            let destroys = targets.iter().any(|(gpu, target)| {
-                self.state.gpus[*gpu].slots.iter().any(|s| !target.contains(&s.slot))
-            });
+            let destroys = targets
+                .iter()
+                .any(|(gpu, target)| self.state.gpus[*gpu].slots.iter().any(|s| !target.contains(&s.slot)));
             for (gpu, target) in targets {
-                if let Some(kept) = self.state.gpus[*gpu].slots.iter().find(|s| s.pod.is_some() && !target.contains(&s.slot)) {
+                if let Some(kept) =
+                    self.state.gpus[*gpu].slots.iter().find(|s| s.pod.is_some() && !target.contains(&s.slot))
+                {
                     let pod = &self.workload.pods[kept.pod.unwrap_or_default()];
-                    return Err(self.bad_plan(format!("it destroys the instance of running pod {} without evicting it", pod.name)));
+                    return Err(self.bad_plan(format!(
+                        "it destroys the instance of running pod {} without evicting it",
+                        pod.name
+                    )));
                 }
             }
             // Cordon while instances go, so that nothing lands on a slice being destroyed.
@@ -445,7 +494,8 @@ impl<'a> Engine<'a> {
                 self.start_on(p, node);
             }
         }
-        let offered: Vec<ProfileKey> = (0..self.workload.profiles.len()).filter(|&k| self.state.nodes[node].free[k] > 0).collect();
+        let offered: Vec<ProfileKey> =
+            (0..self.workload.profiles.len()).filter(|&k| self.state.nodes[node].free[k] > 0).collect();
         self.schedule(&offered);
         if !self.pending.is_empty() {
             self.demand_changed();

@@ -17,11 +17,11 @@ pub(crate) struct PendingQueue {
 }
 
 impl PendingQueue {
-    pub fn new(profiles: usize) -> Self {
+    pub(super) fn new(profiles: usize) -> Self {
         PendingQueue { all: BTreeSet::new(), by_profile: vec![BTreeSet::new(); profiles] }
     }
 
-    pub fn insert(&mut self, pod: PodIdx, priority: i32, request: &[(ProfileKey, u32)]) {
+    pub(super) fn insert(&mut self, pod: PodIdx, priority: i32, request: &[(ProfileKey, u32)]) {
         let entry = (Reverse(priority), pod);
         self.all.insert(entry);
         for &(key, _) in request {
@@ -29,7 +29,7 @@ impl PendingQueue {
         }
     }
 
-    pub fn remove(&mut self, pod: PodIdx, priority: i32, request: &[(ProfileKey, u32)]) {
+    pub(super) fn remove(&mut self, pod: PodIdx, priority: i32, request: &[(ProfileKey, u32)]) {
         let entry = (Reverse(priority), pod);
         self.all.remove(&entry);
         for &(key, _) in request {
@@ -37,21 +37,21 @@ impl PendingQueue {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.all.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.all.is_empty()
     }
 
     /// Pending pods in scheduling order.
-    pub fn pods(&self) -> impl Iterator<Item = PodIdx> + '_ {
+    pub(super) fn pods(&self) -> impl Iterator<Item = PodIdx> + '_ {
         self.all.iter().map(|&(_, p)| p)
     }
 
     /// The first pod after `after` (in scheduling order) that asks for `key`.
-    pub fn next_wanting(&self, key: ProfileKey, after: Option<Entry>) -> Option<(Entry, PodIdx)> {
+    pub(super) fn next_wanting(&self, key: ProfileKey, after: Option<Entry>) -> Option<(Entry, PodIdx)> {
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
         self.by_profile[key].range((lower, Bound::Unbounded)).next().map(|&e| (e, e.1))
     }

@@ -51,7 +51,7 @@ pub(crate) struct ClusterState {
 }
 
 impl ClusterState {
-    pub fn new(cluster: &Cluster, profiles: &[String], initial: impl Fn(usize) -> Vec<Slot>) -> Self {
+    pub(super) fn new(cluster: &Cluster, profiles: &[String], initial: impl Fn(usize) -> Vec<Slot>) -> Self {
         let mut table = Vec::new();
         for model in &cluster.models {
             let mut row = vec![(0u8, 0u8); profiles.len()];
@@ -92,13 +92,13 @@ impl ClusterState {
         state
     }
 
-    pub fn node_gpus(&self, node: usize) -> std::ops::Range<usize> {
+    pub(super) fn node_gpus(&self, node: usize) -> std::ops::Range<usize> {
         let n = &self.nodes[node];
         n.first_gpu..n.first_gpu + n.gpus
     }
 
     /// Recomputes a node's free counts from its slots and refreshes the index.
-    pub fn recount(&mut self, node: usize) {
+    pub(super) fn recount(&mut self, node: usize) {
         let old = std::mem::take(&mut self.nodes[node].free);
         let mut free = vec![0u32; old.len()];
         for g in self.node_gpus(node) {
@@ -124,7 +124,7 @@ impl ClusterState {
         }
     }
 
-    pub fn set_cordoned(&mut self, node: usize, cordoned: bool) {
+    pub(super) fn set_cordoned(&mut self, node: usize, cordoned: bool) {
         if self.nodes[node].cordoned == cordoned {
             return;
         }
@@ -141,7 +141,7 @@ impl ClusterState {
     }
 
     /// The first schedulable node (in name order) where `pod` fits, for the request `items`.
-    pub fn find_node(&self, pod: &SimPod, items: &[(ProfileKey, u32)]) -> Option<usize> {
+    pub(super) fn find_node(&self, pod: &SimPod, items: &[(ProfileKey, u32)]) -> Option<usize> {
         if items.iter().any(|&(k, c)| self.free_total.get(k).copied().unwrap_or(0) < u64::from(c)) {
             return None;
         }
@@ -150,7 +150,7 @@ impl ClusterState {
         self.free_nodes[lead].iter().copied().find(|&n| self.fits(pod, items, n))
     }
 
-    pub fn fits(&self, pod: &SimPod, items: &[(ProfileKey, u32)], node: usize) -> bool {
+    pub(super) fn fits(&self, pod: &SimPod, items: &[(ProfileKey, u32)], node: usize) -> bool {
         let state = &self.nodes[node];
         let model = self.gpus.get(state.first_gpu).map(|g| g.model);
         !state.cordoned
@@ -162,7 +162,13 @@ impl ClusterState {
     }
 
     /// Gives `pod` free instances on `node` (lowest GPU first) and returns what it holds.
-    pub fn bind(&mut self, p: PodIdx, pod: &SimPod, items: &[(ProfileKey, u32)], node: usize) -> Vec<(usize, Slot)> {
+    pub(super) fn bind(
+        &mut self,
+        p: PodIdx,
+        pod: &SimPod,
+        items: &[(ProfileKey, u32)],
+        node: usize,
+    ) -> Vec<(usize, Slot)> {
         let mut held = Vec::new();
         for &(key, count) in items {
             let mut left = count;
@@ -189,7 +195,7 @@ impl ClusterState {
     }
 
     /// Frees what a pod holds on `node`.
-    pub fn release(&mut self, pod: &SimPod, node: usize, held: &[(usize, Slot)]) {
+    pub(super) fn release(&mut self, pod: &SimPod, node: usize, held: &[(usize, Slot)]) {
         for &(g, slot) in held {
             let model = self.gpus[g].model;
             if let Some(s) = self.gpus[g].slots.iter_mut().find(|s| s.slot == slot) {
@@ -207,7 +213,7 @@ impl ClusterState {
 
     /// Replaces a GPU's geometry, keeping the holder of every instance that stays. Returns the
     /// instance of the old geometry that was in use and is missing from the new one, if any.
-    pub fn set_geometry(&mut self, gpu: usize, target: &[Slot]) -> Result<(), (Slot, PodIdx)> {
+    pub(super) fn set_geometry(&mut self, gpu: usize, target: &[Slot]) -> Result<(), (Slot, PodIdx)> {
         let old = &self.gpus[gpu].slots;
         if let Some(lost) = old.iter().find(|s| s.pod.is_some() && !target.contains(&s.slot)) {
             return Err((lost.slot, lost.pod.unwrap_or_default()));

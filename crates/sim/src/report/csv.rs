@@ -71,7 +71,13 @@ pub fn pods_csv(summaries: &[Summary], workload: &Workload) -> String {
             let items: Vec<String> = p
                 .mig
                 .iter()
-                .map(|&(k, c)| if c == 1 { workload.profiles[k].clone() } else { format!("{}*{c}", workload.profiles[k]) })
+                .map(|&(k, c)| {
+                    if c == 1 {
+                        workload.profiles[k].clone()
+                    } else {
+                        format!("{}*{c}", workload.profiles[k])
+                    }
+                })
                 .collect();
             items.join("|")
         })

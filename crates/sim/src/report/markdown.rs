@@ -20,7 +20,11 @@ pub fn markdown_table(summaries: &[Summary]) -> String {
         let planner = if s.planner_calls == 0 {
             "-".to_string()
         } else {
-            format!("{:.0} / {:.1}", s.planner_time.as_secs_f64() * 1000.0, s.planner_time_max.as_secs_f64() * 1000.0)
+            format!(
+                "{:.0} / {:.1}",
+                s.planner_time.as_secs_f64() * 1000.0,
+                s.planner_time_max.as_secs_f64() * 1000.0
+            )
         };
         let _ = writeln!(
             out,

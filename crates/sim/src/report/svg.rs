@@ -101,9 +101,25 @@ fn nice_step(max: f64) -> f64 {
 }
 
 fn frame(out: &mut String, p: &Panel, title: &str, x_label: &str, y_label: &str) {
-    let _ = writeln!(out, r##"<text x="{:.1}" y="{:.1}" class="title">{}</text>"##, p.x, p.y - 12.0, escape(title));
-    let _ = writeln!(out, r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="#444"/>"##, p.x, p.y, p.w, p.h);
-    let _ = writeln!(out, r##"<text x="{:.1}" y="{:.1}" class="axis" text-anchor="middle">{}</text>"##, p.x + p.w / 2.0, p.y + p.h + 34.0, escape(x_label));
+    let _ = writeln!(
+        out,
+        r##"<text x="{:.1}" y="{:.1}" class="title">{}</text>"##,
+        p.x,
+        p.y - 12.0,
+        escape(title)
+    );
+    let _ = writeln!(
+        out,
+        r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="#444"/>"##,
+        p.x, p.y, p.w, p.h
+    );
+    let _ = writeln!(
+        out,
+        r##"<text x="{:.1}" y="{:.1}" class="axis" text-anchor="middle">{}</text>"##,
+        p.x + p.w / 2.0,
+        p.y + p.h + 34.0,
+        escape(x_label)
+    );
     let _ = writeln!(
         out,
         r##"<text x="{:.1}" y="{:.1}" class="axis" text-anchor="middle" transform="rotate(-90 {:.1} {:.1})">{}</text>"##,
@@ -120,8 +136,19 @@ fn y_ticks(out: &mut String, p: &Panel, max: f64, label: impl Fn(f64) -> String)
     let mut v = 0.0;
     while v <= max + step * 1e-9 {
         let y = p.py(v / max);
-        let _ = writeln!(out, r##"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##, p.x, p.x + p.w);
-        let _ = writeln!(out, r##"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">{}</text>"##, p.x - 6.0, y + 4.0, label(v));
+        let _ = writeln!(
+            out,
+            r##"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
+            p.x,
+            p.x + p.w
+        );
+        let _ = writeln!(
+            out,
+            r##"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">{}</text>"##,
+            p.x - 6.0,
+            y + 4.0,
+            label(v)
+        );
         v += step;
     }
 }
@@ -141,8 +168,18 @@ fn time_ticks(out: &mut String, p: &Panel, end_s: f64) {
     let mut v = 0.0;
     while v <= max + step * 1e-9 {
         let x = p.px(v / max);
-        let _ = writeln!(out, r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#444"/>"##, p.y + p.h, p.y + p.h + 5.0);
-        let _ = writeln!(out, r##"<text x="{x:.1}" y="{:.1}" class="tick" text-anchor="middle">{}{name}</text>"##, p.y + p.h + 18.0, trim(v));
+        let _ = writeln!(
+            out,
+            r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#444"/>"##,
+            p.y + p.h,
+            p.y + p.h + 5.0
+        );
+        let _ = writeln!(
+            out,
+            r##"<text x="{x:.1}" y="{:.1}" class="tick" text-anchor="middle">{}{name}</text>"##,
+            p.y + p.h + 18.0,
+            trim(v)
+        );
         v += step;
     }
 }
@@ -195,14 +232,22 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
     let right_bottom = Panel { x: 680.0, y: 525.0, w: 480.0, h: 260.0 };
 
     // 1. Memory-slice allocation over time.
-    frame(&mut out, &top, "Memory slices allocated to running pods", "time", "% of the cluster's memory slices");
+    frame(
+        &mut out,
+        &top,
+        "Memory slices allocated to running pods",
+        "time",
+        "% of the cluster's memory slices",
+    );
     y_ticks(&mut out, &top, 1.0, |v| format!("{:.0}%", v * 100.0));
     time_ticks(&mut out, &top, end_s);
     let resampled: Vec<_> = summaries.iter().map(|s| resample(s, end, BUCKETS)).collect();
     for (i, (s, buckets)) in summaries.iter().zip(&resampled).enumerate() {
         let (colour, dash) = style(&s.strategy, i);
-        let points: Vec<(f64, f64)> =
-            buckets.iter().map(|b| (top.px((b.start + b.end) as f64 / 2.0 / end as f64), top.py(b.memory_share))).collect();
+        let points: Vec<(f64, f64)> = buckets
+            .iter()
+            .map(|b| (top.px((b.start + b.end) as f64 / 2.0 / end as f64), top.py(b.memory_share)))
+            .collect();
         polyline(&mut out, &points, colour, dash, stroke_width(&s.strategy));
     }
 
@@ -216,20 +261,41 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
         let (colour, dash) = style(&s.strategy, i);
         let points: Vec<(f64, f64)> = buckets
             .iter()
-            .map(|b| (right_top.px((b.start + b.end) as f64 / 2.0 / end as f64), right_top.py(b.pending / pending_top)))
+            .map(|b| {
+                (
+                    right_top.px((b.start + b.end) as f64 / 2.0 / end as f64),
+                    right_top.py(b.pending / pending_top),
+                )
+            })
             .collect();
         polyline(&mut out, &points, colour, dash, stroke_width(&s.strategy));
     }
 
     // 3. Wait distribution: share of all pods started within a wait (log scale).
-    let max_wait = summaries.iter().filter_map(|s| s.waits.last()).max().copied().unwrap_or(0) as f64 / 1000.0;
+    let max_wait =
+        summaries.iter().filter_map(|s| s.waits.last()).max().copied().unwrap_or(0) as f64 / 1000.0;
     let decades = max_wait.max(10.0).log10().ceil().max(1.0);
-    frame(&mut out, &bottom, "Wait before start (served pods; curves end at the share served)", "wait (log scale; 1s and less at the left edge)", "% of all pods started within");
+    frame(
+        &mut out,
+        &bottom,
+        "Wait before start (served pods; curves end at the share served)",
+        "wait (log scale; 1s and less at the left edge)",
+        "% of all pods started within",
+    );
     y_ticks(&mut out, &bottom, 1.0, |v| format!("{:.0}%", v * 100.0));
     for (seconds, label) in WAIT_TICKS.iter().filter(|(s, _)| s.log10() <= decades + 1e-9) {
         let x = bottom.px(seconds.log10() / decades);
-        let _ = writeln!(out, r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/>"##, bottom.y, bottom.y + bottom.h);
-        let _ = writeln!(out, r##"<text x="{x:.1}" y="{:.1}" class="tick" text-anchor="middle">{label}</text>"##, bottom.y + bottom.h + 18.0);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/>"##,
+            bottom.y,
+            bottom.y + bottom.h
+        );
+        let _ = writeln!(
+            out,
+            r##"<text x="{x:.1}" y="{:.1}" class="tick" text-anchor="middle">{label}</text>"##,
+            bottom.y + bottom.h + 18.0
+        );
     }
     for (i, s) in summaries.iter().enumerate() {
         let (colour, dash) = style(&s.strategy, i);
@@ -249,7 +315,12 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
 
     // 4. Pods served and not served.
     let p = &right_bottom;
-    let _ = writeln!(out, r##"<text x="{:.1}" y="{:.1}" class="title">Pods served (colour) and never served (grey)</text>"##, p.x, p.y - 12.0);
+    let _ = writeln!(
+        out,
+        r##"<text x="{:.1}" y="{:.1}" class="title">Pods served (colour) and never served (grey)</text>"##,
+        p.x,
+        p.y - 12.0
+    );
     let pods = summaries.iter().map(|s| s.pods).max().unwrap_or(1).max(1) as f64;
     let row = p.h / summaries.len().max(1) as f64;
     for (i, s) in summaries.iter().enumerate() {

@@ -4,7 +4,6 @@
 mod planned;
 mod static_layout;
 
-
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::{Placement, Plan, PlanOptions};
-use geometer_solver::snapshot::{Gpu, Instance, Node, NodeSelectorTerm, Operator, Pod, Policy, Requirement, Snapshot};
+use geometer_solver::snapshot::{
+    Gpu, Instance, Node, NodeSelectorTerm, Operator, Pod, Policy, Requirement, Snapshot,
+};
 
 use super::{PlanView, Replan, Slot, Strategy, StrategyError, StrategyKind};
 use crate::cluster::Cluster;
@@ -49,7 +51,9 @@ impl PlannerStrategy {
         }
         let mut model_keys = Vec::new();
         for model in &cluster.models {
-            let found = catalog.find(&model.name).ok_or_else(|| format!("GPU model {} is not in the catalog", model.name))?;
+            let found = catalog
+                .find(&model.name)
+                .ok_or_else(|| format!("GPU model {} is not in the catalog", model.name))?;
             model_keys.push(found.key.clone());
         }
         Ok(PlannerStrategy {
@@ -65,7 +69,8 @@ impl PlannerStrategy {
             // The greedy baseline plans for pending pods only, as the tools it stands for do.
             forecast_window: if kind == StrategyKind::Greedy { 0 } else { forecast_window },
             arrivals: {
-                let mut a: Vec<(Millis, usize)> = workload.pods.iter().enumerate().map(|(i, p)| (p.arrival, i)).collect();
+                let mut a: Vec<(Millis, usize)> =
+                    workload.pods.iter().enumerate().map(|(i, p)| (p.arrival, i)).collect();
                 a.sort_unstable();
                 a
             },
@@ -135,7 +140,11 @@ impl PlannerStrategy {
                     running.push(self.pod(&pods[p], Some(gpu.node)));
                 }
             }
-            node.gpus.push(Gpu { index: gpu.index_on_node, model: self.model_keys[gpu.model].clone(), instances });
+            node.gpus.push(Gpu {
+                index: gpu.index_on_node,
+                model: self.model_keys[gpu.model].clone(),
+                instances,
+            });
         }
         Snapshot {
             nodes: nodes.into_values().collect(),
@@ -158,14 +167,20 @@ impl PlannerStrategy {
             return Vec::new();
         }
         // Arrivals in (now - window, now]; all of them while the run is younger than the window.
-        let first = view.now.checked_sub(self.forecast_window).map_or(0, |since| self.arrivals.partition_point(|&(t, _)| t <= since));
+        let first = view
+            .now
+            .checked_sub(self.forecast_window)
+            .map_or(0, |since| self.arrivals.partition_point(|&(t, _)| t <= since));
         let last = self.arrivals.partition_point(|&(t, _)| t <= view.now);
         self.arrivals[first..last].iter().map(|&(_, p)| self.pod(&view.workload.pods[p], None)).collect()
     }
 
     fn replan(&self, view: &PlanView<'_>, plan: &Plan) -> Result<Replan, String> {
-        let gpu_ids: HashMap<(usize, u32), usize> = view.gpus.iter().map(|g| ((g.node, g.index_on_node), g.id)).collect();
-        let node = |name: &str| self.node_index.get(name).copied().ok_or_else(|| format!("plan names unknown node {name:?}"));
+        let gpu_ids: HashMap<(usize, u32), usize> =
+            view.gpus.iter().map(|g| ((g.node, g.index_on_node), g.id)).collect();
+        let node = |name: &str| {
+            self.node_index.get(name).copied().ok_or_else(|| format!("plan names unknown node {name:?}"))
+        };
         let pod = |key: &str| {
             let name = key.strip_prefix("sim/").unwrap_or(key);
             self.pod_index.get(name).copied().ok_or_else(|| format!("plan names unknown pod {key:?}"))
@@ -173,13 +188,14 @@ impl PlannerStrategy {
         let mut replan = Replan::default();
         for gpu in plan.changed_gpus() {
             let n = node(&gpu.node)?;
-            let id = *gpu_ids.get(&(n, gpu.index)).ok_or_else(|| format!("plan changes unknown GPU {}/{}", gpu.node, gpu.index))?;
+            let id = *gpu_ids
+                .get(&(n, gpu.index))
+                .ok_or_else(|| format!("plan changes unknown GPU {}/{}", gpu.node, gpu.index))?;
             let mut target = Vec::with_capacity(gpu.to.len());
             for placed in &gpu.to {
-                let profile = *self
-                    .profile_keys
-                    .get(&placed.profile)
-                    .ok_or_else(|| format!("plan creates profile {} the simulator does not know", placed.profile))?;
+                let profile = *self.profile_keys.get(&placed.profile).ok_or_else(|| {
+                    format!("plan creates profile {} the simulator does not know", placed.profile)
+                })?;
                 target.push(Slot { profile, start: placed.start });
             }
             replan.targets.push((id, target));
@@ -211,7 +227,11 @@ impl Strategy for PlannerStrategy {
     fn plan(&mut self, view: &PlanView<'_>) -> Result<Option<Replan>, StrategyError> {
         let snapshot = self.snapshot(view);
         let options = PlanOptions { time_limit: Some(self.time_limit) };
-        let fail = |reason: String| StrategyError::Plan { strategy: self.kind.to_string(), time_s: view.now as f64 / 1000.0, reason };
+        let fail = |reason: String| StrategyError::Plan {
+            strategy: self.kind.to_string(),
+            time_s: view.now as f64 / 1000.0,
+            reason,
+        };
         let started = Instant::now();
         let plan = match self.kind {
             StrategyKind::Greedy => geometer_solver::greedy::plan(&snapshot, &self.catalog, &options),

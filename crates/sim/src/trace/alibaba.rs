@@ -115,9 +115,9 @@ impl ModelMap {
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut map = BTreeMap::new();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (from, to) = item
-                .split_once('=')
-                .ok_or_else(|| format!("--model-map: item {item:?} is not ALIBABA_MODEL=CATALOG_MODEL (e.g. G2=H100-80GB)"))?;
+            let (from, to) = item.split_once('=').ok_or_else(|| {
+                format!("--model-map: item {item:?} is not ALIBABA_MODEL=CATALOG_MODEL (e.g. G2=H100-80GB)")
+            })?;
             map.insert(from.trim().to_string(), to.trim().to_string());
         }
         Ok(ModelMap(map))
@@ -140,7 +140,12 @@ pub enum Timing {
 /// `LS` and `Guaranteed` pods are marked do-not-disrupt; `gpu_spec` models go through `models`,
 /// and a constraint naming no simulated model is dropped. Every such decision is counted in
 /// the trace's notes.
-pub fn to_trace(file: &str, pods: &[AlibabaPod], models: &ModelMap, timing: Timing) -> Result<Trace, TraceError> {
+pub fn to_trace(
+    file: &str,
+    pods: &[AlibabaPod],
+    models: &ModelMap,
+    timing: Timing,
+) -> Result<Trace, TraceError> {
     let mut trace = Trace::default();
     let (mut cpu_only, mut spec_dropped, mut spec_kept, mut protected) = (0usize, 0usize, 0usize, 0usize);
     for pod in pods {
@@ -159,7 +164,8 @@ pub fn to_trace(file: &str, pods: &[AlibabaPod], models: &ModelMap, timing: Timi
                 })
             }
         };
-        let mut gpu_models: Vec<String> = pod.gpu_spec.iter().filter_map(|m| models.get(m)).map(String::from).collect();
+        let mut gpu_models: Vec<String> =
+            pod.gpu_spec.iter().filter_map(|m| models.get(m)).map(String::from).collect();
         gpu_models.sort();
         gpu_models.dedup();
         if !pod.gpu_spec.is_empty() {
@@ -186,8 +192,13 @@ pub fn to_trace(file: &str, pods: &[AlibabaPod], models: &ModelMap, timing: Timi
     }
     trace.pods.sort_by_key(|p| p.arrival);
     let notes = &mut trace.notes;
-    notes.push(format!("{file}: {} GPU pods read; {cpu_only} CPU-only pods left out (not GPU demand)", trace.pods.len()));
-    notes.push(format!("{protected} pods with qos LS or Guaranteed are do-not-disrupt; BE and Burstable pods may be evicted"));
+    notes.push(format!(
+        "{file}: {} GPU pods read; {cpu_only} CPU-only pods left out (not GPU demand)",
+        trace.pods.len()
+    ));
+    notes.push(format!(
+        "{protected} pods with qos LS or Guaranteed are do-not-disrupt; BE and Burstable pods may be evicted"
+    ));
     if spec_kept + spec_dropped > 0 {
         notes.push(format!(
             "gpu_spec: {spec_kept} pods constrained to mapped models; {spec_dropped} pods named only models outside --model-map, constraint ignored"
@@ -237,7 +248,9 @@ pub fn cluster_from_nodes(
     }
     let notes = dropped
         .into_iter()
-        .map(|(model, (n, g))| format!("node list: {n} nodes ({g} GPUs) of model {model:?} left out: not in --model-map"))
+        .map(|(model, (n, g))| {
+            format!("node list: {n} nodes ({g} GPUs) of model {model:?} left out: not in --model-map")
+        })
         .collect();
     Ok((Cluster::new(infos, specs)?, notes))
 }

@@ -94,7 +94,10 @@ fn parse_mig(text: &str) -> Result<Vec<(String, u32)>, String> {
     let mut counts: BTreeMap<String, u32> = BTreeMap::new();
     for item in text.split('|').map(str::trim) {
         let (profile, count) = match item.split_once('*') {
-            Some((p, c)) => (p.trim(), c.trim().parse::<u32>().map_err(|_| format!("count in {item:?} is not a whole number"))?),
+            Some((p, c)) => (
+                p.trim(),
+                c.trim().parse::<u32>().map_err(|_| format!("count in {item:?} is not a whole number"))?,
+            ),
             None => (item, 1),
         };
         if profile.is_empty() {
@@ -120,7 +123,10 @@ fn check_request(request: &GpuRequest) -> Result<(), (&'static str, String)> {
         }
         GpuRequest::Share { num_gpu, gpu_milli } => {
             if *num_gpu == 0 || *num_gpu > 64 {
-                return Err(("num_gpu", "must be between 1 and 64 (CPU-only pods are not GPU demand)".into()));
+                return Err((
+                    "num_gpu",
+                    "must be between 1 and 64 (CPU-only pods are not GPU demand)".into(),
+                ));
             }
             if *gpu_milli == 0 || *gpu_milli > 1000 {
                 return Err(("gpu_milli", "must be between 1 and 1000 thousandths of a GPU".into()));
@@ -167,8 +173,8 @@ struct YamlPod {
 }
 
 pub fn parse_yaml(file: &str, text: &str) -> Result<Trace, TraceError> {
-    let doc: YamlTrace =
-        serde_saphyr::from_str(text).map_err(|e| TraceError::Yaml { file: file.into(), reason: e.to_string() })?;
+    let doc: YamlTrace = serde_saphyr::from_str(text)
+        .map_err(|e| TraceError::Yaml { file: file.into(), reason: e.to_string() })?;
     let mut pods = Vec::with_capacity(doc.pods.len());
     for (i, p) in doc.pods.into_iter().enumerate() {
         let field = |field: &str, value: String, reason: String| TraceError::Field {
@@ -179,15 +185,20 @@ pub fn parse_yaml(file: &str, text: &str) -> Result<Trace, TraceError> {
             reason,
         };
         let request = match (p.mig, p.num_gpu) {
-            (Some(_), Some(_)) => return Err(field("mig", p.name, "give either mig or num_gpu/gpu_milli, not both".into())),
+            (Some(_), Some(_)) => {
+                return Err(field("mig", p.name, "give either mig or num_gpu/gpu_milli, not both".into()))
+            }
             (None, None) => return Err(field("mig", p.name, "one of mig or num_gpu is required".into())),
             (Some(mig), None) => GpuRequest::Mig(mig.into_iter().collect()),
             (None, Some(num_gpu)) => GpuRequest::Share { num_gpu, gpu_milli: p.gpu_milli.unwrap_or(1000) },
         };
         check_request(&request).map_err(|(f, reason)| field(f, format!("{request:?}"), reason))?;
-        let arrival = seconds_to_millis(&p.arrival_s.to_string()).map_err(|r| field("arrival_s", p.arrival_s.to_string(), r))?;
+        let arrival = seconds_to_millis(&p.arrival_s.to_string())
+            .map_err(|r| field("arrival_s", p.arrival_s.to_string(), r))?;
         let duration = match p.duration_s {
-            Some(d) => Some(seconds_to_millis(&d.to_string()).map_err(|r| field("duration_s", d.to_string(), r))?),
+            Some(d) => {
+                Some(seconds_to_millis(&d.to_string()).map_err(|r| field("duration_s", d.to_string(), r))?)
+            }
             None => None,
         };
         if p.name.trim().is_empty() {
@@ -214,7 +225,10 @@ fn finish(file: &str, mut pods: Vec<TracePod>) -> Result<Trace, TraceError> {
     let mut seen = HashSet::new();
     for p in &pods {
         if !seen.insert(p.name.as_str()) {
-            return Err(TraceError::Invalid { file: file.into(), reason: format!("pod name {:?} appears twice", p.name) });
+            return Err(TraceError::Invalid {
+                file: file.into(),
+                reason: format!("pod name {:?} appears twice", p.name),
+            });
         }
     }
     if pods.is_empty() {
@@ -243,7 +257,9 @@ pub fn to_csv(trace: &Trace) -> String {
                     items.iter().map(|(n, c)| if *c == 1 { n.clone() } else { format!("{n}*{c}") }).collect();
                 (text.join("|"), String::new(), String::new())
             }
-            GpuRequest::Share { num_gpu, gpu_milli } => (String::new(), num_gpu.to_string(), gpu_milli.to_string()),
+            GpuRequest::Share { num_gpu, gpu_milli } => {
+                (String::new(), num_gpu.to_string(), gpu_milli.to_string())
+            }
         };
         let _ = writeln!(
             out,

@@ -31,7 +31,12 @@ pub struct LoadMode {
 /// Picks and orders pods. `gpus_of` says how many GPUs a pod requests (a share counts as a
 /// fraction); the pod that crosses the target is still submitted. When the trace runs out first,
 /// a note says how far it got.
-pub fn apply(trace: &Trace, mode: &LoadMode, capacity_gpus: f64, gpus_of: impl Fn(&TracePod) -> f64) -> Trace {
+pub fn apply(
+    trace: &Trace,
+    mode: &LoadMode,
+    capacity_gpus: f64,
+    gpus_of: impl Fn(&TracePod) -> f64,
+) -> Trace {
     let mut order: Vec<usize> = (0..trace.pods.len()).collect();
     order.shuffle(&mut ChaCha8Rng::seed_from_u64(mode.seed));
     let target = mode.load * capacity_gpus;

@@ -18,54 +18,64 @@ pub(crate) struct Row<'t, 'a> {
 
 impl<'a> Table<'a> {
     /// Splits `text` into header and rows; blank lines and lines starting with `#` are skipped.
-    pub fn parse(file: &'a str, text: &'a str) -> Result<Self, TraceError> {
+    pub(super) fn parse(file: &'a str, text: &'a str) -> Result<Self, TraceError> {
         let mut lines = text
             .lines()
             .enumerate()
             .map(|(i, l)| (i + 1, l.trim_end_matches('\r')))
             .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'));
-        let (_, header_line) = lines
-            .next()
-            .ok_or_else(|| TraceError::Invalid { file: file.into(), reason: "the file is empty (no header row)".into() })?;
+        let (_, header_line) = lines.next().ok_or_else(|| TraceError::Invalid {
+            file: file.into(),
+            reason: "the file is empty (no header row)".into(),
+        })?;
         let header: Vec<&str> = header_line.split(',').map(str::trim).collect();
         let mut rows = Vec::new();
         for (line, text) in lines {
             let fields: Vec<&str> = text.split(',').map(str::trim).collect();
             if fields.len() != header.len() {
-                return Err(TraceError::Width { file: file.into(), line, expected: header.len(), found: fields.len() });
+                return Err(TraceError::Width {
+                    file: file.into(),
+                    line,
+                    expected: header.len(),
+                    found: fields.len(),
+                });
             }
             rows.push((line, fields));
         }
         Ok(Table { file, header, rows })
     }
 
-    pub fn has(&self, column: &str) -> bool {
+    pub(super) fn has(&self, column: &str) -> bool {
         self.header.contains(&column)
     }
 
-    pub fn require(&self, column: &str) -> Result<(), TraceError> {
+    pub(super) fn require(&self, column: &str) -> Result<(), TraceError> {
         if self.has(column) {
             Ok(())
         } else {
-            Err(TraceError::MissingColumn { file: self.file.into(), column: column.into(), header: self.header.join(",") })
+            Err(TraceError::MissingColumn {
+                file: self.file.into(),
+                column: column.into(),
+                header: self.header.join(","),
+            })
         }
     }
 
-    pub fn rows(&self) -> impl Iterator<Item = Row<'_, 'a>> {
+    pub(super) fn rows(&self) -> impl Iterator<Item = Row<'_, 'a>> {
         self.rows.iter().map(move |(line, fields)| Row { table: self, line: *line, fields })
     }
 }
 
 impl<'a> Row<'_, 'a> {
     /// The field's text; empty when the column is absent or the field is blank.
-    pub fn get(&self, column: &str) -> &'a str {
+    pub(super) fn get(&self, column: &str) -> &'a str {
         match self.table.header.iter().position(|h| *h == column) {
             Some(i) => self.fields[i],
             None => "",
         }
     }
 
-    pub fn error(&self, column: &str, reason: impl Into<String>) -> TraceError {
+    pub(super) fn error(&self, column: &str, reason: impl Into<String>) -> TraceError {
         TraceError::Field {
             file: self.table.file.into(),
             line: self.line,
@@ -76,7 +86,11 @@ impl<'a> Row<'_, 'a> {
     }
 
     /// A whole number field; blank gives `default`.
-    pub fn number<T: std::str::FromStr>(&self, column: &str, default: Option<T>) -> Result<T, TraceError> {
+    pub(super) fn number<T: std::str::FromStr>(
+        &self,
+        column: &str,
+        default: Option<T>,
+    ) -> Result<T, TraceError> {
         let text = self.get(column);
         if text.is_empty() {
             return default.ok_or_else(|| self.error(column, "is required"));
@@ -85,7 +99,7 @@ impl<'a> Row<'_, 'a> {
     }
 
     /// A time in seconds; blank gives `None`.
-    pub fn seconds(&self, column: &str) -> Result<Option<super::Millis>, TraceError> {
+    pub(super) fn seconds(&self, column: &str) -> Result<Option<super::Millis>, TraceError> {
         let text = self.get(column);
         if text.is_empty() {
             return Ok(None);
@@ -94,12 +108,13 @@ impl<'a> Row<'_, 'a> {
     }
 
     /// A `|`-separated list; blank (or pandas' `nan`) gives an empty list.
-    pub fn list(&self, column: &str) -> Vec<String> {
+    pub(super) fn list(&self, column: &str) -> Vec<String> {
         let text = self.get(column);
         if text.is_empty() || text.eq_ignore_ascii_case("nan") {
             return Vec::new();
         }
-        let mut items: Vec<String> = text.split('|').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+        let mut items: Vec<String> =
+            text.split('|').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
         items.dedup();
         items
     }

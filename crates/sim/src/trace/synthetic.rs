@@ -81,10 +81,7 @@ impl Synthetic {
                 }
             })
             .collect();
-        Trace {
-            pods,
-            notes: vec![format!("synthetic trace: {} pods, seed {}", self.pods, self.seed)],
-        }
+        Trace { pods, notes: vec![format!("synthetic trace: {} pods, seed {}", self.pods, self.seed)] }
     }
 }
 

@@ -12,8 +12,8 @@ use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, ResourceExt};
 
-use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPlanPhase, PolicyMode, StepAction};
 use crate::SimEvent;
+use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPlanPhase, PolicyMode, StepAction};
 
 /// Where the demo's lines go, each with the time since the demo started.
 #[derive(Clone)]
@@ -52,7 +52,11 @@ pub fn counts(map: &BTreeMap<String, u64>) -> String {
     if map.values().all(|v| *v == 0) {
         return "none".into();
     }
-    map.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{}×{v}", k.trim_start_matches(geometer_api::resources::MIG_RESOURCE_PREFIX))).collect::<Vec<_>>().join(" ")
+    map.iter()
+        .filter(|(_, v)| **v > 0)
+        .map(|(k, v)| format!("{}×{v}", k.trim_start_matches(geometer_api::resources::MIG_RESOURCE_PREFIX)))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn geometry(list: &[geometer_api::PlacedInstance]) -> String {
@@ -63,7 +67,12 @@ fn geometry(list: &[geometer_api::PlacedInstance]) -> String {
 }
 
 /// Prints each plan when it appears and each change of its phase.
-pub async fn follow_plans(client: kube::Client, console: Console, mode: PolicyMode, kubeconfig: Option<String>) {
+pub async fn follow_plans(
+    client: kube::Client,
+    console: Console,
+    mode: PolicyMode,
+    kubeconfig: Option<String>,
+) {
     let mut phases: BTreeMap<String, MigPlanPhase> = BTreeMap::new();
     let stream = watcher(Api::<MigPlan>::all(client), watcher::Config::default()).default_backoff();
     let mut stream = std::pin::pin!(stream);
@@ -88,7 +97,14 @@ pub async fn follow_plans(client: kube::Client, console: Console, mode: PolicyMo
                 ));
                 for node in &plan.spec.nodes {
                     for g in node.gpus.iter().filter(|g| g.changes()) {
-                        console.say(format!("    {} GPU {} ({}): {} -> {}", node.node, g.index, g.model, geometry(&g.from), geometry(&g.to)));
+                        console.say(format!(
+                            "    {} GPU {} ({}): {} -> {}",
+                            node.node,
+                            g.index,
+                            g.model,
+                            geometry(&g.from),
+                            geometry(&g.to)
+                        ));
                     }
                 }
                 for e in &plan.spec.evictions {
@@ -100,7 +116,12 @@ pub async fn follow_plans(client: kube::Client, console: Console, mode: PolicyMo
                 }
             }
             Some(old) if old != phase => {
-                let message = plan.status.as_ref().and_then(|s| s.message.clone()).map(|m| format!(": {m}")).unwrap_or_default();
+                let message = plan
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.message.clone())
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default();
                 console.say(format!("plan {name}: {phase:?}{message}"));
             }
             Some(_) => {}
@@ -120,7 +141,8 @@ pub async fn follow_nodes(client: kube::Client, console: Console) {
         };
         let Some(status) = &node.status else { continue };
         let name = node.name_any();
-        let evicting = status.step.as_ref().filter(|s| s.action == StepAction::Evict).and_then(|s| s.pod.clone());
+        let evicting =
+            status.step.as_ref().filter(|s| s.action == StepAction::Evict).and_then(|s| s.pod.clone());
         let now = (status.phase, evicting.clone());
         let before = seen.insert(name.clone(), now.clone());
         if before.as_ref() == Some(&now) {
@@ -133,10 +155,16 @@ pub async fn follow_nodes(client: kube::Client, console: Console) {
         let first = before.is_none();
         match status.phase {
             MigNodePhase::Ready if first => {}
-            MigNodePhase::Ready => console.say(format!("node {name}: Ready ({})", node.spec.plan.as_deref().unwrap_or("no plan"))),
+            MigNodePhase::Ready => console
+                .say(format!("node {name}: Ready ({})", node.spec.plan.as_deref().unwrap_or("no plan"))),
             MigNodePhase::Observing => {}
             MigNodePhase::Failed => {
-                let why = status.conditions.iter().find(|c| c.type_ == "Failed").map(|c| c.message.clone()).unwrap_or_default();
+                let why = status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "Failed")
+                    .map(|c| c.message.clone())
+                    .unwrap_or_default();
                 console.say(format!("node {name}: Failed: {why}"));
             }
             phase => console.say(format!("node {name}: {phase:?}")),
@@ -151,9 +179,12 @@ pub async fn follow_cluster(mut events: tokio::sync::broadcast::Receiver<SimEven
     loop {
         match events.recv().await {
             Ok(SimEvent::Advertised { node, resources, start }) if start > 1 => {
-                console.say(format!("node {node}: device plugin restarted, advertises {}", counts(&resources)));
+                console
+                    .say(format!("node {node}: device plugin restarted, advertises {}", counts(&resources)));
             }
-            Ok(SimEvent::AdmissionFailed { pod, node, message }) => console.say(format!("kubelet on {node} refused {pod}: {message}")),
+            Ok(SimEvent::AdmissionFailed { pod, node, message }) => {
+                console.say(format!("kubelet on {node} refused {pod}: {message}"))
+            }
             Ok(_) | Err(RecvError::Lagged(_)) => {}
             Err(RecvError::Closed) => return,
         }

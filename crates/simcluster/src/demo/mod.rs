@@ -18,9 +18,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use thiserror::Error;
 
+use crate::{SimCluster, SimClusterError};
 use geometer_api::{MigPlan, MigPlanPhase, PolicyMode};
 use geometer_apiserver::ApiServer;
-use crate::{SimCluster, SimClusterError};
 
 pub use display::Console;
 pub use operator::{demo_policy, start_controller, OperatorHandles, POLICY_NAME};
@@ -114,7 +114,8 @@ pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, Demo
     for crd in geometer_api::crds() {
         server.seed(&crd).map_err(|e| DemoError::Setup(e.to_string()))?;
     }
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}})).expect("namespace");
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}})).expect("namespace");
     server.seed(&ns).map_err(|e| DemoError::Setup(e.to_string()))?;
 
     let mut _http = None;
@@ -124,12 +125,17 @@ pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, Demo
         _http = Some(handle);
         let path = match &options.kubeconfig {
             Some(p) => p.clone(),
-            None => std::env::temp_dir().join(format!("geometer-demo-{}", std::process::id())).join("kubeconfig"),
+            None => {
+                std::env::temp_dir().join(format!("geometer-demo-{}", std::process::id())).join("kubeconfig")
+            }
         };
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| DemoError::Kubeconfig { path: path.clone(), source })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|source| DemoError::Kubeconfig { path: path.clone(), source })?;
         }
-        server.write_kubeconfig(&path).map_err(|source| DemoError::Kubeconfig { path: path.clone(), source })?;
+        server
+            .write_kubeconfig(&path)
+            .map_err(|source| DemoError::Kubeconfig { path: path.clone(), source })?;
         console.raw(format!(
             "Geometer demo: API server on http://{addr}\n  kubeconfig: {}\n  watch from another terminal:\n    export KUBECONFIG={}\n    kubectl get migplans,mignodes -w\n\n",
             path.display(),
@@ -144,15 +150,25 @@ pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, Demo
         "{} nodes x {} GPUs ({}), policy mode {:?}, seed {}, {:.0} scenario seconds at {}x speed\n",
         scenario.cluster.nodes.len(),
         scenario::GPUS_PER_NODE,
-        scenario.cluster.nodes.iter().map(|n| n.gpus[0].model.as_str()).collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(" and "),
+        scenario
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| n.gpus[0].model.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+            .join(" and "),
         options.mode,
         options.seed,
         options.duration_s,
         options.speed,
     ));
     for name in cluster.node_names() {
-        let advertised: BTreeMap<String, u64> =
-            cluster.node(&name).map(|n| n.advertised().into_iter().map(|(k, v)| (k, v.len() as u64)).collect()).unwrap_or_default();
+        let advertised: BTreeMap<String, u64> = cluster
+            .node(&name)
+            .map(|n| n.advertised().into_iter().map(|(k, v)| (k, v.len() as u64)).collect())
+            .unwrap_or_default();
         console.raw(format!("  {name}: {}\n", display::counts(&advertised)));
     }
     console.raw("\n");
@@ -161,7 +177,12 @@ pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, Demo
 
     let milestones = Arc::new(Mutex::new(progress::Milestones::default()));
     let mut background = vec![
-        tokio::spawn(display::follow_plans(client.clone(), console.clone(), options.mode, kubeconfig_path.clone())),
+        tokio::spawn(display::follow_plans(
+            client.clone(),
+            console.clone(),
+            options.mode,
+            kubeconfig_path.clone(),
+        )),
         tokio::spawn(display::follow_nodes(client.clone(), console.clone())),
         tokio::spawn(display::follow_cluster(cluster.ledger().subscribe(), console.clone())),
         tokio::spawn(progress::track_milestones(client.clone(), milestones.clone())),
@@ -195,15 +216,26 @@ pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, Demo
     for name in cluster.node_names() {
         if let Some(nvml) = cluster.nvml(&name) {
             for c in nvml.calls() {
-                calls.push((name.clone(), c.gpu, matches!(c.call, geometer_agent::nvml::NvmlCall::CreateGpuInstance | geometer_agent::nvml::NvmlCall::DestroyGpuInstance)));
+                calls.push((
+                    name.clone(),
+                    c.gpu,
+                    matches!(
+                        c.call,
+                        geometer_agent::nvml::NvmlCall::CreateGpuInstance
+                            | geometer_agent::nvml::NvmlCall::DestroyGpuInstance
+                    ),
+                ));
             }
         }
     }
-    summary.gpus_reconfigured = summary::reconfigured_gpus(calls.iter().map(|(n, g, c)| (n.as_str(), *g, *c)));
+    summary.gpus_reconfigured =
+        summary::reconfigured_gpus(calls.iter().map(|(n, g, c)| (n.as_str(), *g, *c)));
     let m = *milestones.lock().unwrap_or_else(|p| p.into_inner());
     let last_arrival = samples.last_arrival;
-    summary.utilisation_before = summary::mean_utilisation(&samples.samples, None, m.first_change.or(Some(last_arrival)));
-    summary.utilisation_after = m.first_ready.and_then(|r| summary::mean_utilisation(&samples.samples, Some(r), Some(last_arrival)));
+    summary.utilisation_before =
+        summary::mean_utilisation(&samples.samples, None, m.first_change.or(Some(last_arrival)));
+    summary.utilisation_after =
+        m.first_ready.and_then(|r| summary::mean_utilisation(&samples.samples, Some(r), Some(last_arrival)));
     console.raw("\n");
     console.raw(summary.render());
     if options.keep_serving && options.serve_http {

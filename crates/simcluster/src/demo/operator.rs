@@ -14,13 +14,13 @@ use tokio::task::JoinHandle;
 
 use super::display::Console;
 use super::{DemoError, DemoOptions};
-use geometer_agent::reconcile::backoff::Backoff;
+use crate::SimCluster;
+use geometer_agent::runtime::backoff::Backoff;
 use geometer_api::{Batching, Disruption, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits};
 use geometer_apiserver::ApiServer;
-use geometer_controller::health::Health;
-use geometer_controller::metrics::Metrics;
-use geometer_controller::run::{self, Settings};
-use crate::SimCluster;
+use geometer_controller::runtime::health::Health;
+use geometer_controller::runtime::metrics::Metrics;
+use geometer_controller::{self as controller, Settings};
 
 pub const POLICY_NAME: &str = "demo";
 
@@ -40,7 +40,12 @@ pub fn demo_policy(mode: PolicyMode) -> MigPolicy {
             forecast_window_seconds: 0,
             batching: Batching { idle_seconds: 2, max_seconds: 6 },
             stabilisation_seconds: 10,
-            disruption: Disruption { eviction_allowed: true, max_nodes_reconfiguring: 2, drain_timeout_seconds: 60, ..Disruption::default() },
+            disruption: Disruption {
+                eviction_allowed: true,
+                max_nodes_reconfiguring: 2,
+                drain_timeout_seconds: 60,
+                ..Disruption::default()
+            },
             solver: SolverLimits { time_limit_ms: 2000, ..SolverLimits::default() },
         },
     )
@@ -64,7 +69,7 @@ impl Drop for OperatorHandles {
 }
 
 /// Agent settings for the demo: quick polls and retries, the policy's drain timeout.
-pub fn agent_config(cluster: &SimCluster, node: &str) -> geometer_agent::reconcile::AgentConfig {
+pub(super) fn agent_config(cluster: &SimCluster, node: &str) -> geometer_agent::AgentConfig {
     let mut cfg = cluster.agent_config(node);
     cfg.poll_interval = Duration::from_millis(500);
     cfg.backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
@@ -74,7 +79,12 @@ pub fn agent_config(cluster: &SimCluster, node: &str) -> geometer_agent::reconci
     cfg
 }
 
-pub async fn start(server: &ApiServer, cluster: &SimCluster, options: &DemoOptions, console: &Console) -> Result<OperatorHandles, DemoError> {
+pub(super) async fn start(
+    server: &ApiServer,
+    cluster: &SimCluster,
+    options: &DemoOptions,
+    console: &Console,
+) -> Result<OperatorHandles, DemoError> {
     Api::<MigPolicy>::all(server.client())
         .create(&PostParams::default(), &demo_policy(options.mode))
         .await
@@ -98,7 +108,7 @@ pub fn start_controller(client: kube::Client) -> JoinHandle<()> {
     tokio::spawn(async move {
         let metrics = Arc::new(Metrics::new());
         let health = Arc::new(Health::default());
-        if let Err(e) = run::run(client, settings, metrics, health, std::future::pending()).await {
+        if let Err(e) = controller::run(client, settings, metrics, health, std::future::pending()).await {
             tracing::error!(error = %e, "demo controller stopped");
         }
     })

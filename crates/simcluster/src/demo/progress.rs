@@ -18,20 +18,20 @@ use super::scenario::Scenario;
 use super::summary::UsageSample;
 use super::workload::Arrival;
 use super::{DemoOptions, NAMESPACE};
+use crate::{pod_requests, SimCluster};
 use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPlanPhase, PolicyMode};
 use geometer_apiserver::ApiServer;
-use crate::{pod_requests, SimCluster};
 
 /// When nodes started and finished changing, for the before/after utilisation.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Milestones {
+pub(super) struct Milestones {
     pub first_change: Option<Instant>,
     /// When the first node finished its first reconfiguration.
     pub first_ready: Option<Instant>,
 }
 
 /// What the clock gathered.
-pub struct Progress {
+pub(super) struct Progress {
     pub samples: Vec<UsageSample>,
     /// When the last pod of the workload was due.
     pub last_arrival: Instant,
@@ -49,7 +49,9 @@ fn pod_counts(server: &ApiServer) -> (BTreeMap<String, u64>, usize) {
         if phase == Some("Running") {
             running += 1;
         } else if !bound && matches!(phase, None | Some("Pending")) {
-            for (k, v) in pod_requests(pod).into_iter().filter(|(k, _)| geometer_api::resources::is_mig_resource(k)) {
+            for (k, v) in
+                pod_requests(pod).into_iter().filter(|(k, _)| geometer_api::resources::is_mig_resource(k))
+            {
                 *pending.entry(k).or_insert(0) += (v / 1000) as u64;
             }
         }
@@ -70,7 +72,7 @@ fn phase_name(scenario: &Scenario, scenario_s: f64, duration_s: f64) -> &'static
 
 /// Runs until the workload is over: the last pod arrived and nothing runs or waits any more
 /// (in DryRun, nothing runs: waiting pods never get slices), or a deadline passes.
-pub async fn watch(
+pub(super) async fn watch(
     server: &ApiServer,
     cluster: &SimCluster,
     scenario: &Scenario,
@@ -96,7 +98,11 @@ pub async fn watch(
         let waiting: u64 = pending.values().sum();
         let over = now >= last_arrival
             && running == 0
-            && (waiting == 0 || options.mode == PolicyMode::DryRun || (options.mode == PolicyMode::Approve && !options.wait_for_approval && no_plan_in_flight(server)));
+            && (waiting == 0
+                || options.mode == PolicyMode::DryRun
+                || (options.mode == PolicyMode::Approve
+                    && !options.wait_for_approval
+                    && no_plan_in_flight(server)));
         if now >= next_tick || over {
             let runs = cluster.ledger().runs();
             let started = runs.values().filter(|r| r.started >= last_tick).count();
@@ -127,7 +133,7 @@ fn no_plan_in_flight(server: &ApiServer) -> bool {
 }
 
 /// Notes when the first node starts changing and when the last change ends.
-pub async fn track_milestones(client: kube::Client, milestones: Arc<Mutex<Milestones>>) {
+pub(super) async fn track_milestones(client: kube::Client, milestones: Arc<Mutex<Milestones>>) {
     let mut changing: BTreeMap<String, bool> = BTreeMap::new();
     let stream = watcher(Api::<MigNode>::all(client), watcher::Config::default()).default_backoff();
     let mut stream = std::pin::pin!(stream);
@@ -147,7 +153,7 @@ pub async fn track_milestones(client: kube::Client, milestones: Arc<Mutex<Milest
 
 /// Plays the reviewer in Approve mode: approves each proposed plan a moment after it was
 /// printed, with the same merge patch as the printed kubectl command.
-pub async fn approve_plans(client: kube::Client, console: Console) {
+pub(super) async fn approve_plans(client: kube::Client, console: Console) {
     let api: Api<MigPlan> = Api::all(client);
     let stream = watcher(api.clone(), watcher::Config::default()).default_backoff();
     let mut stream = std::pin::pin!(stream);
@@ -162,7 +168,9 @@ pub async fn approve_plans(client: kube::Client, console: Console) {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let patch = serde_json::json!({"spec": {"approved": true}});
         match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => console.say(format!("plan {name}: approved by the demo's reviewer (use --wait-for-approval to do it yourself)")),
+            Ok(_) => console.say(format!(
+                "plan {name}: approved by the demo's reviewer (use --wait-for-approval to do it yourself)"
+            )),
             Err(e) => console.say(format!("plan {name}: could not approve: {e}")),
         }
     }

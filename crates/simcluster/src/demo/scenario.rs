@@ -48,7 +48,8 @@ fn node(i: usize, width: usize) -> NodeSpec {
             GpuSpec::new(model, &geometry)
         })
         .collect();
-    NodeSpec { gpus, ..NodeSpec::new(format!("gpu-{family}-{i:0width$}"), model, 0, &[]) }.label("geometer.dev/pool", "mig")
+    NodeSpec { gpus, ..NodeSpec::new(format!("gpu-{family}-{i:0width$}"), model, 0, &[]) }
+        .label("geometer.dev/pool", "mig")
 }
 
 impl Scenario {
@@ -56,7 +57,8 @@ impl Scenario {
     /// takes `nvml_latency`, as instance creation does on real GPUs.
     pub fn default_with(nodes: usize, nvml_latency: Duration) -> Scenario {
         let width = nodes.to_string().len();
-        let cluster = ClusterSpec::new((1..=nodes).map(|i| node(i, width)).collect()).with_nvml_latency(nvml_latency);
+        let cluster =
+            ClusterSpec::new((1..=nodes).map(|i| node(i, width)).collect()).with_nvml_latency(nvml_latency);
         Scenario {
             cluster,
             phases: vec![

@@ -116,10 +116,18 @@ impl Summary {
         if self.admission_failures > 0 {
             let _ = writeln!(out, "  refused by kubelet  {}", self.admission_failures);
         }
-        let _ = writeln!(out, "  wait to run         median {}, p95 {}, max {} (wall clock)", secs(self.wait_median), secs(self.wait_p95), secs(self.wait_max));
-        let profiles: Vec<String> = self.by_profile.iter().map(|(p, (sub, served))| format!("{p} {served}/{sub}")).collect();
+        let _ = writeln!(
+            out,
+            "  wait to run         median {}, p95 {}, max {} (wall clock)",
+            secs(self.wait_median),
+            secs(self.wait_p95),
+            secs(self.wait_max)
+        );
+        let profiles: Vec<String> =
+            self.by_profile.iter().map(|(p, (sub, served))| format!("{p} {served}/{sub}")).collect();
         let _ = writeln!(out, "  served per profile  {}", profiles.join(", "));
-        let _ = writeln!(out, "  plans               {} published, {} applied", self.plans, self.plans_applied);
+        let _ =
+            writeln!(out, "  plans               {} published, {} applied", self.plans, self.plans_applied);
         let _ = writeln!(out, "  GPUs reconfigured   {}", self.gpus_reconfigured);
         let _ = writeln!(out, "  evictions           {}", self.evictions);
         let _ = writeln!(
@@ -134,7 +142,11 @@ impl Summary {
 
 /// Distinct `(node, gpu)` pairs among NVML calls that create or destroy GPU instances.
 pub fn reconfigured_gpus<'a>(calls: impl Iterator<Item = (&'a str, Option<u32>, bool)>) -> usize {
-    calls.filter(|(_, gpu, changes)| *changes && gpu.is_some()).map(|(n, g, _)| (n, g)).collect::<BTreeSet<_>>().len()
+    calls
+        .filter(|(_, gpu, changes)| *changes && gpu.is_some())
+        .map(|(n, g, _)| (n, g))
+        .collect::<BTreeSet<_>>()
+        .len()
 }
 
 #[cfg(test)]
@@ -152,7 +164,14 @@ mod tests {
     #[test]
     fn waits_evictions_and_unserved_pods_are_counted() {
         let t0 = Instant::now();
-        let sub = |name: &str, profile: &'static str| Submitted { name: name.into(), original: name.into(), profile, phase: 0, at: t0, retry: 0 };
+        let sub = |name: &str, profile: &'static str| Submitted {
+            name: name.into(),
+            original: name.into(),
+            profile,
+            phase: 0,
+            at: t0,
+            retry: 0,
+        };
         let run = |secs: u64, ending: Option<Ending>| PodRun {
             pod: String::new(),
             node: "n".into(),

@@ -51,7 +51,17 @@ pub fn arrivals(scenario: &Scenario, nodes: usize, duration_s: f64, seed: u64) -
                 break;
             }
             let mut pick = rng.random_range(0..total_weight);
-            let profile = phase.mix.iter().find(|(_, w)| (pick < *w) || { pick -= w; false }).map(|(p, _)| *p).expect("weights");
+            let profile = phase
+                .mix
+                .iter()
+                .find(|(_, w)| {
+                    (pick < *w) || {
+                        pick -= w;
+                        false
+                    }
+                })
+                .map(|(p, _)| *p)
+                .expect("weights");
             let run_seconds = rng.random_range(phase.run_seconds.0..=phase.run_seconds.1);
             n += 1;
             out.push(Arrival { at: t, name: format!("{prefix}-{n:03}"), profile, run_seconds, phase: index });
@@ -88,13 +98,25 @@ impl Submissions {
     }
 
     fn by_key(&self, key: &str, namespace: &str) -> Option<Submitted> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).values().find(|s| format!("{namespace}/{}", s.name) == key).cloned()
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .find(|s| format!("{namespace}/{}", s.name) == key)
+            .cloned()
     }
 }
 
 /// Submits the arrivals at their time (scenario seconds / `speed`), and replacements for
 /// evicted pods, until the last arrival; replacements keep coming until the task is dropped.
-pub async fn play(client: kube::Client, namespace: String, arrivals: Vec<Arrival>, speed: f64, ledger: Arc<Ledger>, submissions: Submissions) {
+pub async fn play(
+    client: kube::Client,
+    namespace: String,
+    arrivals: Vec<Arrival>,
+    speed: f64,
+    ledger: Arc<Ledger>,
+    submissions: Submissions,
+) {
     let pods: Api<Pod> = Api::namespaced(client, &namespace);
     let started = tokio::time::Instant::now();
     let mut events = ledger.subscribe();
@@ -132,7 +154,13 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     }
 }
 
-async fn submit(pods: &Api<Pod>, namespace: &str, submissions: &Submissions, mut s: Submitted, run_seconds: f64) {
+async fn submit(
+    pods: &Api<Pod>,
+    namespace: &str,
+    submissions: &Submissions,
+    mut s: Submitted,
+    run_seconds: f64,
+) {
     let pod = MigPod::new(namespace, &s.name)
         .slice(s.profile, 1)
         .resources("2", "16Gi")

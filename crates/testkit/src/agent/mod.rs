@@ -11,10 +11,12 @@ use std::time::Duration;
 pub use geometer_agent::nvml::sim::SimGpuOptions;
 use geometer_agent::nvml::sim::SimNvml;
 use geometer_agent::nvml::{GpuIndex, NvmlBackend};
-use geometer_agent::pod_resources::DeviceAssignment;
-use geometer_agent::reconcile::backoff::Backoff;
-use geometer_agent::reconcile::{Agent, AgentConfig, SharedAssignments, StepHook, StepPoint};
-use geometer_api::{GpuGeometry, MigNode, MigNodePhase, MigNodeSpec, PlacedInstance, StepAction, CORDONED_BY_ANNOTATION};
+use geometer_agent::observe::pod_resources::DeviceAssignment;
+use geometer_agent::runtime::backoff::Backoff;
+use geometer_agent::{Agent, AgentConfig, SharedAssignments, StepHook, StepPoint};
+use geometer_api::{
+    GpuGeometry, MigNode, MigNodePhase, MigNodeSpec, PlacedInstance, StepAction, CORDONED_BY_ANNOTATION,
+};
 use geometer_apiserver::ApiServer;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
@@ -58,7 +60,13 @@ impl Drop for Harness {
     }
 }
 
-fn ready_pod(namespace: &str, name: &str, labels: serde_json::Value, annotations: serde_json::Value, resources: serde_json::Value) -> Pod {
+fn ready_pod(
+    namespace: &str,
+    name: &str,
+    labels: serde_json::Value,
+    annotations: serde_json::Value,
+    resources: serde_json::Value,
+) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
         "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "busybox", "resources": {"limits": resources}}]},
@@ -85,7 +93,9 @@ impl Harness {
             server.seed(&crd).expect("CRD");
         }
         for ns in [WORKLOADS, PLUGIN_NAMESPACE] {
-            server.seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": ns}})).unwrap()).expect("namespace");
+            server
+                .seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": ns}})).unwrap())
+                .expect("namespace");
         }
         let sim = SimNvml::new(NODE);
         let mut devices = BTreeMap::new();
@@ -97,15 +107,21 @@ impl Harness {
             }
         }
         server
-            .seed(&serde_json::from_value::<Node>(json!({"metadata": {"name": NODE, "uid": "node-uid-1"}})).unwrap())
+            .seed(
+                &serde_json::from_value::<Node>(json!({"metadata": {"name": NODE, "uid": "node-uid-1"}}))
+                    .unwrap(),
+            )
             .expect("node");
         advertise(&server, &sim).await;
         let labels = json!({ PLUGIN_LABEL.0: PLUGIN_LABEL.1 });
-        server.seed(&ready_pod(PLUGIN_NAMESPACE, "nvidia-device-plugin-0", labels, json!({}), json!({}))).expect("device plugin pod");
+        server
+            .seed(&ready_pod(PLUGIN_NAMESPACE, "nvidia-device-plugin-0", labels, json!({}), json!({})))
+            .expect("device plugin pod");
         let workloads = Arc::new(Mutex::new(BTreeMap::new()));
         let assignments = SharedAssignments::default();
         let client = server.client();
-        let kubelet = tokio::spawn(kubelet(server.clone(), sim.clone(), assignments.clone(), workloads.clone()));
+        let kubelet =
+            tokio::spawn(kubelet(server.clone(), sim.clone(), assignments.clone(), workloads.clone()));
         Harness { server, client, sim, assignments, devices, workloads, kubelet }
     }
 
@@ -136,13 +152,23 @@ impl Harness {
     }
 
     /// Runs a pod on the instance `profile@start` of `gpu` (set up by the test), with a process.
-    pub fn run_pod(&self, name: &str, gpu: GpuIndex, profile: &str, start: u8, annotations: &[(&str, &str)], labels: &[(&str, &str)]) {
+    pub fn run_pod(
+        &self,
+        name: &str,
+        gpu: GpuIndex,
+        profile: &str,
+        start: u8,
+        annotations: &[(&str, &str)],
+        labels: &[(&str, &str)],
+    ) {
         let key = (gpu, format!("{profile}@{start}"));
         let uuid = self.devices.get(&key).unwrap_or_else(|| panic!("no instance {key:?} was set up")).clone();
-        let annotations: serde_json::Map<_, _> = annotations.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        let annotations: serde_json::Map<_, _> =
+            annotations.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
         let labels: serde_json::Map<_, _> = labels.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
         let resource = format!("nvidia.com/mig-{profile}");
-        let pod = ready_pod(WORKLOADS, name, json!(labels), json!(annotations), json!({ resource.clone(): "1" }));
+        let pod =
+            ready_pod(WORKLOADS, name, json!(labels), json!(annotations), json!({ resource.clone(): "1" }));
         self.server.seed(&pod).expect("pod");
         let pid = self.sim.start_process(gpu, &uuid).expect("process");
         self.assignments.update(|list| {
@@ -155,7 +181,10 @@ impl Harness {
             })
         });
         let placed = PlacedInstance::new(profile, start);
-        self.workloads.lock().unwrap().insert(format!("{WORKLOADS}/{name}"), Workload { gpu, uuid, pid, placed });
+        self.workloads
+            .lock()
+            .unwrap()
+            .insert(format!("{WORKLOADS}/{name}"), Workload { gpu, uuid, pid, placed });
     }
 
     /// Runs a pod that holds the whole of `gpu` (`nvidia.com/gpu`), with a process on it.
@@ -173,7 +202,10 @@ impl Harness {
             })
         });
         let placed = PlacedInstance::new("whole-gpu", 0);
-        self.workloads.lock().unwrap().insert(format!("{WORKLOADS}/{name}"), Workload { gpu, uuid: gpu_uuid.into(), pid, placed });
+        self.workloads
+            .lock()
+            .unwrap()
+            .insert(format!("{WORKLOADS}/{name}"), Workload { gpu, uuid: gpu_uuid.into(), pid, placed });
     }
 
     /// Writes the MigNode's spec (creating the MigNode if needed) and returns its generation.
@@ -182,7 +214,10 @@ impl Harness {
             plan: Some("plan-1".into()),
             gpus: gpus
                 .iter()
-                .map(|(index, g)| GpuGeometry { index: *index, geometry: g.iter().map(|&(p, s)| PlacedInstance::new(p, s)).collect() })
+                .map(|(index, g)| GpuGeometry {
+                    index: *index,
+                    geometry: g.iter().map(|&(p, s)| PlacedInstance::new(p, s)).collect(),
+                })
                 .collect(),
         };
         let api: Api<MigNode> = Api::all(self.client.clone());
@@ -192,7 +227,10 @@ impl Harness {
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => panic!("create MigNode: {e}"),
         }
-        let stored = api.patch(NODE, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec }))).await.expect("patch MigNode spec");
+        let stored = api
+            .patch(NODE, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec })))
+            .await
+            .expect("patch MigNode spec");
         stored.metadata.generation.expect("generation")
     }
 
@@ -224,8 +262,10 @@ impl Harness {
         self.wait_for(&format!("MigNode Ready at generation {generation}"), |h| {
             let m = h.server.object::<MigNode>("", NODE)?;
             let s = m.status.as_ref()?;
-            (s.phase == MigNodePhase::Ready && s.observed_generation == Some(generation) && m.metadata.generation == Some(generation))
-                .then_some(m)
+            (s.phase == MigNodePhase::Ready
+                && s.observed_generation == Some(generation)
+                && m.metadata.generation == Some(generation))
+            .then_some(m)
         })
         .await
     }
@@ -238,7 +278,10 @@ impl Harness {
                 return v;
             }
             if tokio::time::Instant::now() > deadline {
-                panic!("gave up waiting for {what}; MigNode status: {:#?}", self.server.object::<MigNode>("", NODE).map(|m| m.status));
+                panic!(
+                    "gave up waiting for {what}; MigNode status: {:#?}",
+                    self.server.object::<MigNode>("", NODE).map(|m| m.status)
+                );
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -273,7 +316,9 @@ impl Harness {
         self.server
             .requests()
             .iter()
-            .filter(|r| r.resource.as_deref() == Some("pods/eviction") && r.namespace.as_deref() == Some(WORKLOADS))
+            .filter(|r| {
+                r.resource.as_deref() == Some("pods/eviction") && r.namespace.as_deref() == Some(WORKLOADS)
+            })
             .count()
     }
 
@@ -282,7 +327,10 @@ impl Harness {
         self.server
             .requests()
             .iter()
-            .filter(|r| r.resource.as_deref() == Some("pods/eviction") && r.namespace.as_deref() == Some(PLUGIN_NAMESPACE))
+            .filter(|r| {
+                r.resource.as_deref() == Some("pods/eviction")
+                    && r.namespace.as_deref() == Some(PLUGIN_NAMESPACE)
+            })
             .count()
     }
 }
@@ -295,7 +343,11 @@ pub fn recording_hook(server: ApiServer) -> (StepHook, Arc<Mutex<Vec<StepAction>
     let hook: StepHook = Arc::new(move |point: &StepPoint| {
         if let StepPoint::Recorded(step) = point {
             let status = server.object::<MigNode>("", NODE).and_then(|m| m.status).expect("status");
-            assert_eq!(status.step.as_ref().map(|s| s.action), Some(step.action), "status shows the step before it is taken");
+            assert_eq!(
+                status.step.as_ref().map(|s| s.action),
+                Some(step.action),
+                "status shows the step before it is taken"
+            );
             log.lock().unwrap().push(step.action);
         }
         Box::pin(async {})
@@ -319,7 +371,13 @@ async fn advertise(server: &ApiServer, sim: &SimNvml) {
     let node = server.object::<Node>("", NODE).expect("node");
     let mut alloc = serde_json::Map::new();
     // The kubelet keeps resources it saw before, at 0.
-    for k in node.status.and_then(|s| s.allocatable).unwrap_or_default().into_keys().filter(|k| geometer_api::resources::is_mig_resource(k)) {
+    for k in node
+        .status
+        .and_then(|s| s.allocatable)
+        .unwrap_or_default()
+        .into_keys()
+        .filter(|k| geometer_api::resources::is_mig_resource(k))
+    {
         alloc.insert(k, json!("0"));
     }
     for (k, v) in counts {
@@ -334,7 +392,12 @@ async fn advertise(server: &ApiServer, sim: &SimNvml) {
 
 /// The simulated kubelet: releases the devices of pods that are gone (stopping their
 /// processes), and brings the device plugin back (with a fresh allocatable) when it is deleted.
-async fn kubelet(server: ApiServer, sim: SimNvml, assignments: SharedAssignments, workloads: Arc<Mutex<BTreeMap<String, Workload>>>) {
+async fn kubelet(
+    server: ApiServer,
+    sim: SimNvml,
+    assignments: SharedAssignments,
+    workloads: Arc<Mutex<BTreeMap<String, Workload>>>,
+) {
     let mut plugin_generation = 1;
     let mut releases = 0u64;
     loop {
@@ -358,16 +421,27 @@ async fn kubelet(server: ApiServer, sim: SimNvml, assignments: SharedAssignments
             // The kubelet reports on its node after a pod goes; the agent wakes on that rather
             // than waiting for its next poll of the PodResources API.
             releases += 1;
-            let touch = json!({"metadata": {"annotations": {"sim.geometer.dev/releases": releases.to_string()}}});
-            Api::<Node>::all(server.client()).patch(NODE, &PatchParams::default(), &Patch::Merge(touch)).await.expect("touch node");
+            let touch =
+                json!({"metadata": {"annotations": {"sim.geometer.dev/releases": releases.to_string()}}});
+            Api::<Node>::all(server.client())
+                .patch(NODE, &PatchParams::default(), &Patch::Merge(touch))
+                .await
+                .expect("touch node");
         }
         let plugin_running = server.objects::<Pod>().iter().any(|p| {
-            p.metadata.namespace.as_deref() == Some(PLUGIN_NAMESPACE) && p.metadata.deletion_timestamp.is_none()
+            p.metadata.namespace.as_deref() == Some(PLUGIN_NAMESPACE)
+                && p.metadata.deletion_timestamp.is_none()
         });
         if !plugin_running {
             advertise(&server, &sim).await;
             let labels = json!({ PLUGIN_LABEL.0: PLUGIN_LABEL.1 });
-            let pod = ready_pod(PLUGIN_NAMESPACE, &format!("nvidia-device-plugin-{plugin_generation}"), labels, json!({}), json!({}));
+            let pod = ready_pod(
+                PLUGIN_NAMESPACE,
+                &format!("nvidia-device-plugin-{plugin_generation}"),
+                labels,
+                json!({}),
+                json!({}),
+            );
             server.seed(&pod).expect("device plugin pod");
             plugin_generation += 1;
         }

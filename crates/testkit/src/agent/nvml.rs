@@ -8,10 +8,10 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use geometer_agent::nvml::sim::SimNvml;
 use geometer_agent::nvml::{
-    ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo, MigMode, NvmlBackend,
-    NvmlError, Placement, ProcessInfo, Reason,
+    ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
+    MigMode, NvmlBackend, NvmlError, Placement, ProcessInfo, Reason,
 };
-use geometer_agent::reconcile::SharedAssignments;
+use geometer_agent::SharedAssignments;
 
 /// Where the kill strikes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,11 @@ impl Release {
 }
 
 impl AuditedNvml {
-    pub fn new(inner: SimNvml, assignments: SharedAssignments, kill: Option<KillAt>) -> (Arc<AuditedNvml>, tokio::sync::mpsc::UnboundedReceiver<()>, Release) {
+    pub fn new(
+        inner: SimNvml,
+        assignments: SharedAssignments,
+        kill: Option<KillAt>,
+    ) -> (Arc<AuditedNvml>, tokio::sync::mpsc::UnboundedReceiver<()>, Release) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let gate = Arc::new(Gate::default());
         let nvml = AuditedNvml {
@@ -95,7 +99,10 @@ impl AuditedNvml {
     fn audit_destroy(&self, gpu: GpuIndex, gi: u32) {
         let Some(uuid) = self.uuids.lock().unwrap().get(&(gpu, gi)).cloned() else { return };
         if let Some(a) = self.assignments.get().iter().find(|a| a.device_id == uuid) {
-            self.violations.lock().unwrap().push(format!("GPU {gpu} GI {gi} ({uuid}) destroyed while pod {}/{} holds it", a.namespace, a.pod));
+            self.violations.lock().unwrap().push(format!(
+                "GPU {gpu} GI {gi} ({uuid}) destroyed while pod {}/{} holds it",
+                a.namespace, a.pod
+            ));
         }
     }
 }
@@ -116,20 +123,38 @@ impl NvmlBackend for AuditedNvml {
     fn gpu_instances(&self, gpu: GpuIndex) -> Result<Vec<GpuInstanceInfo>, NvmlError> {
         self.call(|n| n.gpu_instances(gpu))
     }
-    fn create_gpu_instance(&self, gpu: GpuIndex, profile_id: u32, placement: Placement) -> Result<GpuInstanceInfo, NvmlError> {
+    fn create_gpu_instance(
+        &self,
+        gpu: GpuIndex,
+        profile_id: u32,
+        placement: Placement,
+    ) -> Result<GpuInstanceInfo, NvmlError> {
         self.call(|n| n.create_gpu_instance(gpu, profile_id, placement))
     }
     fn destroy_gpu_instance(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<(), NvmlError> {
         self.audit_destroy(gpu, gpu_instance);
         self.call(|n| n.destroy_gpu_instance(gpu, gpu_instance))
     }
-    fn compute_instances(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<Vec<ComputeInstanceInfo>, NvmlError> {
+    fn compute_instances(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<Vec<ComputeInstanceInfo>, NvmlError> {
         self.call(|n| n.compute_instances(gpu, gpu_instance))
     }
-    fn create_compute_instance(&self, gpu: GpuIndex, gpu_instance: u32) -> Result<ComputeInstanceInfo, NvmlError> {
+    fn create_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<ComputeInstanceInfo, NvmlError> {
         self.call(|n| n.create_compute_instance(gpu, gpu_instance))
     }
-    fn destroy_compute_instance(&self, gpu: GpuIndex, gpu_instance: u32, compute_instance: u32) -> Result<(), NvmlError> {
+    fn destroy_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<(), NvmlError> {
         self.audit_destroy(gpu, gpu_instance);
         self.call(|n| n.destroy_compute_instance(gpu, gpu_instance, compute_instance))
     }

@@ -28,15 +28,26 @@ pub fn pair() -> (kube::Client, MockApi) {
 impl MockApi {
     /// Waits for the next request, checks method and path, answers `status` with `body`.
     pub async fn expect(&mut self, method: &str, path: &str, status: u16, answer: Value) -> Seen {
-        let (request, send) = self.handle.next_request().await.unwrap_or_else(|| panic!("expected {method} {path}, got no request"));
+        let (request, send) = self
+            .handle
+            .next_request()
+            .await
+            .unwrap_or_else(|| panic!("expected {method} {path}, got no request"));
         let (parts, body) = request.into_parts();
         let bytes = body.collect_bytes().await.expect("request body");
         let seen = Seen {
             method: parts.method.to_string(),
             path: parts.uri.path().to_string(),
             query: parts.uri.query().unwrap_or_default().to_string(),
-            content_type: parts.headers.get(http::header::CONTENT_TYPE).map(|v| v.to_str().unwrap().to_string()),
-            body: if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("JSON body") },
+            content_type: parts
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .map(|v| v.to_str().unwrap().to_string()),
+            body: if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes).expect("JSON body")
+            },
         };
         assert_eq!((seen.method.as_str(), seen.path.as_str()), (method, path), "unexpected request {seen:?}");
         let response = Response::builder()

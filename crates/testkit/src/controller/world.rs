@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use geometer_api::{MigNode, MigPlan, MigPolicy};
 use geometer_apiserver::ApiServer;
-use geometer_controller::health::Health;
-use geometer_controller::leader::LeaseSettings;
-use geometer_controller::metrics::Metrics;
-use geometer_controller::run::{self, Settings};
+use geometer_controller::runtime::health::Health;
+use geometer_controller::runtime::leader::LeaseSettings;
+use geometer_controller::runtime::metrics::Metrics;
+use geometer_controller::{self as controller, Settings};
 use geometer_solver::catalog::Catalog;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use serde_json::{json, Value};
@@ -22,7 +22,7 @@ pub struct World {
 /// A running controller and what it reports.
 pub struct Running {
     pub metrics: Arc<Metrics>,
-    pub task: JoinHandle<Result<(), run::RunError>>,
+    pub task: JoinHandle<Result<(), controller::RunError>>,
 }
 
 impl Drop for Running {
@@ -42,13 +42,21 @@ impl Running {
     }
 }
 
+impl Default for World {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl World {
     pub fn new() -> World {
         let server = ApiServer::new();
         for crd in geometer_api::crds() {
             server.seed(&crd).expect("CRD");
         }
-        server.seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": "ml"}})).unwrap()).unwrap();
+        server
+            .seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": "ml"}})).unwrap())
+            .unwrap();
         World { server }
     }
 
@@ -104,9 +112,19 @@ impl World {
         let identity = lease.unwrap_or("controller-0");
         let mut settings = Settings::new(identity, Arc::new(Catalog::builtin().clone()));
         settings.resync = Duration::from_millis(500);
-        settings.lease = lease.map(|id| LeaseSettings { duration_seconds: 2, grace_seconds: 1, ..LeaseSettings::new("default", id) });
+        settings.lease = lease.map(|id| LeaseSettings {
+            duration_seconds: 2,
+            grace_seconds: 1,
+            ..LeaseSettings::new("default", id)
+        });
         let metrics = Arc::new(Metrics::new());
-        let task = tokio::spawn(run::run(self.server.client(), settings, metrics.clone(), Arc::new(Health::default()), std::future::pending()));
+        let task = tokio::spawn(controller::run(
+            self.server.client(),
+            settings,
+            metrics.clone(),
+            Arc::new(Health::default()),
+            std::future::pending(),
+        ));
         Running { metrics, task }
     }
 

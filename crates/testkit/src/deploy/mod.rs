@@ -48,7 +48,8 @@ pub fn render(dir: &str) -> Vec<Value> {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).expect("kustomize prints UTF-8");
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("kubectl kustomize {dir} printed no YAML: {e}"));
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+        .unwrap_or_else(|e| panic!("kubectl kustomize {dir} printed no YAML: {e}"));
     docs.into_iter().filter(|d| !d.is_null()).collect()
 }
 

@@ -78,11 +78,15 @@ pub struct Authorizer {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(v: &Value) -> T {
-    serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{} {} does not parse: {e}", v["kind"], v["metadata"]["name"]))
+    serde_json::from_value(v.clone())
+        .unwrap_or_else(|e| panic!("{} {} does not parse: {e}", v["kind"], v["metadata"]["name"]))
 }
 
 fn names_subject(subjects: &Option<Vec<Subject>>, namespace: &str, name: &str) -> bool {
-    subjects.iter().flatten().any(|s| s.kind == "ServiceAccount" && s.name == name && s.namespace.as_deref() == Some(namespace))
+    subjects
+        .iter()
+        .flatten()
+        .any(|s| s.kind == "ServiceAccount" && s.name == name && s.namespace.as_deref() == Some(namespace))
 }
 
 impl Authorizer {
@@ -90,9 +94,14 @@ impl Authorizer {
     /// the rendering lacks is an error: it would grant nothing.
     pub fn for_service_account(objects: &[Value], namespace: &str, name: &str) -> Authorizer {
         let cluster_role = |role: &str| -> ClusterRole {
-            parse(objects.iter().find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == role).unwrap_or_else(|| {
-                panic!("a binding refers to ClusterRole {role}, which the rendering does not contain")
-            }))
+            parse(
+                objects
+                    .iter()
+                    .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == role)
+                    .unwrap_or_else(|| {
+                        panic!("a binding refers to ClusterRole {role}, which the rendering does not contain")
+                    }),
+            )
         };
         let mut grants = Vec::new();
         for o in objects.iter().filter(|o| o["kind"] == "ClusterRoleBinding") {
@@ -100,9 +109,17 @@ impl Authorizer {
             if !names_subject(&b.subjects, namespace, name) {
                 continue;
             }
-            assert_eq!(b.role_ref.kind, "ClusterRole", "ClusterRoleBinding {:?} must refer to a ClusterRole", b.metadata.name);
+            assert_eq!(
+                b.role_ref.kind, "ClusterRole",
+                "ClusterRoleBinding {:?} must refer to a ClusterRole",
+                b.metadata.name
+            );
             for rule in cluster_role(&b.role_ref.name).rules.unwrap_or_default() {
-                let source = format!("ClusterRole/{} via ClusterRoleBinding/{}", b.role_ref.name, b.metadata.name.clone().unwrap_or_default());
+                let source = format!(
+                    "ClusterRole/{} via ClusterRoleBinding/{}",
+                    b.role_ref.name,
+                    b.metadata.name.clone().unwrap_or_default()
+                );
                 grants.push(Grant { source, namespace: None, rule });
             }
         }
@@ -118,15 +135,29 @@ impl Authorizer {
                     let role: Role = parse(
                         objects
                             .iter()
-                            .find(|o| o["kind"] == "Role" && o["metadata"]["name"] == b.role_ref.name && o["metadata"]["namespace"] == ns)
-                            .unwrap_or_else(|| panic!("RoleBinding {ns}/{:?} refers to Role {}, which is not in {ns}", b.metadata.name, b.role_ref.name)),
+                            .find(|o| {
+                                o["kind"] == "Role"
+                                    && o["metadata"]["name"] == b.role_ref.name
+                                    && o["metadata"]["namespace"] == ns
+                            })
+                            .unwrap_or_else(|| {
+                                panic!(
+                                    "RoleBinding {ns}/{:?} refers to Role {}, which is not in {ns}",
+                                    b.metadata.name, b.role_ref.name
+                                )
+                            }),
                     );
                     role.rules.unwrap_or_default()
                 }
                 other => panic!("RoleBinding refers to a {other}"),
             };
             for rule in rules {
-                let source = format!("{}/{} via RoleBinding {ns}/{}", b.role_ref.kind, b.role_ref.name, b.metadata.name.clone().unwrap_or_default());
+                let source = format!(
+                    "{}/{} via RoleBinding {ns}/{}",
+                    b.role_ref.kind,
+                    b.role_ref.name,
+                    b.metadata.name.clone().unwrap_or_default()
+                );
                 grants.push(Grant { source, namespace: Some(ns.clone()), rule });
             }
         }
@@ -187,14 +218,30 @@ impl Permission {
 
 /// Fails with every call in `seen` the RBAC denies and every permission granted that no call
 /// used and no entry of `unobserved` (group, resource, verb, reason) justifies.
-pub fn compare(component: &str, rendering: &str, authorizer: &Authorizer, seen: &BTreeSet<Access>, unobserved: &[(&str, &str, &str, &str)]) {
-    let denied: Vec<String> = seen.iter().filter(|a| authorizer.allows(a).is_none()).map(|a| a.to_string()).collect();
-    assert!(denied.is_empty(), "{rendering}: the {component}'s RBAC denies calls it makes:\n  {}", denied.join("\n  "));
+pub fn compare(
+    component: &str,
+    rendering: &str,
+    authorizer: &Authorizer,
+    seen: &BTreeSet<Access>,
+    unobserved: &[(&str, &str, &str, &str)],
+) {
+    let denied: Vec<String> =
+        seen.iter().filter(|a| authorizer.allows(a).is_none()).map(|a| a.to_string()).collect();
+    assert!(
+        denied.is_empty(),
+        "{rendering}: the {component}'s RBAC denies calls it makes:\n  {}",
+        denied.join("\n  ")
+    );
 
-    let justified = |p: &Permission| unobserved.iter().any(|(g, r, v, _)| p.group == *g && p.resource == *r && p.verb == *v);
+    let justified = |p: &Permission| {
+        unobserved.iter().any(|(g, r, v, _)| p.group == *g && p.resource == *r && p.verb == *v)
+    };
     let permissions = authorizer.permissions();
-    let unused: Vec<String> =
-        permissions.iter().filter(|p| !seen.iter().any(|a| p.used_by(a)) && !justified(p)).map(|p| p.to_string()).collect();
+    let unused: Vec<String> = permissions
+        .iter()
+        .filter(|p| !seen.iter().any(|a| p.used_by(a)) && !justified(p))
+        .map(|p| p.to_string())
+        .collect();
     assert!(
         unused.is_empty(),
         "{rendering}: the {component} is granted permissions it never used in the scenarios; remove them or justify them in the test:\n  {}",

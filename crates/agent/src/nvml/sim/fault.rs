@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::super::{GpuIndex, NvmlCall, Reason};
+use crate::nvml::{GpuIndex, NvmlCall, Reason};
 
 /// When an injected fault strikes relative to the call's effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -45,7 +45,14 @@ impl Fault {
 
     /// Fails the next call, whatever it is (with [`Fault::nth`]: the Nth call).
     pub fn any_call() -> Fault {
-        Fault { call: None, gpu: None, nth: 1, always: false, effect: FaultEffect::FailBefore, reason: Reason::Injected }
+        Fault {
+            call: None,
+            gpu: None,
+            nth: 1,
+            always: false,
+            effect: FaultEffect::FailBefore,
+            reason: Reason::Injected,
+        }
     }
 
     pub fn on_gpu(mut self, gpu: GpuIndex) -> Fault {
@@ -92,38 +99,42 @@ pub struct CallRecord {
 }
 
 #[derive(Debug)]
-pub(super) struct ArmedFault {
+pub(crate) struct ArmedFault {
     fault: Fault,
     seen: u64,
     spent: bool,
 }
 
 #[derive(Debug, Default)]
-pub(super) struct FaultBook {
+pub(crate) struct FaultBook {
     armed: Vec<ArmedFault>,
     calls: Vec<CallRecord>,
 }
 
 impl FaultBook {
-    pub(super) fn inject(&mut self, fault: Fault) {
+    pub(crate) fn inject(&mut self, fault: Fault) {
         self.armed.push(ArmedFault { fault, seen: 0, spent: false });
     }
 
-    pub(super) fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.armed.clear();
     }
 
-    pub(super) fn calls(&self) -> &[CallRecord] {
+    pub(crate) fn calls(&self) -> &[CallRecord] {
         &self.calls
     }
 
     /// Records a call and returns the fault that strikes it, if any. Every armed fault that
     /// matches counts the call, so two faults on different Nths both fire.
-    pub(super) fn record(&mut self, call: NvmlCall, gpu: Option<GpuIndex>) -> Option<(FaultEffect, Reason)> {
+    pub(crate) fn record(&mut self, call: NvmlCall, gpu: Option<GpuIndex>) -> Option<(FaultEffect, Reason)> {
         let mut strike = None;
         for armed in self.armed.iter_mut().filter(|a| !a.spent && a.fault.matches(call, gpu)) {
             armed.seen += 1;
-            let hit = if armed.fault.always { armed.seen >= armed.fault.nth } else { armed.seen == armed.fault.nth };
+            let hit = if armed.fault.always {
+                armed.seen >= armed.fault.nth
+            } else {
+                armed.seen == armed.fault.nth
+            };
             if hit {
                 armed.spent = !armed.fault.always;
                 if strike.is_none() {

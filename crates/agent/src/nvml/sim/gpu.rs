@@ -6,11 +6,11 @@ use geometer_solver::catalog::{GpuModel, ProfileId};
 use geometer_solver::geometry::{validate, Geometry, Placed};
 use uuid::Uuid;
 
-use super::super::{
-    ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo, MigMode,
-    Placement, ProcessInfo, Reason,
+use crate::nvml::sim::SimGpuOptions;
+use crate::nvml::{
+    ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
+    MigMode, Placement, ProcessInfo, Reason,
 };
-use super::SimGpuOptions;
 use geometer_api::PlacedInstance;
 
 /// Driver ids for profiles whose `nvidia-smi` id the catalog does not know: this base plus the
@@ -33,7 +33,7 @@ pub struct ReportedProfile {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ProcessTarget {
+pub(crate) enum ProcessTarget {
     Gpu,
     GpuInstance(u32),
 }
@@ -47,7 +47,7 @@ struct SimInstance {
     compute: Option<(u32, String)>,
 }
 
-pub(super) struct SimGpu {
+pub(crate) struct SimGpu {
     node: String,
     index: GpuIndex,
     uuid: String,
@@ -67,7 +67,7 @@ pub(super) struct SimGpu {
 }
 
 impl SimGpu {
-    pub(super) fn new(node: &str, index: GpuIndex, model: GpuModel, options: SimGpuOptions) -> SimGpu {
+    pub(crate) fn new(node: &str, index: GpuIndex, model: GpuModel, options: SimGpuOptions) -> SimGpu {
         let reported = model.profiles.iter().map(reported_from_catalog).collect();
         let name = model.nvml_names.first().cloned().unwrap_or_else(|| format!("NVIDIA {}", model.key));
         let pci_device_id = model.device_ids.first().copied().unwrap_or(0);
@@ -87,7 +87,7 @@ impl SimGpu {
         }
     }
 
-    pub(super) fn without_mig(node: &str, index: GpuIndex, name: &str, pci_device_id: u32) -> SimGpu {
+    pub(crate) fn without_mig(node: &str, index: GpuIndex, name: &str, pci_device_id: u32) -> SimGpu {
         SimGpu {
             node: node.to_string(),
             index,
@@ -104,11 +104,11 @@ impl SimGpu {
         }
     }
 
-    pub(super) fn model_key(&self) -> &str {
+    pub(crate) fn model_key(&self) -> &str {
         self.model.as_ref().map_or(self.name.as_str(), |m| m.key.as_str())
     }
 
-    pub(super) fn device_info(&self) -> DeviceInfo {
+    pub(crate) fn device_info(&self) -> DeviceInfo {
         DeviceInfo {
             index: self.index,
             uuid: self.uuid.clone(),
@@ -125,7 +125,7 @@ impl SimGpu {
         }
     }
 
-    pub(super) fn profile_infos(&self) -> Vec<GpuInstanceProfileInfo> {
+    pub(crate) fn profile_infos(&self) -> Vec<GpuInstanceProfileInfo> {
         if self.mig_on().is_err() {
             return Vec::new();
         }
@@ -138,20 +138,20 @@ impl SimGpu {
         self.reported.iter().enumerate().find(|(_, r)| !r.hidden && r.info.id == profile_id)
     }
 
-    pub(super) fn profile_id_by_name(&self, name: &str) -> Option<(u32, u32)> {
+    pub(crate) fn profile_id_by_name(&self, name: &str) -> Option<(u32, u32)> {
         let model = self.model.as_ref()?;
         let id = model.profile(name)?;
         let r = &self.reported[id];
         Some((r.info.id, r.placements.first().map_or(model.profiles[id].size as u32, |p| p.size)))
     }
 
-    pub(super) fn possible_placements(&self, profile_id: u32) -> Result<Vec<Placement>, Reason> {
+    pub(crate) fn possible_placements(&self, profile_id: u32) -> Result<Vec<Placement>, Reason> {
         self.mig_on()?;
         let (_, r) = self.reported_by_id(profile_id).ok_or(Reason::InvalidArgument)?;
         Ok(r.placements.clone())
     }
 
-    pub(super) fn gpu_instances(&self) -> Result<Vec<GpuInstanceInfo>, Reason> {
+    pub(crate) fn gpu_instances(&self) -> Result<Vec<GpuInstanceInfo>, Reason> {
         self.mig_on()?;
         let mut out: Vec<_> = self.instances.iter().map(|(&id, i)| gi_info(id, i)).collect();
         out.sort_by_key(|gi| (gi.placement.start, gi.id));
@@ -163,13 +163,19 @@ impl SimGpu {
     fn effective_model(&self) -> Result<GpuModel, Reason> {
         let mut model = self.mig_on()?.clone();
         for (profile, r) in model.profiles.iter_mut().zip(&self.reported) {
-            profile.starts = if r.hidden { Vec::new() } else { r.placements.iter().map(|p| p.start as u8).collect() };
-            profile.max_instances = if r.hidden { 0 } else { r.info.instance_count.min(u8::MAX as u32) as u8 };
+            profile.starts =
+                if r.hidden { Vec::new() } else { r.placements.iter().map(|p| p.start as u8).collect() };
+            profile.max_instances =
+                if r.hidden { 0 } else { r.info.instance_count.min(u8::MAX as u32) as u8 };
         }
         Ok(model)
     }
 
-    pub(super) fn create_gpu_instance(&mut self, profile_id: u32, placement: Placement) -> Result<GpuInstanceInfo, Reason> {
+    pub(crate) fn create_gpu_instance(
+        &mut self,
+        profile_id: u32,
+        placement: Placement,
+    ) -> Result<GpuInstanceInfo, Reason> {
         let model = self.effective_model()?;
         let (profile, reported) = self.reported_by_id(profile_id).ok_or(Reason::InvalidArgument)?;
         if !reported.placements.contains(&placement) {
@@ -189,27 +195,32 @@ impl SimGpu {
         Ok(info)
     }
 
-    pub(super) fn destroy_gpu_instance(&mut self, id: u32) -> Result<(), Reason> {
+    pub(crate) fn destroy_gpu_instance(&mut self, id: u32) -> Result<(), Reason> {
         self.mig_on()?;
         let instance = self.instances.get(&id).ok_or(Reason::NotFound)?;
-        if instance.compute.is_some() || self.processes.values().any(|t| *t == ProcessTarget::GpuInstance(id)) {
+        if instance.compute.is_some() || self.processes.values().any(|t| *t == ProcessTarget::GpuInstance(id))
+        {
             return Err(Reason::InUse);
         }
         self.instances.remove(&id);
         Ok(())
     }
 
-    pub(super) fn compute_instances(&self, gi: u32) -> Result<Vec<ComputeInstanceInfo>, Reason> {
+    pub(crate) fn compute_instances(&self, gi: u32) -> Result<Vec<ComputeInstanceInfo>, Reason> {
         self.mig_on()?;
         let instance = self.instances.get(&gi).ok_or(Reason::NotFound)?;
         Ok(instance
             .compute
             .iter()
-            .map(|(id, _)| ComputeInstanceInfo { id: *id, gpu_instance_id: gi, profile_id: instance.profile_id })
+            .map(|(id, _)| ComputeInstanceInfo {
+                id: *id,
+                gpu_instance_id: gi,
+                profile_id: instance.profile_id,
+            })
             .collect())
     }
 
-    pub(super) fn create_compute_instance(&mut self, gi: u32) -> Result<ComputeInstanceInfo, Reason> {
+    pub(crate) fn create_compute_instance(&mut self, gi: u32) -> Result<ComputeInstanceInfo, Reason> {
         self.mig_on()?;
         self.serial += 1;
         let name = format!("{}/{}/{}/{}", self.node, self.index, gi, self.serial);
@@ -223,7 +234,7 @@ impl SimGpu {
         Ok(ComputeInstanceInfo { id: 0, gpu_instance_id: gi, profile_id: instance.profile_id })
     }
 
-    pub(super) fn destroy_compute_instance(&mut self, gi: u32, ci: u32) -> Result<(), Reason> {
+    pub(crate) fn destroy_compute_instance(&mut self, gi: u32, ci: u32) -> Result<(), Reason> {
         self.mig_on()?;
         let busy = self.processes.values().any(|t| *t == ProcessTarget::GpuInstance(gi));
         let instance = self.instances.get_mut(&gi).ok_or(Reason::NotFound)?;
@@ -239,7 +250,7 @@ impl SimGpu {
         }
     }
 
-    pub(super) fn mig_devices(&self) -> Vec<MigDeviceInfo> {
+    pub(crate) fn mig_devices(&self) -> Vec<MigDeviceInfo> {
         if self.mig_on().is_err() {
             return Vec::new();
         }
@@ -256,14 +267,14 @@ impl SimGpu {
             .collect()
     }
 
-    pub(super) fn gpu_instance_of_uuid(&self, uuid: &str) -> Option<u32> {
+    pub(crate) fn gpu_instance_of_uuid(&self, uuid: &str) -> Option<u32> {
         self.instances
             .iter()
             .find(|(_, i)| i.compute.as_ref().is_some_and(|(_, u)| u == uuid))
             .map(|(&gi, _)| gi)
     }
 
-    pub(super) fn processes(&self, uuid: &str) -> Result<Vec<ProcessInfo>, Reason> {
+    pub(crate) fn processes(&self, uuid: &str) -> Result<Vec<ProcessInfo>, Reason> {
         let gi = self.gpu_instance_of_uuid(uuid).ok_or(Reason::NotFound)?;
         Ok(self
             .processes
@@ -273,15 +284,15 @@ impl SimGpu {
             .collect())
     }
 
-    pub(super) fn add_process(&mut self, pid: u32, target: ProcessTarget) {
+    pub(crate) fn add_process(&mut self, pid: u32, target: ProcessTarget) {
         self.processes.insert(pid, target);
     }
 
-    pub(super) fn remove_process(&mut self, pid: u32) -> bool {
+    pub(crate) fn remove_process(&mut self, pid: u32) -> bool {
         self.processes.remove(&pid).is_some()
     }
 
-    pub(super) fn set_mig_mode(&mut self, enabled: bool) -> Result<MigMode, Reason> {
+    pub(crate) fn set_mig_mode(&mut self, enabled: bool) -> Result<MigMode, Reason> {
         let mode = self.mig.as_mut().ok_or(Reason::NotSupported)?;
         // Changing the mode resets the GPU: NVML refuses while anything runs on it, and MIG
         // cannot be turned off under existing instances.
@@ -295,14 +306,14 @@ impl SimGpu {
         Ok(*mode)
     }
 
-    pub(super) fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         if let Some(mode) = self.mig.as_mut() {
             mode.current = mode.pending;
         }
         self.processes.clear();
     }
 
-    pub(super) fn geometry(&self) -> Vec<PlacedInstance> {
+    pub(crate) fn geometry(&self) -> Vec<PlacedInstance> {
         let Some(model) = &self.model else { return Vec::new() };
         let mut out: Vec<_> = self
             .instances
@@ -313,17 +324,21 @@ impl SimGpu {
         out
     }
 
-    pub(super) fn bare_gpu_instances(&self) -> Vec<u32> {
+    pub(crate) fn bare_gpu_instances(&self) -> Vec<u32> {
         self.instances.iter().filter(|(_, i)| i.compute.is_none()).map(|(&id, _)| id).collect()
     }
 
-    pub(super) fn override_profile(&mut self, name: &str, change: impl FnOnce(&mut ReportedProfile)) -> Option<()> {
+    pub(crate) fn override_profile(
+        &mut self,
+        name: &str,
+        change: impl FnOnce(&mut ReportedProfile),
+    ) -> Option<()> {
         let id = self.model.as_ref()?.profile(name)?;
         change(&mut self.reported[id]);
         Some(())
     }
 
-    pub(super) fn hide_profile(&mut self, name: &str) -> Option<()> {
+    pub(crate) fn hide_profile(&mut self, name: &str) -> Option<()> {
         self.override_profile(name, |r| r.hidden = true)
     }
 }

@@ -1,0 +1,66 @@
+//! The disruption rules a drain follows: the MigPolicy's (through the MigPlan named in the
+//! MigNode spec) when they can be read, else the agent's own flags.
+
+use std::time::Duration;
+
+use kube::Api;
+
+use crate::runtime::agent_loop::Agent;
+use crate::steps::eviction::DrainSettings;
+use geometer_api::{MigNodeSpec, MigPlan, MigPolicy};
+
+/// How this change may disrupt pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainRules {
+    pub settings: DrainSettings,
+    /// Whether pods may be evicted at all. When not, the drain waits for them to leave.
+    pub eviction_allowed: bool,
+    /// Where the rules come from, for messages: `MigPolicy NAME` or `agent flags`.
+    pub source: String,
+}
+
+impl Agent {
+    /// The rules for the change `spec` asks for. A plan or policy that cannot be read (none
+    /// named, deleted, or not readable) leaves the agent's flags in force, said so in the log.
+    pub(crate) async fn disruption(&self, spec: &MigNodeSpec) -> DrainRules {
+        let flags = DrainRules {
+            settings: self.cfg.drain.clone(),
+            eviction_allowed: true,
+            source: "agent flags".into(),
+        };
+        let Some(plan_name) = &spec.plan else { return flags };
+        let plan = match Api::<MigPlan>::all(self.client.clone()).get_opt(plan_name).await {
+            Ok(Some(plan)) => plan,
+            Ok(None) => {
+                tracing::debug!(plan = %plan_name, "MigPlan not found; the drain follows the agent's flags");
+                return flags;
+            }
+            Err(e) => {
+                tracing::warn!(plan = %plan_name, error = %e, "cannot read the MigPlan; the drain follows the agent's flags");
+                return flags;
+            }
+        };
+        let policy_name = plan.spec.policy;
+        match Api::<MigPolicy>::all(self.client.clone()).get_opt(&policy_name).await {
+            Ok(Some(policy)) => {
+                let d = policy.spec.disruption;
+                DrainRules {
+                    settings: DrainSettings {
+                        do_not_disrupt_keys: d.do_not_disrupt_annotations,
+                        timeout: Duration::from_secs(d.drain_timeout_seconds.into()),
+                    },
+                    eviction_allowed: d.eviction_allowed,
+                    source: format!("MigPolicy {policy_name}"),
+                }
+            }
+            Ok(None) => {
+                tracing::debug!(policy = %policy_name, "MigPolicy not found; the drain follows the agent's flags");
+                flags
+            }
+            Err(e) => {
+                tracing::warn!(policy = %policy_name, error = %e, "cannot read the MigPolicy; the drain follows the agent's flags");
+                flags
+            }
+        }
+    }
+}

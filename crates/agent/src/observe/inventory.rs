@@ -1,0 +1,171 @@
+//! The node's GPUs as `MigNode.status` shows them: built from NVML and the kubelet's
+//! PodResources (which pod holds which device).
+
+use geometer_solver::catalog::Catalog;
+
+use crate::nvml::{
+    format_pci_device_id, DeviceInfo, GpuInstanceProfileInfo, MigDeviceInfo, NvmlBackend, NvmlError,
+};
+use crate::observe::catalog_check::{self, match_profile};
+use crate::observe::pod_resources::DeviceAssignment;
+use geometer_api::{CatalogDisagreement, GpuInventory, MigInstance, MigModeStatus};
+
+/// What the agent publishes about its GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inventory {
+    pub gpus: Vec<GpuInventory>,
+    /// NVIDIA devices the kubelet assigned that match no GPU or MIG device NVML reports (stale
+    /// kubelet state, or a device plugin naming devices in a way not understood here).
+    pub unmatched: Vec<DeviceAssignment>,
+}
+
+impl Inventory {
+    /// Whether any instance or whole GPU is held by a pod or runs processes.
+    pub fn in_use(&self) -> bool {
+        self.gpus.iter().any(|g| g.pod.is_some() || g.instances.iter().any(MigInstance::in_use))
+    }
+}
+
+/// Reads every GPU, its instances and their users. `assignments` come from
+/// [`crate::observe::pod_resources::PodResourcesClient::nvidia_assignments`].
+///
+/// A MIG device the kubelet assigned matches by its `MIG-...` UUID (the device plugin's default
+/// id strategy), by the legacy `MIG-<gpu uuid>/<gi>/<ci>` form, or by `<gpu index>:<mig index>`
+/// (the `index` strategy); a whole GPU by its UUID or index.
+pub fn read_inventory(
+    nvml: &dyn NvmlBackend,
+    catalog: &Catalog,
+    assignments: &[DeviceAssignment],
+) -> Result<Inventory, NvmlError> {
+    let mut used = vec![false; assignments.len()];
+    let mut gpus = Vec::new();
+    for device in nvml.devices()? {
+        gpus.push(read_gpu(nvml, catalog, &device, assignments, &mut used)?);
+    }
+    let unmatched = assignments.iter().zip(used).filter(|(_, used)| !used).map(|(a, _)| a.clone()).collect();
+    Ok(Inventory { gpus, unmatched })
+}
+
+/// Compares the catalog with NVML for every MIG-enabled GPU (see [`catalog_check::compare`]).
+/// GPUs the catalog does not know are reported as one disagreement each.
+pub fn check_catalog(
+    nvml: &dyn NvmlBackend,
+    catalog: &Catalog,
+) -> Result<Vec<CatalogDisagreement>, NvmlError> {
+    let mut out = Vec::new();
+    for device in nvml.devices()? {
+        if !device.mig_mode.is_some_and(|m| m.current) {
+            continue;
+        }
+        let reported = catalog_check::read_profiles(nvml, device.index)?;
+        match find_model(catalog, &device) {
+            Some(model) => out.extend(catalog_check::compare(model, device.index, &reported)),
+            None => out.push(CatalogDisagreement {
+                gpu: device.index,
+                profile: None,
+                field: "model".to_string(),
+                catalog: "unknown GPU".to_string(),
+                nvml: format!("{} ({})", device.name, format_pci_device_id(device.pci_device_id)),
+            }),
+        }
+    }
+    Ok(out)
+}
+
+/// The catalog model of a device: by PCI device id, else by NVML name.
+pub fn find_model<'c>(
+    catalog: &'c Catalog,
+    device: &DeviceInfo,
+) -> Option<&'c geometer_solver::catalog::GpuModel> {
+    catalog.by_device_id(device.pci_device_id).or_else(|| catalog.find(&device.name))
+}
+
+fn read_gpu(
+    nvml: &dyn NvmlBackend,
+    catalog: &Catalog,
+    device: &DeviceInfo,
+    assignments: &[DeviceAssignment],
+    used: &mut [bool],
+) -> Result<GpuInventory, NvmlError> {
+    let model = find_model(catalog, device);
+    let mig = device.mig_mode.unwrap_or_default();
+    let mut gpu = GpuInventory {
+        index: device.index,
+        uuid: device.uuid.clone(),
+        model: model.map_or_else(|| device.name.clone(), |m| m.key.clone()),
+        pci_device_id: format_pci_device_id(device.pci_device_id),
+        mig_mode: MigModeStatus { current: mig.current, pending: mig.pending },
+        instances: Vec::new(),
+        pod: None,
+    };
+    let index_id = device.index.to_string();
+    if let Some(i) = find_assignment(assignments, used, |id| id == device.uuid || id == index_id) {
+        gpu.pod = Some(assignments[i].pod_ref());
+    }
+    if !mig.current {
+        return Ok(gpu);
+    }
+    let profiles = nvml.gpu_instance_profiles(device.index)?;
+    let mig_devices = nvml.mig_devices(device.index)?;
+    for gi in nvml.gpu_instances(device.index)? {
+        let info = profiles.iter().find(|p| p.id == gi.profile_id);
+        let profile = profile_name(model, info, gi.profile_id);
+        let computes = nvml.compute_instances(device.index, gi.id)?;
+        let mig_device = mig_devices.iter().find(|d| d.gpu_instance_id == gi.id);
+        let mut instance = MigInstance {
+            profile,
+            start: gi.placement.start as u8,
+            size: gi.placement.size as u8,
+            gpu_instance_id: gi.id,
+            compute_instance_id: computes.first().map(|c| c.id),
+            uuid: mig_device.map(|d| d.uuid.clone()),
+            pod: None,
+            processes: 0,
+        };
+        if let Some(d) = mig_device {
+            instance.processes = nvml.processes(device.index, &d.uuid)?.len() as u32;
+            if let Some(i) = find_assignment(assignments, used, |id| matches_mig_device(id, device, d)) {
+                instance.pod = Some(assignments[i].pod_ref());
+            }
+        }
+        gpu.instances.push(instance);
+    }
+    gpu.instances.sort_by_key(|i| (i.start, i.gpu_instance_id));
+    Ok(gpu)
+}
+
+/// Marks every assignment whose id matches; returns the first (a device has one holder).
+fn find_assignment(
+    assignments: &[DeviceAssignment],
+    used: &mut [bool],
+    matches: impl Fn(&str) -> bool,
+) -> Option<usize> {
+    let mut first = None;
+    for (i, a) in assignments.iter().enumerate() {
+        if matches(&a.device_id) {
+            used[i] = true;
+            first.get_or_insert(i);
+        }
+    }
+    first
+}
+
+fn matches_mig_device(id: &str, gpu: &DeviceInfo, d: &MigDeviceInfo) -> bool {
+    id == d.uuid
+        || id == format!("MIG-{}/{}/{}", gpu.uuid, d.gpu_instance_id, d.compute_instance_id)
+        || id == format!("{}:{}", gpu.index, d.index)
+}
+
+/// The catalog's name for a GPU instance's profile; NVML's name when the catalog has none.
+fn profile_name(
+    model: Option<&geometer_solver::catalog::GpuModel>,
+    info: Option<&GpuInstanceProfileInfo>,
+    profile_id: u32,
+) -> String {
+    if let (Some(model), Some(info)) = (model, info) {
+        if let Some(id) = match_profile(model, info) {
+            return model.profiles[id].name.clone();
+        }
+    }
+    info.and_then(|i| i.name.clone()).unwrap_or_else(|| format!("profile-id-{profile_id}"))
+}

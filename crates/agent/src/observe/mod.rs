@@ -1,0 +1,10 @@
+//! What is there now: the inventory (NVML and the kubelet's PodResources), the catalog check,
+//! the read-only probe, and everything one round reads before it decides.
+
+pub mod catalog_check;
+pub mod inventory;
+pub(crate) mod observation;
+pub mod pod_resources;
+pub mod probe;
+pub mod sources;
+pub(crate) mod watch;

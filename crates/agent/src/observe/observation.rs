@@ -1,0 +1,302 @@
+//! One round of the agent: read everything fresh (MigNode, Node, NVML, the kubelet, the pods
+//! that must leave, the device plugin), publish the inventory, and decide the next step.
+
+use std::collections::BTreeSet;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{ListParams, PostParams};
+
+use crate::decide::drain_rules::DrainRules;
+use crate::decide::gpu_diff::{model_of, GpuModels, NodeWork};
+use crate::decide::next_step::{self, Facts};
+use crate::observe::catalog_check;
+use crate::observe::inventory::{read_inventory, Inventory};
+use crate::runtime::agent_loop::{Agent, GpuRules, Outcome, StepError};
+use crate::runtime::conditions;
+use crate::steps::advertise;
+use crate::steps::cordon::CordonState;
+use crate::steps::eviction::{classify, split_pod_ref, PodDrain};
+use geometer_api::{
+    AgentStep, CatalogDisagreement, MigNode, MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction,
+};
+
+/// Everything a step may need, read in this round.
+pub(crate) struct Context {
+    pub node: Node,
+    pub generation: i64,
+    pub status: MigNodeStatus,
+    pub inventory: Inventory,
+    pub models: GpuModels,
+    pub work: NodeWork,
+    pub cordon: CordonState,
+    /// Each pod that must leave, with where it stands.
+    pub pods: Vec<(String, PodDrain)>,
+    /// How allocatable differs from the GPUs (empty: it agrees).
+    pub mismatches: Vec<String>,
+    /// The rules the drain follows.
+    pub disruption: DrainRules,
+}
+
+impl Agent {
+    pub(crate) async fn round(&mut self) -> Result<Outcome, StepError> {
+        let node = self
+            .nodes()
+            .get_opt(&self.cfg.node)
+            .await?
+            .ok_or_else(|| StepError::NoNode { node: self.cfg.node.clone() })?;
+        let mignode = match self.mignodes().get_opt(&self.cfg.node).await? {
+            Some(mignode) => mignode,
+            None => self.create_mignode(&node).await?,
+        };
+        self.mem.mignode = Some(mignode.clone());
+        let generation = mignode.metadata.generation.unwrap_or(0);
+        let cordon = CordonState::of(&node);
+        let inventory = self.read_inventory().await?;
+        let (models, disagreements) = self.gpu_models(&inventory).await?;
+
+        let now = self.clock.now();
+        let mut status = mignode.status.clone().unwrap_or_default();
+        self.observe_into(&mut status, &inventory, disagreements, cordon, generation, now);
+        let work = match NodeWork::plan(&mignode.spec.gpus, &inventory.gpus, &models) {
+            Ok(work) => work,
+            Err(e) => {
+                self.write_status(&status).await?;
+                return Err(e.into());
+            }
+        };
+
+        let last = status.step.clone();
+        let last_action = last.as_ref().map(|s| s.action);
+        let failed = status.phase == MigNodePhase::Failed;
+        let must_leave = !work.pods_to_evict().is_empty()
+            || work.gpus.iter().any(|g| g.busy_without_pod().next().is_some());
+        let disruption = if must_leave || last_action == Some(StepAction::Evict) {
+            self.disruption(&mignode.spec).await
+        } else {
+            DrainRules {
+                settings: self.cfg.drain.clone(),
+                eviction_allowed: true,
+                source: "agent flags".into(),
+            }
+        };
+        let pods = self.pods_to_leave(&work, &disruption, now).await?;
+        let plugin_pods = match last_action {
+            Some(StepAction::RestartDevicePlugin | StepAction::WaitForAllocatable) => {
+                self.device_plugin_pods().await?
+            }
+            _ => Vec::new(),
+        };
+        let fresh_plugin: Vec<&Pod> = plugin_pods.iter().filter(|p| self.is_fresh_plugin(p)).collect();
+        let mismatches =
+            advertise::mismatches(&advertise::expected(&inventory.gpus), &advertise::advertised(&node));
+        let facts = Facts {
+            work: &work,
+            cordon,
+            last_step: last_action,
+            drain_blocked: pods.iter().any(|(_, p)| p.blocks()),
+            plugin_restarted: self.mem.restarted_plugin.is_some(),
+            advertised: mismatches.is_empty() && fresh_plugin.iter().any(|p| advertise::plugin_ready(p)),
+            expired: self.expired(last.as_ref(), &disruption, now),
+            failed,
+        };
+        let next = next_step::next(&facts);
+        tracing::debug!(node = %self.cfg.node, ?next, "decided");
+        let cx = Context {
+            node,
+            generation,
+            status,
+            inventory,
+            models,
+            work,
+            cordon,
+            pods,
+            mismatches,
+            disruption,
+        };
+        self.take(next, cx).await
+    }
+
+    /// The agent creates its node's MigNode (empty spec: nothing to change) so that the
+    /// controller sees the inventory. It is owned by the Node, so it goes when the node goes.
+    async fn create_mignode(&self, node: &Node) -> Result<MigNode, StepError> {
+        let mut mignode = MigNode::new(&self.cfg.node, MigNodeSpec::default());
+        mignode.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: self.cfg.node.clone(),
+            uid: node.metadata.uid.clone().unwrap_or_default(),
+            ..Default::default()
+        }]);
+        match self.mignodes().create(&PostParams::default(), &mignode).await {
+            Ok(created) => {
+                tracing::info!(node = %self.cfg.node, "created the MigNode for this node");
+                Ok(created)
+            }
+            // Created meanwhile (by a previous agent, or the controller): use that one.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(self.mignodes().get(&self.cfg.node).await?),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn read_inventory(&self) -> Result<Inventory, StepError> {
+        let assignments = self.devices.assignments().await.map_err(StepError::PodResources)?;
+        let nvml = self.nvml.clone();
+        let catalog = self.cfg.catalog.clone();
+        tokio::task::spawn_blocking(move || read_inventory(&*nvml, &catalog, &assignments))
+            .await
+            .map_err(|e| StepError::Task(e.to_string()))?
+            .map_err(StepError::from)
+    }
+
+    /// Each GPU's rules: the catalog's model corrected by what NVML reports (NVML wins), read
+    /// once per GPU while MIG mode is on. GPUs with MIG off get the catalog's model.
+    async fn gpu_models(
+        &mut self,
+        inventory: &Inventory,
+    ) -> Result<(GpuModels, Vec<CatalogDisagreement>), StepError> {
+        let mut models = GpuModels::new();
+        let mut disagreements = Vec::new();
+        for gpu in &inventory.gpus {
+            let Some(model) = model_of(gpu, &self.cfg.catalog) else {
+                if gpu.mig_mode.current {
+                    disagreements.push(CatalogDisagreement {
+                        gpu: gpu.index,
+                        profile: None,
+                        field: "model".into(),
+                        catalog: "unknown GPU".into(),
+                        nvml: format!("{} ({})", gpu.model, gpu.pci_device_id),
+                    });
+                }
+                continue;
+            };
+            if !gpu.mig_mode.current {
+                models.insert(gpu.index, model.clone());
+                continue;
+            }
+            if !self.mem.rules.contains_key(&gpu.uuid) {
+                let (nvml, index) = (self.nvml.clone(), gpu.index);
+                let reported =
+                    tokio::task::spawn_blocking(move || catalog_check::read_profiles(&*nvml, index))
+                        .await
+                        .map_err(|e| StepError::Task(e.to_string()))??;
+                let rules = GpuRules {
+                    model: catalog_check::nvml_model(model, &reported),
+                    disagreements: catalog_check::compare(model, index, &reported),
+                };
+                self.mem.rules.insert(gpu.uuid.clone(), rules);
+            }
+            let rules = &self.mem.rules[&gpu.uuid];
+            models.insert(gpu.index, rules.model.clone());
+            disagreements.extend(rules.disagreements.iter().cloned());
+        }
+        Ok((models, disagreements))
+    }
+
+    /// Publishes what was observed: inventory, catalog disagreements, whose cordon it is.
+    fn observe_into(
+        &self,
+        status: &mut MigNodeStatus,
+        inventory: &Inventory,
+        disagreements: Vec<CatalogDisagreement>,
+        cordon: CordonState,
+        generation: i64,
+        now: Timestamp,
+    ) {
+        status.gpus = inventory.gpus.clone();
+        status.gpu_count = inventory.gpus.len() as u32;
+        status.cordoned_by_geometer = cordon.marked();
+        status.observed_generation = Some(generation);
+        let g = Some(generation);
+        if disagreements.is_empty() {
+            conditions::set(
+                &mut status.conditions,
+                MigNodeStatus::CATALOG_MISMATCH,
+                false,
+                "CatalogAgrees",
+                "NVML reports what the catalog says",
+                g,
+                now,
+            );
+        } else {
+            let message = format!(
+                "{} difference(s) between Geometer's catalog and NVML; NVML is trusted. See status.catalogDisagreements",
+                disagreements.len()
+            );
+            conditions::set(
+                &mut status.conditions,
+                MigNodeStatus::CATALOG_MISMATCH,
+                true,
+                "NvmlDisagrees",
+                message,
+                g,
+                now,
+            );
+        }
+        status.catalog_disagreements = disagreements;
+        if self.mem.last_round_ok && conditions::is_true(&status.conditions, MigNodeStatus::FAILED) {
+            conditions::set(
+                &mut status.conditions,
+                MigNodeStatus::FAILED,
+                false,
+                "Recovered",
+                "the step that failed succeeded on retry",
+                g,
+                now,
+            );
+        }
+    }
+
+    /// The pods that must leave, each looked up in the API now.
+    async fn pods_to_leave(
+        &self,
+        work: &NodeWork,
+        disruption: &DrainRules,
+        now: Timestamp,
+    ) -> Result<Vec<(String, PodDrain)>, StepError> {
+        let forbidden = (!disruption.eviction_allowed).then(|| {
+            format!("{} does not allow evictions (spec.disruption.evictionAllowed is false); waiting for the pod to leave", disruption.source)
+        });
+        let mut out = Vec::new();
+        for pod_ref in work.pods_to_evict() {
+            let (namespace, name) = split_pod_ref(&pod_ref);
+            let pod = self.pods(namespace).get_opt(name).await?;
+            out.push((
+                pod_ref.clone(),
+                classify(pod, &disruption.settings.do_not_disrupt_keys, now, forbidden.as_deref()),
+            ));
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn device_plugin_pods(&self) -> Result<Vec<Pod>, StepError> {
+        let params = ListParams::default()
+            .labels(&self.cfg.device_plugin_selector)
+            .fields(&format!("spec.nodeName={}", self.cfg.node));
+        let api: kube::Api<Pod> = match &self.cfg.device_plugin_namespace {
+            Some(ns) => self.pods(ns),
+            None => kube::Api::all(self.client.clone()),
+        };
+        Ok(api.list(&params).await?.items)
+    }
+
+    /// A device plugin pod that was not among those the last restart deleted. Without memory
+    /// of a restart (a restarted agent), every pod counts.
+    fn is_fresh_plugin(&self, pod: &Pod) -> bool {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.mem.restarted_plugin.as_ref().is_none_or(|deleted: &BTreeSet<String>| !deleted.contains(&uid))
+    }
+
+    /// Whether the recorded wait ran past its timeout.
+    fn expired(&self, last: Option<&AgentStep>, disruption: &DrainRules, now: Timestamp) -> bool {
+        let Some(step) = last else { return false };
+        let timeout = match step.action {
+            StepAction::Evict => disruption.settings.timeout,
+            StepAction::WaitForAllocatable => self.cfg.advertise_timeout,
+            _ => return false,
+        };
+        let timeout = SignedDuration::try_from(timeout).unwrap_or(SignedDuration::MAX);
+        step.started_at.0.checked_add(timeout).is_ok_and(|deadline| now >= deadline)
+    }
+}

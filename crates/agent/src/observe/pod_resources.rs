@@ -1,0 +1,128 @@
+//! Client of the kubelet PodResources API (gRPC v1 over a unix socket): which pod holds which
+//! device. The agent uses it to learn which MIG devices are in use.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use thiserror::Error;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// Generated from `proto/podresources/v1/api.proto`.
+pub mod proto {
+    tonic::include_proto!("v1");
+}
+
+use proto::pod_resources_lister_client::PodResourcesListerClient;
+
+/// Where the kubelet serves the PodResources API.
+pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
+/// Resource name prefix of the NVIDIA device plugin's resources.
+pub const NVIDIA_RESOURCE_PREFIX: &str = "nvidia.com/";
+
+/// How long one call may take before the agent gives up on the kubelet for this round.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Error)]
+pub enum PodResourcesError {
+    #[error("cannot connect to the kubelet PodResources socket {path}: {source}. Mount the host's /var/lib/kubelet/pod-resources into the agent")]
+    Connect {
+        path: PathBuf,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("kubelet PodResources List on {path} failed: {status}")]
+    List { path: PathBuf, status: tonic::Status },
+}
+
+/// One device the kubelet assigned to a container.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceAssignment {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    /// Extended resource name, e.g. `nvidia.com/mig-1g.10gb` or `nvidia.com/gpu`.
+    pub resource: String,
+    /// Device id as the device plugin advertised it (for MIG: usually the `MIG-...` UUID).
+    pub device_id: String,
+}
+
+impl DeviceAssignment {
+    /// `namespace/name` of the pod.
+    pub fn pod_ref(&self) -> String {
+        format!("{}/{}", self.namespace, self.pod)
+    }
+
+    /// The MIG profile, for a `nvidia.com/mig-<profile>` resource.
+    pub fn mig_profile(&self) -> Option<&str> {
+        geometer_api::resources::mig_profile(&self.resource)
+    }
+}
+
+/// A connected client.
+#[derive(Debug, Clone)]
+pub struct PodResourcesClient {
+    path: PathBuf,
+    client: PodResourcesListerClient<Channel>,
+}
+
+impl PodResourcesClient {
+    /// Connects to the kubelet's socket (see [`DEFAULT_SOCKET`]).
+    pub async fn connect(path: impl AsRef<Path>) -> Result<PodResourcesClient, PodResourcesError> {
+        let path = path.as_ref().to_path_buf();
+        let socket = path.clone();
+        // The URI is required by tonic but unused: every connection goes to the socket.
+        let channel = Endpoint::from_static("http://kubelet.invalid")
+            .timeout(CALL_TIMEOUT)
+            .connect_timeout(CALL_TIMEOUT)
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let socket = socket.clone();
+                async move {
+                    Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(socket).await?))
+                }
+            }))
+            .await
+            .map_err(|source| PodResourcesError::Connect { path: path.clone(), source })?;
+        Ok(PodResourcesClient { path, client: PodResourcesListerClient::new(channel) })
+    }
+
+    /// Every pod's resources, as the kubelet reports them.
+    pub async fn list(&mut self) -> Result<Vec<proto::PodResources>, PodResourcesError> {
+        let response = self
+            .client
+            .list(proto::ListPodResourcesRequest {})
+            .await
+            .map_err(|status| PodResourcesError::List { path: self.path.clone(), status })?;
+        Ok(response.into_inner().pod_resources)
+    }
+
+    /// Every NVIDIA device assigned to a container, one entry per device id.
+    pub async fn nvidia_assignments(&mut self) -> Result<Vec<DeviceAssignment>, PodResourcesError> {
+        Ok(nvidia_assignments(&self.list().await?))
+    }
+}
+
+/// Flattens the kubelet's answer into one entry per NVIDIA device id, sorted.
+pub fn nvidia_assignments(pods: &[proto::PodResources]) -> Vec<DeviceAssignment> {
+    let mut out = Vec::new();
+    for pod in pods {
+        for container in &pod.containers {
+            for devices in
+                container.devices.iter().filter(|d| d.resource_name.starts_with(NVIDIA_RESOURCE_PREFIX))
+            {
+                for id in &devices.device_ids {
+                    out.push(DeviceAssignment {
+                        namespace: pod.namespace.clone(),
+                        pod: pod.name.clone(),
+                        container: container.name.clone(),
+                        resource: devices.resource_name.clone(),
+                        device_id: id.clone(),
+                    });
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -1,0 +1,331 @@
+//! The agent's loop: one round at a time (observe, decide, record, act), waiting between
+//! rounds for a change it watches or a poll, and backing off after failures.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use geometer_solver::catalog::{Catalog, GpuModel};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Resource};
+use thiserror::Error;
+
+use crate::decide::gpu_diff::WorkError;
+use crate::nvml::{NvmlBackend, NvmlError};
+use crate::observe::sources::{Clock, DeviceAssignments, StepHook};
+use crate::observe::watch::{self, Wake};
+use crate::runtime::backoff::Backoff;
+use crate::runtime::conditions;
+use crate::runtime::status::status_patch;
+use crate::steps::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR;
+use crate::steps::eviction::DrainSettings;
+use geometer_api::{CatalogDisagreement, MigNode, MigNodePhase, MigNodeStatus};
+
+/// How the agent behaves. [`AgentConfig::new`] gives the defaults `geometer agent run` uses.
+#[derive(Clone)]
+pub struct AgentConfig {
+    /// The node (and MigNode) this agent manages.
+    pub node: String,
+    pub catalog: Arc<Catalog>,
+    pub drain: DrainSettings,
+    /// Label selector of the NVIDIA device plugin pods.
+    pub device_plugin_selector: String,
+    /// Namespace of the device plugin pods; `None`: any namespace.
+    pub device_plugin_namespace: Option<String>,
+    /// Longest wait for the node's allocatable to show the new slices after the plugin restart.
+    pub advertise_timeout: Duration,
+    /// How often NVML and the kubelet are read again when nothing the agent watches changes.
+    pub poll_interval: Duration,
+    /// Retries after a failed step.
+    pub backoff: Backoff,
+    /// Retries of an eviction a PodDisruptionBudget refused.
+    pub eviction_backoff: Backoff,
+}
+
+impl AgentConfig {
+    pub fn new(node: impl Into<String>) -> AgentConfig {
+        AgentConfig {
+            node: node.into(),
+            catalog: Arc::new(Catalog::builtin().clone()),
+            drain: DrainSettings::default(),
+            device_plugin_selector: DEFAULT_DEVICE_PLUGIN_SELECTOR.to_string(),
+            device_plugin_namespace: None,
+            advertise_timeout: Duration::from_secs(300),
+            poll_interval: Duration::from_secs(10),
+            backoff: Backoff::default(),
+            eviction_backoff: Backoff::new(Duration::from_secs(5), Duration::from_secs(60)),
+        }
+    }
+}
+
+/// Why a round failed. Each becomes the `Failed` condition's reason and message.
+#[derive(Debug, Error)]
+pub enum StepError {
+    #[error(transparent)]
+    Nvml(#[from] NvmlError),
+    #[error("cannot read which pods hold which GPU devices from the kubelet: {0}")]
+    PodResources(String),
+    #[error("Kubernetes API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("spec cannot be applied: {0}")]
+    Spec(#[from] WorkError),
+    #[error("node {node} does not exist; the agent must run on a node of the cluster it talks to (--node)")]
+    NoNode { node: String },
+    #[error("the drain did not finish within {timeout:?}: {waiting}. Nothing was changed on the GPUs; the agent tries again later")]
+    DrainTimeout { timeout: Duration, waiting: String },
+    #[error("the device plugin did not advertise the new slices within {timeout:?} ({mismatches}); restarting it again")]
+    AdvertiseTimeout { timeout: Duration, mismatches: String },
+    #[error("no NVIDIA device plugin pod on node {node} matches the label selector {selector:?}; set --device-plugin-selector to the labels of its DaemonSet's pods")]
+    NoDevicePlugin { node: String, selector: String },
+    #[error("the eviction of device plugin pod {pod} (to make it advertise the new slices) was refused: {message}")]
+    DevicePluginRefused { pod: String, message: String },
+    #[error("GPU {gpu}: MIG mode was turned on but is pending a GPU reset the driver could not do (something still holds the GPU); it becomes active after `nvidia-smi -r -i {gpu}` on an idle GPU or a reboot")]
+    MigModePending { gpu: u32 },
+    #[error("GPU {gpu}: instance {instance} is in use ({user}); it is never destroyed while in use")]
+    InUse { gpu: u32, instance: String, user: String },
+    #[error("GPU {gpu}: {what}")]
+    Placement { gpu: u32, what: String },
+    #[error("verification failed: {0}")]
+    Verify(String),
+    #[error("an NVML call did not complete: {0}")]
+    Task(String),
+}
+
+impl StepError {
+    /// CamelCase reason for conditions and events.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StepError::Nvml(_) => "NvmlError",
+            StepError::PodResources(_) => "PodResourcesError",
+            StepError::Kube(_) => "ApiError",
+            StepError::Spec(_) => "InvalidSpec",
+            StepError::NoNode { .. } => "NodeNotFound",
+            StepError::DrainTimeout { .. } => "DrainTimeout",
+            StepError::AdvertiseTimeout { .. } => "AdvertiseTimeout",
+            StepError::NoDevicePlugin { .. } => "NoDevicePlugin",
+            StepError::DevicePluginRefused { .. } => "DevicePluginRestartRefused",
+            StepError::MigModePending { .. } => "MigModePendingReset",
+            StepError::InUse { .. } => "InstanceInUse",
+            StepError::Placement { .. } => "PlacementUnknown",
+            StepError::Verify(_) => "VerifyFailed",
+            StepError::Task(_) => "NvmlError",
+        }
+    }
+}
+
+/// What a round asks of the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Progress was made: decide again at once.
+    Continue,
+    /// Waiting for something outside the agent: look again after this long, or sooner when a
+    /// watched object changes.
+    Wait(Duration),
+}
+
+/// The rules of one GPU as NVML corrects the catalog, read once per GPU.
+#[derive(Debug, Clone)]
+pub(crate) struct GpuRules {
+    pub model: GpuModel,
+    pub disagreements: Vec<CatalogDisagreement>,
+}
+
+/// A PDB-refused eviction waiting for its retry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EvictionRetry {
+    pub refusals: u32,
+    pub next_try: jiff::Timestamp,
+}
+
+/// What the agent keeps between rounds. Losing it (a restart) costs at most a repeated, safe
+/// action: everything that matters for safety is in status or observed again.
+#[derive(Default)]
+pub(crate) struct Memory {
+    /// By GPU UUID.
+    pub rules: BTreeMap<String, GpuRules>,
+    pub failures: u32,
+    /// The last round succeeded (so a `Failed` condition from before can be cleared).
+    pub last_round_ok: bool,
+    /// By pod ref.
+    pub evictions: BTreeMap<String, EvictionRetry>,
+    /// Pods whose block was announced with an event during this drain.
+    pub announced: BTreeSet<String>,
+    /// UIDs of the device plugin pods deleted by the last restart.
+    pub restarted_plugin: Option<BTreeSet<String>>,
+    /// The MigNode as last read or written.
+    pub mignode: Option<MigNode>,
+}
+
+/// The node agent.
+pub struct Agent {
+    pub(crate) cfg: AgentConfig,
+    pub(crate) client: kube::Client,
+    pub(crate) nvml: Arc<dyn NvmlBackend>,
+    pub(crate) devices: Arc<dyn DeviceAssignments>,
+    pub(crate) hook: Option<StepHook>,
+    pub(crate) recorder: Recorder,
+    pub(crate) clock: Clock,
+    pub(crate) mem: Memory,
+}
+
+impl Agent {
+    pub fn new(
+        cfg: AgentConfig,
+        client: kube::Client,
+        nvml: Arc<dyn NvmlBackend>,
+        devices: Arc<dyn DeviceAssignments>,
+    ) -> Agent {
+        let reporter = Reporter { controller: "geometer-agent".into(), instance: Some(cfg.node.clone()) };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Agent {
+            cfg,
+            client,
+            nvml,
+            devices,
+            hook: None,
+            recorder,
+            clock: Clock::start(),
+            mem: Memory::default(),
+        }
+    }
+
+    /// Runs `hook` at every step boundary (see [`StepHook`]).
+    pub fn with_hook(mut self, hook: StepHook) -> Agent {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// Works towards the MigNode's spec forever. Failures are reported in status and retried;
+    /// nothing here returns.
+    pub async fn run(mut self) {
+        let wake = Wake::default();
+        let _watchers = watch::spawn(self.client.clone(), &self.cfg.node, wake.clone());
+        loop {
+            match self.round().await {
+                Ok(Outcome::Continue) => {
+                    self.mem.failures = 0;
+                    tokio::task::yield_now().await;
+                }
+                Ok(Outcome::Wait(pause)) => {
+                    self.mem.failures = 0;
+                    tokio::select! {
+                        _ = wake.any.notified() => {}
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                }
+                Err(error) => {
+                    self.mem.failures += 1;
+                    self.mem.last_round_ok = false;
+                    let delay = self.cfg.backoff.delay(self.mem.failures);
+                    self.report_failure(&error, delay).await;
+                    // Only a new spec cuts the backoff short: our own status writes and the
+                    // node's heartbeats must not turn it into a busy loop.
+                    tokio::select! {
+                        _ = wake.spec.notified() => {}
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn mignodes(&self) -> Api<MigNode> {
+        Api::all(self.client.clone())
+    }
+
+    pub(crate) fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    pub(crate) fn pods(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Writes `status` if it differs from what the server has; remembers the result.
+    pub(crate) async fn write_status(&mut self, status: &MigNodeStatus) -> Result<(), StepError> {
+        let server = self.mem.mignode.as_ref().and_then(|m| m.status.as_ref());
+        let Some(patch) = status_patch(server, status) else { return Ok(()) };
+        let updated = self
+            .mignodes()
+            .patch_status(&self.cfg.node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        self.mem.mignode = Some(updated);
+        Ok(())
+    }
+
+    /// Publishes an event about the MigNode (and, when given, about a pod too). Events are
+    /// best effort: failing to publish one never fails a step.
+    pub(crate) async fn event(
+        &self,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+        pod: Option<&Pod>,
+    ) {
+        let event =
+            Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+        if let Some(mignode) = &self.mem.mignode {
+            let reference = mignode.object_ref(&());
+            if let Err(e) = self.recorder.publish(&event, &reference).await {
+                tracing::warn!(error = %e, reason, "could not publish event");
+            }
+        }
+        if let Some(pod) = pod {
+            let reference: ObjectReference = pod.object_ref(&());
+            if let Err(e) = self.recorder.publish(&event, &reference).await {
+                tracing::warn!(error = %e, reason, "could not publish event on pod");
+            }
+        }
+    }
+
+    /// Marks the last attempt failed: phase `Failed`, a `Failed` condition that says what went
+    /// wrong, when the retry comes, and (if it is ours) why the node stays cordoned.
+    async fn report_failure(&mut self, error: &StepError, retry_in: Duration) {
+        tracing::warn!(node = %self.cfg.node, error = %error, retry_in = ?retry_in, "reconfiguration step failed");
+        if self.mem.mignode.is_none() {
+            match self.mignodes().get_opt(&self.cfg.node).await {
+                Ok(found) => self.mem.mignode = found,
+                Err(e) => tracing::warn!(error = %e, "cannot read the MigNode to report the failure"),
+            }
+        }
+        let Some(mignode) = self.mem.mignode.clone() else { return };
+        let generation = mignode.metadata.generation;
+        let mut status = mignode.status.clone().unwrap_or_default();
+        let now = self.clock.now();
+        let mut message =
+            format!("{error}. Retrying in {}s (attempt {}).", retry_in.as_secs().max(1), self.mem.failures);
+        if status.cordoned_by_geometer {
+            message.push_str(" The node stays cordoned by Geometer until the change completes or is undone.");
+        }
+        if let Some(progress) = crate::runtime::status::half_built_summary(&mignode.spec, &status) {
+            message.push(' ');
+            message.push_str(&progress);
+        }
+        status.phase = MigNodePhase::Failed;
+        conditions::set(
+            &mut status.conditions,
+            MigNodeStatus::FAILED,
+            true,
+            error.reason(),
+            message.clone(),
+            generation,
+            now,
+        );
+        conditions::set(
+            &mut status.conditions,
+            MigNodeStatus::READY,
+            false,
+            "Failed",
+            "the last reconfiguration step failed; see the Failed condition",
+            generation,
+            now,
+        );
+        if let Err(e) = self.write_status(&status).await {
+            tracing::warn!(error = %e, "cannot write the failure to status");
+        }
+        self.event(EventType::Warning, error.reason(), "Reconfigure", message, None).await;
+    }
+}

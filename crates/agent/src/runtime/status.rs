@@ -1,0 +1,121 @@
+//! Writing `MigNode.status`: the phase and step before each step is taken, the inventory, and
+//! conditions that always say why the node is in the state it is in.
+
+use serde_json::{Map, Value};
+
+use geometer_api::{MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction};
+
+/// The phase a step belongs to.
+pub fn phase_of(action: StepAction) -> MigNodePhase {
+    match action {
+        StepAction::Cordon => MigNodePhase::Cordoning,
+        StepAction::Evict => MigNodePhase::Draining,
+        StepAction::EnableMigMode
+        | StepAction::DestroyComputeInstance
+        | StepAction::DestroyGpuInstance
+        | StepAction::CreateGpuInstance
+        | StepAction::CreateComputeInstance
+        | StepAction::Verify => MigNodePhase::Repartitioning,
+        StepAction::RestartDevicePlugin | StepAction::WaitForAllocatable => MigNodePhase::Advertising,
+        StepAction::Uncordon => MigNodePhase::Uncordoning,
+    }
+}
+
+/// A JSON merge patch (RFC 7386) that turns `old` into `new`: fields `new` lacks are set to
+/// `null` so that the server removes them (a plain serialisation would leave them in place).
+pub fn merge_patch(old: &Value, new: &Value) -> Value {
+    match (old, new) {
+        (Value::Object(old), Value::Object(new)) => {
+            let mut patch = Map::new();
+            for (key, value) in new {
+                match old.get(key) {
+                    Some(before) if before == value => {}
+                    Some(before) => {
+                        patch.insert(key.clone(), merge_patch(before, value));
+                    }
+                    None => {
+                        patch.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            for key in old.keys().filter(|k| !new.contains_key(*k)) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        _ => new.clone(),
+    }
+}
+
+/// The patch for the status subresource, or `None` when nothing changed.
+pub fn status_patch(old: Option<&MigNodeStatus>, new: &MigNodeStatus) -> Option<Value> {
+    let new_json = serde_json::to_value(new).expect("status serialises");
+    let old_json = match old {
+        Some(old) => serde_json::to_value(old).expect("status serialises"),
+        None => Value::Object(Map::new()),
+    };
+    if old_json == new_json {
+        return None;
+    }
+    Some(serde_json::json!({ "status": merge_patch(&old_json, &new_json) }))
+}
+
+/// One line per GPU of the spec that is not at its target yet (`None` when all are), so that a
+/// failure never leaves a half-built GPU unreported.
+pub fn half_built_summary(spec: &MigNodeSpec, status: &MigNodeStatus) -> Option<String> {
+    let mut lines = Vec::new();
+    for want in &spec.gpus {
+        let Some(have) = status.gpus.iter().find(|g| g.index == want.index) else { continue };
+        let mut target: Vec<String> = want.geometry.iter().map(|p| p.to_string()).collect();
+        target.sort();
+        let mut now: Vec<String> = have.instances.iter().map(|i| i.placed().to_string()).collect();
+        now.sort();
+        let bare: Vec<String> = have
+            .instances
+            .iter()
+            .filter(|i| i.compute_instance_id.is_none())
+            .map(|i| i.placed().to_string())
+            .collect();
+        if now != target || !bare.is_empty() {
+            let mut line =
+                format!("GPU {} has [{}], target [{}]", want.index, now.join(", "), target.join(", "));
+            if !bare.is_empty() {
+                line.push_str(&format!(" ({} without compute instance)", bare.join(", ")));
+            }
+            lines.push(line);
+        }
+    }
+    (!lines.is_empty()).then(|| format!("Not at target yet: {}.", lines.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn removed_fields_become_null_and_unchanged_ones_are_left_out() {
+        let old = json!({"phase": "Draining", "step": {"action": "Evict", "pod": "ml/a"}, "gpuCount": 2});
+        let new = json!({"phase": "Ready", "gpuCount": 2});
+        assert_eq!(merge_patch(&old, &new), json!({"phase": "Ready", "step": null}));
+        let new = json!({"phase": "Draining", "step": {"action": "Evict"}, "gpuCount": 2});
+        assert_eq!(merge_patch(&old, &new), json!({"step": {"pod": null}}));
+    }
+
+    #[test]
+    fn lists_are_replaced_whole() {
+        let old = json!({"conditions": [{"type": "Ready"}, {"type": "Failed"}]});
+        let new = json!({"conditions": [{"type": "Ready"}]});
+        assert_eq!(merge_patch(&old, &new), json!({"conditions": [{"type": "Ready"}]}));
+    }
+
+    #[test]
+    fn an_unchanged_status_needs_no_write() {
+        let s = MigNodeStatus::default();
+        assert_eq!(status_patch(Some(&s), &s), None);
+        let mut ready = s.clone();
+        ready.phase = MigNodePhase::Ready;
+        assert_eq!(status_patch(Some(&s), &ready), Some(json!({"status": {"phase": "Ready"}})));
+    }
+}

@@ -1,0 +1,205 @@
+//! The drain step: evict what may be evicted, wait for the rest, and say why in the
+//! `DrainBlocked` condition and in events.
+//!
+//! A pod protected by do-not-disrupt blocks the whole drain: nothing is evicted while any pod
+//! that must leave is protected, so that no pod is disrupted for a change that may time out.
+
+use std::time::Duration;
+
+use jiff::SignedDuration;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType};
+
+use crate::observe::observation::Context;
+use crate::runtime::agent_loop::{Agent, EvictionRetry, Outcome, StepError};
+use crate::runtime::conditions;
+use crate::steps::eviction::{self, split_pod_ref, EvictionOutcome, PodDrain};
+use geometer_api::MigNodeStatus;
+
+impl Agent {
+    pub(crate) async fn drain(&mut self, cx: &mut Context) -> Result<Outcome, StepError> {
+        let now = self.clock.now();
+        let mut pause = self.cfg.poll_interval;
+        let mut blocked: Vec<String> = Vec::new();
+        let mut reason: Option<&'static str> = None;
+        let protected = cx.pods.iter().any(|(_, p)| p.blocks());
+
+        for (pod_ref, state) in &cx.pods {
+            match state {
+                PodDrain::Protected(b) => {
+                    blocked.push(format!("{pod_ref}: {}", b.why));
+                    reason.get_or_insert("DoNotDisrupt");
+                    if let Some(until) = b.until {
+                        pause = pause.min(self.clock.until(until));
+                    }
+                    if self.mem.announced.insert(pod_ref.clone()) {
+                        let note = format!("not evicting {pod_ref}: {}; the MIG change waits for it", b.why);
+                        self.warn_about_pod(pod_ref, "DrainBlocked", note).await;
+                    }
+                }
+                PodDrain::Forbidden { why } => {
+                    blocked.push(format!("{pod_ref}: {why}"));
+                    reason.get_or_insert("EvictionNotAllowed");
+                    if self.mem.announced.insert(pod_ref.clone()) {
+                        let note = format!("not evicting {pod_ref}: {why}");
+                        self.warn_about_pod(pod_ref, "DrainBlocked", note).await;
+                    }
+                }
+                PodDrain::Evictable(_) if protected => {}
+                PodDrain::Evictable(pod) => {
+                    if let Some(retry) = self.mem.evictions.get(pod_ref) {
+                        if retry.next_try > now {
+                            blocked.push(format!(
+                                "{pod_ref}: eviction refused by a PodDisruptionBudget; retrying"
+                            ));
+                            reason.get_or_insert("PodDisruptionBudget");
+                            pause = pause.min(self.clock.until(retry.next_try));
+                            continue;
+                        }
+                    }
+                    match eviction::evict(&self.client, pod).await? {
+                        EvictionOutcome::Evicted => {
+                            self.mem.evictions.remove(pod_ref);
+                            let note = format!("evicted {pod_ref}: its MIG instance is being removed");
+                            self.event(EventType::Normal, "Evicted", "Evict", note, None).await;
+                        }
+                        EvictionOutcome::Refused { message } => {
+                            let retry = self
+                                .mem
+                                .evictions
+                                .entry(pod_ref.clone())
+                                .or_insert(EvictionRetry { refusals: 0, next_try: now });
+                            retry.refusals += 1;
+                            let delay = self.cfg.eviction_backoff.delay(retry.refusals);
+                            retry.next_try = now
+                                .checked_add(SignedDuration::try_from(delay).unwrap_or(SignedDuration::MAX))
+                                .unwrap_or(now);
+                            let first = retry.refusals == 1;
+                            pause = pause.min(delay);
+                            blocked.push(format!(
+                                "{pod_ref}: eviction refused by a PodDisruptionBudget ({message}); retrying"
+                            ));
+                            reason.get_or_insert("PodDisruptionBudget");
+                            if first {
+                                let note = format!("eviction of {pod_ref} refused by a PodDisruptionBudget: {message}; retrying with backoff");
+                                self.warn_about_pod(pod_ref, "EvictionRefused", note).await;
+                            }
+                        }
+                        EvictionOutcome::Gone => {}
+                    }
+                }
+                PodDrain::Terminating | PodDrain::Gone => {}
+            }
+        }
+        for gpu in &cx.work.gpus {
+            for i in gpu.busy_without_pod() {
+                blocked.push(format!(
+                    "GPU {}: {} runs {} process(es) outside Kubernetes; waiting for them to end",
+                    gpu.index,
+                    i.placed(),
+                    i.processes
+                ));
+                reason.get_or_insert("ProcessesOutsideKubernetes");
+            }
+        }
+
+        let g = Some(cx.generation);
+        let step = cx.status.step.as_mut().expect("the drain step was recorded");
+        step.pod = cx.pods.first().map(|(p, _)| p.clone());
+        let deadline = step
+            .started_at
+            .0
+            .checked_add(
+                SignedDuration::try_from(cx.disruption.settings.timeout).unwrap_or(SignedDuration::MAX),
+            )
+            .ok();
+        if let Some(deadline) = deadline {
+            pause = pause.min(self.clock.until(deadline).max(Duration::from_millis(1)));
+        }
+        match reason {
+            Some(reason) => {
+                let mut message = blocked.join("; ");
+                if let Some(deadline) = deadline {
+                    message.push_str(&format!(". The drain fails at {deadline} if they have not left"));
+                }
+                conditions::set(
+                    &mut cx.status.conditions,
+                    MigNodeStatus::DRAIN_BLOCKED,
+                    true,
+                    reason,
+                    message,
+                    g,
+                    now,
+                );
+            }
+            None => {
+                let message = format!("waiting for {} to leave", waiting_for(cx));
+                conditions::set(
+                    &mut cx.status.conditions,
+                    MigNodeStatus::DRAIN_BLOCKED,
+                    false,
+                    "Draining",
+                    message,
+                    g,
+                    now,
+                );
+            }
+        }
+        self.write_status(&cx.status).await?;
+        Ok(Outcome::Wait(pause))
+    }
+
+    /// A warning event on the MigNode and on the pod, so `kubectl describe pod` shows it too.
+    async fn warn_about_pod(&self, pod_ref: &str, reason: &str, note: String) {
+        self.event(EventType::Warning, reason, "Evict", note.clone(), None).await;
+        let (namespace, name) = split_pod_ref(pod_ref);
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Evict".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(error = %e, pod = pod_ref, "could not publish event on pod");
+        }
+    }
+}
+
+/// What the drain still waits for, for messages: each pod with where it stands, and
+/// instances used outside Kubernetes.
+pub(crate) fn waiting_for(cx: &Context) -> String {
+    let mut parts: Vec<String> = cx
+        .pods
+        .iter()
+        .map(|(pod, state)| match state {
+            PodDrain::Gone => format!("{pod} (deleted, device not released yet)"),
+            PodDrain::Terminating => format!("{pod} (terminating)"),
+            PodDrain::Protected(b) => format!("{pod} ({})", b.why),
+            PodDrain::Forbidden { why } => format!("{pod} ({why})"),
+            PodDrain::Evictable(_) => format!("{pod} (eviction pending)"),
+        })
+        .collect();
+    for gpu in &cx.work.gpus {
+        for i in gpu.busy_without_pod() {
+            parts.push(format!(
+                "GPU {} {} ({} process(es) outside Kubernetes)",
+                gpu.index,
+                i.placed(),
+                i.processes
+            ));
+        }
+    }
+    if parts.is_empty() {
+        "nothing".into()
+    } else {
+        parts.join(", ")
+    }
+}

@@ -1,0 +1,420 @@
+//! Taking a step: record it in status first, then act, with a hook on each side.
+
+use std::collections::BTreeSet;
+
+use kube::runtime::events::EventType;
+
+use crate::decide::next_step::Next;
+use crate::nvml::{NvmlBackend, NvmlError, Placement, Reason};
+use crate::observe::observation::Context;
+use crate::observe::sources::StepPoint;
+use crate::runtime::agent_loop::{Agent, Outcome, StepError};
+use crate::runtime::conditions;
+use crate::runtime::status::phase_of;
+use crate::steps::cordon::{self, Applied};
+use crate::steps::eviction::{self, EvictionOutcome};
+use geometer_api::{AgentStep, MigInstance, MigNodePhase, MigNodeStatus, PlacedInstance, StepAction};
+
+impl Agent {
+    pub(crate) async fn take(&mut self, next: Next, mut cx: Context) -> Result<Outcome, StepError> {
+        match next {
+            Next::Ready => return self.ready(cx).await,
+            Next::DrainTimedOut => return self.drain_timed_out(cx).await,
+            Next::AdvertiseTimedOut => {
+                return Err(StepError::AdvertiseTimeout {
+                    timeout: self.cfg.advertise_timeout,
+                    mismatches: describe_mismatches(&cx),
+                })
+            }
+            _ => {}
+        }
+        let (step, new) = self.record(&next, &mut cx).await?;
+        if new {
+            self.hook(StepPoint::Recorded(step.clone())).await;
+        }
+        let outcome = self.act(&next, &mut cx).await?;
+        self.mem.last_round_ok = true;
+        if new {
+            self.hook(StepPoint::Taken(step)).await;
+        }
+        Ok(outcome)
+    }
+
+    async fn hook(&self, point: StepPoint) {
+        if let Some(hook) = &self.hook {
+            hook(&point).await;
+        }
+    }
+
+    /// Writes the step to status before it is taken. Returns the step and whether it is new
+    /// (a first try or a retry) rather than another round of the same wait.
+    async fn record(&mut self, next: &Next, cx: &mut Context) -> Result<(AgentStep, bool), StepError> {
+        let action = next.action().expect("only steps are recorded");
+        let now = self.clock.now();
+        let failed = cx.status.phase == MigNodePhase::Failed;
+        let previous = cx.status.step.clone();
+        let same = previous.as_ref().is_some_and(|p| {
+            p.action == action
+                && p.gpu == next.gpu()
+                && p.instance == next.instance()
+                && p.generation == cx.generation
+        });
+        let step = match previous.clone() {
+            Some(p) if same && !failed => p,
+            Some(p) if same => AgentStep {
+                attempt: p.attempt.saturating_add(1),
+                // A drain that timed out starts over with a full timeout; any other failure
+                // keeps the drain's clock running.
+                started_at: if action == StepAction::Evict && drain_timed_out(&cx.status) {
+                    now.into()
+                } else {
+                    p.started_at
+                },
+                ..p
+            },
+            _ => AgentStep {
+                action,
+                generation: cx.generation,
+                gpu: next.gpu(),
+                instance: next.instance(),
+                pod: None,
+                attempt: 1,
+                started_at: now.into(),
+            },
+        };
+        let new = previous.as_ref() != Some(&step) || failed;
+        cx.status.step = Some(step.clone());
+        cx.status.phase = phase_of(action);
+        let g = Some(cx.generation);
+        let mut message = self.describe(next);
+        if cx.cordon.marked() || action == StepAction::Cordon {
+            message.push_str(
+                ". The node is cordoned by Geometer for this change and is uncordoned when it completes",
+            );
+        }
+        conditions::set(
+            &mut cx.status.conditions,
+            MigNodeStatus::RECONFIGURING,
+            true,
+            &format!("{action:?}"),
+            message,
+            g,
+            now,
+        );
+        conditions::set(
+            &mut cx.status.conditions,
+            MigNodeStatus::READY,
+            false,
+            "Reconfiguring",
+            "the GPUs are being changed to match the spec",
+            g,
+            now,
+        );
+        if action != StepAction::Evict {
+            conditions::set(
+                &mut cx.status.conditions,
+                MigNodeStatus::DRAIN_BLOCKED,
+                false,
+                "NotDraining",
+                "",
+                g,
+                now,
+            );
+        }
+        self.write_status(&cx.status).await?;
+        if new {
+            tracing::info!(node = %self.cfg.node, action = ?action, gpu = ?step.gpu, instance = ?step.instance, attempt = step.attempt, "step");
+        }
+        Ok((step, new))
+    }
+
+    fn describe(&self, next: &Next) -> String {
+        match next {
+            Next::Cordon => "cordoning the node so that no new pod gets a slice that is about to go".into(),
+            Next::Drain => "draining: the pods on instances that go must leave first".into(),
+            Next::EnableMigMode { gpu } => {
+                format!("GPU {gpu}: turning MIG mode on (this resets GPU {gpu} only)")
+            }
+            Next::DestroyComputeInstance { gpu, instance } => {
+                format!("GPU {gpu}: destroying the compute instance of {}", instance.placed())
+            }
+            Next::DestroyGpuInstance { gpu, instance } => {
+                format!("GPU {gpu}: destroying GPU instance {}", instance.placed())
+            }
+            Next::CreateGpuInstance { gpu, placed } => format!("GPU {gpu}: creating GPU instance {placed}"),
+            Next::CreateComputeInstance { gpu, instance } => {
+                format!("GPU {gpu}: creating the compute instance of {}", instance.placed())
+            }
+            Next::Verify => "checking every GPU against its target".into(),
+            Next::RestartDevicePlugin => format!(
+                "restarting the NVIDIA device plugin ({}) so that it advertises the new slices",
+                self.cfg.device_plugin_selector
+            ),
+            Next::WaitForAllocatable => "waiting for the node's allocatable to show the new slices".into(),
+            Next::Uncordon => "lifting Geometer's cordon".into(),
+            Next::Ready | Next::DrainTimedOut | Next::AdvertiseTimedOut => String::new(),
+        }
+    }
+
+    async fn act(&mut self, next: &Next, cx: &mut Context) -> Result<Outcome, StepError> {
+        match next {
+            Next::Cordon => self.cordon(cx).await,
+            Next::Drain => self.drain(cx).await,
+            Next::EnableMigMode { gpu } => self.enable_mig_mode(*gpu, cx).await,
+            Next::DestroyComputeInstance { gpu, instance } => {
+                ensure_unused(*gpu, instance)?;
+                let ci = instance.compute_instance_id.unwrap_or_default();
+                let (gpu, gi) = (*gpu, instance.gpu_instance_id);
+                self.nvml_call(move |n| n.destroy_compute_instance(gpu, gi, ci))
+                    .await
+                    .or_else(gone_is_done)?;
+                Ok(Outcome::Continue)
+            }
+            Next::DestroyGpuInstance { gpu, instance } => {
+                ensure_unused(*gpu, instance)?;
+                let (gpu, gi) = (*gpu, instance.gpu_instance_id);
+                self.nvml_call(move |n| n.destroy_gpu_instance(gpu, gi)).await.or_else(gone_is_done)?;
+                Ok(Outcome::Continue)
+            }
+            Next::CreateGpuInstance { gpu, placed } => {
+                let (profile_id, placement) = placement_of(*gpu, placed, cx)?;
+                let gpu = *gpu;
+                self.nvml_call(move |n| n.create_gpu_instance(gpu, profile_id, placement)).await?;
+                Ok(Outcome::Continue)
+            }
+            Next::CreateComputeInstance { gpu, instance } => {
+                let (gpu, gi) = (*gpu, instance.gpu_instance_id);
+                self.nvml_call(move |n| n.create_compute_instance(gpu, gi)).await?;
+                Ok(Outcome::Continue)
+            }
+            Next::Verify => self.verify(cx).await,
+            Next::RestartDevicePlugin => self.restart_device_plugin().await,
+            Next::WaitForAllocatable => self.wait_for_allocatable(cx).await,
+            Next::Uncordon => self.uncordon(cx).await,
+            Next::Ready | Next::DrainTimedOut | Next::AdvertiseTimedOut => unreachable!("handled in take"),
+        }
+    }
+
+    pub(crate) async fn nvml_call<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&dyn NvmlBackend) -> Result<T, NvmlError> + Send + 'static,
+    ) -> Result<T, StepError> {
+        let nvml = self.nvml.clone();
+        tokio::task::spawn_blocking(move || call(&*nvml))
+            .await
+            .map_err(|e| StepError::Task(e.to_string()))?
+            .map_err(StepError::from)
+    }
+
+    async fn cordon(&mut self, cx: &Context) -> Result<Outcome, StepError> {
+        if cordon::cordon(&self.nodes(), &cx.node).await? == Applied::Patched {
+            let note =
+                "cordoned for a MIG reconfiguration; Geometer lifts this cordon when it is done".to_string();
+            self.event(EventType::Normal, "Cordoned", "Cordon", note, None).await;
+        }
+        Ok(Outcome::Continue)
+    }
+
+    async fn uncordon(&mut self, cx: &Context) -> Result<Outcome, StepError> {
+        if cordon::uncordon(&self.nodes(), &cx.node).await? == Applied::Patched {
+            self.event(EventType::Normal, "Uncordoned", "Uncordon", "lifted Geometer's cordon".into(), None)
+                .await;
+        }
+        Ok(Outcome::Continue)
+    }
+
+    async fn enable_mig_mode(&mut self, gpu: u32, cx: &Context) -> Result<Outcome, StepError> {
+        if let Some(pod) = cx.work.gpu(gpu).and_then(|w| w.whole_gpu_pod.clone()) {
+            return Err(StepError::InUse {
+                gpu,
+                instance: "the whole GPU".into(),
+                user: format!("pod {pod}"),
+            });
+        }
+        let mode = self.nvml_call(move |n| n.set_mig_mode(gpu, true)).await?;
+        if let Some(inv) = cx.inventory.gpus.iter().find(|g| g.index == gpu) {
+            self.mem.rules.remove(&inv.uuid);
+        }
+        if !mode.current {
+            return Err(StepError::MigModePending { gpu });
+        }
+        self.event(
+            EventType::Normal,
+            "MigModeEnabled",
+            "EnableMigMode",
+            format!("GPU {gpu}: MIG mode on"),
+            None,
+        )
+        .await;
+        Ok(Outcome::Continue)
+    }
+
+    async fn verify(&mut self, cx: &Context) -> Result<Outcome, StepError> {
+        let mut problems = Vec::new();
+        let mut summary = Vec::new();
+        for gpu in &cx.work.gpus {
+            let Some(have) = cx.inventory.gpus.iter().find(|g| g.index == gpu.index) else { continue };
+            let mut now: Vec<PlacedInstance> = have.instances.iter().map(MigInstance::placed).collect();
+            now.sort();
+            let mut target = gpu.target.clone();
+            target.sort();
+            if now != target {
+                let show =
+                    |g: &[PlacedInstance]| g.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+                problems.push(format!("GPU {} has [{}], target [{}]", gpu.index, show(&now), show(&target)));
+            }
+            for i in have.instances.iter().filter(|i| i.uuid.is_none()) {
+                problems.push(format!("GPU {}: {} has no MIG device", gpu.index, i.placed()));
+            }
+            let shown: Vec<String> = gpu.target.iter().map(|p| p.to_string()).collect();
+            summary.push(format!("GPU {}: [{}]", gpu.index, shown.join(", ")));
+        }
+        if !problems.is_empty() {
+            return Err(StepError::Verify(problems.join("; ")));
+        }
+        self.event(EventType::Normal, "Repartitioned", "Verify", summary.join("; "), None).await;
+        Ok(Outcome::Continue)
+    }
+
+    /// Restarts the device plugin by evicting its pods on this node; their DaemonSet brings
+    /// them back, and a starting plugin enumerates the MIG devices anew. Eviction rather than
+    /// delete: the agent needs no right to delete pods, and a budget on the plugin is honoured.
+    async fn restart_device_plugin(&mut self) -> Result<Outcome, StepError> {
+        let pods = self.device_plugin_pods().await?;
+        if pods.is_empty() {
+            return Err(StepError::NoDevicePlugin {
+                node: self.cfg.node.clone(),
+                selector: self.cfg.device_plugin_selector.clone(),
+            });
+        }
+        let mut restarted = BTreeSet::new();
+        for pod in &pods {
+            if pod.metadata.deletion_timestamp.is_none() {
+                if let EvictionOutcome::Refused { message } = eviction::evict(&self.client, pod).await? {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    return Err(StepError::DevicePluginRefused { pod: name, message });
+                }
+            }
+            restarted.extend(pod.metadata.uid.clone());
+        }
+        self.mem.restarted_plugin = Some(restarted);
+        Ok(Outcome::Continue)
+    }
+
+    async fn wait_for_allocatable(&mut self, cx: &mut Context) -> Result<Outcome, StepError> {
+        let g = Some(cx.generation);
+        let now = self.clock.now();
+        let message =
+            format!("waiting for the node's allocatable to show the new slices: {}", describe_mismatches(cx));
+        conditions::set(
+            &mut cx.status.conditions,
+            MigNodeStatus::RECONFIGURING,
+            true,
+            "WaitForAllocatable",
+            message,
+            g,
+            now,
+        );
+        self.write_status(&cx.status).await?;
+        Ok(Outcome::Wait(self.cfg.poll_interval))
+    }
+
+    async fn ready(&mut self, mut cx: Context) -> Result<Outcome, StepError> {
+        let g = Some(cx.generation);
+        let now = self.clock.now();
+        let was_ready = cx.status.phase == MigNodePhase::Ready;
+        cx.status.phase = MigNodePhase::Ready;
+        cx.status.step = None;
+        let message = format!("the GPUs match spec generation {}", cx.generation);
+        conditions::set(&mut cx.status.conditions, MigNodeStatus::READY, true, "Converged", message, g, now);
+        conditions::set(&mut cx.status.conditions, MigNodeStatus::RECONFIGURING, false, "Idle", "", g, now);
+        conditions::set(
+            &mut cx.status.conditions,
+            MigNodeStatus::DRAIN_BLOCKED,
+            false,
+            "NotDraining",
+            "",
+            g,
+            now,
+        );
+        conditions::set(&mut cx.status.conditions, MigNodeStatus::FAILED, false, "Succeeded", "", g, now);
+        self.write_status(&cx.status).await?;
+        self.mem.last_round_ok = true;
+        self.mem.evictions.clear();
+        self.mem.announced.clear();
+        self.mem.restarted_plugin = None;
+        if !was_ready {
+            let note = format!("MIG geometry matches spec generation {}", cx.generation);
+            self.event(EventType::Normal, "Ready", "Reconfigure", note, None).await;
+        }
+        Ok(Outcome::Wait(self.cfg.poll_interval))
+    }
+
+    /// The drain ran out of time: lift our cordon (recorded first, like every step), forget the
+    /// drain, and fail so that the failure is reported and retried with backoff.
+    async fn drain_timed_out(&mut self, mut cx: Context) -> Result<Outcome, StepError> {
+        let waiting = crate::steps::drain::waiting_for(&cx);
+        self.mem.evictions.clear();
+        self.mem.announced.clear();
+        if cx.cordon.marked() {
+            let (step, _) = self.record(&Next::Uncordon, &mut cx).await?;
+            self.hook(StepPoint::Recorded(step.clone())).await;
+            self.uncordon(&cx).await?;
+            self.hook(StepPoint::Taken(step)).await;
+        }
+        Err(StepError::DrainTimeout { timeout: cx.disruption.settings.timeout, waiting })
+    }
+}
+
+fn drain_timed_out(status: &MigNodeStatus) -> bool {
+    conditions::get(&status.conditions, MigNodeStatus::FAILED)
+        .is_some_and(|c| c.status == "True" && c.reason == "DrainTimeout")
+}
+
+fn describe_mismatches(cx: &Context) -> String {
+    if cx.mismatches.is_empty() {
+        "allocatable agrees, waiting for a restarted device plugin pod to be ready".into()
+    } else {
+        cx.mismatches.join("; ")
+    }
+}
+
+/// Never destroy what is in use: the decision was made on this round's inventory, and this
+/// guards against a decision that overlooked a user.
+fn ensure_unused(gpu: u32, instance: &MigInstance) -> Result<(), StepError> {
+    if !instance.in_use() {
+        return Ok(());
+    }
+    let user = match &instance.pod {
+        Some(pod) => format!("pod {pod}"),
+        None => format!("{} process(es) outside Kubernetes", instance.processes),
+    };
+    Err(StepError::InUse { gpu, instance: instance.placed().to_string(), user })
+}
+
+/// A destroy that finds nothing to destroy already happened (before a crash, say).
+fn gone_is_done(e: StepError) -> Result<(), StepError> {
+    match &e {
+        StepError::Nvml(n) if n.reason() == Some(&Reason::NotFound) => Ok(()),
+        _ => Err(e),
+    }
+}
+
+/// NVML's profile id and the placement for a planned instance, from the GPU's rules (which
+/// carry NVML's own ids and sizes).
+fn placement_of(gpu: u32, placed: &PlacedInstance, cx: &Context) -> Result<(u32, Placement), StepError> {
+    let model = cx
+        .models
+        .get(&gpu)
+        .ok_or_else(|| StepError::Placement { gpu, what: "no rules for this GPU".into() })?;
+    let id = model.profile(&placed.profile).ok_or_else(|| StepError::Placement {
+        gpu,
+        what: format!("the GPU does not offer profile {}", placed.profile),
+    })?;
+    let profile = &model.profiles[id];
+    let profile_id = profile.nvidia_smi_profile_id.ok_or_else(|| StepError::Placement {
+        gpu,
+        what: format!("NVML reported no profile id for {}; is MIG mode on?", placed.profile),
+    })?;
+    Ok((profile_id, Placement { start: placed.start as u32, size: profile.size as u32 }))
+}

@@ -1,0 +1,112 @@
+//! `MigNode` and `MigPolicy` objects, read through the typed CRDs of `geometer-api`: what the
+//! planner takes from them.
+//!
+//! - `MigNode` (name = node name): `status.gpus[]`, each GPU's index, model and instances with
+//!   their profile, start and the pod using them.
+//! - `MigPolicy`: `spec.nodeSelector.matchLabels` (`matchExpressions` is refused by the offline
+//!   `geometer plan`, not ignored; the controller applies the whole selector itself),
+//!   `spec.allowedProfiles`, `spec.headroom`, `spec.disruption.evictionAllowed`,
+//!   `spec.disruption.doNotDisruptAnnotations`, `spec.solver.timeLimitMs`, `maxGpusChanged`,
+//!   `maxNodesChanged`. (`disruption.maxNodesReconfiguring` limits rollout concurrency, not the
+//!   plan.)
+
+use std::collections::BTreeMap;
+
+use geometer_api::{MigNode, MigPolicy};
+use geometer_solver::snapshot::{Gpu, Instance, Policy};
+use kube::ResourceExt;
+
+use crate::adapter::AdapterError;
+
+/// What a MigPolicy says, beyond the solver's policy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PolicyObject {
+    pub name: String,
+    pub policy: Policy,
+    /// Empty: every node with MIG GPUs.
+    pub node_selector: BTreeMap<String, String>,
+    /// Empty: the defaults.
+    pub do_not_disrupt: Vec<String>,
+}
+
+/// GPUs of a MigNode's inventory (what its agent read from NVML).
+pub fn inventory(node: &MigNode) -> Vec<Gpu> {
+    let gpus = node.status.as_ref().map(|s| s.gpus.as_slice()).unwrap_or_default();
+    gpus.iter()
+        .map(|g| Gpu {
+            index: g.index,
+            model: g.model.clone(),
+            instances: g
+                .instances
+                .iter()
+                .map(|i| Instance { profile: i.profile.clone(), start: i.start, pod: i.pod.clone() })
+                .collect(),
+        })
+        .collect()
+}
+
+/// The planner's reading of a MigPolicy. With `whole_selector`, a selector with
+/// `matchExpressions` is refused (the offline planner applies matchLabels only); without, the
+/// caller has applied the selector already and it is not read.
+pub fn mig_policy(policy: &MigPolicy, whole_selector: bool) -> Result<PolicyObject, AdapterError> {
+    let name = policy.name_any();
+    let spec = &policy.spec;
+    let mut out = PolicyObject { name: name.clone(), ..PolicyObject::default() };
+    if whole_selector {
+        let exprs = spec.node_selector.match_expressions.as_deref().unwrap_or_default();
+        if !exprs.is_empty() {
+            return Err(AdapterError::Field {
+                object: format!("MigPolicy {name}"),
+                field: "spec.nodeSelector.matchExpressions".into(),
+                value: serde_json::to_string(exprs).unwrap_or_default(),
+                problem: "not supported by `geometer plan` yet; use matchLabels".into(),
+            });
+        }
+        out.node_selector = spec.node_selector.match_labels.clone().unwrap_or_default();
+    }
+    out.policy.allowed_profiles = spec.allowed_profiles.clone();
+    out.policy.headroom = spec.headroom.clone();
+    out.policy.eviction_allowed = spec.disruption.eviction_allowed;
+    out.do_not_disrupt = spec.disruption.do_not_disrupt_annotations.clone();
+    out.policy.max_gpus_changed = spec.solver.max_gpus_changed;
+    out.policy.max_nodes_changed = spec.solver.max_nodes_changed;
+    let limit = spec.solver.time_limit_ms;
+    out.policy.time_limit_ms = (limit > 0).then_some(u64::from(limit));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(spec: serde_json::Value) -> MigPolicy {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy", "metadata": {"name": "p"}, "spec": spec}))
+        .unwrap()
+    }
+
+    #[test]
+    fn reads_a_policy() {
+        let p = policy(
+            serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "mig"}}, "allowedProfiles": ["1g.10gb"],
+            "headroom": {"1g.10gb": 2}, "disruption": {"evictionAllowed": true, "maxNodesReconfiguring": 1},
+            "solver": {"timeLimitMs": 2000, "maxNodesChanged": 1}}),
+        );
+        let p = mig_policy(&p, true).unwrap();
+        assert_eq!(p.node_selector["pool"], "mig");
+        assert!(p.policy.eviction_allowed);
+        assert_eq!(p.policy.max_nodes_changed, Some(1));
+        assert_eq!(p.policy.time_limit_ms, Some(2000));
+        assert_eq!(p.policy.headroom["1g.10gb"], 2);
+    }
+
+    #[test]
+    fn match_expressions_are_refused_where_the_selector_is_read() {
+        let p = policy(
+            serde_json::json!({"nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}}),
+        );
+        let e = mig_policy(&p, true).unwrap_err().to_string();
+        assert!(e.contains("MigPolicy p") && e.contains("spec.nodeSelector.matchExpressions"), "{e}");
+        assert!(mig_policy(&p, false).unwrap().node_selector.is_empty());
+    }
+}

@@ -1,0 +1,328 @@
+//! One planning round of one policy: pending demand -> a snapshot of the nodes it manages ->
+//! the solver -> a `MigPlan` to publish, or none.
+//!
+//! Demand is what DESIGN.md says: pods that are Pending, unbound, not nominated and marked
+//! `Unschedulable` by the scheduler, requesting `nvidia.com/mig-*`. Nodes come from their
+//! MigNode inventories (placements as the agent read them from NVML); a node without an
+//! inventory, or one that is mid-reconfiguration or failed, stays out of the round until it
+//! settles. Everything here is pure; [`crate::runtime::main_loop`] reads the caches and carries out the actions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use geometer_solver::catalog::Catalog;
+use geometer_solver::plan::{Plan, PlanOptions};
+use geometer_solver::snapshot::Snapshot;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
+
+use crate::adapter::{self, pods as adapter_pods, AdapterError, Objects};
+use geometer_api::{MigNode, MigPlan, MigPlanPhase, MigPlanStatus, MigPolicy};
+
+use crate::planning::fingerprint::Fingerprint;
+use crate::planning::{naming, plan_spec};
+use crate::rollout::sequence::AgentState;
+use crate::runtime::actions::Action;
+use crate::world;
+
+/// Label on every plan: the policy that made it (`kubectl get migplans -l geometer.dev/policy=X`).
+pub const POLICY_LABEL: &str = "geometer.dev/policy";
+/// Annotation on every plan: fingerprint of its content, so an identical later round is
+/// recognised (also by a restarted controller).
+pub const CONTENT_ANNOTATION: &str = "geometer.dev/plan-content";
+/// Condition on a published plan describing how it was made.
+pub const PLANNED: &str = "Planned";
+
+/// Profile -> slices, per pending pod (`namespace/name`).
+pub type DemandByPod = BTreeMap<String, BTreeMap<String, u32>>;
+
+/// Pending pods that are demand for MIG slices. A pod whose requests do not parse is left out
+/// (the API server validates quantities, so this only happens with hand-made objects).
+pub fn demand<'a>(pods: impl IntoIterator<Item = &'a Arc<Pod>>) -> DemandByPod {
+    pods.into_iter()
+        .filter(|pod| adapter_pods::demand_check(pod).is_ok())
+        .filter_map(|pod| {
+            let mig = adapter_pods::mig_requests(&adapter_pods::effective_requests(pod).ok()?);
+            (!mig.is_empty()).then(|| (adapter_pods::key(pod), mig))
+        })
+        .collect()
+}
+
+/// What the batcher compares: the demand and the policy generation it is planned under. None
+/// when there is no demand.
+pub fn demand_fingerprint(policy: &MigPolicy, demand: &DemandByPod) -> Option<Fingerprint> {
+    (!demand.is_empty()).then(|| Fingerprint::of(&(policy.metadata.generation, demand)))
+}
+
+/// One policy's part of the cluster.
+pub struct RoundInput<'a> {
+    pub policy: &'a MigPolicy,
+    /// Nodes the policy's selector matches.
+    pub managed: &'a [String],
+    pub nodes: &'a BTreeMap<String, Arc<Node>>,
+    pub mignodes: &'a BTreeMap<String, Arc<MigNode>>,
+    pub pods: &'a [Arc<Pod>],
+    /// The round's clock, for the forecast window.
+    pub now: Timestamp,
+}
+
+/// The solver's input and what was left out of it.
+#[derive(Debug)]
+pub struct Prepared {
+    pub snapshot: Snapshot,
+    /// Managed nodes left out of this round, with why.
+    pub excluded: Vec<(String, String)>,
+    pub warnings: Vec<String>,
+    /// Some node left out is on its way to settling (reconfiguring, agent starting, inside its
+    /// stabilisation window): a later round may find more room.
+    pub settling: bool,
+}
+
+/// Why a managed node cannot be planned now, if it cannot, and whether that should pass on
+/// its own. A node changed within the policy's stabilisation window stays out too: the
+/// rollout would not change it again before the window ends, so a plan for it would only wait
+/// (and make pods wait) while other nodes might have room now.
+fn not_plannable(node: &str, input: &RoundInput<'_>) -> Option<(String, bool)> {
+    let (nodes, mignode) = (input.nodes, input.mignodes.get(node));
+    if !nodes.contains_key(node) {
+        return Some(("the Node object is gone".into(), false));
+    }
+    let Some(mignode) = mignode else {
+        return Some(("no MigNode yet (is the node agent running?)".into(), true));
+    };
+    if mignode.status.as_ref().is_none_or(|s| s.gpus.is_empty()) {
+        return Some(("its agent has not reported a GPU inventory yet".into(), true));
+    }
+    let view = world::node_view(mignode);
+    match view.agent {
+        AgentState::Failed(why) => Some((format!("failed: {why}"), false)),
+        AgentState::Working(phase) => Some((format!("reconfiguring ({phase})"), true)),
+        AgentState::Ready if !view.settled() => {
+            Some(("its agent has not yet observed the latest spec".into(), true))
+        }
+        AgentState::Ready => {
+            let window = jiff::SignedDuration::from_secs(i64::from(input.policy.spec.stabilisation_seconds));
+            let until =
+                view.spec_written_at.map(|written| written + window).filter(|until| *until > input.now)?;
+            Some((format!("changed less than stabilisationSeconds ago; may change again at {until}"), true))
+        }
+    }
+}
+
+/// Builds the snapshot of the policy's settled nodes, its pending demand and running pods.
+pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, AdapterError> {
+    let mut excluded = Vec::new();
+    let mut included = BTreeSet::new();
+    let mut settling = false;
+    for name in input.managed {
+        match not_plannable(name, input) {
+            Some((why, passes)) => {
+                settling |= passes;
+                excluded.push((name.clone(), why));
+            }
+            None => {
+                included.insert(name.as_str());
+            }
+        }
+    }
+    let mut objects = Objects::default();
+    for name in &included {
+        objects.nodes.push(input.nodes[*name].clone());
+        objects.inventories.insert(name.to_string(), adapter::mig_objects::inventory(&input.mignodes[*name]));
+    }
+    for pod in input.pods {
+        if on_nodes_or_demand(pod, &included) && adapter_pods::effective_requests(pod).is_ok() {
+            objects.pods.push(pod.clone());
+        }
+    }
+    let mut built = adapter::build_snapshot(
+        &objects,
+        catalog,
+        Some(adapter::mig_objects::mig_policy(input.policy, false)?),
+        input.now,
+    )?;
+    built.snapshot.expected = forecast(input);
+    // A node whose inventory the catalog cannot place (the catalog is wrong for that driver)
+    // stays out instead of stopping the whole policy's planning.
+    let snapshot = &mut built.snapshot;
+    let mut unplaceable = BTreeSet::new();
+    for node in &snapshot.nodes {
+        let alone = Snapshot { nodes: vec![node.clone()], ..Snapshot::default() };
+        if let Err(e) = alone.validate(catalog) {
+            unplaceable.insert(node.name.clone());
+            excluded.push((node.name.clone(), format!("its inventory does not fit the catalog: {e}")));
+        }
+    }
+    snapshot.nodes.retain(|n| !unplaceable.contains(&n.name));
+    snapshot.running.retain(|p| p.node.as_ref().is_none_or(|n| !unplaceable.contains(n)));
+    Ok(Prepared { snapshot: built.snapshot, excluded, warnings: built.warnings, settling })
+}
+
+/// Whether a pod is bound to one of `nodes`, or unbound and demand.
+fn on_nodes_or_demand(pod: &Pod, nodes: &BTreeSet<&str>) -> bool {
+    match adapter_pods::bound_node(pod) {
+        Some(node) => nodes.contains(node),
+        None => pod.spec.is_some() && adapter_pods::demand_check(pod).is_ok(),
+    }
+}
+
+/// The policy's pods created within its forecast window (bound to its nodes, or waiting for
+/// slices), as the pods the next window is expected to bring. Empty when the window is 0.
+fn forecast(input: &RoundInput<'_>) -> Vec<geometer_solver::snapshot::Pod> {
+    let window = input.policy.spec.forecast_window_seconds;
+    if window == 0 {
+        return Vec::new();
+    }
+    let since = input.now - jiff::SignedDuration::from_secs(i64::from(window));
+    let managed: BTreeSet<&str> = input.managed.iter().map(String::as_str).collect();
+    let keys = &input.policy.spec.disruption.do_not_disrupt_annotations;
+    let mut expected = Vec::new();
+    for pod in input.pods {
+        // No upper bound: a pod stamped ahead of the controller's clock is recent too.
+        let recent = pod.metadata.creation_timestamp.as_ref().is_some_and(|t| t.0 > since);
+        if !recent || pod.metadata.deletion_timestamp.is_some() || adapter_pods::is_terminal(pod) {
+            continue;
+        }
+        if !on_nodes_or_demand(pod, &managed) {
+            continue;
+        }
+        let Ok(requests) = adapter_pods::effective_requests(pod) else { continue };
+        if adapter_pods::mig_requests(&requests).is_empty() {
+            continue;
+        }
+        if let Ok(mut next) = adapter_pods::planner_pod(pod, &requests, keys, input.now) {
+            // Its constraints and requests, not its binding: the next one is not bound yet.
+            next.node = None;
+            expected.push(next);
+        }
+    }
+    expected
+}
+
+/// The solver options a policy asks for (its time limit).
+pub fn options(policy: &MigPolicy) -> PlanOptions {
+    let limit = policy.spec.solver.time_limit_ms;
+    PlanOptions { time_limit: (limit > 0).then(|| Duration::from_millis(limit.into())) }
+}
+
+/// Runs the solver under the policy's time limit (ILP, greedy fallback inside).
+pub fn solve(
+    prepared: &Prepared,
+    catalog: &Catalog,
+    policy: &MigPolicy,
+) -> Result<Plan, geometer_solver::plan::PlanError> {
+    geometer_solver::plan(&prepared.snapshot, catalog, &options(policy))
+}
+
+/// What a round ends with.
+#[derive(Debug)]
+pub enum Decision {
+    /// A new plan to create, and events for the pods it is about.
+    Publish { plan: Box<MigPlan>, events: Vec<Action> },
+    /// The open plan `plan` already says the same.
+    Unchanged { plan: String },
+    /// No GPU needs to change; events for pods that cannot be helped.
+    NothingToDo { events: Vec<Action> },
+}
+
+/// Whether to publish `solved` for `policy`, given the policy's open (Proposed or Approved)
+/// plans.
+pub fn decide(
+    policy: &MigPolicy,
+    solved: &Plan,
+    prepared: &Prepared,
+    open: &[&MigPlan],
+    pods: &BTreeMap<String, &Pod>,
+    now: Timestamp,
+) -> Decision {
+    let name = policy.name_any();
+    let spec = plan_spec::to_spec(&name, solved);
+    if spec.summary.gpus_changed == 0 {
+        return Decision::NothingToDo { events: plan_spec::pod_events(&spec, pods, None) };
+    }
+    let content = Fingerprint::of(&(&spec.nodes, &spec.evictions, &spec.demand));
+    if let Some(same) =
+        open.iter().find(|p| p.annotations().get(CONTENT_ANNOTATION) == Some(&content.to_string()))
+    {
+        return Decision::Unchanged { plan: same.name_any() };
+    }
+    let plan_name = naming::plan_name(&name, now, content);
+    let mut plan = MigPlan::new(&plan_name, spec);
+    plan.metadata = ObjectMeta {
+        name: Some(plan_name),
+        labels: Some(BTreeMap::from([(POLICY_LABEL.to_string(), name.clone())])),
+        annotations: Some(BTreeMap::from([(CONTENT_ANNOTATION.to_string(), content.to_string())])),
+        owner_references: owner(policy).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    };
+    plan.status = Some(MigPlanStatus {
+        phase: MigPlanPhase::Proposed,
+        message: Some("published".to_string()),
+        conditions: vec![planned_condition(solved, prepared, policy, now)],
+        ..MigPlanStatus::default()
+    });
+    let reference = plan.object_ref(&());
+    let events = plan_spec::pod_events(&plan.spec, pods, Some(&reference));
+    Decision::Publish { plan: Box::new(plan), events }
+}
+
+/// The policy owns its plans: deleting it deletes them.
+fn owner(policy: &MigPolicy) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: MigPolicy::api_version(&()).to_string(),
+        kind: MigPolicy::kind(&()).to_string(),
+        name: policy.name_any(),
+        uid: policy.metadata.uid.clone()?,
+        controller: Some(true),
+        block_owner_deletion: None,
+    })
+}
+
+/// How the plan was made, for `kubectl describe migplan`: solver, time, gap to the bound, and
+/// the nodes left out.
+fn planned_condition(solved: &Plan, prepared: &Prepared, policy: &MigPolicy, now: Timestamp) -> Condition {
+    let (generation, forecast_window) = (policy.metadata.generation, policy.spec.forecast_window_seconds);
+    let solver = serde_json::to_value(solved.solver)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let mut message = format!(
+        "{solver} solver, {} ms, {} pending pod(s) considered, objective {} (bound {:.0}, gap {:.1}%)",
+        solved.solve_ms,
+        prepared.snapshot.pending.len(),
+        solved.objective.demand_met,
+        solved.bound,
+        solved.gap * 100.0
+    );
+    if !prepared.snapshot.expected.is_empty() {
+        message.push_str(&format!(
+            "; forecast: room for {} of {} pod(s) like those created in the last {} s",
+            solved.objective.expected,
+            prepared.snapshot.expected.len(),
+            forecast_window
+        ));
+    }
+    if !prepared.excluded.is_empty() {
+        let left: Vec<String> = prepared.excluded.iter().map(|(n, why)| format!("{n} ({why})")).collect();
+        message.push_str(&format!("; nodes left out until they settle: {}", left.join(", ")));
+    }
+    if prepared.snapshot.placements_inferred {
+        message.push_str("; some placements were inferred");
+    }
+    Condition {
+        type_: PLANNED.to_string(),
+        status: "True".to_string(),
+        reason: "Solved".to_string(),
+        message: message.chars().take(1000).collect(),
+        last_transition_time: Time(now),
+        observed_generation: generation,
+    }
+}
+
+#[cfg(test)]
+#[path = "propose_tests.rs"]
+mod tests;

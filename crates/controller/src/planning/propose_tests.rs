@@ -1,0 +1,286 @@
+#![allow(clippy::unwrap_used)] // test code
+use crate::fixtures::{self, by_name, in_phase, mignode, unschedulable, Inst};
+use crate::planning::propose::*;
+
+const SEVEN: &[Inst<'static>] = &[("7g.80gb", 0, None)];
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_700_000_000).unwrap()
+}
+
+struct World {
+    policy: MigPolicy,
+    nodes: BTreeMap<String, Arc<Node>>,
+    mignodes: BTreeMap<String, Arc<MigNode>>,
+    pods: Vec<Arc<Pod>>,
+}
+
+impl World {
+    /// Two H100 nodes with one free 7g.80gb GPU each, and `pending` pods wanting 1g.10gb.
+    fn new(pending: usize) -> World {
+        let mut policy = fixtures::policy("pool", "Auto");
+        policy.metadata.uid = Some("uid-pool".into());
+        World {
+            policy,
+            nodes: ["gpu-a", "gpu-b"]
+                .iter()
+                .map(|n| (n.to_string(), Arc::new(fixtures::node(n, "pool"))))
+                .collect(),
+            mignodes: by_name(vec![
+                mignode("gpu-a", 1, None, &[(0, SEVEN)]),
+                mignode("gpu-b", 1, None, &[(0, SEVEN)]),
+            ]),
+            pods: (0..pending)
+                .map(|i| Arc::new(unschedulable("ml", &format!("infer-{i}"), "1g.10gb")))
+                .collect(),
+        }
+    }
+
+    fn prepare(&self) -> Prepared {
+        let managed: Vec<String> = self.nodes.keys().cloned().collect();
+        let input = RoundInput {
+            policy: &self.policy,
+            managed: &managed,
+            nodes: &self.nodes,
+            mignodes: &self.mignodes,
+            pods: &self.pods,
+            now: now(),
+        };
+        prepare(&input, Catalog::builtin()).unwrap()
+    }
+
+    fn decide(&self, open: &[&MigPlan]) -> Decision {
+        let prepared = self.prepare();
+        let solved = solve(&prepared, Catalog::builtin(), &self.policy).unwrap();
+        let pods: BTreeMap<String, &Pod> = self.pods.iter().map(|p| (adapter_pods::key(p), &**p)).collect();
+        decide(&self.policy, &solved, &prepared, open, &pods, now())
+    }
+}
+
+fn published(decision: Decision) -> (MigPlan, Vec<Action>) {
+    match decision {
+        Decision::Publish { plan, events } => (*plan, events),
+        other => panic!("expected a plan, got {other:?}"),
+    }
+}
+
+#[test]
+fn demand_is_only_unschedulable_mig_pods() {
+    let mut world = World::new(2);
+    world.pods.push(Arc::new(fixtures::pod("ml", "bound", Some("gpu-a"))));
+    world.pods.push(Arc::new(fixtures::pod("ml", "not-yet-marked", None)));
+    let demand = demand(&world.pods);
+    assert_eq!(demand.keys().collect::<Vec<_>>(), ["ml/infer-0", "ml/infer-1"]);
+    assert_eq!(demand["ml/infer-0"]["1g.10gb"], 1);
+    let fp = demand_fingerprint(&world.policy, &demand);
+    assert!(fp.is_some());
+    assert_eq!(demand_fingerprint(&world.policy, &DemandByPod::new()), None);
+    world.policy.metadata.generation = Some(2);
+    assert_ne!(demand_fingerprint(&world.policy, &demand), fp, "a policy edit is a new batch");
+}
+
+#[test]
+fn a_missing_profile_becomes_a_plan_with_the_target_geometry() {
+    let world = World::new(3);
+    let (plan, events) = published(world.decide(&[]));
+    assert_eq!(plan.spec.policy, "pool");
+    assert_eq!(plan.spec.summary.pods_helped, 3);
+    assert_eq!(plan.spec.summary.gpus_changed, 1, "three 1g.10gb fit on one GPU: {:?}", plan.spec.nodes);
+    let gpu = &plan.spec.nodes[0].gpus[0];
+    assert_eq!(gpu.operations.destroy, vec![geometer_api::PlacedInstance::new("7g.80gb", 0)]);
+    assert!(gpu.to.iter().filter(|p| p.profile == "1g.10gb").count() >= 3, "{:?}", gpu.to);
+    assert_eq!(plan.labels()[POLICY_LABEL], "pool");
+    assert_eq!(plan.owner_references()[0].uid, "uid-pool");
+    assert!(plan.name_any().starts_with("pool-20231114-"), "{}", plan.name_any());
+    let status = plan.status.as_ref().unwrap();
+    assert_eq!(status.phase, MigPlanPhase::Proposed);
+    assert!(status.conditions[0].message.contains("3 pending pod(s)"), "{:?}", status.conditions);
+    assert_eq!(events.len(), 3, "one event per helped pod");
+}
+
+#[test]
+fn the_same_plan_is_not_published_twice() {
+    let world = World::new(2);
+    let (first, _) = published(world.decide(&[]));
+    match world.decide(&[&first]) {
+        Decision::Unchanged { plan } => assert_eq!(plan, first.name_any()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn no_demand_for_new_slices_publishes_nothing() {
+    let mut world = World::new(1);
+    world.mignodes = by_name(vec![
+        mignode("gpu-a", 1, None, &[(0, &[("4g.40gb", 0, None), ("1g.10gb", 6, None)])]),
+        mignode("gpu-b", 1, None, &[(0, SEVEN)]),
+    ]);
+    match world.decide(&[]) {
+        Decision::NothingToDo { events } => assert!(events.is_empty(), "the pod fits an existing free slice"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn nodes_that_have_not_settled_stay_out() {
+    let mut world = World::new(1);
+    let busy = in_phase(mignode("gpu-a", 2, Some("older"), &[(0, SEVEN)]), "Draining", "");
+    let failed = in_phase(mignode("gpu-b", 1, None, &[(0, SEVEN)]), "Failed", "drain timed out");
+    world.mignodes = by_name(vec![busy, failed]);
+    let prepared = world.prepare();
+    assert!(prepared.snapshot.nodes.is_empty());
+    let why: BTreeMap<&str, &str> = prepared.excluded.iter().map(|(n, w)| (n.as_str(), w.as_str())).collect();
+    assert!(why["gpu-a"].contains("reconfiguring"), "{why:?}");
+    assert!(why["gpu-b"].contains("drain timed out"), "{why:?}");
+    world.mignodes.remove("gpu-b");
+    let prepared = world.prepare();
+    assert!(
+        prepared.excluded.iter().any(|(n, w)| n == "gpu-b" && w.contains("agent")),
+        "{:?}",
+        prepared.excluded
+    );
+}
+
+#[test]
+fn a_node_inside_its_stabilisation_window_stays_out_until_it_ends() {
+    let mut world = World::new(1);
+    world.policy.spec.stabilisation_seconds = 600;
+    let changed = |ago: i64| {
+        let mut node = mignode("gpu-a", 1, None, &[(0, SEVEN)]);
+        let at = crate::world::written_at_value(now() - jiff::SignedDuration::from_secs(ago));
+        node.metadata.annotations = Some(BTreeMap::from([(crate::world::SPEC_WRITTEN_AT.to_string(), at)]));
+        Arc::new(node)
+    };
+    // Changed a minute ago: the plan goes to gpu-b instead of waiting nine minutes for gpu-a.
+    world.mignodes.insert("gpu-a".into(), changed(60));
+    let prepared = world.prepare();
+    assert!(prepared.settling, "the window ends on its own");
+    assert!(
+        prepared.excluded.iter().any(|(n, w)| n == "gpu-a" && w.contains("stabilisationSeconds")),
+        "{:?}",
+        prepared.excluded
+    );
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!(plan.spec.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), ["gpu-b"]);
+    // Changed eleven minutes ago: planned like any other node.
+    world.mignodes.insert("gpu-a".into(), changed(660));
+    assert!(world.prepare().excluded.is_empty());
+}
+
+#[test]
+fn a_node_the_catalog_cannot_place_stays_out_and_the_rest_is_planned() {
+    let mut world = World::new(1);
+    world.mignodes = by_name(vec![
+        mignode("gpu-a", 1, None, &[(0, &[("4g.40gb", 3, None)])]),
+        mignode("gpu-b", 1, None, &[(0, SEVEN)]),
+    ]);
+    let prepared = world.prepare();
+    assert_eq!(prepared.snapshot.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["gpu-b"]);
+    assert!(
+        prepared.excluded.iter().any(|(n, w)| n == "gpu-a" && w.contains("4g.40gb@3")),
+        "{:?}",
+        prepared.excluded
+    );
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!(plan.spec.nodes[0].node, "gpu-b");
+}
+
+#[test]
+fn a_disallowed_profile_is_explained_on_the_pod() {
+    let mut world = World::new(1);
+    world.policy.spec.allowed_profiles = vec!["2g.20gb".into()];
+    match world.decide(&[]) {
+        Decision::NothingToDo { events } => match &events[..] {
+            [Action::Event(e)] => {
+                assert!(e.warning && e.reason == "NoSlicePlanned", "{e:?}");
+                assert!(e.note.contains("allowedProfiles"), "{}", e.note);
+                assert_eq!(e.regarding.name.as_deref(), Some("infer-0"));
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A pending pod created `age` seconds before the round.
+fn pending_since(name: &str, profile: &str, age: i64) -> Arc<Pod> {
+    let mut pod = unschedulable("ml", name, profile);
+    pod.metadata.creation_timestamp = Some(Time(now() - jiff::SignedDuration::from_secs(age)));
+    Arc::new(pod)
+}
+
+/// The round's expected pods, as `namespace/name profile`.
+fn expected(world: &World) -> Vec<String> {
+    let pods = world.prepare().snapshot.expected;
+    assert!(pods.iter().all(|p| p.node.is_none()), "expected pods are not bound");
+    pods.iter()
+        .map(|p| format!("{} {}", p.key(), p.requests.keys().cloned().collect::<Vec<_>>().join("+")))
+        .collect()
+}
+
+#[test]
+fn the_forecast_prepares_what_recent_pods_asked_for() {
+    // Three nodes with a free GPU each; a 4g.40gb pod came 30 s ago, a 1g.10gb pod 5 s ago.
+    let mut world = World::new(0);
+    world.nodes = ["gpu-a", "gpu-b", "gpu-c"]
+        .iter()
+        .map(|n| (n.to_string(), Arc::new(fixtures::node(n, "pool"))))
+        .collect();
+    world.mignodes =
+        by_name(["gpu-a", "gpu-b", "gpu-c"].iter().map(|n| mignode(n, 1, None, &[(0, SEVEN)])).collect());
+    world.pods = vec![pending_since("mid", "4g.40gb", 30), pending_since("small", "1g.10gb", 5)];
+    // Recent too, but no guide to what comes next: a finished pod on a managed node, and a
+    // running one on a node of no policy.
+    let mut done = fixtures::pod("ml", "done", Some("gpu-a"));
+    done.metadata.creation_timestamp = Some(Time(now() - jiff::SignedDuration::from_secs(20)));
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    let mut elsewhere = fixtures::pod("ml", "elsewhere", Some("cpu-node"));
+    elsewhere.metadata.creation_timestamp = done.metadata.creation_timestamp.clone();
+    elsewhere.status.as_mut().unwrap().phase = Some("Running".into());
+    world.pods.extend([Arc::new(done), Arc::new(elsewhere)]);
+    let spare_4g = |plan: &MigPlan| {
+        plan.spec
+            .nodes
+            .iter()
+            .flat_map(|n| &n.gpus)
+            .flat_map(|g| &g.to)
+            .filter(|p| p.profile == "4g.40gb")
+            .count()
+            - 1
+    };
+
+    // Off (the default): both pods share one GPU.
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!(
+        (plan.spec.summary.pods_helped, plan.spec.summary.gpus_changed),
+        (2, 1),
+        "{:?}",
+        plan.spec.nodes
+    );
+    assert!(world.prepare().snapshot.expected.is_empty());
+
+    // A 60 s window expects another 4g.40gb and 1g.10gb: a second GPU gets a 4g.40gb ready.
+    world.policy.spec.forecast_window_seconds = 60;
+    assert_eq!(expected(&world), ["ml/mid 4g.40gb", "ml/small 1g.10gb"]);
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!(
+        (plan.spec.summary.pods_helped, plan.spec.summary.gpus_changed),
+        (2, 2),
+        "{:?}",
+        plan.spec.nodes
+    );
+    assert_eq!(spare_4g(&plan), 1, "{:?}", plan.spec.nodes);
+    // The rollout takes the node the pending pods need before the one changed for the forecast.
+    assert_eq!(plan.spec.demand.met[0].node, plan.spec.nodes[0].node, "{:?}", plan.spec.nodes);
+    let planned = &plan.status.as_ref().unwrap().conditions[0].message;
+    assert!(
+        planned.contains("forecast: room for 2 of 2 pod(s) like those created in the last 60 s"),
+        "{planned}"
+    );
+
+    // A 10 s window only sees the 1g.10gb pod, whose spare slices the first GPU has anyway.
+    world.policy.spec.forecast_window_seconds = 10;
+    assert_eq!(expected(&world), ["ml/small 1g.10gb"]);
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!(plan.spec.summary.gpus_changed, 1, "{:?}", plan.spec.nodes);
+}

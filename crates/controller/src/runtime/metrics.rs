@@ -1,0 +1,192 @@
+//! Prometheus metrics of the controller, served as text on `/metrics`.
+//!
+//! Gauges that describe the cluster (plans by phase, demand by profile, GPUs by state) are set
+//! from a full recount each round, clearing first, so a label that dropped to nothing reads 0
+//! rather than its last value.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProfileLabel {
+    profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
+/// What a planning round ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoundOutcome {
+    /// A new plan was published.
+    Published,
+    /// The world matched the last plan's; nothing was published.
+    Unchanged,
+    /// The policy is invalid or a node is settling; no plan.
+    Skipped,
+    /// The round failed (API or solver error); it is retried.
+    Error,
+}
+
+impl RoundOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            RoundOutcome::Published => "published",
+            RoundOutcome::Unchanged => "unchanged",
+            RoundOutcome::Skipped => "skipped",
+            RoundOutcome::Error => "error",
+        }
+    }
+}
+
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    plans: Family<PhaseLabel, Gauge>,
+    demand: Family<ProfileLabel, Gauge>,
+    gpus: Family<StateLabel, Gauge>,
+    solve_seconds: Histogram,
+    rounds: Family<OutcomeLabel, Counter>,
+    leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("geometer");
+        let plans = Family::<PhaseLabel, Gauge>::default();
+        registry.register("plans", "MigPlans by phase", plans.clone());
+        let demand = Family::<ProfileLabel, Gauge>::default();
+        registry.register(
+            "demand_slices",
+            "MIG slices requested by pending, unschedulable pods, by profile",
+            demand.clone(),
+        );
+        let gpus = Family::<StateLabel, Gauge>::default();
+        registry.register(
+            "gpus",
+            "Managed GPUs by state of their node (Ready, Reconfiguring, Failed)",
+            gpus.clone(),
+        );
+        // 1 ms .. ~65 s: the solver's time limit is seconds, small clusters solve in milliseconds.
+        let solve_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 17));
+        registry.register("solve_seconds", "Time the solver took per planning round", solve_seconds.clone());
+        let rounds = Family::<OutcomeLabel, Counter>::default();
+        registry.register("rounds", "Planning rounds by outcome", rounds.clone());
+        let leader = Gauge::default();
+        registry.register("leader", "1 while this controller holds the leader lease", leader.clone());
+        Metrics { registry: Mutex::new(registry), plans, demand, gpus, solve_seconds, rounds, leader }
+    }
+
+    pub fn set_plans_by_phase(&self, counts: &BTreeMap<String, i64>) {
+        self.plans.clear();
+        for (phase, n) in counts {
+            self.plans.get_or_create(&PhaseLabel { phase: phase.clone() }).set(*n);
+        }
+    }
+
+    pub fn set_demand_by_profile(&self, slices: &BTreeMap<String, i64>) {
+        self.demand.clear();
+        for (profile, n) in slices {
+            self.demand.get_or_create(&ProfileLabel { profile: profile.clone() }).set(*n);
+        }
+    }
+
+    pub fn set_gpus_by_state(&self, counts: &BTreeMap<String, i64>) {
+        self.gpus.clear();
+        for (state, n) in counts {
+            self.gpus.get_or_create(&StateLabel { state: state.clone() }).set(*n);
+        }
+    }
+
+    pub fn observe_solve(&self, seconds: f64) {
+        self.solve_seconds.observe(seconds);
+    }
+
+    pub fn count_round(&self, outcome: RoundOutcome) {
+        self.rounds.get_or_create(&OutcomeLabel { outcome: outcome.as_str().to_string() }).inc();
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    /// Prometheus text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn exposes_each_metric_with_its_labels() {
+        let m = Metrics::new();
+        m.set_plans_by_phase(&counts(&[("Proposed", 2), ("Succeeded", 5)]));
+        m.set_demand_by_profile(&counts(&[("1g.10gb", 3)]));
+        m.set_gpus_by_state(&counts(&[("Ready", 8), ("Reconfiguring", 1)]));
+        m.observe_solve(0.25);
+        m.count_round(RoundOutcome::Published);
+        m.count_round(RoundOutcome::Unchanged);
+        m.count_round(RoundOutcome::Unchanged);
+        m.set_leader(true);
+        let text = m.encode();
+        for line in [
+            "geometer_plans{phase=\"Proposed\"} 2",
+            "geometer_plans{phase=\"Succeeded\"} 5",
+            "geometer_demand_slices{profile=\"1g.10gb\"} 3",
+            "geometer_gpus{state=\"Reconfiguring\"} 1",
+            "geometer_solve_seconds_count 1",
+            "geometer_solve_seconds_sum 0.25",
+            "geometer_rounds_total{outcome=\"unchanged\"} 2",
+            "geometer_leader 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_recount_drops_labels_that_went_away() {
+        let m = Metrics::new();
+        m.set_demand_by_profile(&counts(&[("1g.10gb", 3), ("3g.40gb", 1)]));
+        m.set_demand_by_profile(&counts(&[("3g.40gb", 2)]));
+        let text = m.encode();
+        assert!(!text.contains("1g.10gb"), "{text}");
+        assert!(text.contains("geometer_demand_slices{profile=\"3g.40gb\"} 2"));
+    }
+}

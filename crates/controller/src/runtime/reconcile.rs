@@ -1,0 +1,315 @@
+//! One pass of the controller over its caches: policies validated, open plans moved along their
+//! lifecycle, demand batched and due rounds planned. [`crate::runtime::main_loop`] calls it on every change.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use geometer_solver::catalog::Catalog;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{Client, ResourceExt};
+use tokio::time::Instant;
+
+use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPlanPhase, MigPolicy};
+
+use crate::planning::batching::{BatchWindows, Batcher};
+use crate::planning::propose;
+use crate::policy::status as policy_status;
+use crate::policy::validation::{KnownProfiles, PolicyReport};
+use crate::rollout::lifecycle::{reconcile_plan, PlanInputs};
+use crate::runtime::cache::Caches;
+use crate::runtime::execute::Executor;
+use crate::runtime::metrics::Metrics;
+use crate::runtime::settings::Settings;
+use crate::world;
+
+/// The cluster as one pass reads it.
+struct Seen {
+    pods: Vec<Arc<Pod>>,
+    nodes: BTreeMap<String, Arc<Node>>,
+    mignodes: BTreeMap<String, Arc<MigNode>>,
+    policies: Vec<Arc<MigPolicy>>,
+    plans: Vec<Arc<MigPlan>>,
+}
+
+pub struct Controller {
+    catalog: Arc<Catalog>,
+    known: KnownProfiles,
+    caches: Caches,
+    executor: Executor,
+    metrics: Arc<Metrics>,
+    batchers: BTreeMap<String, Batcher>,
+    /// Per policy, its newest plan and whether it had ended, as of the last pass.
+    newest_seen: BTreeMap<String, (String, bool)>,
+}
+
+impl Controller {
+    pub fn new(client: Client, settings: &Settings, caches: Caches, metrics: Arc<Metrics>) -> Self {
+        Controller {
+            known: policy_status::known_profiles(&settings.catalog),
+            catalog: settings.catalog.clone(),
+            caches,
+            executor: Executor::new(client, &settings.identity),
+            metrics,
+            batchers: BTreeMap::new(),
+            newest_seen: BTreeMap::new(),
+        }
+    }
+
+    fn read(&self) -> Seen {
+        let mut policies = self.caches.policies.state();
+        policies.sort_by_key(|p| p.name_any());
+        let mut plans = self.caches.plans.state();
+        plans.sort_by_key(|p| (p.creation_timestamp().map(|t| t.0), p.name_any()));
+        Seen {
+            pods: self.caches.pods.state(),
+            nodes: by_name(self.caches.nodes.state()),
+            mignodes: by_name(self.caches.mignodes.state()),
+            policies,
+            plans,
+        }
+    }
+
+    /// One pass; returns when the next pass is due even if nothing changes.
+    pub async fn pass(&mut self) -> Instant {
+        let now = Timestamp::now();
+        let seen = self.read();
+        let nodes: Vec<Arc<Node>> = seen.nodes.values().cloned().collect();
+        let facts = policy_status::node_facts(&nodes, &seen.mignodes, &self.catalog);
+        let reports = policy_status::validate(&seen.policies, &facts, &self.known);
+        let newest = policy_status::newest_plans(&seen.plans);
+        for group in policy_status::reconcile_policies(
+            &seen.policies,
+            &reports,
+            &seen.mignodes,
+            &newest,
+            &self.catalog,
+            now,
+        ) {
+            self.executor.run_group(group).await;
+        }
+        let demand = propose::demand(&seen.pods);
+        let mut wake = self.plans(&seen, &reports, &newest, now).await;
+        wake = wake.min(self.rounds(&seen, &reports, &newest, &demand, now).await);
+        self.count(&seen, &reports, &demand);
+        wake
+    }
+
+    /// Moves every open plan along its lifecycle.
+    async fn plans(
+        &self,
+        seen: &Seen,
+        reports: &BTreeMap<String, PolicyReport>,
+        newest: &BTreeMap<String, Arc<MigPlan>>,
+        now: Timestamp,
+    ) -> Instant {
+        let world = world::world_view(seen.pods.iter().map(|p| &**p), seen.mignodes.values().map(|m| &**m));
+        let mut wake = Instant::now() + Duration::from_secs(3600);
+        for plan in seen.plans.iter().filter(|p| !p.phase().is_final()) {
+            let policy_name = &plan.spec.policy;
+            let policy = seen.policies.iter().find(|p| &p.name_any() == policy_name).map(|p| &**p);
+            let report = reports.get(policy_name);
+            let managed: BTreeMap<String, Arc<MigNode>> = report
+                .map(|r| {
+                    r.matched_nodes
+                        .iter()
+                        .filter_map(|n| Some((n.clone(), seen.mignodes.get(n)?.clone())))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let newer = newest.get(policy_name).map(|n| n.name_any()).filter(|n| *n != plan.name_any());
+            let another_applying = seen
+                .plans
+                .iter()
+                .find(|p| {
+                    &p.spec.policy == policy_name
+                        && p.name_any() != plan.name_any()
+                        && p.phase() == MigPlanPhase::Applying
+                })
+                .map(|p| p.name_any());
+            let decision = reconcile_plan(&PlanInputs {
+                plan,
+                policy,
+                policy_valid: report.is_some_and(|r| r.is_valid()),
+                newer: newer.as_deref(),
+                another_applying: another_applying.as_deref(),
+                world: &world,
+                mignodes: &managed,
+                now,
+            });
+            if let Some(at) = decision.recheck_at {
+                wake = wake.min(instant_of(at, now));
+            }
+            if !decision.actions.is_empty() {
+                self.executor.run_group(decision.actions).await;
+            }
+        }
+        wake
+    }
+
+    /// Batches each valid policy's demand and plans the batches that are due.
+    async fn rounds(
+        &mut self,
+        seen: &Seen,
+        reports: &BTreeMap<String, PolicyReport>,
+        newest: &BTreeMap<String, Arc<MigPlan>>,
+        demand: &propose::DemandByPod,
+        now: Timestamp,
+    ) -> Instant {
+        let instant = Instant::now();
+        let mut wake = instant + Duration::from_secs(3600);
+        self.batchers.retain(|name, _| reports.contains_key(name));
+        for policy in &seen.policies {
+            let name = policy.name_any();
+            let Some(report) = reports.get(&name).filter(|r| r.is_valid()) else { continue };
+            let windows = BatchWindows::from_seconds(
+                policy.spec.batching.idle_seconds,
+                policy.spec.batching.max_seconds,
+            );
+            let batcher = self.batchers.entry(name.clone()).or_insert_with(|| Batcher::new(windows));
+            batcher.set_windows(windows);
+            // When the newest plan ends, the demand it left deserves a new look.
+            let now_newest = newest.get(&name).map(|p| (p.name_any(), p.phase().is_final()));
+            if let (Some((was, false)), Some((is, true))) = (self.newest_seen.get(&name), &now_newest) {
+                if was == is {
+                    batcher.reset();
+                }
+            }
+            if let Some(n) = now_newest {
+                self.newest_seen.insert(name.clone(), n);
+            }
+            batcher.observe(instant, propose::demand_fingerprint(policy, demand));
+            if let Some(due) = batcher.poll(instant) {
+                tracing::info!(policy = %name, trigger = due.trigger.as_str(), waited_ms = due.waited.as_millis() as u64, "planning round");
+                let busy = seen.plans.iter().any(|p| {
+                    p.spec.policy == name
+                        && matches!(p.phase(), MigPlanPhase::Approved | MigPlanPhase::Applying)
+                });
+                let retry = if busy {
+                    self.metrics.count_round(crate::runtime::metrics::RoundOutcome::Skipped);
+                    true
+                } else {
+                    self.round(policy, report, seen, now).await
+                };
+                if retry {
+                    if let Some(b) = self.batchers.get_mut(&name) {
+                        b.retry(instant);
+                    }
+                }
+            }
+            if let Some(at) = self.batchers.get(&name).and_then(Batcher::due_at) {
+                wake = wake.min(at);
+            }
+        }
+        wake
+    }
+
+    /// Plans one policy's batch; true when the round should be tried again later.
+    async fn round(&self, policy: &MigPolicy, report: &PolicyReport, seen: &Seen, now: Timestamp) -> bool {
+        use crate::runtime::metrics::RoundOutcome;
+        let input = propose::RoundInput {
+            policy,
+            managed: &report.matched_nodes,
+            nodes: &seen.nodes,
+            mignodes: &seen.mignodes,
+            pods: &seen.pods,
+            now,
+        };
+        let prepared = match propose::prepare(&input, &self.catalog) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(policy = %policy.name_any(), error = %e, "cannot build the planning snapshot; retrying");
+                self.metrics.count_round(RoundOutcome::Error);
+                return true;
+            }
+        };
+        let (catalog, owned_policy) = (self.catalog.clone(), policy.clone());
+        let solved = tokio::task::spawn_blocking(move || {
+            let solved = propose::solve(&prepared, &catalog, &owned_policy);
+            (prepared, solved)
+        })
+        .await;
+        let (prepared, solved) = match solved {
+            Ok((prepared, Ok(plan))) => (prepared, plan),
+            Ok((_, Err(e))) => {
+                tracing::warn!(policy = %policy.name_any(), error = %e, "the planner rejected the snapshot; retrying");
+                self.metrics.count_round(RoundOutcome::Error);
+                return true;
+            }
+            Err(e) => {
+                tracing::error!(policy = %policy.name_any(), error = %e, "the planner panicked; retrying");
+                self.metrics.count_round(RoundOutcome::Error);
+                return true;
+            }
+        };
+        self.metrics.observe_solve(solved.solve_ms as f64 / 1000.0);
+        let pods: BTreeMap<String, &Pod> =
+            seen.pods.iter().map(|p| (crate::adapter::pods::key(p), &**p)).collect();
+        let open: Vec<&MigPlan> = seen
+            .plans
+            .iter()
+            .filter(|p| p.spec.policy == policy.name_any() && p.phase() == MigPlanPhase::Proposed)
+            .map(|p| &**p)
+            .collect();
+        match propose::decide(policy, &solved, &prepared, &open, &pods, now) {
+            propose::Decision::Publish { plan, events } => {
+                tracing::info!(policy = %policy.name_any(), plan = %plan.name_any(), gpus = plan.spec.summary.gpus_changed, pods = plan.spec.summary.pods_helped, "publishing plan");
+                let mut group = vec![crate::runtime::actions::Action::CreatePlan(plan)];
+                group.extend(events);
+                let outcome = self.executor.run_group(group).await;
+                let failed = outcome.errors + outcome.conflicts > 0 && outcome.done == 0;
+                self.metrics.count_round(if failed { RoundOutcome::Error } else { RoundOutcome::Published });
+                failed
+            }
+            propose::Decision::Unchanged { plan } => {
+                tracing::debug!(policy = %policy.name_any(), plan = %plan, "the open plan already says this");
+                self.metrics.count_round(RoundOutcome::Unchanged);
+                false
+            }
+            propose::Decision::NothingToDo { events } => {
+                self.executor.run_group(events).await;
+                self.metrics.count_round(RoundOutcome::Skipped);
+                // Nodes that settle later may make room: look again then.
+                prepared.settling
+            }
+        }
+    }
+
+    /// Gauges from a full recount.
+    fn count(&self, seen: &Seen, reports: &BTreeMap<String, PolicyReport>, demand: &propose::DemandByPod) {
+        let mut plans: BTreeMap<String, i64> = BTreeMap::new();
+        for plan in &seen.plans {
+            *plans.entry(format!("{:?}", plan.phase())).or_default() += 1;
+        }
+        self.metrics.set_plans_by_phase(&plans);
+        let mut by_profile: BTreeMap<String, i64> = BTreeMap::new();
+        for (profile, slices) in demand.values().flatten() {
+            *by_profile.entry(profile.clone()).or_default() += i64::from(*slices);
+        }
+        self.metrics.set_demand_by_profile(&by_profile);
+        let mut gpus: BTreeMap<String, i64> = BTreeMap::new();
+        let managed: std::collections::BTreeSet<&String> =
+            reports.values().flat_map(|r| &r.matched_nodes).collect();
+        for node in managed.into_iter().filter_map(|n| seen.mignodes.get(n)) {
+            let Some(status) = &node.status else { continue };
+            let state = match status.phase {
+                MigNodePhase::Ready => "Ready",
+                MigNodePhase::Failed => "Failed",
+                _ => "Reconfiguring",
+            };
+            *gpus.entry(state.to_string()).or_default() += status.gpus.len() as i64;
+        }
+        self.metrics.set_gpus_by_state(&gpus);
+    }
+}
+
+fn by_name<K: ResourceExt>(list: Vec<Arc<K>>) -> BTreeMap<String, Arc<K>> {
+    list.into_iter().map(|o| (o.name_any(), o)).collect()
+}
+
+fn instant_of(at: Timestamp, now: Timestamp) -> Instant {
+    let ahead = at.duration_since(now);
+    let ahead = Duration::try_from(ahead).unwrap_or(Duration::ZERO);
+    Instant::now() + ahead
+}

@@ -1,0 +1,85 @@
+//! `geometer plan`: plan MIG geometry offline from a cluster snapshot, read-only.
+//!
+//! `kubectl get nodes,pods -A -o yaml | geometer plan --snapshot -` plans against a real
+//! cluster without touching it.
+
+use std::io::Read;
+use std::time::Duration;
+
+use anyhow::Context;
+use geometer_solver::catalog::Catalog;
+use geometer_solver::plan::PlanOptions;
+use geometer_solver::snapshot::Snapshot;
+
+use super::args::PlanArgs;
+use crate::cli::output::{self, Failure};
+use geometer_controller::adapter;
+
+fn read_input(path: &str) -> Result<String, Failure> {
+    let mut text = String::new();
+    if path == "-" {
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read the snapshot from standard input")
+            .map_err(Failure::bad_input)?;
+    } else {
+        text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --snapshot {path}"))
+            .map_err(Failure::bad_input)?;
+    }
+    Ok(text)
+}
+
+/// A planner snapshot has `nodes` and no `kind`; anything else goes through the adapter.
+fn is_planner_snapshot(value: &serde_json::Value) -> bool {
+    value.get("kind").is_none() && value.get("nodes").is_some()
+}
+
+/// Plans the snapshot file `snapshot`.
+pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(), Failure> {
+    let text = read_input(snapshot)?;
+    let bad = |e: anyhow::Error| Failure::bad_input(e);
+    let policy = match &args.policy {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --policy {}", path.display()))
+                .map_err(bad)?;
+            Some(
+                adapter::parse_policy(&text)
+                    .with_context(|| format!("invalid --policy {}", path.display()))
+                    .map_err(bad)?,
+            )
+        }
+        None => None,
+    };
+    let value = adapter::parse_value(&text).context("invalid --snapshot").map_err(bad)?;
+    let (snapshot, warnings) = if is_planner_snapshot(&value) {
+        let mut snapshot: Snapshot = serde_json::from_value(value)
+            .context("invalid --snapshot (planner snapshot format)")
+            .map_err(bad)?;
+        if let Some(p) = policy {
+            snapshot.policy = Some(p.policy);
+        }
+        (snapshot, Vec::new())
+    } else {
+        let objects = adapter::parse_objects(&text).context("invalid --snapshot").map_err(bad)?;
+        let built = adapter::build_snapshot(&objects, &catalog, policy, jiff::Timestamp::now())
+            .context("invalid --snapshot")
+            .map_err(bad)?;
+        (built.snapshot, built.warnings)
+    };
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    if snapshot.nodes.is_empty() {
+        eprintln!("warning: no managed MIG nodes in the snapshot (GPU Operator labels, MIG capacity or MigNode objects)");
+    }
+    let options = PlanOptions { time_limit: args.time_limit_ms.map(Duration::from_millis) };
+    let mut plan = args
+        .solver
+        .plan(&snapshot, &catalog, &options)
+        .context("the snapshot does not fit the catalog")
+        .map_err(bad)?;
+    plan.notes.extend(warnings);
+    output::print(args.output, &plan, || plan.render_table())
+}
