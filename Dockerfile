@@ -14,7 +14,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --bin geometer \
+# The operator only: no in-memory API server, simulated cluster, simulated NVML or fault
+# injection (the `demo` feature is for developers).
+RUN cargo build --release --locked -p geometer --no-default-features --features highs \
  && cp target/release/geometer /geometer
 
 FROM gcr.io/distroless/cc-debian12:nonroot

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use crate::catalog::{GpuModel, ProfileId};
-use crate::geometry::{maximal_extensions, Geometry};
+use crate::geometry::{maximal_extensions_cached, Geometry, GeometryCache};
 use crate::plan::prepare::{Problem, User};
 
 /// Who holds an instance, with evictable pods numbered per GPU (first instance first).
@@ -56,7 +56,7 @@ pub(crate) struct Candidates {
 /// "none", "each alone" and "all" are tried.
 const ALL_SUBSETS_UP_TO: u32 = 4;
 
-pub(crate) fn build(problem: &Problem) -> Candidates {
+pub(crate) fn build(problem: &Problem, cache: &GeometryCache) -> Candidates {
     let mut index: BTreeMap<BaseKey, usize> = BTreeMap::new();
     let mut classes: Vec<(BaseKey, Vec<Candidate>)> = Vec::new();
     let mut class_of_gpu = Vec::with_capacity(problem.gpus.len());
@@ -88,6 +88,7 @@ pub(crate) fn build(problem: &Problem) -> Candidates {
                     &problem.allowed[gpu.model],
                     &problem.pid_to_key[gpu.model],
                     problem.profiles.len(),
+                    cache,
                 );
                 index.insert(key.clone(), classes.len());
                 classes.push((key, cands));
@@ -121,6 +122,7 @@ pub(crate) fn generate(
     allowed: &[ProfileId],
     pid_to_key: &[Option<usize>],
     keys: usize,
+    cache: &GeometryCache,
 ) -> Vec<Candidate> {
     let instances = key.current.instances();
     let pods = key
@@ -139,7 +141,7 @@ pub(crate) fn generate(
         let fixed = Geometry::new(
             instances.iter().zip(&key.holders).filter(|(_, h)| held(h)).map(|(p, _)| *p).collect(),
         );
-        let mut geometries = maximal_extensions(model, &fixed, allowed);
+        let mut geometries = maximal_extensions_cached(model, &fixed, allowed, cache);
         if evicts == 0 {
             geometries.push(key.current.clone());
         }
@@ -225,7 +227,7 @@ mod tests {
         let m = a100();
         let key = BaseKey { model: 0, current: Geometry::empty(), holders: vec![] };
         let names = ["1g.5gb", "3g.20gb"];
-        let cands = generate(m, &key, &m.standard_profiles(), &keys(m, &names), 2);
+        let cands = generate(m, &key, &m.standard_profiles(), &keys(m, &names), 2, &GeometryCache::new());
         assert_eq!(cands[0].geometry, Geometry::empty(), "current geometry first: it changes nothing");
         assert!(cands.iter().any(|c| c.free == vec![7, 0]), "seven 1g.5gb: {cands:?}");
         assert!(cands.iter().any(|c| c.free == vec![0, 2]), "two 3g.20gb");
@@ -250,7 +252,7 @@ mod tests {
         let names = ["1g.5gb"];
         let pinned =
             BaseKey { model: 0, current: current.clone(), holders: vec![Holder::Pinned, Holder::Free] };
-        let cands = generate(m, &pinned, &m.standard_profiles(), &keys(m, &names), 1);
+        let cands = generate(m, &pinned, &m.standard_profiles(), &keys(m, &names), 1, &GeometryCache::new());
         assert!(cands.iter().all(|c| c.geometry.contains(&Placed::new(p3, 0))));
         assert!(cands
             .iter()
@@ -258,7 +260,8 @@ mod tests {
                 && c.geometry.instances().iter().filter(|p| p.profile == p1).count() == 3));
 
         let evictable = BaseKey { model: 0, current, holders: vec![Holder::Evictable(0), Holder::Free] };
-        let cands = generate(m, &evictable, &m.standard_profiles(), &keys(m, &names), 1);
+        let cands =
+            generate(m, &evictable, &m.standard_profiles(), &keys(m, &names), 1, &GeometryCache::new());
         let best = cands.iter().find(|c| c.evicts == 1).expect("a candidate evicting pod 0");
         assert_eq!(best.free, vec![7]);
         assert!(cands.iter().all(|c| c.evicts == 0 || !c.geometry.contains(&Placed::new(p3, 0))));

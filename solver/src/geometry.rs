@@ -5,7 +5,7 @@
 //! groups, engine totals and compute slices hold. Search (placement, enumeration, maximal
 //! extensions) lives in `search`, spec parsing in `spec`, the diff in `diff`.
 
-mod cache;
+pub mod cache;
 mod diff;
 mod error;
 mod rules;
@@ -16,9 +16,10 @@ use serde::Serialize;
 
 use crate::catalog::{GpuModel, ProfileId};
 
+pub use cache::GeometryCache;
 pub use diff::{diff, GeometryDiff};
 pub use error::GeometryError;
-pub use search::{enumerate, maximal_extensions, place};
+pub use search::{enumerate, maximal_extensions, maximal_extensions_cached, place};
 pub use spec::{parse_spec, GeometrySpec};
 
 /// One GPU instance: a profile at a start unit. Ordered by `(start, profile)`.

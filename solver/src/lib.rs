@@ -10,4 +10,5 @@ pub mod ilp;
 pub mod plan;
 pub mod snapshot;
 
-pub use ilp::plan;
+pub use geometry::GeometryCache;
+pub use ilp::{plan, plan_cached};

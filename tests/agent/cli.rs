@@ -23,16 +23,7 @@ fn plugin_pod(n: u32) -> Pod {
     .unwrap()
 }
 
-async fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use geometer_testkit::wait::wait_for;
 
 /// Plays the device plugin's DaemonSet: when its pod is evicted, advertise what the agent's
 /// inventory shows and start a new pod.

@@ -187,20 +187,7 @@ impl E2e {
     }
 }
 
-/// Polls `check` until it gives a value. The deadline (generous, never a measured time) only
-/// stops a broken test from hanging, and says what it waited for.
-pub async fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("gave up waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+pub use crate::wait::wait_for;
 
 /// Runs the real kubectl against the server, or says why it cannot.
 pub fn kubectl(server: &ApiServer, kubeconfig: &std::path::Path, args: &[&str]) -> Result<String, String> {

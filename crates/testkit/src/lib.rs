@@ -7,3 +7,4 @@ pub mod deploy;
 pub mod e2e;
 pub mod simcluster;
 pub mod trace;
+pub mod wait;

@@ -1,8 +1,6 @@
 //! Shared set-up for tests on the simulated cluster.
 #![allow(dead_code)]
 
-use std::time::Duration;
-
 use geometer_apiserver::ApiServer;
 use geometer_simcluster::{ClusterSpec, SimCluster};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -32,20 +30,7 @@ pub async fn create(server: &ApiServer, pod: Pod) -> Pod {
         .expect("create pod")
 }
 
-/// Polls `check` until it gives a value. The deadline (generous, never a measured time) only
-/// stops a broken test from hanging.
-pub async fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("gave up waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
+pub use crate::wait::wait_for;
 
 pub fn pod(server: &ApiServer, name: &str) -> Pod {
     server.object::<Pod>(NS, name).unwrap_or_else(|| panic!("pod {name} exists"))

@@ -4,8 +4,8 @@
 
 use crate::catalog::{GpuModel, ProfileId};
 
-use super::cache;
 use super::rules::{self, Rules, State};
+use super::GeometryCache;
 use super::{validate, Geometry, GeometryError, Placed};
 
 /// A candidate instance: profile, start and the units it covers.
@@ -47,14 +47,23 @@ fn check_ids(model: &GpuModel, ids: &[ProfileId]) -> Result<(), GeometryError> {
 
 /// Every maximal geometry that contains `fixed` unchanged and adds only `allowed` profiles.
 /// "Maximal": no allowed profile fits anywhere any more. Sorted; empty when `fixed` is invalid.
-/// When nothing can be added, the answer is `fixed` itself. Results are memoized per model
-/// content, fixed part and allowed set, since planners ask the same question for many GPUs.
+/// When nothing can be added, the answer is `fixed` itself.
 pub fn maximal_extensions(model: &GpuModel, fixed: &Geometry, allowed: &[ProfileId]) -> Vec<Geometry> {
+    maximal_extensions_cached(model, fixed, allowed, &GeometryCache::new())
+}
+
+/// [`maximal_extensions`], answered from `cache` where it asked the same question before.
+pub fn maximal_extensions_cached(
+    model: &GpuModel,
+    fixed: &Geometry,
+    allowed: &[ProfileId],
+    cache: &GeometryCache,
+) -> Vec<Geometry> {
     if validate(model, fixed).is_err() {
         return Vec::new();
     }
     let allowed = normalized(model, allowed);
-    cache::get_or_compute(model, fixed, &allowed, || {
+    cache.get_or_compute(model, fixed, &allowed, || {
         let rules = Rules::new(model);
         let choices = choices(&rules, &allowed);
         let state = state_of(&rules, fixed);

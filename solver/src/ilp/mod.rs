@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::candidates::{self, Candidates};
 use crate::catalog::Catalog;
 use crate::geometry::Geometry;
+use crate::geometry::GeometryCache;
 use crate::plan::assign::Hints;
 use crate::plan::prepare::Problem;
 use crate::plan::realize::{realize, Decision};
@@ -38,22 +39,33 @@ const MAX_STAGE_RANGE: f64 = 1e9;
 
 /// Plans with the ILP. Same input, same plan.
 pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Result<Plan, PlanError> {
+    plan_cached(snapshot, catalog, options, &GeometryCache::new())
+}
+
+/// [`plan`], with geometry searches answered from `cache` where an earlier plan (or GPU) asked
+/// the same question: a controller keeps one cache for its lifetime.
+pub fn plan_cached(
+    snapshot: &Snapshot,
+    catalog: &Catalog,
+    options: &PlanOptions,
+    cache: &GeometryCache,
+) -> Result<Plan, PlanError> {
     let started = Instant::now();
     let problem = Problem::new(snapshot, catalog, options)?;
     let deadline = started + problem.time_limit;
     if problem.running.is_empty() {
-        return Ok(solve(&problem, started, deadline));
+        return Ok(solve(&problem, started, deadline, cache));
     }
     // Evicting pays only where it lets more demand be met, and candidates that evict make the
     // model many times larger. So plan without them first: when that plan meets every
     // plannable pod, no optimal plan evicts (fewest evictions comes right after demand met),
     // and the plans that evict nobody are exactly the ones this smaller model has.
     let keep = problem.without_eviction();
-    let kept = solve(&keep, started, deadline);
+    let kept = solve(&keep, started, deadline, cache);
     if kept.objective.demand_met >= keep.trivial_bound() {
         return Ok(kept);
     }
-    let evicting = solve(&problem, started, deadline);
+    let evicting = solve(&problem, started, deadline, cache);
     // The bound with eviction is the one that holds for this problem.
     let bound = kept.bound.max(evicting.bound);
     let mut plan = if kept.objective.better(&evicting.objective) == std::cmp::Ordering::Greater {
@@ -68,10 +80,10 @@ pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Re
 }
 
 /// The ILP on one problem, never worse than the greedy plan for it.
-fn solve(problem: &Problem, started: Instant, deadline: Instant) -> Plan {
+fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &GeometryCache) -> Plan {
     let greedy = crate::greedy::decide(problem);
 
-    let candidates = candidates::build(problem);
+    let candidates = candidates::build(problem, cache);
     let agg = aggregate::aggregate(problem, &candidates);
     let model = model::build(problem, &agg);
     let mut notes = Vec::new();

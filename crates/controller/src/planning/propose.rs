@@ -14,6 +14,7 @@ use std::time::Duration;
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::{Plan, PlanOptions};
 use geometer_solver::snapshot::Snapshot;
+use geometer_solver::GeometryCache;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
@@ -209,13 +210,15 @@ pub fn options(policy: &MigPolicy) -> PlanOptions {
     PlanOptions { time_limit: (limit > 0).then(|| Duration::from_millis(limit.into())) }
 }
 
-/// Runs the solver under the policy's time limit (ILP, greedy fallback inside).
+/// Runs the solver under the policy's time limit (ILP, greedy fallback inside), its geometry
+/// searches answered from `cache` where an earlier round asked the same.
 pub fn solve(
     prepared: &Prepared,
     catalog: &Catalog,
     policy: &MigPolicy,
+    cache: &GeometryCache,
 ) -> Result<Plan, geometer_solver::plan::PlanError> {
-    geometer_solver::plan(&prepared.snapshot, catalog, &options(policy))
+    geometer_solver::plan_cached(&prepared.snapshot, catalog, &options(policy), cache)
 }
 
 /// What a round ends with.

@@ -51,7 +51,9 @@ impl World {
 
     fn decide(&self, open: &[&MigPlan]) -> Decision {
         let prepared = self.prepare();
-        let solved = solve(&prepared, Catalog::builtin(), &self.policy).unwrap();
+        let solved =
+            solve(&prepared, Catalog::builtin(), &self.policy, &geometer_solver::GeometryCache::new())
+                .unwrap();
         let pods: BTreeMap<String, &Pod> = self.pods.iter().map(|p| (adapter_pods::key(p), &**p)).collect();
         decide(&self.policy, &solved, &prepared, open, &pods, now())
     }

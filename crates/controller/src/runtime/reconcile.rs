@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use geometer_solver::catalog::Catalog;
+use geometer_solver::GeometryCache;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{Client, ResourceExt};
@@ -42,11 +43,14 @@ pub struct Controller {
     batchers: BTreeMap<String, Batcher>,
     /// Per policy, its newest plan and whether it had ended, as of the last pass.
     newest_seen: BTreeMap<String, (String, bool)>,
+    /// Geometry searches, kept for the controller's lifetime: every round asks most again.
+    geometries: Arc<GeometryCache>,
 }
 
 impl Controller {
     pub fn new(client: Client, settings: &Settings, caches: Caches, metrics: Arc<Metrics>) -> Self {
         Controller {
+            geometries: Arc::new(GeometryCache::new()),
             known: policy_status::known_profiles(&settings.catalog),
             catalog: settings.catalog.clone(),
             caches,
@@ -225,8 +229,9 @@ impl Controller {
             }
         };
         let (catalog, owned_policy) = (self.catalog.clone(), policy.clone());
+        let geometries = Arc::clone(&self.geometries);
         let solved = tokio::task::spawn_blocking(move || {
-            let solved = propose::solve(&prepared, &catalog, &owned_policy);
+            let solved = propose::solve(&prepared, &catalog, &owned_policy, &geometries);
             (prepared, solved)
         })
         .await;

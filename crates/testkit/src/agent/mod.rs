@@ -270,21 +270,14 @@ impl Harness {
         .await
     }
 
-    /// Polls `check` until it gives a value. The deadline only stops a broken test from hanging.
+    /// Polls `check` until it gives a value; a failure shows the MigNode status.
     pub async fn wait_for<T>(&self, what: &str, check: impl Fn(&Harness) -> Option<T>) -> T {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(v) = check(self) {
-                return v;
-            }
-            if tokio::time::Instant::now() > deadline {
-                panic!(
-                    "gave up waiting for {what}; MigNode status: {:#?}",
-                    self.server.object::<MigNode>("", NODE).map(|m| m.status)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        crate::wait::wait_for_or(
+            what,
+            || check(self),
+            || format!("; MigNode status: {:#?}", self.server.object::<MigNode>("", NODE).map(|m| m.status)),
+        )
+        .await
     }
 
     /// The geometry on a simulated GPU as `profile@start`, sorted.

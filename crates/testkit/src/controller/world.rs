@@ -151,14 +151,4 @@ impl World {
     }
 }
 
-/// Polls `check` until it gives a value. The deadline only stops a broken test from hanging.
-pub async fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use crate::wait::wait_for;
