@@ -26,7 +26,6 @@ async fn a_change_without_eviction_takes_every_step_in_order() {
     let agent = h.spawn_agent(h.config(), Some(hook));
     let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)])]).await;
     let mignode = h.wait_ready(generation).await;
-    agent.abort();
 
     // The free 7g.80gb is advertised, so the node is cordoned before it goes; nothing to drain.
     assert_eq!(
@@ -72,6 +71,8 @@ async fn a_change_without_eviction_takes_every_step_in_order() {
     }
     // The Ready event follows the Ready status.
     h.wait_for("the Ready event", |h| (!h.events_with_reason("Ready").is_empty()).then_some(())).await;
+    // Only now: aborting the agent between its Ready status and its Ready event loses the event.
+    agent.abort();
     for reason in ["Cordoned", "Repartitioned", "Uncordoned"] {
         let all: Vec<_> = h.events().into_iter().map(|e| (e.reason, e.note)).collect();
         assert!(!h.events_with_reason(reason).is_empty(), "event {reason} among {all:?}");
