@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use geometer_solver::catalog::Catalog;
-use geometer_solver::plan::{Placement, PlanOptions};
+use geometer_solver::plan::{PlanOptions, SliceSource};
 
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -59,7 +59,7 @@ fn child(scenario: &str, gpus: usize, pods: usize, planner: &str, evict: bool, r
     for note in &plan.notes {
         eprintln!("note: {note}");
     }
-    let existing = plan.pods.iter().filter(|p| p.placement == Placement::ExistingSlices).count();
+    let existing = plan.pods.iter().filter(|p| p.placement == SliceSource::ExistingSlices).count();
     let o = &plan.objective;
     println!(
         "RESULT {median:.1} {:.1} {} {} {existing} {} {} {:.1} {:.2}% {:.1} {:?}",

@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use geometer_solver::catalog::Catalog;
-use geometer_solver::plan::{Placement, Plan, PlanError, PlanOptions, SolverUsed, UnmetReason};
+use geometer_solver::plan::{Plan, PlanError, PlanOptions, SliceSource, SolverUsed, UnmetReason};
 use geometer_solver::snapshot::Snapshot;
 
 fn snapshot(yaml: &str) -> Snapshot {
@@ -37,7 +37,10 @@ pending:
     let plan = ilp(&s);
     assert_eq!(plan.solver, SolverUsed::Ilp);
     assert_eq!(plan.objective.pods_met, 3, "{}", plan.render_table());
-    assert!(plan.pods.iter().all(|p| p.node.as_deref() == Some("a") && p.placement == Placement::NewSlices));
+    assert!(plan
+        .pods
+        .iter()
+        .all(|p| p.node.as_deref() == Some("a") && p.placement == SliceSource::NewSlices));
     let gpu = &plan.gpus[0];
     assert!(gpu.changed);
     assert!(gpu.to.iter().filter(|p| p.profile == "1g.5gb").count() >= 3);
@@ -61,7 +64,7 @@ pending:
     );
     for plan in [ilp(&s), greedy(&s)] {
         let p = outcome(&plan, "ml/fits");
-        assert_eq!(p.placement, Placement::ExistingSlices);
+        assert_eq!(p.placement, SliceSource::ExistingSlices);
         assert_eq!(p.node.as_deref(), Some("a"));
         assert!(!plan.gpus[0].changed, "nothing to change: {}", plan.render_table());
         assert_eq!(plan.objective.demand_met, 0, "not demand for new slices");

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use geometer_agent::nvml::sim::SimNvml;
-use geometer_agent::nvml::{NvmlBackend, Placement};
+use geometer_agent::nvml::{NvmlBackend, NvmlProfileId, Placement};
 use geometer_agent::observe::catalog_check::{self, nvml_model};
 use geometer_agent::observe::inventory::{check_catalog, read_inventory};
 use geometer_agent::observe::pod_resources::proto::pod_resources_lister_server::{
@@ -176,7 +176,7 @@ fn a_planned_profile_name_resolves_to_the_driver_profile_id() {
     let model = Catalog::builtin().find("H100-80GB").unwrap();
     let profiles = sim.gpu_instance_profiles(0).unwrap();
     let info = catalog_check::nvml_profile_for(model, &profiles, "3g.40gb").unwrap();
-    assert_eq!(info.id, 9);
+    assert_eq!(info.id, NvmlProfileId(9));
     sim.create_gpu_instance(0, info.id, Placement { start: 4, size: 4 }).unwrap();
     assert!(catalog_check::nvml_profile_for(model, &profiles, "5g.50gb").is_none());
 }

@@ -2,13 +2,13 @@
 //! instances) and can fail any call on purpose.
 
 use geometer_agent::nvml::sim::{Fault, SimGpuOptions, SimNvml};
-use geometer_agent::nvml::{NvmlBackend, NvmlCall, NvmlError, Placement, Reason};
+use geometer_agent::nvml::{NvmlBackend, NvmlCall, NvmlError, NvmlProfileId, Placement, Reason};
 use geometer_api::PlacedInstance;
 
 /// H100-80GB driver profile ids (`nvidia-smi mig -lgip`).
-const P_1G10: u32 = 19;
-const P_3G40: u32 = 9;
-const P_7G80: u32 = 0;
+const P_1G10: NvmlProfileId = NvmlProfileId(19);
+const P_3G40: NvmlProfileId = NvmlProfileId(9);
+const P_7G80: NvmlProfileId = NvmlProfileId(0);
 
 fn h100() -> SimNvml {
     let sim = SimNvml::new("node-a");
@@ -32,7 +32,10 @@ fn reports_a_catalog_gpu_with_its_profiles_and_placements() {
     let p3g = profiles.iter().find(|p| p.id == P_3G40).expect("3g.40gb offered");
     assert_eq!((p3g.name.as_deref(), p3g.slice_count, p3g.instance_count), (Some("3g.40gb"), 3, 2));
     assert_eq!(sim.possible_placements(0, P_3G40).unwrap(), [at(0, 4), at(4, 4)]);
-    assert_eq!(sim.possible_placements(0, 4242).unwrap_err().reason(), Some(&Reason::InvalidArgument));
+    assert_eq!(
+        sim.possible_placements(0, NvmlProfileId(4242)).unwrap_err().reason(),
+        Some(&Reason::InvalidArgument)
+    );
 }
 
 #[test]
@@ -120,7 +123,10 @@ fn mig_mode_changes_only_on_an_idle_gpu_and_may_need_a_reset() {
     let sim = SimNvml::new("node-a");
     sim.add_gpu_with("A100-40GB", SimGpuOptions { mig_enabled: false, mig_mode_needs_reset: true }).unwrap();
     assert!(sim.gpu_instance_profiles(0).unwrap().is_empty(), "profiles are only reported in MIG mode");
-    assert_eq!(sim.create_gpu_instance(0, 0, at(0, 8)).unwrap_err().reason(), Some(&Reason::NotSupported));
+    assert_eq!(
+        sim.create_gpu_instance(0, NvmlProfileId(0), at(0, 8)).unwrap_err().reason(),
+        Some(&Reason::NotSupported)
+    );
     let pid = sim.start_gpu_process(0).unwrap();
     assert!(sim.set_mig_mode(0, true).unwrap_err().is_in_use());
     sim.stop_process(pid);

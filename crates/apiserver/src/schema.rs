@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 
 #[derive(Debug, Default)]
-pub(crate) struct Outcome {
+pub(crate) struct SchemaApplied {
     /// `(field, message)` for each violation.
     pub errors: Vec<(String, String)>,
     /// Fields that were pruned because the schema does not know them.
@@ -14,8 +14,8 @@ pub(crate) struct Outcome {
 }
 
 /// Applies `schema` (an `openAPIV3Schema`) to a whole object in place.
-pub(crate) fn apply(obj: &mut Value, schema: &Value) -> Outcome {
-    let mut out = Outcome::default();
+pub(crate) fn apply(obj: &mut Value, schema: &Value) -> SchemaApplied {
+    let mut out = SchemaApplied::default();
     let Some(map) = obj.as_object_mut() else {
         out.errors.push((String::new(), "the object must be a JSON object".into()));
         return out;
@@ -58,7 +58,7 @@ fn fill_defaults(map: &mut Map<String, Value>, schema: &Value) {
         if missing && !s["default"].is_null() {
             let mut d = s["default"].clone();
             // Defaults are themselves defaulted (nested defaults inside a defaulted object).
-            walk(&mut d, s, "", &mut Outcome::default());
+            walk(&mut d, s, "", &mut SchemaApplied::default());
             map.insert(name.clone(), d);
         }
     }
@@ -84,7 +84,7 @@ fn child(path: &str, key: &str) -> String {
     }
 }
 
-fn walk(v: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
+fn walk(v: &mut Value, schema: &Value, path: &str, out: &mut SchemaApplied) {
     if v.is_null() {
         if schema["nullable"] != true {
             out.errors.push((path.to_string(), "Invalid value: null: must not be null".into()));
@@ -163,7 +163,7 @@ fn walk(v: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
     }
 }
 
-fn check_bounds(v: &Value, schema: &Value, path: &str, out: &mut Outcome) {
+fn check_bounds(v: &Value, schema: &Value, path: &str, out: &mut SchemaApplied) {
     let mut fail = |msg: String| out.errors.push((path.to_string(), msg));
     if let Some(n) = v.as_f64() {
         if let Some(min) = schema["minimum"].as_f64() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use geometer_agent::nvml::{
     ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
-    MigMode, NvmlBackend, NvmlError, Placement, ProcessInfo,
+    MigMode, NvmlBackend, NvmlError, NvmlProfileId, Placement, ProcessInfo,
 };
 
 /// Wraps a backend; every call that changes a GPU blocks for `per_change` first (NVML is
@@ -39,7 +39,11 @@ impl NvmlBackend for SlowNvml {
     fn gpu_instance_profiles(&self, gpu: GpuIndex) -> Result<Vec<GpuInstanceProfileInfo>, NvmlError> {
         self.inner.gpu_instance_profiles(gpu)
     }
-    fn possible_placements(&self, gpu: GpuIndex, profile_id: u32) -> Result<Vec<Placement>, NvmlError> {
+    fn possible_placements(
+        &self,
+        gpu: GpuIndex,
+        profile_id: NvmlProfileId,
+    ) -> Result<Vec<Placement>, NvmlError> {
         self.inner.possible_placements(gpu, profile_id)
     }
     fn gpu_instances(&self, gpu: GpuIndex) -> Result<Vec<GpuInstanceInfo>, NvmlError> {
@@ -48,7 +52,7 @@ impl NvmlBackend for SlowNvml {
     fn create_gpu_instance(
         &self,
         gpu: GpuIndex,
-        profile_id: u32,
+        profile_id: NvmlProfileId,
         placement: Placement,
     ) -> Result<GpuInstanceInfo, NvmlError> {
         self.pause();

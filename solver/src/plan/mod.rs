@@ -73,7 +73,7 @@ pub struct Eviction {
 /// How a pending pod is expected to get its slices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Placement {
+pub enum SliceSource {
     /// Free slices of its profiles already exist on an eligible node: not demand for new ones.
     ExistingSlices,
     /// The plan creates the slices it needs.
@@ -124,7 +124,7 @@ pub struct PodOutcome {
     pub requests: std::collections::BTreeMap<String, u32>,
     /// Node the pod is expected to land on; null when unmet.
     pub node: Option<String>,
-    pub placement: Placement,
+    pub placement: SliceSource,
     /// Present exactly when `node` is null.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<UnmetReason>,

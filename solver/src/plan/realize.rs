@@ -10,7 +10,9 @@ use crate::geometry::{self, Geometry, Placed};
 
 use super::assign::{assign, Assignment, Hints};
 use super::prepare::{PodStatus, Problem, User};
-use super::{Eviction, GpuPlan, Objective, PlacedName, Placement, Plan, PodOutcome, SolverUsed, UnmetReason};
+use super::{
+    Eviction, GpuPlan, Objective, PlacedName, Plan, PodOutcome, SliceSource, SolverUsed, UnmetReason,
+};
 
 pub(crate) struct Decision {
     pub targets: Vec<Geometry>,
@@ -84,15 +86,15 @@ pub(crate) fn realize(
             continue;
         }
         let (node, placement, reason) = match (&p.status, &assignment.pending[i]) {
-            (PodStatus::Existing(n), _) => (Some(*n), Placement::ExistingSlices, None),
-            (PodStatus::Unmet(reason), _) => (None, Placement::Unmet, Some(reason.clone())),
+            (PodStatus::Existing(n), _) => (Some(*n), SliceSource::ExistingSlices, None),
+            (PodStatus::Unmet(reason), _) => (None, SliceSource::Unmet, Some(reason.clone())),
             (PodStatus::Plannable, Some(slot)) => {
                 objective.demand_met += p.weight;
                 objective.pods_met += 1;
-                (Some(slot.node), Placement::NewSlices, None)
+                (Some(slot.node), SliceSource::NewSlices, None)
             }
             (PodStatus::Plannable, None) => {
-                (None, Placement::Unmet, Some(unmet_reason(problem, i, limit_hit.as_deref())))
+                (None, SliceSource::Unmet, Some(unmet_reason(problem, i, limit_hit.as_deref())))
             }
         };
         pods.push(PodOutcome {

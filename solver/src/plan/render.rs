@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use super::{PlacedName, Placement, Plan, SolverUsed};
+use super::{PlacedName, Plan, SliceSource, SolverUsed};
 
 fn names(list: &[PlacedName]) -> String {
     if list.is_empty() {
@@ -62,8 +62,8 @@ pub(super) fn table(plan: &Plan) -> String {
         for p in &plan.pods {
             let req = p.requests.iter().map(|(k, v)| format!("{v}x {k}")).collect::<Vec<_>>().join(" + ");
             let (mark, what) = match (p.placement, &p.node, &p.reason) {
-                (Placement::NewSlices, Some(n), _) => ("+", format!("-> {n} (new slices)")),
-                (Placement::ExistingSlices, Some(n), _) => {
+                (SliceSource::NewSlices, Some(n), _) => ("+", format!("-> {n} (new slices)")),
+                (SliceSource::ExistingSlices, Some(n), _) => {
                     ("=", format!("-> {n} (free slices already there)"))
                 }
                 (_, _, Some(reason)) => ("x", format!("unmet: {}", reason.summary())),
@@ -73,8 +73,8 @@ pub(super) fn table(plan: &Plan) -> String {
         }
     }
     let nodes: BTreeSet<&str> = changed.iter().map(|g| g.node.as_str()).collect();
-    let placed_new = plan.pods.iter().filter(|p| p.placement == Placement::NewSlices).count();
-    let existing = plan.pods.iter().filter(|p| p.placement == Placement::ExistingSlices).count();
+    let placed_new = plan.pods.iter().filter(|p| p.placement == SliceSource::NewSlices).count();
+    let existing = plan.pods.iter().filter(|p| p.placement == SliceSource::ExistingSlices).count();
     let unmet = plan.pods.len() - placed_new - existing;
     let _ = writeln!(
         out,

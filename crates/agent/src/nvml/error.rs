@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-use crate::nvml::{GpuIndex, NvmlCall, Placement};
+use crate::nvml::{GpuIndex, NvmlCall, NvmlProfileId, NvmlProfileIndex, Placement};
 
 /// Why NVML refused, mirroring the `nvmlReturn_t` codes the agent reacts to.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -58,12 +58,15 @@ pub enum NvmlError {
     Gpu { gpu: GpuIndex, call: NvmlCall, reason: Reason },
 
     #[error("GPU {gpu}: {call} for profile id {profile} failed: {reason}")]
-    Profile { gpu: GpuIndex, call: NvmlCall, profile: u32, reason: Reason },
+    Profile { gpu: GpuIndex, call: NvmlCall, profile: NvmlProfileId, reason: Reason },
+
+    #[error("GPU {gpu}: {call} for profile index {index} failed: {reason}")]
+    ProfileIndex { gpu: GpuIndex, call: NvmlCall, index: NvmlProfileIndex, reason: Reason },
 
     #[error(
         "GPU {gpu}: cannot create GPU instance of profile id {profile} at placement {placement}: {reason}"
     )]
-    CreateGpuInstance { gpu: GpuIndex, profile: u32, placement: Placement, reason: Reason },
+    CreateGpuInstance { gpu: GpuIndex, profile: NvmlProfileId, placement: Placement, reason: Reason },
 
     #[error("GPU {gpu}: cannot destroy GPU instance {gpu_instance}: {reason}")]
     DestroyGpuInstance { gpu: GpuIndex, gpu_instance: u32, reason: Reason },
@@ -88,6 +91,7 @@ impl NvmlError {
             NvmlError::Init { reason }
             | NvmlError::Gpu { reason, .. }
             | NvmlError::Profile { reason, .. }
+            | NvmlError::ProfileIndex { reason, .. }
             | NvmlError::CreateGpuInstance { reason, .. }
             | NvmlError::DestroyGpuInstance { reason, .. }
             | NvmlError::CreateComputeInstance { reason, .. }

@@ -24,6 +24,31 @@ pub use error::{NvmlError, Reason};
 /// NVML device index of a physical GPU.
 pub type GpuIndex = u32;
 
+/// A GPU-instance profile's index, `NVML_GPU_INSTANCE_PROFILE_*` (0 = one slice, ...): what
+/// `nvmlDeviceGetGpuInstanceProfileInfo` takes. Not the driver's profile id ([`NvmlProfileId`]);
+/// the two differ on most profiles (`nvml.h`, NVIDIA/go-nvml `pkg/nvml/nvml.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct NvmlProfileIndex(pub u32);
+
+/// The driver's id of a GPU-instance profile (`nvmlGpuInstanceProfileInfo_t.id`, what
+/// `nvidia-smi mig -lgip` prints as ID): what placements and instance creation take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct NvmlProfileId(pub u32);
+
+impl std::fmt::Display for NvmlProfileIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Display for NvmlProfileId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// Where a GPU instance sits: placement units `[start, start + size)` (NVML's memory slices).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -66,9 +91,9 @@ pub struct DeviceInfo {
 #[serde(rename_all = "camelCase")]
 pub struct GpuInstanceProfileInfo {
     /// `NVML_GPU_INSTANCE_PROFILE_*` value this info was asked for.
-    pub profile_index: u32,
+    pub profile_index: NvmlProfileIndex,
     /// Driver profile id (what placements and creation take).
-    pub id: u32,
+    pub id: NvmlProfileId,
     /// Profile name from NVML without the `MIG ` prefix (e.g. `1g.10gb`); `None` on drivers
     /// without the versioned info call.
     pub name: Option<String>,
@@ -91,7 +116,7 @@ pub struct GpuInstanceProfileInfo {
 pub struct GpuInstanceInfo {
     pub id: u32,
     /// Driver profile id.
-    pub profile_id: u32,
+    pub profile_id: NvmlProfileId,
     pub placement: Placement,
 }
 
@@ -215,7 +240,11 @@ pub trait NvmlBackend: Send + Sync {
     fn gpu_instance_profiles(&self, gpu: GpuIndex) -> Result<Vec<GpuInstanceProfileInfo>, NvmlError>;
 
     /// Every placement NVML allows for a profile (by driver profile id) on an empty GPU.
-    fn possible_placements(&self, gpu: GpuIndex, profile_id: u32) -> Result<Vec<Placement>, NvmlError>;
+    fn possible_placements(
+        &self,
+        gpu: GpuIndex,
+        profile_id: NvmlProfileId,
+    ) -> Result<Vec<Placement>, NvmlError>;
 
     /// GPU instances that exist, of every profile.
     fn gpu_instances(&self, gpu: GpuIndex) -> Result<Vec<GpuInstanceInfo>, NvmlError>;
@@ -224,7 +253,7 @@ pub trait NvmlBackend: Send + Sync {
     fn create_gpu_instance(
         &self,
         gpu: GpuIndex,
-        profile_id: u32,
+        profile_id: NvmlProfileId,
         placement: Placement,
     ) -> Result<GpuInstanceInfo, NvmlError>;
 
@@ -278,7 +307,11 @@ impl<T: NvmlBackend + ?Sized> NvmlBackend for std::sync::Arc<T> {
     fn gpu_instance_profiles(&self, gpu: GpuIndex) -> Result<Vec<GpuInstanceProfileInfo>, NvmlError> {
         (**self).gpu_instance_profiles(gpu)
     }
-    fn possible_placements(&self, gpu: GpuIndex, profile_id: u32) -> Result<Vec<Placement>, NvmlError> {
+    fn possible_placements(
+        &self,
+        gpu: GpuIndex,
+        profile_id: NvmlProfileId,
+    ) -> Result<Vec<Placement>, NvmlError> {
         (**self).possible_placements(gpu, profile_id)
     }
     fn gpu_instances(&self, gpu: GpuIndex) -> Result<Vec<GpuInstanceInfo>, NvmlError> {
@@ -287,7 +320,7 @@ impl<T: NvmlBackend + ?Sized> NvmlBackend for std::sync::Arc<T> {
     fn create_gpu_instance(
         &self,
         gpu: GpuIndex,
-        profile_id: u32,
+        profile_id: NvmlProfileId,
         placement: Placement,
     ) -> Result<GpuInstanceInfo, NvmlError> {
         (**self).create_gpu_instance(gpu, profile_id, placement)

@@ -16,7 +16,8 @@ use nvml_wrapper_sys::bindings::*;
 
 use crate::nvml::{
     ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
-    MigMode, NvmlBackend, NvmlCall, NvmlError, Placement, ProcessInfo, Reason,
+    MigMode, NvmlBackend, NvmlCall, NvmlError, NvmlProfileId, NvmlProfileIndex, Placement, ProcessInfo,
+    Reason,
 };
 
 /// The library the driver installs (the unversioned `libnvidia-ml.so` only comes with
@@ -103,7 +104,7 @@ impl RealNvml {
         check(code).map_err(|reason| NvmlError::Gpu { gpu, call, reason })?;
         Ok(GpuInstanceInfo {
             id: info.id,
-            profile_id: info.profileId,
+            profile_id: NvmlProfileId(info.profileId),
             placement: Placement { start: info.placement.start, size: info.placement.size },
         })
     }
@@ -124,13 +125,16 @@ impl RealNvml {
                 return match profile_absent(code) {
                     true => Ok(None),
                     false => {
-                        check(code).map_err(|reason| {
-                            profile_error(gpu, NvmlCall::GpuInstanceProfiles, index, reason)
+                        check(code).map_err(|reason| NvmlError::ProfileIndex {
+                            gpu,
+                            call: NvmlCall::GpuInstanceProfiles,
+                            index: NvmlProfileIndex(index),
+                            reason,
                         })?;
                         let name = c_chars_to_string(&info.name);
                         Ok(Some(GpuInstanceProfileInfo {
-                            profile_index: index,
-                            id: info.id,
+                            profile_index: NvmlProfileIndex(index),
+                            id: NvmlProfileId(info.id),
                             name: (!name.is_empty())
                                 .then(|| crate::nvml::strip_mig_prefix(&name).to_string()),
                             slice_count: info.sliceCount,
@@ -154,10 +158,15 @@ impl RealNvml {
         if profile_absent(code) {
             return Ok(None);
         }
-        check(code).map_err(|reason| profile_error(gpu, NvmlCall::GpuInstanceProfiles, index, reason))?;
+        check(code).map_err(|reason| NvmlError::ProfileIndex {
+            gpu,
+            call: NvmlCall::GpuInstanceProfiles,
+            index: NvmlProfileIndex(index),
+            reason,
+        })?;
         Ok(Some(GpuInstanceProfileInfo {
-            profile_index: index,
-            id: info.id,
+            profile_index: NvmlProfileIndex(index),
+            id: NvmlProfileId(info.id),
             name: None,
             slice_count: info.sliceCount,
             instance_count: info.instanceCount,
@@ -291,7 +300,11 @@ impl NvmlBackend for RealNvml {
         Ok(profiles)
     }
 
-    fn possible_placements(&self, gpu: GpuIndex, profile_id: u32) -> Result<Vec<Placement>, NvmlError> {
+    fn possible_placements(
+        &self,
+        gpu: GpuIndex,
+        profile_id: NvmlProfileId,
+    ) -> Result<Vec<Placement>, NvmlError> {
         let dev = self.handle(gpu)?;
         let f = sym(
             &self.lib().nvmlDeviceGetGpuInstancePossiblePlacements_v2,
@@ -300,12 +313,12 @@ impl NvmlBackend for RealNvml {
         let err = |reason| profile_error(gpu, NvmlCall::PossiblePlacements, profile_id, reason);
         let mut count: c_uint = 0;
         // SAFETY: a null buffer asks NVML for the count only (documented in nvml.h).
-        let code = unsafe { f(dev, profile_id, ptr::null_mut(), &mut count) };
+        let code = unsafe { f(dev, profile_id.0, ptr::null_mut(), &mut count) };
         check(code).map_err(err)?;
         let mut raw: Vec<nvmlGpuInstancePlacement_t> = vec![unsafe { mem::zeroed() }; count as usize];
         if count > 0 {
             // SAFETY: buffer holds `count` placements.
-            let code = unsafe { f(dev, profile_id, raw.as_mut_ptr(), &mut count) };
+            let code = unsafe { f(dev, profile_id.0, raw.as_mut_ptr(), &mut count) };
             check(code).map_err(err)?;
             raw.truncate(count as usize);
         }
@@ -321,7 +334,7 @@ impl NvmlBackend for RealNvml {
                 vec![ptr::null_mut(); profile.instance_count.max(1) as usize];
             let mut count: c_uint = 0;
             // SAFETY: the buffer holds the profile's instance count, as nvml.h requires.
-            let code = unsafe { f(dev, profile.id, handles.as_mut_ptr(), &mut count) };
+            let code = unsafe { f(dev, profile.id.0, handles.as_mut_ptr(), &mut count) };
             check(code).map_err(|reason| profile_error(gpu, NvmlCall::GpuInstances, profile.id, reason))?;
             for &gi in handles.iter().take(count as usize) {
                 instances.push(self.gpu_instance_info(gpu, gi, NvmlCall::GpuInstances)?);
@@ -334,7 +347,7 @@ impl NvmlBackend for RealNvml {
     fn create_gpu_instance(
         &self,
         gpu: GpuIndex,
-        profile_id: u32,
+        profile_id: NvmlProfileId,
         placement: Placement,
     ) -> Result<GpuInstanceInfo, NvmlError> {
         let dev = self.handle(gpu)?;
@@ -345,7 +358,7 @@ impl NvmlBackend for RealNvml {
         let raw = nvmlGpuInstancePlacement_t { start: placement.start, size: placement.size };
         let mut gi: nvmlGpuInstance_t = ptr::null_mut();
         // SAFETY: valid device handle, placement and out pointer.
-        let code = unsafe { f(dev, profile_id, &raw, &mut gi) };
+        let code = unsafe { f(dev, profile_id.0, &raw, &mut gi) };
         check(code).map_err(|reason| NvmlError::CreateGpuInstance {
             gpu,
             profile: profile_id,
@@ -534,7 +547,7 @@ fn profile_absent(code: nvmlReturn_t) -> bool {
     code == nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED || code == nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT
 }
 
-fn profile_error(gpu: GpuIndex, call: NvmlCall, profile: u32, reason: Reason) -> NvmlError {
+fn profile_error(gpu: GpuIndex, call: NvmlCall, profile: NvmlProfileId, reason: Reason) -> NvmlError {
     NvmlError::Profile { gpu, call, profile, reason }
 }
 

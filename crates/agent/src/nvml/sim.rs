@@ -22,7 +22,7 @@ use self::fault::FaultBook;
 use self::gpu::{ProcessTarget, SimGpu};
 use crate::nvml::{
     ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
-    MigMode, NvmlBackend, NvmlCall, NvmlError, Placement, ProcessInfo, Reason,
+    MigMode, NvmlBackend, NvmlCall, NvmlError, NvmlProfileId, Placement, ProcessInfo, Reason,
 };
 use geometer_api::PlacedInstance;
 
@@ -289,7 +289,11 @@ impl NvmlBackend for SimNvml {
         self.run(NvmlCall::GpuInstanceProfiles, Some(gpu), err, |st| Ok(st.gpu_mut(gpu)?.profile_infos()))
     }
 
-    fn possible_placements(&self, gpu: GpuIndex, profile_id: u32) -> Result<Vec<Placement>, NvmlError> {
+    fn possible_placements(
+        &self,
+        gpu: GpuIndex,
+        profile_id: NvmlProfileId,
+    ) -> Result<Vec<Placement>, NvmlError> {
         let err = move |reason| NvmlError::Profile {
             gpu,
             call: NvmlCall::PossiblePlacements,
@@ -309,7 +313,7 @@ impl NvmlBackend for SimNvml {
     fn create_gpu_instance(
         &self,
         gpu: GpuIndex,
-        profile_id: u32,
+        profile_id: NvmlProfileId,
         placement: Placement,
     ) -> Result<GpuInstanceInfo, NvmlError> {
         let err = move |reason| NvmlError::CreateGpuInstance { gpu, profile: profile_id, placement, reason };

@@ -4,7 +4,7 @@
 
 use geometer_solver::catalog::{GpuModel, Profile, ProfileId};
 
-use crate::nvml::{GpuIndex, GpuInstanceProfileInfo, NvmlBackend, NvmlError, Placement};
+use crate::nvml::{GpuIndex, GpuInstanceProfileInfo, NvmlBackend, NvmlError, NvmlProfileIndex, Placement};
 use geometer_api::CatalogDisagreement;
 
 /// One profile as NVML reports it: its info and every placement it allows.
@@ -31,7 +31,7 @@ pub fn match_profile(model: &GpuModel, info: &GpuInstanceProfileInfo) -> Option<
     model
         .profiles
         .iter()
-        .position(|p| p.nvml_profile_index == info.profile_index)
+        .position(|p| NvmlProfileIndex(p.nvml_profile_index) == info.profile_index)
         .or_else(|| info.name.as_deref().and_then(|name| model.profile(name)))
 }
 
@@ -131,7 +131,7 @@ pub fn nvml_model(model: &GpuModel, reported: &[NvmlProfile]) -> GpuModel {
         p.max_instances = r.info.instance_count.min(u8::MAX as u32) as u8;
         p.compute_slices = r.info.slice_count.min(u8::MAX as u32) as u8;
         p.memory_mib = r.info.memory_mib;
-        p.nvidia_smi_profile_id = Some(r.info.id);
+        p.nvidia_smi_profile_id = Some(r.info.id.0);
     }
     for (p, offered) in corrected.profiles.iter_mut().zip(offered) {
         if !offered {

@@ -5,6 +5,7 @@ use geometer_solver::catalog::Catalog;
 
 use crate::nvml::{
     format_pci_device_id, DeviceInfo, GpuInstanceProfileInfo, MigDeviceInfo, NvmlBackend, NvmlError,
+    NvmlProfileId,
 };
 use crate::observe::catalog_check::{self, match_profile};
 use crate::observe::pod_resources::DeviceAssignment;
@@ -160,7 +161,7 @@ fn matches_mig_device(id: &str, gpu: &DeviceInfo, d: &MigDeviceInfo) -> bool {
 fn profile_name(
     model: Option<&geometer_solver::catalog::GpuModel>,
     info: Option<&GpuInstanceProfileInfo>,
-    profile_id: u32,
+    profile_id: NvmlProfileId,
 ) -> String {
     if let (Some(model), Some(info)) = (model, info) {
         if let Some(id) = match_profile(model, info) {

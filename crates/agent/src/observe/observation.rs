@@ -13,7 +13,7 @@ use crate::decide::gpu_diff::{model_of, GpuModels, NodeWork};
 use crate::decide::next_step::{self, Facts};
 use crate::observe::catalog_check;
 use crate::observe::inventory::{read_inventory, Inventory};
-use crate::runtime::agent_loop::{Agent, GpuRules, Outcome, StepError};
+use crate::runtime::agent_loop::{Agent, GpuRules, NextRound, StepError};
 use crate::runtime::conditions;
 use crate::steps::advertise;
 use crate::steps::cordon::CordonState;
@@ -40,7 +40,7 @@ pub(crate) struct Context {
 }
 
 impl Agent {
-    pub(crate) async fn round(&mut self) -> Result<Outcome, StepError> {
+    pub(crate) async fn round(&mut self) -> Result<NextRound, StepError> {
         let node = self
             .nodes()
             .get_opt(&self.cfg.node)

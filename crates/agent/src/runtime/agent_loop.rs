@@ -117,7 +117,7 @@ impl StepError {
 
 /// What a round asks of the loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(crate) enum NextRound {
     /// Progress was made: decide again at once.
     Continue,
     /// Waiting for something outside the agent: look again after this long, or sooner when a
@@ -204,11 +204,11 @@ impl Agent {
         let _watchers = watch::spawn(self.client.clone(), &self.cfg.node, wake.clone());
         loop {
             match self.round().await {
-                Ok(Outcome::Continue) => {
+                Ok(NextRound::Continue) => {
                     self.mem.failures = 0;
                     tokio::task::yield_now().await;
                 }
-                Ok(Outcome::Wait(pause)) => {
+                Ok(NextRound::Wait(pause)) => {
                     self.mem.failures = 0;
                     tokio::select! {
                         _ = wake.any.notified() => {}

@@ -11,13 +11,13 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
 
 use crate::observe::observation::Context;
-use crate::runtime::agent_loop::{Agent, EvictionRetry, Outcome, StepError};
+use crate::runtime::agent_loop::{Agent, EvictionRetry, NextRound, StepError};
 use crate::runtime::conditions;
 use crate::steps::eviction::{self, split_pod_ref, EvictionOutcome, PodDrain};
 use geometer_api::MigNodeStatus;
 
 impl Agent {
-    pub(crate) async fn drain(&mut self, cx: &mut Context) -> Result<Outcome, StepError> {
+    pub(crate) async fn drain(&mut self, cx: &mut Context) -> Result<NextRound, StepError> {
         let now = self.clock.now();
         let mut pause = self.cfg.poll_interval;
         let mut blocked: Vec<String> = Vec::new();
@@ -146,7 +146,7 @@ impl Agent {
             }
         }
         self.write_status(&cx.status).await?;
-        Ok(Outcome::Wait(pause))
+        Ok(NextRound::Wait(pause))
     }
 
     /// A warning event on the MigNode and on the pod, so `kubectl describe pod` shows it too.

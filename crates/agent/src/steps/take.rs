@@ -5,10 +5,10 @@ use std::collections::BTreeSet;
 use kube::runtime::events::EventType;
 
 use crate::decide::next_step::Next;
-use crate::nvml::{NvmlBackend, NvmlError, Placement, Reason};
+use crate::nvml::{NvmlBackend, NvmlError, NvmlProfileId, Placement, Reason};
 use crate::observe::observation::Context;
 use crate::observe::sources::StepPoint;
-use crate::runtime::agent_loop::{Agent, Outcome, StepError};
+use crate::runtime::agent_loop::{Agent, NextRound, StepError};
 use crate::runtime::conditions;
 use crate::runtime::status::phase_of;
 use crate::steps::cordon::{self, Applied};
@@ -16,7 +16,7 @@ use crate::steps::eviction::{self, EvictionOutcome};
 use geometer_api::{AgentStep, MigInstance, MigNodePhase, MigNodeStatus, PlacedInstance, StepAction};
 
 impl Agent {
-    pub(crate) async fn take(&mut self, next: Next, mut cx: Context) -> Result<Outcome, StepError> {
+    pub(crate) async fn take(&mut self, next: Next, mut cx: Context) -> Result<NextRound, StepError> {
         match next {
             Next::Ready => return self.ready(cx).await,
             Next::DrainTimedOut => return self.drain_timed_out(cx).await,
@@ -156,7 +156,7 @@ impl Agent {
         }
     }
 
-    async fn act(&mut self, next: &Next, cx: &mut Context) -> Result<Outcome, StepError> {
+    async fn act(&mut self, next: &Next, cx: &mut Context) -> Result<NextRound, StepError> {
         match next {
             Next::Cordon => self.cordon(cx).await,
             Next::Drain => self.drain(cx).await,
@@ -168,24 +168,24 @@ impl Agent {
                 self.nvml_call(move |n| n.destroy_compute_instance(gpu, gi, ci))
                     .await
                     .or_else(gone_is_done)?;
-                Ok(Outcome::Continue)
+                Ok(NextRound::Continue)
             }
             Next::DestroyGpuInstance { gpu, instance } => {
                 ensure_unused(*gpu, instance)?;
                 let (gpu, gi) = (*gpu, instance.gpu_instance_id);
                 self.nvml_call(move |n| n.destroy_gpu_instance(gpu, gi)).await.or_else(gone_is_done)?;
-                Ok(Outcome::Continue)
+                Ok(NextRound::Continue)
             }
             Next::CreateGpuInstance { gpu, placed } => {
                 let (profile_id, placement) = placement_of(*gpu, placed, cx)?;
                 let gpu = *gpu;
                 self.nvml_call(move |n| n.create_gpu_instance(gpu, profile_id, placement)).await?;
-                Ok(Outcome::Continue)
+                Ok(NextRound::Continue)
             }
             Next::CreateComputeInstance { gpu, instance } => {
                 let (gpu, gi) = (*gpu, instance.gpu_instance_id);
                 self.nvml_call(move |n| n.create_compute_instance(gpu, gi)).await?;
-                Ok(Outcome::Continue)
+                Ok(NextRound::Continue)
             }
             Next::Verify => self.verify(cx).await,
             Next::RestartDevicePlugin => self.restart_device_plugin().await,
@@ -206,24 +206,24 @@ impl Agent {
             .map_err(StepError::from)
     }
 
-    async fn cordon(&mut self, cx: &Context) -> Result<Outcome, StepError> {
+    async fn cordon(&mut self, cx: &Context) -> Result<NextRound, StepError> {
         if cordon::cordon(&self.nodes(), &cx.node).await? == Applied::Patched {
             let note =
                 "cordoned for a MIG reconfiguration; Geometer lifts this cordon when it is done".to_string();
             self.event(EventType::Normal, "Cordoned", "Cordon", note, None).await;
         }
-        Ok(Outcome::Continue)
+        Ok(NextRound::Continue)
     }
 
-    async fn uncordon(&mut self, cx: &Context) -> Result<Outcome, StepError> {
+    async fn uncordon(&mut self, cx: &Context) -> Result<NextRound, StepError> {
         if cordon::uncordon(&self.nodes(), &cx.node).await? == Applied::Patched {
             self.event(EventType::Normal, "Uncordoned", "Uncordon", "lifted Geometer's cordon".into(), None)
                 .await;
         }
-        Ok(Outcome::Continue)
+        Ok(NextRound::Continue)
     }
 
-    async fn enable_mig_mode(&mut self, gpu: u32, cx: &Context) -> Result<Outcome, StepError> {
+    async fn enable_mig_mode(&mut self, gpu: u32, cx: &Context) -> Result<NextRound, StepError> {
         if let Some(pod) = cx.work.gpu(gpu).and_then(|w| w.whole_gpu_pod.clone()) {
             return Err(StepError::InUse {
                 gpu,
@@ -246,10 +246,10 @@ impl Agent {
             None,
         )
         .await;
-        Ok(Outcome::Continue)
+        Ok(NextRound::Continue)
     }
 
-    async fn verify(&mut self, cx: &Context) -> Result<Outcome, StepError> {
+    async fn verify(&mut self, cx: &Context) -> Result<NextRound, StepError> {
         let mut problems = Vec::new();
         let mut summary = Vec::new();
         for gpu in &cx.work.gpus {
@@ -273,13 +273,13 @@ impl Agent {
             return Err(StepError::Verify(problems.join("; ")));
         }
         self.event(EventType::Normal, "Repartitioned", "Verify", summary.join("; "), None).await;
-        Ok(Outcome::Continue)
+        Ok(NextRound::Continue)
     }
 
     /// Restarts the device plugin by evicting its pods on this node; their DaemonSet brings
     /// them back, and a starting plugin enumerates the MIG devices anew. Eviction rather than
     /// delete: the agent needs no right to delete pods, and a budget on the plugin is honoured.
-    async fn restart_device_plugin(&mut self) -> Result<Outcome, StepError> {
+    async fn restart_device_plugin(&mut self) -> Result<NextRound, StepError> {
         let pods = self.device_plugin_pods().await?;
         if pods.is_empty() {
             return Err(StepError::NoDevicePlugin {
@@ -298,10 +298,10 @@ impl Agent {
             restarted.extend(pod.metadata.uid.clone());
         }
         self.mem.restarted_plugin = Some(restarted);
-        Ok(Outcome::Continue)
+        Ok(NextRound::Continue)
     }
 
-    async fn wait_for_allocatable(&mut self, cx: &mut Context) -> Result<Outcome, StepError> {
+    async fn wait_for_allocatable(&mut self, cx: &mut Context) -> Result<NextRound, StepError> {
         let g = Some(cx.generation);
         let now = self.clock.now();
         let message =
@@ -316,10 +316,10 @@ impl Agent {
             now,
         );
         self.write_status(&cx.status).await?;
-        Ok(Outcome::Wait(self.cfg.poll_interval))
+        Ok(NextRound::Wait(self.cfg.poll_interval))
     }
 
-    async fn ready(&mut self, mut cx: Context) -> Result<Outcome, StepError> {
+    async fn ready(&mut self, mut cx: Context) -> Result<NextRound, StepError> {
         let g = Some(cx.generation);
         let now = self.clock.now();
         let was_ready = cx.status.phase == MigNodePhase::Ready;
@@ -347,12 +347,12 @@ impl Agent {
             let note = format!("MIG geometry matches spec generation {}", cx.generation);
             self.event(EventType::Normal, "Ready", "Reconfigure", note, None).await;
         }
-        Ok(Outcome::Wait(self.cfg.poll_interval))
+        Ok(NextRound::Wait(self.cfg.poll_interval))
     }
 
     /// The drain ran out of time: lift our cordon (recorded first, like every step), forget the
     /// drain, and fail so that the failure is reported and retried with backoff.
-    async fn drain_timed_out(&mut self, mut cx: Context) -> Result<Outcome, StepError> {
+    async fn drain_timed_out(&mut self, mut cx: Context) -> Result<NextRound, StepError> {
         let waiting = crate::steps::drain::waiting_for(&cx);
         self.mem.evictions.clear();
         self.mem.announced.clear();
@@ -402,7 +402,11 @@ fn gone_is_done(e: StepError) -> Result<(), StepError> {
 
 /// NVML's profile id and the placement for a planned instance, from the GPU's rules (which
 /// carry NVML's own ids and sizes).
-fn placement_of(gpu: u32, placed: &PlacedInstance, cx: &Context) -> Result<(u32, Placement), StepError> {
+fn placement_of(
+    gpu: u32,
+    placed: &PlacedInstance,
+    cx: &Context,
+) -> Result<(NvmlProfileId, Placement), StepError> {
     let model = cx
         .models
         .get(&gpu)
@@ -416,5 +420,5 @@ fn placement_of(gpu: u32, placed: &PlacedInstance, cx: &Context) -> Result<(u32,
         gpu,
         what: format!("NVML reported no profile id for {}; is MIG mode on?", placed.profile),
     })?;
-    Ok((profile_id, Placement { start: placed.start as u32, size: profile.size as u32 }))
+    Ok((NvmlProfileId(profile_id), Placement { start: placed.start as u32, size: profile.size as u32 }))
 }

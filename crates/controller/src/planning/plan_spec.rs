@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use geometer_solver::plan::{PlacedName, Placement, Plan};
+use geometer_solver::plan::{PlacedName, Plan, SliceSource};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::Resource;
 
@@ -57,12 +57,12 @@ pub fn to_spec(policy: &str, plan: &Plan) -> MigPlanSpec {
     for pod in &plan.pods {
         for profile in pod.requests.keys() {
             match (pod.placement, &pod.node, &pod.reason) {
-                (Placement::NewSlices, Some(node), _) => demand.met.push(DemandMet {
+                (SliceSource::NewSlices, Some(node), _) => demand.met.push(DemandMet {
                     pod: pod.pod.clone(),
                     profile: profile.clone(),
                     node: node.clone(),
                 }),
-                (Placement::Unmet, _, reason) => demand.unmet.push(DemandUnmet {
+                (SliceSource::Unmet, _, reason) => demand.unmet.push(DemandUnmet {
                     pod: pod.pod.clone(),
                     profile: profile.clone(),
                     reason: reason
@@ -85,10 +85,10 @@ pub fn to_spec(policy: &str, plan: &Plan) -> MigPlanSpec {
         summary: Default::default(),
     };
     // Count pods, not (pod, profile) entries.
-    let pods_with = |p: Placement| plan.pods.iter().filter(|o| o.placement == p).count() as u32;
+    let pods_with = |p: SliceSource| plan.pods.iter().filter(|o| o.placement == p).count() as u32;
     spec.summary = spec.summarize();
-    spec.summary.pods_helped = pods_with(Placement::NewSlices);
-    spec.summary.pods_unmet = pods_with(Placement::Unmet);
+    spec.summary.pods_helped = pods_with(SliceSource::NewSlices);
+    spec.summary.pods_unmet = pods_with(SliceSource::Unmet);
     spec.nodes.truncate(MAX_PLAN_NODES);
     spec.evictions.truncate(MAX_PLAN_EVICTIONS);
     spec.demand.met.truncate(MAX_PLAN_DEMAND_ENTRIES);
@@ -103,7 +103,7 @@ fn rollout_order(plan: &Plan, nodes: BTreeMap<&str, Vec<GpuChange>>) -> Vec<Node
     let mut needed: BTreeSet<&str> = plan
         .pods
         .iter()
-        .filter(|p| p.placement == Placement::NewSlices)
+        .filter(|p| p.placement == SliceSource::NewSlices)
         .filter_map(|p| p.node.as_deref())
         .collect();
     for e in &plan.evictions {
@@ -163,14 +163,14 @@ mod tests {
         PlacedName { profile: p.into(), start: s }
     }
 
-    fn outcome(pod: &str, profile: &str, node: Option<&str>, placement: Placement) -> PodOutcome {
+    fn outcome(pod: &str, profile: &str, node: Option<&str>, placement: SliceSource) -> PodOutcome {
         PodOutcome {
             pod: pod.into(),
             priority: 0,
             requests: BTreeMap::from([(profile.to_string(), 1)]),
             node: node.map(str::to_string),
             placement,
-            reason: (placement == Placement::Unmet)
+            reason: (placement == SliceSource::Unmet)
                 .then(|| UnmetReason::ProfileNotAllowed { profile: profile.into() }),
         }
     }
@@ -192,9 +192,9 @@ mod tests {
             gpus: vec![gpu(0, true), gpu(1, false)],
             evictions: vec![],
             pods: vec![
-                outcome("ml/a", "3g.40gb", Some("gpu-a"), Placement::NewSlices),
-                outcome("ml/b", "1g.10gb", Some("gpu-b"), Placement::ExistingSlices),
-                outcome("ml/c", "2g.20gb", None, Placement::Unmet),
+                outcome("ml/a", "3g.40gb", Some("gpu-a"), SliceSource::NewSlices),
+                outcome("ml/b", "1g.10gb", Some("gpu-b"), SliceSource::ExistingSlices),
+                outcome("ml/c", "2g.20gb", None, SliceSource::Unmet),
             ],
             objective: Objective { demand_met: 3, pods_met: 1, ..Objective::default() },
             bound: 3.0,

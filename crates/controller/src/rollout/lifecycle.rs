@@ -18,7 +18,7 @@ use geometer_api::{
     NodeProgressPhase, PolicyMode,
 };
 
-use crate::rollout::sequence::{self, NodeStep, NodeView, Outcome, RolloutLimits};
+use crate::rollout::sequence::{self, NodeStep, NodeView, PlanProgress, RolloutLimits};
 use crate::rollout::supersede::{self, Overtaken, WorldView};
 use crate::runtime::actions::{Action, EventSpec};
 use crate::world;
@@ -195,7 +195,7 @@ fn roll_out(inp: &PlanInputs<'_>, next: &mut MigPlanStatus) -> (Vec<Action>, Opt
         .collect();
 
     match decision.outcome {
-        Outcome::Applying => {
+        PlanProgress::Applying => {
             let waiting: Vec<String> = decision
                 .nodes
                 .iter()
@@ -213,7 +213,7 @@ fn roll_out(inp: &PlanInputs<'_>, next: &mut MigPlanStatus) -> (Vec<Action>, Opt
             }
             next.message = Some(message);
         }
-        Outcome::Succeeded => {
+        PlanProgress::Succeeded => {
             next.phase = MigPlanPhase::Succeeded;
             next.message = Some(format!("{} node(s) reached their target geometry", decision.nodes.len()));
             actions.push(plan_event(
@@ -224,7 +224,7 @@ fn roll_out(inp: &PlanInputs<'_>, next: &mut MigPlanStatus) -> (Vec<Action>, Opt
                 format!("Succeeded: {} node(s) reconfigured", decision.nodes.len()),
             ));
         }
-        Outcome::Failed(why) => {
+        PlanProgress::Failed(why) => {
             next.phase = MigPlanPhase::Failed;
             next.message = Some(format!("failed: {why}"));
             actions.push(plan_event(plan, true, "Failed", "Apply", format!("Failed: {why}")));

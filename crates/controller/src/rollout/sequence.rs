@@ -78,7 +78,7 @@ pub enum NodeStep {
 
 /// Where the plan stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum PlanProgress {
     Applying,
     Succeeded,
     Failed(String),
@@ -90,7 +90,7 @@ pub struct RolloutDecision {
     pub write: Vec<String>,
     /// Every node of the plan, in plan order, after the writes.
     pub nodes: Vec<(String, NodeStep)>,
-    pub outcome: Outcome,
+    pub outcome: PlanProgress,
     /// Earliest time at which waiting for time alone (stabilisation, timeout) can change the
     /// decision; the controller looks again then even if nothing else happens.
     pub recheck_at: Option<Timestamp>,
@@ -135,14 +135,14 @@ pub fn next_step(
 
     if let Some((node, NodeStep::Failed(why))) = nodes.iter().find(|(_, s)| matches!(s, NodeStep::Failed(_)))
     {
-        let outcome = Outcome::Failed(format!("node {node}: {why}"));
+        let outcome = PlanProgress::Failed(format!("node {node}: {why}"));
         return RolloutDecision { write: vec![], nodes, outcome, recheck_at: None };
     }
     // A node written again holds a slot even where the (stale) cache shows it settled.
     let rewritten =
         write.iter().filter(|n| views.get(n.as_str()).is_some_and(NodeView::settled)).count() as u32;
     if nodes.iter().all(|(_, s)| *s == NodeStep::Succeeded) {
-        return RolloutDecision { write: vec![], nodes, outcome: Outcome::Succeeded, recheck_at: None };
+        return RolloutDecision { write: vec![], nodes, outcome: PlanProgress::Succeeded, recheck_at: None };
     }
 
     let busy = views.values().filter(|v| !v.settled()).count() as u32;
@@ -179,7 +179,7 @@ pub fn next_step(
             recheck(add(now, timeout));
         }
     }
-    RolloutDecision { write, nodes, outcome: Outcome::Applying, recheck_at }
+    RolloutDecision { write, nodes, outcome: PlanProgress::Applying, recheck_at }
 }
 
 enum Observed {
@@ -306,7 +306,7 @@ mod tests {
         let views = BTreeMap::from([("a".into(), ready(None, 1, None)), ("b".into(), ready(None, 1, None))]);
         let d = next_step(PLAN, &names(&["a", "b"]), &views, &BTreeMap::new(), limits(1), t(1000));
         assert_eq!(d.write, names(&["a"]));
-        assert_eq!(d.outcome, Outcome::Applying);
+        assert_eq!(d.outcome, PlanProgress::Applying);
         assert_eq!(d.nodes[0].1, NodeStep::Applying);
         let NodeStep::Pending(Some(why)) = &d.nodes[1].1 else { panic!("b should wait: {:?}", d.nodes[1]) };
         assert!(why.contains("at most 1"), "{why}");
@@ -347,7 +347,7 @@ mod tests {
             ("b".into(), ready(Some(PLAN), 5, Some(0))),
         ]);
         let d = next_step(PLAN, &names(&["a", "b"]), &views, &BTreeMap::new(), limits(1), t(100));
-        assert_eq!(d.outcome, Outcome::Succeeded);
+        assert_eq!(d.outcome, PlanProgress::Succeeded);
         assert!(d.write.is_empty());
     }
 
@@ -360,7 +360,7 @@ mod tests {
         let d = next_step(PLAN, &names(&["a", "b"]), &views, &BTreeMap::new(), limits(2), t(1100));
         assert_eq!(
             d.outcome,
-            Outcome::Failed("node a: pod ml/db has geometer.dev/do-not-disrupt; drain timed out".into())
+            PlanProgress::Failed("node a: pod ml/db has geometer.dev/do-not-disrupt; drain timed out".into())
         );
         assert!(d.write.is_empty());
     }
@@ -371,7 +371,7 @@ mod tests {
         stale.agent = AgentState::Failed("old failure".into());
         let views = BTreeMap::from([("a".into(), stale)]);
         let d = next_step(PLAN, &names(&["a"]), &views, &BTreeMap::new(), limits(1), t(1100));
-        assert_eq!(d.outcome, Outcome::Applying);
+        assert_eq!(d.outcome, PlanProgress::Applying);
     }
 
     #[test]
@@ -392,23 +392,25 @@ mod tests {
         let views = BTreeMap::from([("a".into(), written_for_plan(true))]);
         let lim = RolloutLimits { node_timeout: Some(Duration::from_secs(300)), ..limits(1) };
         let d = next_step(PLAN, &names(&["a"]), &views, &BTreeMap::new(), lim, t(1200));
-        assert_eq!(d.outcome, Outcome::Applying);
+        assert_eq!(d.outcome, PlanProgress::Applying);
         assert_eq!(d.recheck_at, Some(t(1300)));
         let d = next_step(PLAN, &names(&["a"]), &views, &BTreeMap::new(), lim, t(1300));
-        let Outcome::Failed(why) = d.outcome else { panic!("{d:?}") };
+        let PlanProgress::Failed(why) = d.outcome else { panic!("{d:?}") };
         assert!(why.starts_with("node a: did not reach its target within 300s"), "{why}");
     }
 
     #[test]
     fn a_missing_mignode_or_a_takeover_fails_the_plan() {
         let d = next_step(PLAN, &names(&["gone"]), &BTreeMap::new(), &BTreeMap::new(), limits(1), t(0));
-        assert!(matches!(d.outcome, Outcome::Failed(ref w) if w.contains("MigNode gone no longer exists")));
+        assert!(
+            matches!(d.outcome, PlanProgress::Failed(ref w) if w.contains("MigNode gone no longer exists"))
+        );
 
         let views = BTreeMap::from([("a".into(), ready(Some("other-plan"), 3, Some(200)))]);
         let recorded = BTreeMap::from([("a".to_string(), applying_since(100))]);
         let d = next_step(PLAN, &names(&["a"]), &views, &recorded, limits(1), t(5000));
         assert!(
-            matches!(d.outcome, Outcome::Failed(ref w) if w.contains("overwritten by plan other-plan")),
+            matches!(d.outcome, PlanProgress::Failed(ref w) if w.contains("overwritten by plan other-plan")),
             "{d:?}"
         );
     }
@@ -429,7 +431,7 @@ mod tests {
         let lim = RolloutLimits { stabilisation: Duration::ZERO, ..limits(1) };
         let d = next_step(PLAN, &names(&["a", "b"]), &views, &recorded, lim, t(110));
         assert_eq!(d.write, names(&["a"]));
-        assert_eq!(d.outcome, Outcome::Applying);
+        assert_eq!(d.outcome, PlanProgress::Applying);
         assert!(matches!(d.nodes[1].1, NodeStep::Pending(Some(_))), "b waits: a holds the only slot");
     }
 
@@ -439,6 +441,6 @@ mod tests {
         let recorded =
             BTreeMap::from([("a".to_string(), Recorded { step: NodeStep::Succeeded, started_at: None })]);
         let d = next_step(PLAN, &names(&["a"]), &views, &recorded, limits(1), t(5000));
-        assert_eq!(d.outcome, Outcome::Succeeded);
+        assert_eq!(d.outcome, PlanProgress::Succeeded);
     }
 }

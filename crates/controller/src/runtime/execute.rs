@@ -27,15 +27,15 @@ pub struct Executor {
 
 /// How a group of actions went.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Executed {
     pub done: usize,
     /// Conflicts: the cache was stale; retried on the next pass.
     pub conflicts: usize,
     pub errors: usize,
 }
 
-impl Outcome {
-    fn add(&mut self, other: Outcome) {
+impl Executed {
+    fn add(&mut self, other: Executed) {
         self.done += other.done;
         self.conflicts += other.conflicts;
         self.errors += other.errors;
@@ -54,8 +54,8 @@ impl Executor {
     /// Runs one reconcile's actions in order. The first action is the write the rest depend on
     /// (a plan's status before its MigNode writes and events, a plan's creation before the pod
     /// events that name it); when it fails, the rest are skipped.
-    pub async fn run_group(&self, actions: Vec<Action>) -> Outcome {
-        let mut outcome = Outcome::default();
+    pub async fn run_group(&self, actions: Vec<Action>) -> Executed {
+        let mut outcome = Executed::default();
         let mut created: Option<ObjectReference> = None;
         for (i, mut action) in actions.into_iter().enumerate() {
             if let (Some(made), Action::Event(event)) = (&created, &mut action) {
@@ -71,15 +71,15 @@ impl Executor {
             outcome.add(match result {
                 Ok(made) => {
                     created = made.or(created);
-                    Outcome { done: 1, ..Default::default() }
+                    Executed { done: 1, ..Default::default() }
                 }
                 Err(e) if is_conflict(&e) => {
                     tracing::debug!(error = %e, "write conflicted with a newer version; retrying after the cache catches up");
-                    Outcome { conflicts: 1, ..Default::default() }
+                    Executed { conflicts: 1, ..Default::default() }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "controller write failed");
-                    Outcome { errors: 1, ..Default::default() }
+                    Executed { errors: 1, ..Default::default() }
                 }
             });
             if failed && i == 0 {

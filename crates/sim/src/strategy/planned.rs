@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use geometer_solver::catalog::Catalog;
-use geometer_solver::plan::{Placement, Plan, PlanOptions};
+use geometer_solver::plan::{Plan, PlanOptions, SliceSource};
 use geometer_solver::snapshot::{
     Gpu, Instance, Node, NodeSelectorTerm, Operator, Pod, Policy, Requirement, Snapshot,
 };
@@ -205,7 +205,7 @@ impl PlannerStrategy {
             replan.evictions.push(p);
             replan.placements.push((p, node(&eviction.rescheduled_to)?));
         }
-        for outcome in plan.pods.iter().filter(|o| o.placement == Placement::NewSlices) {
+        for outcome in plan.pods.iter().filter(|o| o.placement == SliceSource::NewSlices) {
             if let Some(n) = &outcome.node {
                 replan.placements.push((pod(&outcome.pod)?, node(n)?));
             }

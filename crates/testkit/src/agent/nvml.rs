@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use geometer_agent::nvml::sim::SimNvml;
 use geometer_agent::nvml::{
     ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
-    MigMode, NvmlBackend, NvmlError, Placement, ProcessInfo, Reason,
+    MigMode, NvmlBackend, NvmlError, NvmlProfileId, Placement, ProcessInfo, Reason,
 };
 use geometer_agent::SharedAssignments;
 
@@ -117,7 +117,11 @@ impl NvmlBackend for AuditedNvml {
     fn gpu_instance_profiles(&self, gpu: GpuIndex) -> Result<Vec<GpuInstanceProfileInfo>, NvmlError> {
         self.call(|n| n.gpu_instance_profiles(gpu))
     }
-    fn possible_placements(&self, gpu: GpuIndex, profile_id: u32) -> Result<Vec<Placement>, NvmlError> {
+    fn possible_placements(
+        &self,
+        gpu: GpuIndex,
+        profile_id: NvmlProfileId,
+    ) -> Result<Vec<Placement>, NvmlError> {
         self.call(|n| n.possible_placements(gpu, profile_id))
     }
     fn gpu_instances(&self, gpu: GpuIndex) -> Result<Vec<GpuInstanceInfo>, NvmlError> {
@@ -126,7 +130,7 @@ impl NvmlBackend for AuditedNvml {
     fn create_gpu_instance(
         &self,
         gpu: GpuIndex,
-        profile_id: u32,
+        profile_id: NvmlProfileId,
         placement: Placement,
     ) -> Result<GpuInstanceInfo, NvmlError> {
         self.call(|n| n.create_gpu_instance(gpu, profile_id, placement))

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::nvml::sim::SimGpuOptions;
 use crate::nvml::{
     ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
-    MigMode, Placement, ProcessInfo, Reason,
+    MigMode, NvmlProfileId, NvmlProfileIndex, Placement, ProcessInfo, Reason,
 };
 use geometer_api::PlacedInstance;
 
@@ -43,7 +43,7 @@ struct SimInstance {
     profile: ProfileId,
     start: u8,
     size: u8,
-    profile_id: u32,
+    profile_id: NvmlProfileId,
     compute: Option<(u32, String)>,
 }
 
@@ -134,18 +134,18 @@ impl SimGpu {
         infos
     }
 
-    fn reported_by_id(&self, profile_id: u32) -> Option<(ProfileId, &ReportedProfile)> {
+    fn reported_by_id(&self, profile_id: NvmlProfileId) -> Option<(ProfileId, &ReportedProfile)> {
         self.reported.iter().enumerate().find(|(_, r)| !r.hidden && r.info.id == profile_id)
     }
 
-    pub(crate) fn profile_id_by_name(&self, name: &str) -> Option<(u32, u32)> {
+    pub(crate) fn profile_id_by_name(&self, name: &str) -> Option<(NvmlProfileId, u32)> {
         let model = self.model.as_ref()?;
         let id = model.profile(name)?;
         let r = &self.reported[id];
         Some((r.info.id, r.placements.first().map_or(model.profiles[id].size as u32, |p| p.size)))
     }
 
-    pub(crate) fn possible_placements(&self, profile_id: u32) -> Result<Vec<Placement>, Reason> {
+    pub(crate) fn possible_placements(&self, profile_id: NvmlProfileId) -> Result<Vec<Placement>, Reason> {
         self.mig_on()?;
         let (_, r) = self.reported_by_id(profile_id).ok_or(Reason::InvalidArgument)?;
         Ok(r.placements.clone())
@@ -173,7 +173,7 @@ impl SimGpu {
 
     pub(crate) fn create_gpu_instance(
         &mut self,
-        profile_id: u32,
+        profile_id: NvmlProfileId,
         placement: Placement,
     ) -> Result<GpuInstanceInfo, Reason> {
         let model = self.effective_model()?;
@@ -215,7 +215,8 @@ impl SimGpu {
             .map(|(id, _)| ComputeInstanceInfo {
                 id: *id,
                 gpu_instance_id: gi,
-                profile_id: instance.profile_id,
+                // The simulation gives a compute instance its GPU instance's profile id.
+                profile_id: instance.profile_id.0,
             })
             .collect())
     }
@@ -231,7 +232,7 @@ impl SimGpu {
         }
         let uuid = format!("MIG-{}", Uuid::new_v5(&sim_namespace(), name.as_bytes()));
         instance.compute = Some((0, uuid));
-        Ok(ComputeInstanceInfo { id: 0, gpu_instance_id: gi, profile_id: instance.profile_id })
+        Ok(ComputeInstanceInfo { id: 0, gpu_instance_id: gi, profile_id: instance.profile_id.0 })
     }
 
     pub(crate) fn destroy_compute_instance(&mut self, gi: u32, ci: u32) -> Result<(), Reason> {
@@ -352,10 +353,10 @@ fn gi_info(id: u32, i: &SimInstance) -> GpuInstanceInfo {
 }
 
 fn reported_from_catalog(p: &geometer_solver::catalog::Profile) -> ReportedProfile {
-    let id = p.nvidia_smi_profile_id.unwrap_or(SIM_PROFILE_ID_BASE + p.nvml_profile_index);
+    let id = NvmlProfileId(p.nvidia_smi_profile_id.unwrap_or(SIM_PROFILE_ID_BASE + p.nvml_profile_index));
     ReportedProfile {
         info: GpuInstanceProfileInfo {
-            profile_index: p.nvml_profile_index,
+            profile_index: NvmlProfileIndex(p.nvml_profile_index),
             id,
             name: Some(p.name.clone()),
             slice_count: p.compute_slices as u32,
