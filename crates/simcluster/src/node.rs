@@ -13,7 +13,7 @@ use geometer_agent::nvml::{GpuIndex, NvmlError};
 use geometer_agent::observe::inventory::read_inventory;
 use geometer_agent::observe::pod_resources::DeviceAssignment;
 use geometer_agent::SharedAssignments;
-use geometer_api::resources::MIG_RESOURCE_PREFIX;
+use geometer_api::resources::mig_resource;
 
 /// A MIG device as the device plugin lists it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -27,7 +27,7 @@ pub struct Device {
 
 impl Device {
     pub fn resource(&self) -> String {
-        format!("{MIG_RESOURCE_PREFIX}{}", self.profile)
+        mig_resource(&self.profile)
     }
 }
 
@@ -150,7 +150,7 @@ impl SimNode {
         let mut chosen: Vec<(String, Device)> = Vec::new();
         for (container, wants) in requests {
             for (profile, &wanted) in wants {
-                let resource = format!("{MIG_RESOURCE_PREFIX}{profile}");
+                let resource = mig_resource(profile);
                 let mut free: Vec<&Device> = st
                     .advertised
                     .get(&resource)

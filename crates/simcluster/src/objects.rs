@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
 
 use super::spec::{NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
-use geometer_api::resources::MIG_RESOURCE_PREFIX;
+use geometer_api::resources::{is_mig_resource, mig_resource};
 
 /// Pod annotation: how long the simulated kubelet runs the pod, in (real) seconds, e.g. `"12.5"`.
 /// Without it the pod runs until it is deleted.
@@ -91,7 +91,7 @@ pub fn is_device_plugin(pod: &Pod) -> bool {
 pub(crate) fn advertise_patch(node: &Node, counts: &BTreeMap<String, u64>) -> Value {
     let mut mig = serde_json::Map::new();
     let old = node.status.as_ref().and_then(|s| s.capacity.clone()).unwrap_or_default();
-    for k in old.keys().filter(|k| k.starts_with(MIG_RESOURCE_PREFIX)) {
+    for k in old.keys().filter(|k| is_mig_resource(k)) {
         mig.insert(k.clone(), json!("0"));
     }
     for (k, v) in counts {
@@ -237,7 +237,7 @@ impl MigPod {
             annotations.insert(RUN_SECONDS_ANNOTATION.into(), format!("{s}"));
         }
         let limits: BTreeMap<String, String> =
-            self.slices.iter().map(|(p, n)| (format!("{MIG_RESOURCE_PREFIX}{p}"), n.to_string())).collect();
+            self.slices.iter().map(|(p, n)| (mig_resource(p), n.to_string())).collect();
         let mut requests = limits.clone();
         requests.insert("cpu".into(), self.cpu);
         requests.insert("memory".into(), self.memory);

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use geometer_api::GpuInventory;
 
 /// Prefix of the device plugin's MIG resources.
-use geometer_api::resources::MIG_RESOURCE_PREFIX;
+use geometer_api::resources::{is_mig_resource, mig_resource};
 
 /// Label selector of the NVIDIA device plugin pods when none is configured (the GPU Operator's
 /// and the plugin's own Helm chart both label its DaemonSet pods so).
@@ -21,7 +21,7 @@ pub const DEFAULT_DEVICE_PLUGIN_SELECTOR: &str = "app=nvidia-device-plugin-daemo
 pub fn expected(gpus: &[GpuInventory]) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for instance in gpus.iter().flat_map(|g| &g.instances).filter(|i| i.uuid.is_some()) {
-        *out.entry(format!("{MIG_RESOURCE_PREFIX}{}", instance.profile)).or_insert(0) += 1;
+        *out.entry(mig_resource(&instance.profile)).or_insert(0) += 1;
     }
     out
 }
@@ -35,7 +35,7 @@ pub fn advertised(node: &Node) -> BTreeMap<String, u64> {
         .map(|alloc| {
             alloc
                 .iter()
-                .filter(|(name, _)| name.starts_with(MIG_RESOURCE_PREFIX))
+                .filter(|(name, _)| is_mig_resource(name))
                 .map(|(name, q)| (name.clone(), q.0.trim().parse().unwrap_or(0)))
                 .collect()
         })

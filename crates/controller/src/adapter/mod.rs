@@ -109,7 +109,7 @@ pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
                 let node: MigNode = serde_json::from_value(item).map_err(bad)?;
                 objects.inventories.insert(node.name_any(), mig_objects::inventory(&node));
             }
-            "MigPolicy" => objects.policies.push(serde_json::from_value(item).map_err(bad)?),
+            "MigPolicy" => objects.policies.push(mig_policy_value(item, index)?),
             _ => {
                 *objects
                     .ignored
@@ -121,32 +121,36 @@ pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
     Ok(objects)
 }
 
+/// A MigPolicy object, typed. A label map where a LabelSelector belongs would decode as
+/// "select everything", so it is refused with the field named.
+fn mig_policy_value(value: Value, index: usize) -> Result<MigPolicy, AdapterError> {
+    let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    if let Some(selector) = value.pointer("/spec/nodeSelector").and_then(Value::as_object) {
+        if let Some(key) = selector.keys().find(|k| !matches!(k.as_str(), "matchLabels" | "matchExpressions"))
+        {
+            return Err(AdapterError::Field {
+                object: format!("MigPolicy {name}"),
+                field: format!("spec.nodeSelector.{key}"),
+                value: selector[key].to_string(),
+                problem: "a node selector is a LabelSelector: put labels under matchLabels".into(),
+            });
+        }
+    }
+    serde_json::from_value(value).map_err(|e| AdapterError::Object {
+        index,
+        kind: "MigPolicy".into(),
+        name,
+        problem: e.to_string(),
+    })
+}
+
 /// A `--policy` file: a MigPolicy object, or the solver's policy fields directly
 /// (`allowedProfiles`, `headroom`, `evictionAllowed`, `maxGpusChanged`, `maxNodesChanged`,
 /// `timeLimitMs`).
 pub fn parse_policy(text: &str) -> Result<PolicyObject, AdapterError> {
     let value = parse_value(text)?;
     if value.get("kind").and_then(Value::as_str) == Some("MigPolicy") {
-        let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-        // A label map where a LabelSelector belongs would decode as "select everything".
-        if let Some(selector) = value.pointer("/spec/nodeSelector").and_then(Value::as_object) {
-            if let Some(key) =
-                selector.keys().find(|k| !matches!(k.as_str(), "matchLabels" | "matchExpressions"))
-            {
-                return Err(AdapterError::Field {
-                    object: format!("MigPolicy {name}"),
-                    field: format!("spec.nodeSelector.{key}"),
-                    value: selector[key].to_string(),
-                    problem: "a node selector is a LabelSelector: put labels under matchLabels".into(),
-                });
-            }
-        }
-        let policy: MigPolicy = serde_json::from_value(value).map_err(|e| AdapterError::Object {
-            index: 0,
-            kind: "MigPolicy".into(),
-            name,
-            problem: e.to_string(),
-        })?;
+        let policy = mig_policy_value(value, 0)?;
         return mig_objects::mig_policy(&policy, true);
     }
     let policy: Policy = serde_json::from_value(value.clone()).map_err(|e| AdapterError::Field {
@@ -364,6 +368,9 @@ items:
             .unwrap_err()
             .to_string();
         assert!(err.contains("spec.nodeSelector.pool") && err.contains("matchLabels"), "{err}");
+        let in_list = "kind: List\nitems:\n- {apiVersion: geometer.dev/v1alpha1, kind: MigPolicy, metadata: {name: p}, spec: {nodeSelector: {pool: other}}}";
+        let err = parse_objects(in_list).unwrap_err().to_string();
+        assert!(err.contains("spec.nodeSelector.pool"), "the same refusal inside a snapshot List: {err}");
         let policy = parse_policy(
             "kind: MigPolicy\nmetadata: {name: p}\nspec: {nodeSelector: {matchLabels: {pool: other}}}",
         )
