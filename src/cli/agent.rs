@@ -24,7 +24,7 @@ pub enum AgentCommand {
     Probe(ProbeArgs),
     /// Run the node agent: carry out this node's MigNode spec on its GPUs (cordon, drain,
     /// repartition, re-advertise, uncordon), resuming from MigNode status after a restart.
-    Run(super::agent_run::RunArgs),
+    Run(Box<super::agent_run::RunArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -42,7 +42,7 @@ pub struct ProbeArgs {
 pub fn run(args: AgentArgs) -> Result<(), Failure> {
     match args.command {
         AgentCommand::Probe(args) => run_probe(args),
-        AgentCommand::Run(args) => super::agent_run::run(args),
+        AgentCommand::Run(args) => super::agent_run::run(*args),
     }
 }
 

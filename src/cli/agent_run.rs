@@ -30,6 +30,10 @@ pub struct RunArgs {
     /// id or NVML name). Without `--pod-resources-socket` no device counts as in use.
     #[arg(long, value_name = "MODEL:COUNT")]
     pub simulate: Vec<String>,
+    /// With --simulate: keep the simulated GPUs in this file, so that they outlive the agent
+    /// (as real GPUs outlive an agent restart) and a simulated kubelet shares them.
+    #[arg(long, value_name = "PATH", requires = "simulate")]
+    pub simulate_state: Option<PathBuf>,
     /// NVML library to load (real backend only).
     #[arg(long, value_name = "PATH", default_value = NVML_LIBRARY)]
     pub nvml_library: String,
@@ -71,6 +75,7 @@ fn simulated_nvml(
     node: &str,
     catalog: &geometer_solver::catalog::Catalog,
     sims: &[(String, u32)],
+    state: Option<&std::path::Path>,
 ) -> Result<Arc<dyn NvmlBackend>, Failure> {
     let sim = geometer_agent::nvml::sim::SimNvml::with_catalog(node.to_string(), catalog.clone());
     for (model, count) in sims {
@@ -78,6 +83,12 @@ fn simulated_nvml(
             sim.add_gpu(model).map_err(|e| Failure::bad_input(anyhow!("--simulate {model}:{count}: {e}")))?;
         }
     }
+    let sim = match state {
+        Some(path) => {
+            sim.with_state_file(path).map_err(|e| Failure::bad_input(anyhow!("--simulate-state: {e}")))?
+        }
+        None => sim,
+    };
     Ok(Arc::new(sim))
 }
 
@@ -86,6 +97,7 @@ fn simulated_nvml(
     _node: &str,
     _catalog: &geometer_solver::catalog::Catalog,
     _sims: &[(String, u32)],
+    _state: Option<&std::path::Path>,
 ) -> Result<Arc<dyn NvmlBackend>, Failure> {
     Err(Failure::bad_input(anyhow!(
         "--simulate: this geometer was built without the `demo` feature, so it has no simulated GPUs; \
@@ -117,7 +129,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let nvml: Arc<dyn NvmlBackend> = if sims.is_empty() {
         Arc::new(RealNvml::init_with_library(&args.nvml_library).map_err(|e| Failure::internal(anyhow!(e)))?)
     } else {
-        simulated_nvml(&args.node, &catalog, &sims)?
+        simulated_nvml(&args.node, &catalog, &sims, args.simulate_state.as_deref())?
     };
     let devices: Arc<dyn DeviceAssignments> = match (&args.pod_resources_socket, sims.is_empty()) {
         (Some(path), _) => Arc::new(KubeletPodResources::new(path)),

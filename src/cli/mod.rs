@@ -62,7 +62,7 @@ pub enum Command {
     Migparted(migparted::MigpartedArgs),
     /// Replay a workload trace on a simulated cluster and compare allocation strategies.
     #[cfg(feature = "demo")]
-    Simulate(simulate::SimulateArgs),
+    Simulate(Box<simulate::SimulateArgs>),
     /// Run Geometer end to end on a simulated GPU cluster with a shifting workload.
     #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
@@ -106,7 +106,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Apiserver(args) => apiserver::run(args),
         Command::Migparted(args) => output::finish(migparted::run(args)),
         #[cfg(feature = "demo")]
-        Command::Simulate(args) => output::finish(simulate::run(args)),
+        Command::Simulate(args) => output::finish(simulate::run(*args)),
         #[cfg(feature = "demo")]
         Command::Demo(args) => output::finish(demo::run(args)),
     }

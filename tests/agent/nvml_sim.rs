@@ -206,3 +206,35 @@ fn unknown_models_and_gpus_are_clear_errors() {
     sim.add_gpu_without_mig("Tesla T4", 0x1EB8_10DE);
     assert_eq!(sim.devices().unwrap()[0].mig_mode, None);
 }
+
+/// With a state file, the GPUs outlive the process: another handle on the same file (another
+/// process, or the same agent started again after SIGKILL) sees the instances and processes,
+/// and a file written for other GPUs is refused with what to do.
+#[test]
+fn a_state_file_keeps_the_gpus_between_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpus.json");
+    let agent = h100().with_state_file(&path).unwrap();
+    let kubelet = h100().with_state_file(&path).unwrap();
+
+    let gi = agent.create_gpu_instance(0, P_3G40, at(0, 4)).unwrap();
+    let ci = agent.create_compute_instance(0, gi.id).unwrap();
+    let device = kubelet.mig_devices(0).unwrap();
+    assert_eq!(device.len(), 1, "the other process sees the new instance");
+    let pid = kubelet.start_process(0, &device[0].uuid).unwrap();
+
+    drop(agent);
+    let restarted = h100().with_state_file(&path).unwrap();
+    assert_eq!(restarted.geometry(0).unwrap(), vec![PlacedInstance::new("3g.40gb", 0)]);
+    assert_eq!(restarted.processes(0, &device[0].uuid).unwrap().len(), 1, "the kubelet's process survives");
+    assert!(kubelet.stop_process(pid));
+    assert!(restarted.processes(0, &device[0].uuid).unwrap().is_empty());
+    restarted.destroy_compute_instance(0, gi.id, ci.id).unwrap();
+    restarted.destroy_gpu_instance(0, gi.id).unwrap();
+    assert!(kubelet.geometry(0).unwrap().is_empty());
+
+    let other = SimNvml::new("node-b");
+    other.add_gpu("H100-80GB").unwrap();
+    let wrong = other.with_state_file(&path).err().expect("a file of another node is refused");
+    assert!(wrong.to_string().contains("another GPU"), "{wrong}");
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, ResourceExt};
@@ -36,6 +36,9 @@ struct Kubelet {
     later: mpsc::UnboundedSender<Later>,
     /// Pods started or refused, by uid: a later event for the same pod is not a new start.
     handled: HashSet<String>,
+    /// Pods whose deletion was carried out, by uid: a terminating pod's update and its final
+    /// delete event are one stop.
+    stopped: HashSet<String>,
     /// Device plugin pods created so far, per node (names stay unique).
     plugin_serial: BTreeMap<String, u32>,
     /// Deleted pods whose devices were freed, per node.
@@ -48,6 +51,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
         shared: shared.clone(),
         later: tx,
         handled: HashSet::new(),
+        stopped: HashSet::new(),
         plugin_serial: BTreeMap::new(),
         releases: BTreeMap::new(),
     };
@@ -96,7 +100,8 @@ impl Kubelet {
         let Some(node) = self.node_of(&pod) else { return };
         let uid = pod.uid().unwrap_or_default();
         if pod.metadata.deletion_timestamp.is_some() {
-            return self.deleted(&pod).await;
+            self.deleted(&pod).await;
+            return self.remove(&pod).await;
         }
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         if !matches!(phase, None | Some("Pending")) || self.handled.contains(&uid) {
@@ -230,10 +235,31 @@ impl Kubelet {
             .emit(SimEvent::Succeeded { pod: format!("{namespace}/{name}"), node: node.name.clone() });
     }
 
+    /// A terminating pod's containers are stopped: the kubelet deletes it for good (grace 0,
+    /// for this uid only), as a real kubelet does once its containers exit; API servers that
+    /// delete at once never show a terminating pod.
+    async fn remove(&self, pod: &Pod) {
+        let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: pod.uid(), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match self.pods(&ns).delete(&name, &params).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => {
+                tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "simulated kubelet could not remove the pod")
+            }
+        }
+    }
+
     async fn deleted(&mut self, pod: &Pod) {
         let Some(node) = self.node_of(pod) else { return };
         let uid = pod.uid().unwrap_or_default();
         self.handled.remove(&uid);
+        if !self.stopped.insert(uid.clone()) {
+            return;
+        }
         if is_device_plugin(pod) {
             return self.recreate_plugin(&node.name).await;
         }

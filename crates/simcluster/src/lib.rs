@@ -22,22 +22,26 @@
 //! ```
 
 mod fit;
+mod heartbeat;
 mod kubelet;
 mod latency;
 mod ledger;
 mod node;
 mod objects;
+mod pod_resources;
 mod scheduler;
 mod spec;
 
 pub mod demo;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use geometer_solver::catalog::Catalog;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::PostParams;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
 use thiserror::Error;
 use tokio::task::JoinHandle;
@@ -89,6 +93,13 @@ pub enum SimClusterError {
     },
     #[error("the device plugin on node {0} never started (its NVML could not be read)")]
     PluginNeverStarted(String),
+    #[error("node {node}: cannot serve PodResources on {socket}: {source}")]
+    PodResources {
+        node: String,
+        socket: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Memory slices (placement units) in use by running pods, of all there are.
@@ -115,12 +126,14 @@ pub(crate) struct Shared {
     catalog: Arc<Catalog>,
     ledger: Arc<Ledger>,
     nvml_latency: std::time::Duration,
+    /// Where each node keeps its GPUs and PodResources socket, for a cluster that joined a
+    /// control plane ([`SimCluster::join`]).
+    state_dir: Option<PathBuf>,
 }
 
 /// A running simulated cluster. Dropping it stops the scheduler, kubelet and device plugin (and
 /// nothing else: agents and controllers belong to whoever started them).
 pub struct SimCluster {
-    server: ApiServer,
     shared: Arc<Shared>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -149,31 +162,7 @@ impl SimCluster {
         spec: &ClusterSpec,
         catalog: Catalog,
     ) -> Result<SimCluster, SimClusterError> {
-        if spec.nodes.is_empty() {
-            return Err(SimClusterError::NoNodes);
-        }
-        let mut nodes = BTreeMap::new();
-        for (i, n) in spec.nodes.iter().enumerate() {
-            for (field, value) in [("cpu", &n.cpu), ("memory", &n.memory)] {
-                geometer_api::quantity::milli(value).map_err(|source| SimClusterError::Quantity {
-                    node: n.name.clone(),
-                    field,
-                    source,
-                })?;
-            }
-            let nvml = SimNvml::with_catalog(n.name.clone(), catalog.clone());
-            for (g, gpu) in n.gpus.iter().enumerate() {
-                let gpu_error = |source| SimClusterError::Gpu { node: n.name.clone(), gpu: g, source };
-                let index = nvml.add_gpu(&gpu.model).map_err(gpu_error)?;
-                let geometry: Vec<(&str, u8)> = gpu.geometry.iter().map(|(p, s)| (p.as_str(), *s)).collect();
-                nvml.set_geometry(index, &geometry).map_err(gpu_error)?;
-            }
-            let models: Vec<&str> = n.gpus.iter().map(|g| g.model.as_str()).collect();
-            let node = Arc::new(SimNode::new(&n.name, &node_ip(i), nvml, SliceUnits::of(&catalog, &models)));
-            if nodes.insert(n.name.clone(), node).is_some() {
-                return Err(SimClusterError::DuplicateNode(n.name.clone()));
-            }
-        }
+        let nodes = build_nodes(spec, &catalog, None)?;
         let seed_err = |what: String| move |source| SimClusterError::Seed { what, source };
         let ns: Namespace =
             serde_json::from_value(serde_json::json!({"metadata": {"name": DEVICE_PLUGIN_NAMESPACE}}))
@@ -182,30 +171,99 @@ impl SimCluster {
         for n in &spec.nodes {
             server.seed(&objects::node(n, &catalog)).map_err(seed_err(format!("node {}", n.name)))?;
         }
-
-        let ledger = Arc::new(Ledger::new());
-        let shared = Arc::new(Shared {
-            client: server.client(),
-            nodes,
-            catalog: Arc::new(catalog),
-            ledger: ledger.clone(),
-            nvml_latency: spec.nvml_latency,
-        });
-        let mut events = ledger.subscribe();
+        let shared = Shared::new(server.client(), nodes, catalog, spec, None);
+        let mut events = shared.ledger.subscribe();
         let tasks =
             vec![tokio::spawn(kubelet::run(shared.clone())), tokio::spawn(scheduler::run(shared.clone()))];
-        let cluster = SimCluster { server: server.clone(), shared, tasks };
+        let cluster = SimCluster { shared, tasks };
+        cluster.start_plugins(Duration::ZERO).await?;
+        cluster.plugins_advertised(&mut events).await?;
+        Ok(cluster)
+    }
 
-        let plugins: Api<Pod> = Api::namespaced(cluster.shared.client.clone(), DEVICE_PLUGIN_NAMESPACE);
+    /// The simulated nodes join a running control plane (a real kube-apiserver with its
+    /// scheduler and controllers): they register their Nodes and renew their leases, advertise
+    /// their MIG slices, run the pods the control plane's scheduler binds to them, keep their
+    /// GPUs in `state_dir/<node>/gpus.json` (for agents in other processes, which may be killed
+    /// and restarted) and serve PodResources on `state_dir/<node>/kubelet.sock`. Nothing here
+    /// schedules: that is the control plane's.
+    pub async fn join(
+        client: kube::Client,
+        spec: &ClusterSpec,
+        state_dir: &Path,
+    ) -> Result<SimCluster, SimClusterError> {
+        let catalog = Catalog::builtin().clone();
+        let nodes = build_nodes(spec, &catalog, Some(state_dir))?;
+        let api_err = |what: String| move |source| SimClusterError::Api { what, source };
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": DEVICE_PLUGIN_NAMESPACE}}))
+                .expect("namespace");
+        create_if_missing(&Api::all(client.clone()), &ns)
+            .await
+            .map_err(api_err(format!("namespace {DEVICE_PLUGIN_NAMESPACE}")))?;
+        let mut registered = Vec::new();
         for n in &spec.nodes {
-            plugins.create(&PostParams::default(), &objects::device_plugin_pod(&n.name, 0)).await.map_err(
-                |source| SimClusterError::Api {
-                    what: format!("the device plugin pod of node {}", n.name),
-                    source,
-                },
-            )?;
+            registered.push(
+                register(&client, &objects::node(n, &catalog))
+                    .await
+                    .map_err(api_err(format!("node {}", n.name)))?,
+            );
         }
-        let mut waiting: std::collections::BTreeSet<&String> = cluster.shared.nodes.keys().collect();
+        let shared = Shared::new(client.clone(), nodes, catalog, spec, Some(state_dir.to_path_buf()));
+        let mut events = shared.ledger.subscribe();
+        let mut tasks = vec![
+            tokio::spawn(kubelet::run(shared.clone())),
+            tokio::spawn(heartbeat::run(client, registered)),
+        ];
+        for (name, node) in &shared.nodes {
+            let socket = state_dir.join(name).join("kubelet.sock");
+            let served = pod_resources::serve(&socket, node.assignments.clone()).map_err(|source| {
+                SimClusterError::PodResources {
+                    node: name.clone(),
+                    socket: socket.display().to_string(),
+                    source,
+                }
+            })?;
+            tasks.push(served);
+        }
+        let cluster = SimCluster { shared, tasks };
+        // The namespace's ServiceAccount, which pods need, comes from the controller manager.
+        cluster.start_plugins(Duration::from_secs(60)).await?;
+        cluster.plugins_advertised(&mut events).await?;
+        Ok(cluster)
+    }
+
+    /// Creates every node's device plugin pod, retrying refusals for up to `patience`.
+    async fn start_plugins(&self, patience: Duration) -> Result<(), SimClusterError> {
+        let plugins: Api<Pod> = Api::namespaced(self.shared.client.clone(), DEVICE_PLUGIN_NAMESPACE);
+        let deadline = tokio::time::Instant::now() + patience;
+        for name in self.shared.nodes.keys() {
+            let pod = objects::device_plugin_pod(name, 0);
+            loop {
+                match plugins.create(&PostParams::default(), &pod).await {
+                    Ok(_) => break,
+                    Err(e) if tokio::time::Instant::now() < deadline => {
+                        tracing::debug!(node = %name, error = %e, "device plugin pod refused; retrying");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(source) => {
+                        return Err(SimClusterError::Api {
+                            what: format!("the device plugin pod of node {name}"),
+                            source,
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns once every node's device plugin advertised its slices.
+    async fn plugins_advertised(
+        &self,
+        events: &mut tokio::sync::broadcast::Receiver<SimEvent>,
+    ) -> Result<(), SimClusterError> {
+        let mut waiting: std::collections::BTreeSet<&String> = self.shared.nodes.keys().collect();
         while !waiting.is_empty() {
             match events.recv().await {
                 Ok(SimEvent::Advertised { node, .. }) => {
@@ -213,7 +271,7 @@ impl SimCluster {
                 }
                 Ok(_) => {}
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    waiting.retain(|n| cluster.shared.nodes[*n].plugin_starts() == 0);
+                    waiting.retain(|n| self.shared.nodes[*n].plugin_starts() == 0);
                 }
                 Err(_) => {
                     let first = waiting.iter().next().map(|n| n.to_string()).unwrap_or_default();
@@ -221,11 +279,24 @@ impl SimCluster {
                 }
             }
         }
-        Ok(cluster)
+        Ok(())
     }
 
-    pub fn server(&self) -> &ApiServer {
-        &self.server
+    /// The client the simulated components use.
+    pub fn client(&self) -> &kube::Client {
+        &self.shared.client
+    }
+
+    /// The file that holds `node`'s GPUs, for a cluster that joined a control plane: give it to
+    /// `geometer agent run --simulate-state`.
+    pub fn state_file(&self, node: &str) -> Option<PathBuf> {
+        Some(self.shared.state_dir.as_ref()?.join(node).join("gpus.json"))
+    }
+
+    /// `node`'s PodResources socket, for a cluster that joined a control plane: give it to
+    /// `geometer agent run --pod-resources-socket`.
+    pub fn pod_resources_socket(&self, node: &str) -> Option<PathBuf> {
+        Some(self.shared.state_dir.as_ref()?.join(node).join("kubelet.sock"))
     }
 
     /// Node names, sorted.
@@ -292,7 +363,89 @@ impl SimCluster {
 
     /// Starts the agent for `node` with its own in-process client; abort the handle to kill it.
     pub fn spawn_agent(&self, node: &str, cfg: AgentConfig) -> JoinHandle<()> {
-        let agent = self.agent(node, self.server.client(), cfg);
+        let agent = self.agent(node, self.shared.client.clone(), cfg);
         tokio::spawn(agent.run())
     }
+}
+
+impl Shared {
+    fn new(
+        client: kube::Client,
+        nodes: BTreeMap<String, Arc<SimNode>>,
+        catalog: Catalog,
+        spec: &ClusterSpec,
+        state_dir: Option<PathBuf>,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            client,
+            nodes,
+            catalog: Arc::new(catalog),
+            ledger: Arc::new(Ledger::new()),
+            nvml_latency: spec.nvml_latency,
+            state_dir,
+        })
+    }
+}
+
+/// The nodes of `spec` with their GPUs in their initial geometry; with a `state_dir`, each
+/// node's GPUs live in `state_dir/<node>/gpus.json` from now on.
+fn build_nodes(
+    spec: &ClusterSpec,
+    catalog: &Catalog,
+    state_dir: Option<&Path>,
+) -> Result<BTreeMap<String, Arc<SimNode>>, SimClusterError> {
+    if spec.nodes.is_empty() {
+        return Err(SimClusterError::NoNodes);
+    }
+    let mut nodes = BTreeMap::new();
+    for (i, n) in spec.nodes.iter().enumerate() {
+        for (field, value) in [("cpu", &n.cpu), ("memory", &n.memory)] {
+            geometer_api::quantity::milli(value).map_err(|source| SimClusterError::Quantity {
+                node: n.name.clone(),
+                field,
+                source,
+            })?;
+        }
+        let mut nvml = SimNvml::with_catalog(n.name.clone(), catalog.clone());
+        for (g, gpu) in n.gpus.iter().enumerate() {
+            let gpu_error = |source| SimClusterError::Gpu { node: n.name.clone(), gpu: g, source };
+            let index = nvml.add_gpu(&gpu.model).map_err(gpu_error)?;
+            let geometry: Vec<(&str, u8)> = gpu.geometry.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+            nvml.set_geometry(index, &geometry).map_err(gpu_error)?;
+        }
+        if let Some(dir) = state_dir {
+            let gpu_error = |source| SimClusterError::Gpu { node: n.name.clone(), gpu: 0, source };
+            let node_dir = dir.join(&n.name);
+            std::fs::create_dir_all(&node_dir).map_err(|e| {
+                gpu_error(SimError::StateFile { path: node_dir.display().to_string(), reason: e.to_string() })
+            })?;
+            nvml = nvml.with_state_file(&node_dir.join("gpus.json")).map_err(gpu_error)?;
+        }
+        let models: Vec<&str> = n.gpus.iter().map(|g| g.model.as_str()).collect();
+        let node = Arc::new(SimNode::new(&n.name, &node_ip(i), nvml, SliceUnits::of(catalog, &models)));
+        if nodes.insert(n.name.clone(), node).is_some() {
+            return Err(SimClusterError::DuplicateNode(n.name.clone()));
+        }
+    }
+    Ok(nodes)
+}
+
+async fn create_if_missing<K>(api: &Api<K>, object: &K) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+/// Registers a Node as a kubelet does: the object, then its status (capacity, Ready).
+async fn register(client: &kube::Client, node: &Node) -> Result<Node, kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let created = nodes.create(&PostParams::default(), node).await?;
+    let status = serde_json::json!({"status": node.status});
+    nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+    Ok(created)
 }

@@ -9,7 +9,7 @@ use geometer_solver::catalog::Catalog;
 use thiserror::Error;
 
 use geometer_agent::nvml::sim::SimNvml;
-use geometer_agent::nvml::{GpuIndex, NvmlError};
+use geometer_agent::nvml::{GpuIndex, NvmlBackend, NvmlError};
 use geometer_agent::observe::inventory::read_inventory;
 use geometer_agent::observe::pod_resources::DeviceAssignment;
 use geometer_agent::SharedAssignments;
@@ -235,6 +235,20 @@ impl SimNode {
             .map(|d| self.units.sizes.get(&d.profile).copied().unwrap_or(0))
             .sum();
         (used, self.units.total)
+    }
+
+    /// `namespace/name` of pods running here that lost a device: its instance no longer
+    /// exists on the GPU (an in-use instance was destroyed, which must never happen).
+    pub fn pods_without_devices(&self) -> Vec<String> {
+        let gpus = self.nvml.devices().map(|d| d.len()).unwrap_or(0) as GpuIndex;
+        let present: Vec<String> =
+            (0..gpus).flat_map(|g| self.nvml.mig_devices(g).unwrap_or_default()).map(|d| d.uuid).collect();
+        let st = self.lock();
+        st.running
+            .iter()
+            .filter(|(_, r)| r.devices.iter().any(|d| !present.contains(&d.uuid)))
+            .map(|(key, _)| key.clone())
+            .collect()
     }
 
     /// How often the device plugin has started on this node.

@@ -2,9 +2,11 @@
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 pub mod agent;
+pub mod control_plane;
 pub mod controller;
 pub mod deploy;
 pub mod e2e;
+pub mod real_cluster;
 pub mod simcluster;
 pub mod trace;
 pub mod wait;

@@ -6,6 +6,9 @@ use std::time::Duration;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 const POLL: Duration = Duration::from_millis(10);
+/// A real control plane schedules, evicts and recreates at its own pace (the ReplicaSet
+/// controller's backoff, the scheduler's retry of unschedulable pods every few seconds).
+const REAL_DEADLINE: Duration = Duration::from_secs(300);
 
 /// Polls `check` until it gives a value.
 pub async fn wait_for<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
@@ -27,5 +30,24 @@ pub async fn wait_for_or<T>(
             panic!("gave up waiting for {what} after {DEADLINE:?}{}", context());
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`wait_for`] for checks that must await (reads through an API server), polled every
+/// 200 ms against a real control plane's pace; `context` is added to the failure.
+pub async fn wait_until<T, F, Fut>(what: &str, mut check: F, context: impl FnOnce() -> String) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + REAL_DEADLINE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("gave up waiting for {what} after {REAL_DEADLINE:?}{}", context());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -17,7 +17,7 @@ pub mod real;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use error::{NvmlError, Reason};
 
@@ -33,7 +33,7 @@ pub struct NvmlProfileIndex(pub u32);
 
 /// The driver's id of a GPU-instance profile (`nvmlGpuInstanceProfileInfo_t.id`, what
 /// `nvidia-smi mig -lgip` prints as ID): what placements and instance creation take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct NvmlProfileId(pub u32);
 
@@ -64,7 +64,7 @@ impl std::fmt::Display for Placement {
 }
 
 /// MIG mode now and after the next reset of the GPU.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MigMode {
     pub current: bool,

@@ -9,7 +9,11 @@
 
 mod fault;
 mod gpu;
+mod state_file;
 
+use std::fs::File;
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use geometer_solver::catalog::Catalog;
@@ -20,6 +24,7 @@ pub use gpu::ReportedProfile;
 
 use self::fault::FaultBook;
 use self::gpu::{ProcessTarget, SimGpu};
+use self::state_file::{SavedNode, StateFile};
 use crate::nvml::{
     ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
     MigMode, NvmlBackend, NvmlCall, NvmlError, NvmlProfileId, Placement, ProcessInfo, Reason,
@@ -54,6 +59,8 @@ pub enum SimError {
     UnknownProfile { model: String, profile: String },
     #[error("no MIG device {uuid} on simulated GPU {gpu}")]
     UnknownMigDevice { gpu: GpuIndex, uuid: String },
+    #[error("simulated GPU state file {path}: {reason}")]
+    StateFile { path: String, reason: String },
     #[error(transparent)]
     Nvml(#[from] NvmlError),
 }
@@ -62,6 +69,38 @@ pub enum SimError {
 #[derive(Clone)]
 pub struct SimNvml {
     inner: Arc<Mutex<State>>,
+    /// Where the GPUs live between processes, when they do.
+    file: Option<Arc<StateFile>>,
+}
+
+/// The state, held: with a state file, read from it when taken and written back when dropped.
+struct Locked<'a> {
+    state: MutexGuard<'a, State>,
+    file: Option<(&'a StateFile, File)>,
+}
+
+impl Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if let Some((file, _held)) = &self.file {
+            let saved = self.state.saved();
+            if let Err(e) = file.store(&saved) {
+                panic!("simulated GPU state file {}: cannot write it: {e}", file.path().display());
+            }
+        }
+    }
 }
 
 struct State {
@@ -86,12 +125,49 @@ impl SimNvml {
             faults: FaultBook::default(),
             next_pid: 1000,
         };
-        SimNvml { inner: Arc::new(Mutex::new(state)) }
+        SimNvml { inner: Arc::new(Mutex::new(state)), file: None }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    /// Keeps the GPUs in `path` from now on: when the file exists (an earlier process wrote
+    /// it for the same node and models), its instances and processes replace the ones here;
+    /// otherwise it is written with these. Add the GPUs first.
+    pub fn with_state_file(mut self, path: &Path) -> Result<SimNvml, SimError> {
+        let file = StateFile::new(path);
+        let error = |reason: String| SimError::StateFile { path: path.display().to_string(), reason };
+        let held = file.hold().map_err(|e| error(format!("cannot lock it: {e}")))?;
+        let saved = file.load().map_err(|e| error(format!("cannot read it: {e}")))?;
+        {
+            let mut st = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(saved) = saved {
+                st.restore(&saved).map_err(error)?;
+            }
+            file.store(&st.saved()).map_err(|e| error(format!("cannot write it: {e}")))?;
+        }
+        drop(held);
+        self.file = Some(Arc::new(file));
+        Ok(self)
+    }
+
+    fn lock(&self) -> Locked<'_> {
         // A panicking test thread must not hide the state from the others.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        let mut state = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let file = self.file.as_deref().map(|file| {
+            let path = file.path().display();
+            let held = file
+                .hold()
+                .unwrap_or_else(|e| panic!("simulated GPU state file {path}: cannot lock it: {e}"));
+            match file.load() {
+                Ok(Some(saved)) => {
+                    if let Err(reason) = state.restore(&saved) {
+                        panic!("simulated GPU state file {path}: {reason}");
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => panic!("simulated GPU state file {path}: cannot read it: {e}"),
+            }
+            (file, held)
+        });
+        Locked { state, file }
     }
 
     /// Adds a MIG-enabled GPU of a catalog model (key, PCI id or NVML name) with no instances.
@@ -262,6 +338,29 @@ impl SimNvml {
 }
 
 impl State {
+    fn saved(&self) -> SavedNode {
+        SavedNode { gpus: self.gpus.iter().map(SimGpu::saved).collect(), next_pid: self.next_pid }
+    }
+
+    fn restore(&mut self, saved: &SavedNode) -> Result<(), String> {
+        if saved.gpus.len() != self.gpus.len() {
+            return Err(format!(
+                "it holds {} GPUs, this node simulates {}; simulate the same GPUs or remove the file",
+                saved.gpus.len(),
+                self.gpus.len()
+            ));
+        }
+        for (index, (gpu, saved)) in self.gpus.iter_mut().zip(&saved.gpus).enumerate() {
+            if !gpu.restore(saved) {
+                return Err(format!(
+                    "GPU {index} in it is another GPU (another node or model); simulate the same GPUs or remove the file"
+                ));
+            }
+        }
+        self.next_pid = saved.next_pid;
+        Ok(())
+    }
+
     fn gpu_mut(&mut self, gpu: GpuIndex) -> Result<&mut SimGpu, NvmlError> {
         let count = self.gpus.len() as u32;
         self.gpus.get_mut(gpu as usize).ok_or(NvmlError::NoSuchGpu { gpu, count })

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use geometer_solver::catalog::{GpuModel, ProfileId};
 use geometer_solver::geometry::{validate, Geometry, Placed};
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::nvml::sim::SimGpuOptions;
@@ -32,19 +33,31 @@ pub struct ReportedProfile {
     pub hidden: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum ProcessTarget {
     Gpu,
     GpuInstance(u32),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct SimInstance {
     profile: ProfileId,
     start: u8,
     size: u8,
     profile_id: NvmlProfileId,
     compute: Option<(u32, String)>,
+}
+
+/// What a GPU changes while it runs (MIG mode, instances, processes), as a state file keeps it
+/// between processes: what it reports and allows comes from its model again.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SavedGpu {
+    uuid: String,
+    model: String,
+    mig: Option<MigMode>,
+    instances: BTreeMap<u32, SimInstance>,
+    processes: BTreeMap<u32, ProcessTarget>,
+    serial: u64,
 }
 
 pub(crate) struct SimGpu {
@@ -102,6 +115,30 @@ impl SimGpu {
             processes: BTreeMap::new(),
             serial: 0,
         }
+    }
+
+    pub(crate) fn saved(&self) -> SavedGpu {
+        SavedGpu {
+            uuid: self.uuid.clone(),
+            model: self.model_key().to_string(),
+            mig: self.mig,
+            instances: self.instances.clone(),
+            processes: self.processes.clone(),
+            serial: self.serial,
+        }
+    }
+
+    /// Takes back what [`SimGpu::saved`] wrote; false (nothing changed) when it was written for
+    /// another GPU.
+    pub(crate) fn restore(&mut self, saved: &SavedGpu) -> bool {
+        if saved.uuid != self.uuid || saved.model != self.model_key() {
+            return false;
+        }
+        self.mig = saved.mig;
+        self.instances = saved.instances.clone();
+        self.processes = saved.processes.clone();
+        self.serial = saved.serial;
+        true
     }
 
     pub(crate) fn model_key(&self) -> &str {

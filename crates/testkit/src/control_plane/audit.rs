@@ -1,0 +1,67 @@
+//! What the API server itself recorded: its audit log (`--audit-policy-file`,
+//! `--audit-log-path`), kept for pod evictions only, so that tests count evictions as the
+//! server answered them, whoever asked (kubernetes/website
+//! `content/en/docs/tasks/debug/debug-cluster/audit.md`).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+const POLICY: &str = "\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: [create]
+    resources:
+      - group: \"\"
+        resources: [pods/eviction]
+  - level: None
+";
+
+pub(crate) fn policy_file(dir: &Path) -> PathBuf {
+    dir.join("audit-policy.yaml")
+}
+
+pub(crate) fn log_file(dir: &Path) -> PathBuf {
+    dir.join("audit.log")
+}
+
+pub(crate) fn write_policy(dir: &Path) {
+    std::fs::write(policy_file(dir), POLICY).expect("audit policy");
+}
+
+/// One eviction request as the API server answered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    pub namespace: String,
+    pub pod: String,
+    /// 201 evicted; 429 refused by a PodDisruptionBudget; others are errors.
+    pub code: u16,
+    pub user: String,
+    /// RFC 3339 with microseconds, as the server wrote it.
+    pub at: String,
+}
+
+impl Eviction {
+    pub fn granted(&self) -> bool {
+        (200..300).contains(&self.code)
+    }
+}
+
+/// Every eviction in the audit log so far, in order.
+pub(crate) fn evictions(dir: &Path) -> Vec<Eviction> {
+    let text = std::fs::read_to_string(log_file(dir)).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["stage"] == "ResponseComplete" && e["objectRef"]["subresource"] == "eviction")
+        .map(|e| Eviction {
+            namespace: e["objectRef"]["namespace"].as_str().unwrap_or_default().to_string(),
+            pod: e["objectRef"]["name"].as_str().unwrap_or_default().to_string(),
+            code: e["responseStatus"]["code"].as_u64().unwrap_or_default() as u16,
+            user: e["user"]["username"].as_str().unwrap_or_default().to_string(),
+            at: e["stageTimestamp"].as_str().unwrap_or_default().to_string(),
+        })
+        .collect()
+}

@@ -1,0 +1,50 @@
+//! Where the control-plane binaries are: `GEOMETER_CONTROL_PLANE_BIN`, or the cache folder of
+//! `scripts/k8s-control-plane.sh` (which `make test` runs first).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Set to `1` to make a missing control plane fail the tests instead of skipping them.
+pub const REQUIRE_ENV: &str = "GEOMETER_REQUIRE_CONTROL_PLANE";
+
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    pub etcd: PathBuf,
+    pub apiserver: PathBuf,
+    pub scheduler: PathBuf,
+    pub controller_manager: PathBuf,
+}
+
+fn folder() -> Result<PathBuf, String> {
+    if let Ok(dir) = std::env::var("GEOMETER_CONTROL_PLANE_BIN") {
+        return Ok(PathBuf::from(dir));
+    }
+    let script = crate::deploy::repo().join("scripts/k8s-control-plane.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("--print")
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// The four binaries, or what is missing and how to build it.
+pub fn binaries() -> Result<Binaries, String> {
+    let dir = folder()?;
+    let bins = Binaries {
+        etcd: dir.join("etcd"),
+        apiserver: dir.join("kube-apiserver"),
+        scheduler: dir.join("kube-scheduler"),
+        controller_manager: dir.join("kube-controller-manager"),
+    };
+    for b in [&bins.etcd, &bins.apiserver, &bins.scheduler, &bins.controller_manager] {
+        if !b.is_file() {
+            return Err(format!(
+                "the real control plane is not built ({} is missing); run scripts/k8s-control-plane.sh \
+                 (make test does) or set GEOMETER_CONTROL_PLANE_BIN to a folder with etcd and the kube binaries",
+                b.display()
+            ));
+        }
+    }
+    Ok(bins)
+}

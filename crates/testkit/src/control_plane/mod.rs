@@ -1,0 +1,308 @@
+//! The real Kubernetes control plane for end-to-end tests: etcd, kube-apiserver,
+//! kube-scheduler and kube-controller-manager as processes on loopback ports chosen at run
+//! time, built from their Go modules by `scripts/k8s-control-plane.sh`. Only kubelets and GPUs
+//! are simulated. Everything runs in a temporary folder (certificates, etcd data, one
+//! kubeconfig per identity, logs) and stops when the [`ControlPlane`] is dropped, also when a
+//! test panics.
+//!
+//! The flags follow what kubernetes-sigs/controller-runtime `pkg/internal/testing/controlplane`
+//! (envtest) and kubernetes-sigs/kwok `pkg/kwokctl/components` give these binaries.
+#![allow(dead_code)]
+
+mod audit;
+mod binaries;
+mod identity;
+pub(crate) mod process;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Api;
+
+pub use audit::Eviction;
+pub use binaries::{binaries, Binaries, REQUIRE_ENV};
+pub use identity::{Identity, GEOMETER_NAMESPACE};
+pub(crate) use process::{free_port, Process};
+
+/// How long the control plane may take to become ready before the test fails.
+const READY_WITHIN: Duration = Duration::from_secs(180);
+
+pub struct ControlPlane {
+    dir: tempfile::TempDir,
+    server: String,
+    /// Stopped in reverse order of starting.
+    processes: Vec<Process>,
+    /// From the first process started to the `default` ServiceAccount's existence.
+    pub startup: Duration,
+}
+
+/// Set to `1` to keep the control plane's folder (logs, kubeconfigs, etcd data) after a test.
+pub const KEEP_ENV: &str = "GEOMETER_KEEP_CONTROL_PLANE";
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        while let Some(p) = self.processes.pop() {
+            p.stop();
+        }
+        if std::env::var(KEEP_ENV).as_deref() == Ok("1") {
+            let kept = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir")).keep();
+            eprintln!("kept the control plane's folder {}", kept.display());
+        }
+    }
+}
+
+/// Starts the control plane, or says on stderr why a test is skipped and returns `None`.
+/// With `GEOMETER_REQUIRE_CONTROL_PLANE=1` (as `make test` and `.ci/run` set it) missing
+/// binaries fail the test instead.
+pub async fn start_or_skip(test: &str) -> Option<ControlPlane> {
+    match binaries() {
+        Ok(bins) => Some(ControlPlane::start(&bins).await),
+        Err(why) => {
+            assert!(std::env::var(REQUIRE_ENV).as_deref() != Ok("1"), "{test}: {why}");
+            eprintln!("SKIPPED {test}: {why}");
+            None
+        }
+    }
+}
+
+impl ControlPlane {
+    /// Starts etcd, then kube-apiserver, then the scheduler and controller manager; returns
+    /// once the API server is ready and the controller manager made the `default`
+    /// ServiceAccount (pods cannot be created before).
+    pub async fn start(bins: &Binaries) -> ControlPlane {
+        let began = Instant::now();
+        let dir = tempfile::Builder::new().prefix("geometer-k8s-").tempdir().expect("temp dir");
+        identity::write_token_file(dir.path());
+        identity::write_service_account_key(dir.path());
+        audit::write_policy(dir.path());
+        let mut cp =
+            ControlPlane { server: String::new(), dir, processes: Vec::new(), startup: Duration::ZERO };
+
+        let etcd = cp.start_etcd(bins);
+        let port = free_port();
+        cp.server = format!("https://127.0.0.1:{port}");
+        cp.start_apiserver(bins, &etcd, port);
+        for id in Identity::ALL {
+            identity::write_kubeconfig(cp.dir.path(), &cp.server, id);
+        }
+        cp.wait_ready().await;
+        cp.start_scheduler(bins);
+        cp.start_controller_manager(bins);
+        cp.wait_default_service_account().await;
+        cp.startup = began.elapsed();
+        eprintln!(
+            "control plane ready at {} in {:.1?} (logs in {})",
+            cp.server,
+            cp.startup,
+            cp.dir.path().display()
+        );
+        cp
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The kubeconfig that authenticates as `id`.
+    pub fn kubeconfig(&self, id: Identity) -> PathBuf {
+        identity::kubeconfig_path(self.dir.path(), id)
+    }
+
+    /// A client authenticated as `id`.
+    pub async fn client(&self, id: Identity) -> kube::Client {
+        let path = self.kubeconfig(id);
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", path.display()));
+        kube::Client::try_from(config).expect("client")
+    }
+
+    /// The real kubectl as `id`; its output, or its error output when it fails.
+    pub fn kubectl(&self, id: Identity, args: &[&str]) -> Result<String, String> {
+        let out = std::process::Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig(id))
+            .output()
+            .map_err(|e| format!("cannot run kubectl: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!("kubectl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+
+    /// Every pod eviction the API server answered so far, in order.
+    pub fn evictions(&self) -> Vec<Eviction> {
+        audit::evictions(self.dir.path())
+    }
+
+    /// The last lines of a component's log, for failure messages.
+    pub fn log_tail(&self, component: &str, lines: usize) -> String {
+        match self.processes.iter().find(|p| p.name() == component) {
+            Some(p) => p.log_tail(lines),
+            None => format!("(no component {component})"),
+        }
+    }
+
+    fn log(&self, component: &str) -> PathBuf {
+        self.dir.path().join(format!("{component}.log"))
+    }
+
+    fn start_etcd(&mut self, bins: &Binaries) -> String {
+        let (client, peer) = (free_port(), free_port());
+        let client_url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let data = self.dir.path().join("etcd");
+        let args = [
+            "--name=geometer".to_string(),
+            format!("--data-dir={}", data.display()),
+            format!("--listen-client-urls={client_url}"),
+            format!("--advertise-client-urls={client_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=geometer={peer_url}"),
+            "--unsafe-no-fsync=true".to_string(),
+            "--log-level=warn".to_string(),
+        ];
+        self.processes.push(Process::spawn("etcd", &bins.etcd, &args, &self.log("etcd")));
+        client_url
+    }
+
+    fn start_apiserver(&mut self, bins: &Binaries, etcd: &str, port: u16) {
+        let d = self.dir.path();
+        let key = identity::service_account_key(d);
+        let args = [
+            format!("--etcd-servers={etcd}"),
+            "--bind-address=127.0.0.1".to_string(),
+            "--advertise-address=127.0.0.1".to_string(),
+            format!("--secure-port={port}"),
+            format!("--cert-dir={}", d.join("certs").display()),
+            "--authorization-mode=RBAC".to_string(),
+            format!("--token-auth-file={}", identity::token_file(d).display()),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
+            format!("--service-account-key-file={}", key.display()),
+            format!("--service-account-signing-key-file={}", key.display()),
+            "--service-cluster-ip-range=10.96.0.0/16".to_string(),
+            "--allow-privileged=true".to_string(),
+            "--enable-priority-and-fairness=false".to_string(),
+            format!("--audit-policy-file={}", audit::policy_file(d).display()),
+            format!("--audit-log-path={}", audit::log_file(d).display()),
+            "--v=1".to_string(),
+        ];
+        self.processes.push(Process::spawn(
+            "kube-apiserver",
+            &bins.apiserver,
+            &args,
+            &self.log("kube-apiserver"),
+        ));
+    }
+
+    fn start_scheduler(&mut self, bins: &Binaries) {
+        let kubeconfig = self.kubeconfig(Identity::Scheduler);
+        let args = [
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--leader-elect=false".to_string(),
+            "--secure-port=0".to_string(),
+            "--v=1".to_string(),
+        ];
+        self.processes.push(Process::spawn(
+            "kube-scheduler",
+            &bins.scheduler,
+            &args,
+            &self.log("kube-scheduler"),
+        ));
+    }
+
+    fn start_controller_manager(&mut self, bins: &Binaries) {
+        let d = self.dir.path();
+        let kubeconfig = self.kubeconfig(Identity::ControllerManager);
+        let controllers = [
+            "serviceaccount-controller",
+            "serviceaccount-token-controller",
+            "namespace-controller",
+            "garbage-collector-controller",
+            "replicaset-controller",
+            "deployment-controller",
+            "job-controller",
+            "disruption-controller",
+            "node-lifecycle-controller",
+            "pod-garbage-collector-controller",
+            "root-ca-certificate-publisher-controller",
+        ];
+        let args = [
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--leader-elect=false".to_string(),
+            "--secure-port=0".to_string(),
+            format!("--controllers={}", controllers.join(",")),
+            "--use-service-account-credentials=true".to_string(),
+            format!("--service-account-private-key-file={}", identity::service_account_key(d).display()),
+            format!("--root-ca-file={}", d.join("certs/apiserver.crt").display()),
+            "--v=1".to_string(),
+        ];
+        self.processes.push(Process::spawn(
+            "kube-controller-manager",
+            &bins.controller_manager,
+            &args,
+            &self.log("kube-controller-manager"),
+        ));
+    }
+
+    /// The serving certificate exists and `/readyz` answers ok.
+    async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + READY_WITHIN;
+        let cert = self.dir.path().join("certs/apiserver.crt");
+        let mut client = None;
+        loop {
+            self.check_alive();
+            if client.is_none() && cert.exists() {
+                client = Some(self.client(Identity::Admin).await);
+            }
+            if let Some(c) = &client {
+                let request = http::Request::get("/readyz").body(Vec::new()).expect("request");
+                if c.request_text(request).await.is_ok_and(|body| body.trim() == "ok") {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver not ready within {READY_WITHIN:?}:\n{}",
+                self.log_tail("kube-apiserver", 40)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn wait_default_service_account(&mut self) {
+        let client = self.client(Identity::Admin).await;
+        let accounts: Api<ServiceAccount> = Api::namespaced(client, "default");
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            self.check_alive();
+            if let Ok(Some(_)) = accounts.get_opt("default").await {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kube-controller-manager made no default ServiceAccount within {READY_WITHIN:?}:\n{}",
+                self.log_tail("kube-controller-manager", 40)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Panics with its log when a component has exited.
+    fn check_alive(&self) {
+        for p in &self.processes {
+            if let Some(status) = p.exited() {
+                let name = p.name().to_string();
+                panic!("{name} exited ({status}):\n{}", self.log_tail(&name, 40));
+            }
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! The whole operator on the real control plane, for end-to-end tests: the manifests of
+//! `deploy/base` applied with the real kubectl, the simulated kubelets joined to it,
+//! `geometer controller` and one `geometer agent run --simulate` per node as processes with
+//! their ServiceAccounts' tokens (so a permission the manifests lack fails the test), and
+//! workloads as real Deployments and Jobs.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPolicy};
+use geometer_simcluster::{ClusterSpec, SimCluster, DEVICE_PLUGIN_NAMESPACE};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{ListParams, PostParams};
+use kube::Api;
+use serde_json::json;
+
+use crate::control_plane::{free_port, start_or_skip, ControlPlane, Identity, Process, GEOMETER_NAMESPACE};
+use crate::deploy::repo;
+
+/// Where the workloads run.
+pub const NS: &str = "ml";
+
+pub struct RealCluster {
+    pub sim: SimCluster,
+    pub admin: kube::Client,
+    geometer: PathBuf,
+    agents: BTreeMap<String, Process>,
+    controllers: BTreeMap<String, Process>,
+    /// Agent and controller starts so far, to keep every log.
+    starts: u32,
+    /// Dropped last: the processes above stop before the control plane does.
+    pub cp: ControlPlane,
+}
+
+impl Drop for RealCluster {
+    fn drop(&mut self) {
+        for (_, p) in
+            std::mem::take(&mut self.agents).into_iter().chain(std::mem::take(&mut self.controllers))
+        {
+            p.stop();
+        }
+    }
+}
+
+impl RealCluster {
+    /// The control plane, `deploy/base` applied, the simulated nodes joined and `policy`
+    /// created; no controller or agent runs yet. `None` (the test is skipped) when the control
+    /// plane is not built and `GEOMETER_REQUIRE_CONTROL_PLANE` is not set.
+    pub async fn start(
+        test: &str,
+        geometer: &Path,
+        spec: &ClusterSpec,
+        policy: &MigPolicy,
+    ) -> Option<RealCluster> {
+        let cp = start_or_skip(test).await?;
+        let installed = cp.kubectl(
+            Identity::Admin,
+            &["apply", "--server-side", "-k", &repo().join("deploy/base").display().to_string()],
+        );
+        installed.unwrap_or_else(|e| panic!("installing deploy/base: {e}"));
+        // The controller runs as a process of the test, not as the Deployment's pod.
+        cp.kubectl(
+            Identity::Admin,
+            &["-n", GEOMETER_NAMESPACE, "scale", "deployment/geometer-controller", "--replicas=0"],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let admin = cp.client(Identity::Admin).await;
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
+        Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
+        wait_established(&cp).await;
+        Api::<MigPolicy>::all(admin.clone()).create(&PostParams::default(), policy).await.expect("policy");
+        let kubelet = cp.client(Identity::Kubelet).await;
+        let sim =
+            SimCluster::join(kubelet, spec, &cp.dir().join("nodes")).await.expect("simulated nodes join");
+        Some(RealCluster {
+            sim,
+            admin,
+            geometer: geometer.to_path_buf(),
+            agents: BTreeMap::new(),
+            controllers: BTreeMap::new(),
+            starts: 0,
+            cp,
+        })
+    }
+
+    fn log(&mut self, what: &str) -> PathBuf {
+        self.starts += 1;
+        self.cp.dir().join(format!("{what}-{}.log", self.starts))
+    }
+
+    /// Starts (or restarts) the agent of `node` as `geometer agent run --simulate`, on the
+    /// node's GPU state file and PodResources socket, as the agent ServiceAccount.
+    pub fn start_agent(&mut self, node: &str) {
+        self.kill_agent(node);
+        let spec = self.sim.node(node).unwrap_or_else(|| panic!("no node {node}"));
+        let mut args: Vec<String> = vec!["agent".into(), "run".into(), format!("--node={node}")];
+        for (model, count) in gpu_counts(&spec.nvml) {
+            args.push(format!("--simulate={model}:{count}"));
+        }
+        args.push(format!("--simulate-state={}", self.sim.state_file(node).unwrap().display()));
+        args.push(format!(
+            "--pod-resources-socket={}",
+            self.sim.pod_resources_socket(node).unwrap().display()
+        ));
+        args.push(format!("--device-plugin-namespace={DEVICE_PLUGIN_NAMESPACE}"));
+        for flag in ["--poll-interval=1s", "--drain-timeout=2m", "--advertise-timeout=1m"] {
+            args.push(flag.into());
+        }
+        let log = self.log(&format!("agent-{node}"));
+        let kubeconfig = self.cp.kubeconfig(Identity::Agent);
+        let process = Process::spawn_with_env(
+            &format!("agent {node}"),
+            &self.geometer,
+            &args,
+            &log,
+            &[("KUBECONFIG", &kubeconfig)],
+        );
+        self.agents.insert(node.to_string(), process);
+    }
+
+    /// SIGKILL, as a node losing the agent's pod would.
+    pub fn kill_agent(&mut self, node: &str) {
+        if let Some(p) = self.agents.remove(node) {
+            p.stop();
+        }
+    }
+
+    pub fn start_agents(&mut self) {
+        for node in self.sim.node_names() {
+            self.start_agent(&node);
+        }
+    }
+
+    /// Starts (or restarts) controller replica `name` as `geometer controller`, with leader
+    /// election, as the controller ServiceAccount.
+    pub fn start_controller(&mut self, name: &str) {
+        self.kill_controller(name);
+        let args: Vec<String> = vec![
+            "controller".into(),
+            format!("--metrics-addr=127.0.0.1:{}", free_port()),
+            format!("--lease-namespace={GEOMETER_NAMESPACE}"),
+            format!("--identity={name}"),
+        ];
+        let log = self.log(&format!("controller-{name}"));
+        let kubeconfig = self.cp.kubeconfig(Identity::Controller);
+        let process = Process::spawn_with_env(
+            &format!("controller {name}"),
+            &self.geometer,
+            &args,
+            &log,
+            &[("KUBECONFIG", &kubeconfig)],
+        );
+        self.controllers.insert(name.to_string(), process);
+    }
+
+    pub fn kill_controller(&mut self, name: &str) {
+        if let Some(p) = self.controllers.remove(name) {
+            p.stop();
+        }
+    }
+
+    /// Panics with its log when an agent or controller process exited on its own.
+    pub fn check_alive(&self) {
+        for p in self.agents.values().chain(self.controllers.values()) {
+            if let Some(status) = p.exited() {
+                panic!("{} exited ({status}):\n{}", p.name(), p.log_tail(40));
+            }
+        }
+    }
+
+    /// The logs of every agent and controller started, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for p in self.agents.values().chain(self.controllers.values()) {
+            out.push_str(&format!("\n--- {} ---\n{}", p.name(), p.log_tail(30)));
+        }
+        out
+    }
+
+    pub async fn pods(&self) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.admin.clone(), NS).list(&ListParams::default()).await.expect("pods").items
+    }
+
+    /// Pods of the namespace that are Running, by name.
+    pub async fn running(&self) -> Vec<String> {
+        let pods = self.pods().await;
+        pods.into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .filter_map(|p| p.metadata.name)
+            .collect()
+    }
+
+    /// The pods of Deployment `app` (label `app=<app>`) that are not terminating.
+    pub async fn pods_of(&self, app: &str) -> Vec<Pod> {
+        let params = ListParams::default().labels(&format!("app={app}"));
+        let pods = Api::<Pod>::namespaced(self.admin.clone(), NS).list(&params).await.expect("pods").items;
+        pods.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
+    }
+
+    /// The Running pods of Deployment `app`, as (name, uid, node).
+    pub async fn running_of(&self, app: &str) -> Vec<(String, String, String)> {
+        self.pods_of(app)
+            .await
+            .into_iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .map(|p| {
+                let node = p.spec.and_then(|s| s.node_name).unwrap_or_default();
+                (p.metadata.name.unwrap_or_default(), p.metadata.uid.unwrap_or_default(), node)
+            })
+            .collect()
+    }
+
+    /// Deletes Deployment `app` and waits until its pods are gone.
+    pub async fn delete_deployment(&self, app: &str) {
+        let params = kube::api::DeleteParams::foreground();
+        Api::<Deployment>::namespaced(self.admin.clone(), NS).delete(app, &params).await.expect("delete");
+        crate::wait::wait_until(
+            &format!("the pods of {app} gone"),
+            || async { self.pods_of(app).await.is_empty().then_some(()) },
+            || self.logs(),
+        )
+        .await;
+    }
+
+    /// Notes of the events about pod `name` in [`NS`] with `reason`.
+    pub async fn event_notes(&self, pod: &str, reason: &str) -> Vec<String> {
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.admin.clone(), NS);
+        let list = events.list(&ListParams::default()).await.expect("events").items;
+        list.into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod))
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.note.unwrap_or_default())
+            .collect()
+    }
+
+    /// Evictions of workload pods (namespace [`NS`]) the API server granted, by pod name.
+    pub fn evicted(&self) -> Vec<String> {
+        self.cp.evictions().into_iter().filter(|e| e.namespace == NS && e.granted()).map(|e| e.pod).collect()
+    }
+
+    pub async fn plans(&self) -> Vec<MigPlan> {
+        Api::<MigPlan>::all(self.admin.clone()).list(&ListParams::default()).await.expect("plans").items
+    }
+
+    pub async fn nodes(&self) -> Vec<Node> {
+        Api::<Node>::all(self.admin.clone()).list(&ListParams::default()).await.expect("nodes").items
+    }
+
+    /// Every node's MigNode Ready for its latest spec, no node cordoned.
+    pub async fn settled(&self) -> bool {
+        let mignodes =
+            Api::<MigNode>::all(self.admin.clone()).list(&ListParams::default()).await.expect("mignodes");
+        let ready = mignodes.items.len() == self.sim.node_names().len()
+            && mignodes.items.iter().all(|m| {
+                m.status.as_ref().is_some_and(|s| {
+                    s.phase == MigNodePhase::Ready
+                        && s.observed_generation == m.metadata.generation
+                        && !s.cordoned_by_geometer
+                })
+            });
+        ready
+            && self
+                .nodes()
+                .await
+                .iter()
+                .all(|n| !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false))
+    }
+
+    /// Instances on a simulated GPU as `profile@start`, sorted.
+    pub fn geometry(&self, node: &str, gpu: u32) -> Vec<String> {
+        let mut g: Vec<String> =
+            self.sim.nvml(node).unwrap().geometry(gpu).unwrap().iter().map(|p| p.to_string()).collect();
+        g.sort();
+        g
+    }
+
+    /// Creates a Deployment in [`NS`] whose pods are `template` (its name becomes the app label).
+    pub async fn deploy(&self, name: &str, replicas: i32, template: Pod) -> Deployment {
+        let mut spec = serde_json::to_value(template.spec.expect("pod spec")).unwrap();
+        spec["restartPolicy"] = json!("Always");
+        let mut labels = template.metadata.labels.unwrap_or_default();
+        labels.insert("app".into(), name.into());
+        let deployment: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": labels, "annotations": template.metadata.annotations}, "spec": spec},
+            },
+        }))
+        .unwrap();
+        Api::<Deployment>::namespaced(self.admin.clone(), NS)
+            .create(&PostParams::default(), &deployment)
+            .await
+            .expect("deployment")
+    }
+}
+
+/// `--simulate` counts: consecutive GPUs of one model, in order (the agent adds them so).
+fn gpu_counts(nvml: &geometer_agent::nvml::sim::SimNvml) -> Vec<(String, u32)> {
+    use geometer_agent::nvml::NvmlBackend;
+    let mut counts: Vec<(String, u32)> = Vec::new();
+    for d in nvml.devices().expect("simulated devices") {
+        let model = d.name.clone();
+        match counts.last_mut() {
+            Some((m, n)) if *m == model => *n += 1,
+            _ => counts.push((model, 1)),
+        }
+    }
+    counts
+}
+
+/// The CRDs of `deploy/base` serve before anything is created from them.
+async fn wait_established(cp: &ControlPlane) {
+    for crd in ["migpolicies.geometer.dev", "migplans.geometer.dev", "mignodes.geometer.dev"] {
+        cp.kubectl(
+            Identity::Admin,
+            &["wait", "--for=condition=Established", "--timeout=60s", &format!("crd/{crd}")],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+}

@@ -1,0 +1,46 @@
+//! A demand shift on the real control plane: pods of a Deployment wait for a slice no GPU has,
+//! the controller plans, the agent cordons, repartitions and gets the new slices advertised,
+//! and the real scheduler places the waiting pods on them.
+
+use geometer_api::{MigPlanPhase, PolicyMode};
+use geometer_simcluster::MigPod;
+use geometer_testkit::e2e::policy;
+use geometer_testkit::real_cluster::NS;
+use geometer_testkit::wait::wait_until;
+
+use crate::support::{operator, two_nodes};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_waiting_for_slices_runs_after_the_repartition() {
+    let Some(k8s) = operator("demand shift", &two_nodes(), &policy(PolicyMode::Auto, false)).await else {
+        return;
+    };
+    k8s.deploy("small", 4, MigPod::new(NS, "small").slice("1g.10gb", 1).build()).await;
+
+    let running = wait_until(
+        "four pods of the Deployment running",
+        || async {
+            k8s.check_alive();
+            let running = k8s.running().await;
+            (running.len() == 4).then_some(running)
+        },
+        || k8s.logs(),
+    )
+    .await;
+    assert!(running.iter().all(|p| p.starts_with("small-")), "{running:?}");
+    // The pods may run before the controller has seen every node finish.
+    wait_until(
+        "the plan Succeeded",
+        || async { k8s.plans().await.into_iter().find(|p| p.phase() == MigPlanPhase::Succeeded) },
+        || k8s.logs(),
+    )
+    .await;
+    // Only as many GPUs changed as the pods needed (7 x 1g.10gb fit on one GPU).
+    let changed: usize = ["gpu-1", "gpu-2"]
+        .iter()
+        .map(|n| (0..2).filter(|g| k8s.geometry(n, *g) != ["7g.80gb@0"]).count())
+        .sum();
+    assert_eq!(changed, 1, "one GPU repartitioned for four 1g.10gb pods");
+    wait_until("nodes settled and uncordoned", || async { k8s.settled().await.then_some(()) }, || k8s.logs())
+        .await;
+}
