@@ -1,5 +1,5 @@
 # The two entry points a newcomer needs; both install their own prerequisites.
-.PHONY: setup control-plane test demo build bench
+.PHONY: setup control-plane test demo demo-k8s build bench
 
 setup:
 	@bash scripts/setup.sh
@@ -18,6 +18,10 @@ test: setup control-plane
 
 demo: setup
 	cargo run --release -- demo
+
+# The demo on the real control plane (built on first use), for watching with the real kubectl.
+demo-k8s: setup
+	bash scripts/demo-k8s.sh $(ARGS)
 
 bench: setup
 	cargo bench --workspace

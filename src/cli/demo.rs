@@ -73,6 +73,11 @@ pub struct DemoArgs {
     /// Seconds between progress lines.
     #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
     pub tick: f64,
+    /// Run on the cluster of KUBECONFIG instead of an in-memory API server (a real control
+    /// plane with `deploy/base` applied: `make demo-k8s` starts one): the simulated nodes join
+    /// it and keep their GPUs in this folder.
+    #[arg(long, value_name = "STATE_DIR", conflicts_with_all = ["kubeconfig", "keep_serving"])]
+    pub join: Option<PathBuf>,
 }
 
 pub fn run(args: DemoArgs) -> Result<(), Failure> {
@@ -99,8 +104,21 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
         .context("cannot start the async runtime")
         .map_err(Failure::internal)?;
     runtime.block_on(async move {
+        let played = async {
+            match &args.join {
+                None => demo::run(options, Console::stdout()).await.map_err(anyhow::Error::from),
+                Some(state_dir) => {
+                    let client = kube::Client::try_default()
+                        .await
+                        .context("--join: cannot reach the Kubernetes API (KUBECONFIG)")?;
+                    demo::run_joined(client, state_dir, options, Console::stdout())
+                        .await
+                        .map_err(anyhow::Error::from)
+                }
+            }
+        };
         tokio::select! {
-            result = demo::run(options, Console::stdout()) => result.map(|_| ()).map_err(|e| Failure::internal(e.into())),
+            result = played => result.map(|_| ()).map_err(Failure::internal),
             _ = tokio::signal::ctrl_c() => {
                 eprintln!("interrupted");
                 Err(Failure { code: 130, error: None })

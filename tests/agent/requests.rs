@@ -61,7 +61,7 @@ async fn cordon_is_one_merge_patch_with_the_mark_and_the_read_version() {
     let (method, uri, content_type, body) =
         next(&mut handle, 200, serde_json::to_value(node(true, true)).unwrap()).await;
     assert_eq!(method, "PATCH");
-    assert_eq!(uri, "/api/v1/nodes/gpu-1?");
+    assert_eq!(uri, "/api/v1/nodes/gpu-1?&fieldManager=geometer-agent");
     assert_eq!(content_type, "application/merge-patch+json");
     assert_eq!(
         body,
@@ -80,7 +80,10 @@ async fn uncordon_removes_flag_and_mark_together() {
     let call = tokio::spawn(async move { cordon::uncordon(&Api::all(client), &ours).await });
     let (method, uri, _, body) =
         next(&mut handle, 200, serde_json::to_value(node(false, false)).unwrap()).await;
-    assert_eq!((method.as_str(), uri.as_str()), ("PATCH", "/api/v1/nodes/gpu-1?"));
+    assert_eq!(
+        (method.as_str(), uri.as_str()),
+        ("PATCH", "/api/v1/nodes/gpu-1?&fieldManager=geometer-agent")
+    );
     assert_eq!(
         body,
         json!({

@@ -5,4 +5,5 @@
 mod api;
 mod crd_types;
 mod kubectl;
+mod pod_termination;
 mod watch;

@@ -43,4 +43,16 @@ async fn a_deployment_waiting_for_slices_runs_after_the_repartition() {
     assert_eq!(changed, 1, "one GPU repartitioned for four 1g.10gb pods");
     wait_until("nodes settled and uncordoned", || async { k8s.settled().await.then_some(()) }, || k8s.logs())
         .await;
+    // The real server records who wrote what: every write names its field manager.
+    let managers = k8s.field_managers().await;
+    assert!(managers.contains(&("MigNode".into(), "geometer-agent".into(), "status".into())), "{managers:?}");
+    assert!(
+        managers.contains(&("MigPlan".into(), "geometer-controller".into(), "status".into())),
+        "{managers:?}"
+    );
+    assert!(
+        managers.contains(&("MigNode".into(), "geometer-controller".into(), String::new())),
+        "{managers:?}"
+    );
+    assert!(!managers.iter().any(|(_, m, _)| m == "unknown"), "{managers:?}");
 }

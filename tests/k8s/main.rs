@@ -5,7 +5,9 @@
 //! evicted pods come back through the real ReplicaSet controller.
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
+mod chaos;
 mod demand_shift;
+mod demo;
 mod disruption;
 mod leader;
 mod review;

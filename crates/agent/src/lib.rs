@@ -23,3 +23,12 @@ pub use observe::sources::{
 };
 pub use runtime::agent_loop::{Agent, AgentConfig, StepError};
 pub use runtime::status::half_built_summary;
+
+/// The agent's name in `managedFields` of what it writes (MigNode, Node cordons), so that
+/// `kubectl get -o yaml --show-managed-fields` says who set a field.
+pub const FIELD_MANAGER: &str = "geometer-agent";
+
+/// Patch parameters naming the agent as field manager.
+pub(crate) fn patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
+}

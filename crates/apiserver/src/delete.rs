@@ -3,7 +3,11 @@
 //! termination, and a CRD taking its custom resources with it.
 //!
 //! Garbage collection runs synchronously inside the deleting request, which a client sees as
-//! a very fast background collector. Pods are deleted at once (no kubelet grace period).
+//! a very fast background collector. Pods are deleted at once unless graceful pod deletion is
+//! on (`ApiServer::set_graceful_pod_deletion`, which the simulated cluster turns on): then a pod
+//! bound to a node that has not ended is only marked for its grace period, and its kubelet
+//! deletes it for good with `gracePeriodSeconds: 0`, as kube-apiserver does
+//! (kubernetes/kubernetes `pkg/registry/core/pod/strategy.go`, `CheckGracefulDelete`).
 
 use std::sync::Arc;
 
@@ -27,6 +31,8 @@ pub(crate) struct DeleteOpts {
     pub precondition_uid: Option<String>,
     pub precondition_rv: Option<String>,
     pub dry_run: bool,
+    /// `gracePeriodSeconds`; a pod's own `terminationGracePeriodSeconds` (30) when absent.
+    pub grace_period: Option<i64>,
 }
 
 impl DeleteOpts {
@@ -55,6 +61,7 @@ impl DeleteOpts {
             precondition_uid: body["preconditions"]["uid"].as_str().map(str::to_string),
             precondition_rv: body["preconditions"]["resourceVersion"].as_str().map(str::to_string),
             dry_run: dry_run || body_dry_run,
+            grace_period: body["gracePeriodSeconds"].as_i64(),
         })
     }
 }
@@ -110,6 +117,9 @@ impl Store {
         if opts.dry_run {
             return Ok(Deleted { object: old, gone: true });
         }
+        if let Some(grace) = self.pod_grace_period(rt, &old, opts) {
+            return Ok(self.mark_terminating(rt, old, grace, now));
+        }
         let mut fins = finalizers(&old);
         if opts.propagation == Propagation::Foreground
             && !self.dependents_of(uid_of(&old)).is_empty()
@@ -157,6 +167,35 @@ impl Store {
             .remove_object(rt, ns, name, None, now)
             .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))?;
         Ok(Deleted { object: gone, gone: true })
+    }
+
+    /// The grace period a pod gets before it is gone: only with graceful pod deletion on, for
+    /// a pod on a node that is not Succeeded or Failed, and above 0.
+    fn pod_grace_period(&self, rt: &ResourceType, pod: &Value, opts: &DeleteOpts) -> Option<i64> {
+        if !self.graceful_pods || !rt.is(Builtin::Pod) {
+            return None;
+        }
+        let bound = pod["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+        let ended = matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+        let grace = opts.grace_period.or(pod["spec"]["terminationGracePeriodSeconds"].as_i64()).unwrap_or(30);
+        (bound && !ended && grace > 0).then_some(grace)
+    }
+
+    /// Marks a pod terminating (once: a second delete changes nothing) and leaves it to its
+    /// kubelet.
+    fn mark_terminating(&mut self, rt: &ResourceType, old: Arc<Value>, grace: i64, now: &str) -> Deleted {
+        if !old["metadata"]["deletionTimestamp"].is_null() {
+            return Deleted { object: old, gone: false };
+        }
+        let at = now
+            .parse::<jiff::Timestamp>()
+            .ok()
+            .and_then(|t| t.checked_add(jiff::SignedDuration::from_secs(grace)).ok())
+            .map_or_else(|| now.to_string(), |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+        let mut marked = (*old).clone();
+        marked["metadata"]["deletionTimestamp"] = json!(at);
+        marked["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+        Deleted { object: self.put(&rt.storage, marked), gone: false }
     }
 
     fn delete_dependent(&mut self, key: &StorageKey, ns: &str, name: &str, now: &str) {

@@ -208,6 +208,14 @@ impl ApiServer {
         ApiServerBuilder::default()
     }
 
+    /// With `true`, deleting a pod bound to a node that has not ended only marks it
+    /// (deletionTimestamp, deletionGracePeriodSeconds) until its kubelet deletes it with
+    /// `gracePeriodSeconds: 0`, as on a real cluster; with `false` (the default: no kubelet
+    /// runs) it goes at once.
+    pub fn set_graceful_pod_deletion(&self, on: bool) {
+        self.inner.store.lock().expect("store lock poisoned").graceful_pods = on;
+    }
+
     /// The server as a `tower::Service` (for `kube::Client::new`, or tower-test style use).
     pub fn service(&self) -> ApiService {
         ApiService { inner: self.inner.clone() }

@@ -315,7 +315,8 @@ fn resource_request(
             let opts = DeleteOpts::parse(&body, req.query.get("propagationPolicy"), req.dry_run())?;
             let deleted =
                 inner.store.lock().expect("store lock poisoned").delete(&rt, ns_str, name, &opts, &now())?;
-            if !deleted.gone {
+            // A terminating pod is still there: 200 with the pod, as kube-apiserver answers.
+            if !deleted.gone && !rt.is(Builtin::Pod) {
                 return Ok(object_response(202, req, &rt, version, &deleted.object));
             }
             if rt.is(Builtin::Pod) {

@@ -56,6 +56,9 @@ pub(crate) struct Store {
     dependents: HashMap<String, HashSet<DependentRef>>,
     uids: HashMap<String, DependentRef>,
     notifier: tokio::sync::watch::Sender<u64>,
+    /// Bound pods terminate for their grace period until a kubelet deletes them for good (as
+    /// on a real cluster), instead of going at once; on when simulated kubelets run.
+    pub graceful_pods: bool,
 }
 
 /// A watch or continue token asked for a version the history no longer holds.
@@ -93,6 +96,7 @@ impl Store {
             dependents: HashMap::new(),
             uids: HashMap::new(),
             notifier,
+            graceful_pods: false,
         }
     }
 

@@ -171,6 +171,8 @@ impl SimCluster {
         for n in &spec.nodes {
             server.seed(&objects::node(n, &catalog)).map_err(seed_err(format!("node {}", n.name)))?;
         }
+        // The simulated kubelets finish pod deletions, as real ones do.
+        server.set_graceful_pod_deletion(true);
         let shared = Shared::new(server.client(), nodes, catalog, spec, None);
         let mut events = shared.ledger.subscribe();
         let tasks =

@@ -55,21 +55,10 @@ impl RealCluster {
         policy: &MigPolicy,
     ) -> Option<RealCluster> {
         let cp = start_or_skip(test).await?;
-        let installed = cp.kubectl(
-            Identity::Admin,
-            &["apply", "--server-side", "-k", &repo().join("deploy/base").display().to_string()],
-        );
-        installed.unwrap_or_else(|e| panic!("installing deploy/base: {e}"));
-        // The controller runs as a process of the test, not as the Deployment's pod.
-        cp.kubectl(
-            Identity::Admin,
-            &["-n", GEOMETER_NAMESPACE, "scale", "deployment/geometer-controller", "--replicas=0"],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        install(&cp);
         let admin = cp.client(Identity::Admin).await;
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
         Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
-        wait_established(&cp).await;
         Api::<MigPolicy>::all(admin.clone()).create(&PostParams::default(), policy).await.expect("policy");
         let kubelet = cp.client(Identity::Kubelet).await;
         let sim =
@@ -213,6 +202,21 @@ impl RealCluster {
             .collect()
     }
 
+    /// Sets Deployment `app`'s replicas.
+    pub async fn scale(&self, app: &str, replicas: i32) {
+        let patch = json!({"spec": {"replicas": replicas}});
+        Api::<Deployment>::namespaced(self.admin.clone(), NS)
+            .patch(app, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .expect("scale");
+    }
+
+    /// `namespace/name` of pods the simulated kubelets run on a device NVML no longer has.
+    pub fn pods_without_devices(&self) -> Vec<String> {
+        let nodes = self.sim.node_names();
+        nodes.iter().flat_map(|n| self.sim.node(n).unwrap().pods_without_devices()).collect()
+    }
+
     /// Deletes Deployment `app` and waits until its pods are gone.
     pub async fn delete_deployment(&self, app: &str) {
         let params = kube::api::DeleteParams::foreground();
@@ -269,6 +273,32 @@ impl RealCluster {
                 .all(|n| !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false))
     }
 
+    /// (kind, manager, subresource) of every managedFields entry of the MigNodes and MigPlans.
+    pub async fn field_managers(&self) -> Vec<(String, String, String)> {
+        let mignodes =
+            Api::<MigNode>::all(self.admin.clone()).list(&ListParams::default()).await.expect("mignodes");
+        let plans = self.plans().await;
+        let entries =
+            |kind: &str, fields: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>| {
+                fields
+                    .into_iter()
+                    .map(|f| {
+                        (kind.to_string(), f.manager.unwrap_or_default(), f.subresource.unwrap_or_default())
+                    })
+                    .collect::<Vec<_>>()
+            };
+        let mut out: Vec<(String, String, String)> = Vec::new();
+        for m in mignodes.items {
+            out.extend(entries("MigNode", m.metadata.managed_fields.unwrap_or_default()));
+        }
+        for p in plans {
+            out.extend(entries("MigPlan", p.metadata.managed_fields.unwrap_or_default()));
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Instances on a simulated GPU as `profile@start`, sorted.
     pub fn geometry(&self, node: &str, gpu: u32) -> Vec<String> {
         let mut g: Vec<String> =
@@ -313,8 +343,23 @@ fn gpu_counts(nvml: &geometer_agent::nvml::sim::SimNvml) -> Vec<(String, u32)> {
     counts
 }
 
+/// `kubectl apply --server-side -k deploy/base` (the real API server validates the CRDs and
+/// RBAC), with the controller's Deployment scaled to 0 (Geometer runs as processes of the test
+/// or demo, not as pods), and the CRDs serving.
+pub fn install(cp: &ControlPlane) {
+    let base = repo().join("deploy/base").display().to_string();
+    cp.kubectl(Identity::Admin, &["apply", "--server-side", "-k", &base])
+        .unwrap_or_else(|e| panic!("installing deploy/base: {e}"));
+    cp.kubectl(
+        Identity::Admin,
+        &["-n", GEOMETER_NAMESPACE, "scale", "deployment/geometer-controller", "--replicas=0"],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    wait_established(cp);
+}
+
 /// The CRDs of `deploy/base` serve before anything is created from them.
-async fn wait_established(cp: &ControlPlane) {
+fn wait_established(cp: &ControlPlane) {
     for crd in ["migpolicies.geometer.dev", "migplans.geometer.dev", "mignodes.geometer.dev"] {
         cp.kubectl(
             Identity::Admin,

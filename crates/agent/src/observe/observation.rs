@@ -129,7 +129,14 @@ impl Agent {
             uid: node.metadata.uid.clone().unwrap_or_default(),
             ..Default::default()
         }]);
-        match self.mignodes().create(&PostParams::default(), &mignode).await {
+        match self
+            .mignodes()
+            .create(
+                &PostParams { field_manager: Some(crate::FIELD_MANAGER.into()), ..Default::default() },
+                &mignode,
+            )
+            .await
+        {
             Ok(created) => {
                 tracing::info!(node = %self.cfg.node, "created the MigNode for this node");
                 Ok(created)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use geometer_solver::catalog::{Catalog, GpuModel};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Resource};
 use thiserror::Error;
@@ -249,7 +249,7 @@ impl Agent {
         let Some(patch) = status_patch(server, status) else { return Ok(()) };
         let updated = self
             .mignodes()
-            .patch_status(&self.cfg.node, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(&self.cfg.node, &crate::patch_params(), &Patch::Merge(&patch))
             .await?;
         self.mem.mignode = Some(updated);
         Ok(())

@@ -8,7 +8,7 @@
 //! overwritten; the agent then reads the node again.
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::Api;
 use serde_json::{json, Value};
 
@@ -114,7 +114,7 @@ pub async fn uncordon(nodes: &Api<Node>, node: &Node) -> Result<Applied, kube::E
 async fn send(nodes: &Api<Node>, node: &Node, patch: Option<Value>) -> Result<Applied, kube::Error> {
     let Some(patch) = patch else { return Ok(Applied::Nothing) };
     let name = node.metadata.name.as_deref().unwrap_or_default();
-    match nodes.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+    match nodes.patch(name, &crate::patch_params(), &Patch::Merge(&patch)).await {
         Ok(_) => Ok(Applied::Patched),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Applied::Stale),
         Err(e) => Err(e),

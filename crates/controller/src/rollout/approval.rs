@@ -101,7 +101,14 @@ pub async fn approve(client: Client, plan_name: &str) -> Result<Approved, Approv
         "metadata": {"resourceVersion": plan.resource_version()},
         "spec": {"approved": true}
     });
-    match plans.patch(plan_name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+    match plans
+        .patch(
+            plan_name,
+            &PatchParams { field_manager: Some("geometer-approve".into()), ..Default::default() },
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
         Ok(_) => Ok(Approved::Now { plan: plan_name.to_string(), policy: policy_name }),
         Err(kube::Error::Api(s)) if s.code == 409 => Err(ApprovalError::Changed(plan_name.to_string())),
         Err(e) => Err(e.into()),

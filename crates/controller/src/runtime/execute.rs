@@ -91,7 +91,7 @@ impl Executor {
 
     /// Runs one action; a created object's reference comes back.
     async fn run(&self, action: Action) -> Result<Option<ObjectReference>, kube::Error> {
-        let params = PatchParams::default();
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
         match action {
             Action::PlanStatus { plan, resource_version, before, status } => {
                 let patch = status_patch(resource_version, before.as_ref(), &status);

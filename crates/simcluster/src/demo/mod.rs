@@ -106,7 +106,7 @@ impl DemoOptions {
     }
 }
 
-/// Runs the demo to its summary.
+/// Runs the demo to its summary, on the in-memory API server.
 pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, DemoError> {
     options.validate()?;
     let scenario = Scenario::default_with(options.nodes, options.nvml_latency);
@@ -145,7 +145,49 @@ pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, Demo
     }
 
     let cluster = SimCluster::start(&server, &scenario.cluster).await?;
-    let client = server.client();
+    let summary = play(server.client(), cluster, &scenario, &options, &console, kubeconfig_path).await?;
+    if options.keep_serving && options.serve_http {
+        console.raw("\nThe API server keeps serving for kubectl; press Ctrl-C to stop.\n");
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    Ok(summary)
+}
+
+/// Runs the demo to its summary on the cluster `client` reaches (a real control plane with
+/// `deploy/base` applied, for one): the simulated nodes join it, keeping their GPUs and
+/// PodResources sockets under `state_dir`, and the controller and agents run in this process.
+pub async fn run_joined(
+    client: kube::Client,
+    state_dir: &std::path::Path,
+    options: DemoOptions,
+    console: Console,
+) -> Result<Summary, DemoError> {
+    options.validate()?;
+    let scenario = Scenario::default_with(options.nodes, options.nvml_latency);
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}})).expect("namespace");
+    match kube::Api::<Namespace>::all(client.clone()).create(&Default::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(DemoError::Setup(format!("cannot create namespace {NAMESPACE}: {e}"))),
+    }
+    console.raw(
+        "Geometer demo on the cluster of KUBECONFIG: watch it with kubectl get migplans,mignodes -w\n\n",
+    );
+    let cluster = SimCluster::join(client.clone(), &scenario.cluster, state_dir).await?;
+    play(client, cluster, &scenario, &options, &console, None).await
+}
+
+/// The operator and the workload on a started cluster, to the summary.
+async fn play(
+    client: kube::Client,
+    cluster: SimCluster,
+    scenario: &Scenario,
+    options: &DemoOptions,
+    console: &Console,
+    kubeconfig_path: Option<String>,
+) -> Result<Summary, DemoError> {
+    let console = console.clone();
     console.raw(format!(
         "{} nodes x {} GPUs ({}), policy mode {:?}, seed {}, {:.0} scenario seconds at {}x speed\n",
         scenario.cluster.nodes.len(),
@@ -173,7 +215,7 @@ pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, Demo
     }
     console.raw("\n");
 
-    let operator = operator::start(&server, &cluster, &options, &console).await?;
+    let operator = operator::start(&client, &cluster, options, &console).await?;
 
     let milestones = Arc::new(Mutex::new(progress::Milestones::default()));
     let mut background = vec![
@@ -191,7 +233,7 @@ pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, Demo
         background.push(tokio::spawn(progress::approve_plans(client.clone(), console.clone())));
     }
 
-    let arrivals = workload::arrivals(&scenario, options.nodes, options.duration_s, options.seed);
+    let arrivals = workload::arrivals(scenario, options.nodes, options.duration_s, options.seed);
     let submissions = workload::Submissions::default();
     background.push(tokio::spawn(workload::play(
         client.clone(),
@@ -202,14 +244,18 @@ pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, Demo
         submissions.clone(),
     )));
 
-    let samples = progress::watch(&server, &cluster, &scenario, &options, &arrivals, &console).await;
+    let samples = progress::watch(&client, &cluster, scenario, options, &arrivals, &console).await;
     for task in &background {
         task.abort();
     }
     drop(operator);
 
     let mut summary = summary::summarize(&submissions.all(), &cluster.ledger().runs());
-    let plans = server.objects::<MigPlan>();
+    let plans = kube::Api::<MigPlan>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
     summary.plans = plans.len();
     summary.plans_applied = plans.iter().filter(|p| p.phase() == MigPlanPhase::Succeeded).count();
     let mut calls = Vec::new();
@@ -238,9 +284,5 @@ pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, Demo
         m.first_ready.and_then(|r| summary::mean_utilisation(&samples.samples, Some(r), Some(last_arrival)));
     console.raw("\n");
     console.raw(summary.render());
-    if options.keep_serving && options.serve_http {
-        console.raw("\nThe API server keeps serving for kubectl; press Ctrl-C to stop.\n");
-        let _ = tokio::signal::ctrl_c().await;
-    }
     Ok(summary)
 }

@@ -17,7 +17,6 @@ use super::{DemoError, DemoOptions};
 use crate::SimCluster;
 use geometer_agent::runtime::backoff::Backoff;
 use geometer_api::{Batching, Disruption, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits};
-use geometer_apiserver::ApiServer;
 use geometer_controller::runtime::health::Health;
 use geometer_controller::runtime::metrics::Metrics;
 use geometer_controller::{self as controller, Settings};
@@ -80,12 +79,12 @@ pub(super) fn agent_config(cluster: &SimCluster, node: &str) -> geometer_agent::
 }
 
 pub(super) async fn start(
-    server: &ApiServer,
+    client: &kube::Client,
     cluster: &SimCluster,
     options: &DemoOptions,
     console: &Console,
 ) -> Result<OperatorHandles, DemoError> {
-    Api::<MigPolicy>::all(server.client())
+    Api::<MigPolicy>::all(client.clone())
         .create(&PostParams::default(), &demo_policy(options.mode))
         .await
         .map_err(|e| DemoError::Setup(format!("cannot create the MigPolicy: {e}")))?;
@@ -98,7 +97,7 @@ pub(super) async fn start(
         })
         .collect();
     let _ = console;
-    Ok(OperatorHandles { agents, controller: Some(start_controller(server.client())) })
+    Ok(OperatorHandles { agents, controller: Some(start_controller(client.clone())) })
 }
 
 /// The real controller on `client`, without leader election (one replica), as a task.

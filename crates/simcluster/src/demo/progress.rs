@@ -20,7 +20,6 @@ use super::workload::Arrival;
 use super::{DemoOptions, NAMESPACE};
 use crate::{pod_requests, SimCluster};
 use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPlanPhase, PolicyMode};
-use geometer_apiserver::ApiServer;
 
 /// When nodes started and finished changing, for the before/after utilisation.
 #[derive(Debug, Default, Clone, Copy)]
@@ -40,10 +39,11 @@ pub(super) struct Progress {
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
 /// Pending pods of the workload per MIG resource, and running pods.
-fn pod_counts(server: &ApiServer) -> (BTreeMap<String, u64>, usize) {
+async fn pod_counts(client: &kube::Client) -> (BTreeMap<String, u64>, usize) {
     let mut pending = BTreeMap::new();
     let mut running = 0;
-    for pod in server.objects::<Pod>().iter().filter(|p| p.namespace().as_deref() == Some(NAMESPACE)) {
+    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE).list(&Default::default()).await;
+    for pod in pods.map(|l| l.items).unwrap_or_default().iter() {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some();
         if phase == Some("Running") {
@@ -73,7 +73,7 @@ fn phase_name(scenario: &Scenario, scenario_s: f64, duration_s: f64) -> &'static
 /// Runs until the workload is over: the last pod arrived and nothing runs or waits any more
 /// (in DryRun, nothing runs: waiting pods never get slices), or a deadline passes.
 pub(super) async fn watch(
-    server: &ApiServer,
+    client: &kube::Client,
     cluster: &SimCluster,
     scenario: &Scenario,
     options: &DemoOptions,
@@ -94,7 +94,7 @@ pub(super) async fn watch(
         let now = Instant::now();
         let usage = cluster.slice_usage();
         samples.push(UsageSample { at: now, used: usage.used, total: usage.total });
-        let (pending, running) = pod_counts(server);
+        let (pending, running) = pod_counts(client).await;
         let waiting: u64 = pending.values().sum();
         let over = now >= last_arrival
             && running == 0
@@ -102,7 +102,7 @@ pub(super) async fn watch(
                 || options.mode == PolicyMode::DryRun
                 || (options.mode == PolicyMode::Approve
                     && !options.wait_for_approval
-                    && no_plan_in_flight(server)));
+                    && no_plan_in_flight(client).await));
         if now >= next_tick || over {
             let runs = cluster.ledger().runs();
             let started = runs.values().filter(|r| r.started >= last_tick).count();
@@ -128,8 +128,9 @@ pub(super) async fn watch(
     }
 }
 
-fn no_plan_in_flight(server: &ApiServer) -> bool {
-    server.objects::<MigPlan>().iter().all(|p| p.status.as_ref().is_some_and(|s| s.phase.is_final()))
+async fn no_plan_in_flight(client: &kube::Client) -> bool {
+    let plans = Api::<MigPlan>::all(client.clone()).list(&Default::default()).await;
+    plans.is_ok_and(|l| l.items.iter().all(|p| p.status.as_ref().is_some_and(|s| s.phase.is_final())))
 }
 
 /// Notes when the first node starts changing and when the last change ends.

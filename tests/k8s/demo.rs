@@ -1,0 +1,38 @@
+//! `geometer demo --join` (what `make demo-k8s` runs): the demo's workload on the real control
+//! plane, to its summary, with GPUs reconfigured and plans applied.
+
+use std::process::Command;
+
+use geometer_testkit::control_plane::{start_or_skip, Identity};
+use geometer_testkit::real_cluster::install;
+
+use crate::support::geometer;
+
+/// The number after `label` on the summary line that starts with it.
+fn summary_number(text: &str, label: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(label))
+        .unwrap_or_else(|| panic!("{label}?\n{text}"));
+    let rest = line.trim_start()[label.len()..].trim_start();
+    rest.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap_or_else(|_| panic!("{line}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_runs_on_the_real_control_plane() {
+    let Some(cp) = start_or_skip("demo on the real control plane").await else { return };
+    install(&cp);
+    let state = cp.dir().join("demo-nodes");
+    let out = Command::new(geometer())
+        .args(["demo", "--nodes", "2", "--duration", "60", "--speed", "6", "--tick", "2", "--join"])
+        .arg(&state)
+        .env("KUBECONFIG", cp.kubeconfig(Identity::Admin))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(summary_number(&text, "pods submitted") > 0, "{text}");
+    assert!(summary_number(&text, "GPUs reconfigured") >= 1, "{text}");
+    let plans = text.lines().find(|l| l.trim_start().starts_with("plans")).unwrap();
+    assert!(!plans.contains(" 0 applied"), "{plans}\n{text}");
+}
