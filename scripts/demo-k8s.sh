@@ -6,8 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/k8s-control-plane.sh >/dev/null
+# GEOMETER_DEMO_PROFILE=debug reuses the test build instead of a release build.
+profile="${GEOMETER_DEMO_PROFILE:-release}"
 cargo build -q -p geometer-testkit --bin control-plane
-cargo build -q --release -p geometer
+if [ "$profile" = release ]; then cargo build -q --release -p geometer; else cargo build -q -p geometer; fi
 work="$(mktemp -d -t geometer-demo-k8s-XXXXXX)"
 target/debug/control-plane > "$work/control-plane.out" 2> "$work/control-plane.log" &
 cp_pid=$!
@@ -23,4 +25,4 @@ echo "Real control plane up. Watch it from another terminal with the real kubect
 echo "  export KUBECONFIG=$kubeconfig"
 echo "  kubectl get nodes,pods -A; kubectl get migplans,mignodes -w"
 echo
-KUBECONFIG="$kubeconfig" target/release/geometer demo --join "$work/nodes" "$@"
+KUBECONFIG="$kubeconfig" "target/$profile/geometer" demo --join "$work/nodes" "$@"

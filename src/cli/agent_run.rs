@@ -105,6 +105,19 @@ fn simulated_nvml(
     )))
 }
 
+/// The agent's API client, without kube's default retry of 429 answers. The agent retries a
+/// refused eviction itself, with its own backoff, events, status and drain timeout; kube-rs'
+/// retry layer (kube-client `client/retry.rs`: up to 15 tries, honouring Retry-After) would hold
+/// a PodDisruptionBudget refusal, which kube-apiserver sends as 429 with Retry-After, inside one
+/// call for minutes, so the drain could neither report it nor time out.
+async fn agent_client() -> anyhow::Result<kube::Client> {
+    let mut config = kube::Config::infer()
+        .await
+        .context("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+    config.default_retry = false;
+    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+}
+
 /// `MODEL:COUNT` from `--simulate`.
 fn simulated_gpus(specs: &[String]) -> Result<Vec<(String, u32)>, Failure> {
     specs
@@ -149,10 +162,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .context("cannot start the async runtime")
         .map_err(Failure::internal)?;
     runtime.block_on(async move {
-        let client = kube::Client::try_default()
-            .await
-            .context("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG)")
-            .map_err(Failure::internal)?;
+        let client = agent_client().await.map_err(Failure::internal)?;
         tracing::info!(node = %cfg.node, simulated = !sims.is_empty(), "geometer agent starting");
         let agent = Agent::new(cfg, client, nvml, devices);
         tokio::select! {

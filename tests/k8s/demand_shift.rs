@@ -56,3 +56,28 @@ async fn a_deployment_waiting_for_slices_runs_after_the_repartition() {
     );
     assert!(!managers.iter().any(|(_, m, _)| m == "unknown"), "{managers:?}");
 }
+
+/// A Job whose pods wait for slices: they run on the new ones, end `Succeeded` when their time
+/// is up, and the real Job controller marks the Job Complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_waiting_for_slices_completes_after_the_repartition() {
+    let Some(k8s) = operator("job", &two_nodes(), &policy(PolicyMode::Auto, false)).await else {
+        return;
+    };
+    let pod = MigPod::new(NS, "batch").slice("2g.20gb", 1).run_seconds(2.0).build();
+    k8s.run_job("batch", 3, pod).await;
+    wait_until(
+        "the Job Complete",
+        || async {
+            k8s.check_alive();
+            k8s.job_condition("batch", "Complete").await.then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
+    let pods = k8s.pods_of("batch").await;
+    let succeeded =
+        pods.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"));
+    assert_eq!(succeeded.count(), 3, "{pods:?}");
+    assert!(!k8s.job_condition("batch", "Failed").await);
+}

@@ -138,4 +138,7 @@ async fn a_pod_disruption_budget_holds_the_drain_until_a_replacement_is_ready() 
         "the second eviction was refused by the budget first: {evictions:?}"
     );
     assert!(evictions.iter().all(|e| e.granted() || e.code == 429), "{evictions:?}");
+    // The agent saw the refusal (a client that retried it away would leave nothing to report).
+    let refused = k8s.event_notes(second, "EvictionRefused").await;
+    assert!(refused.iter().any(|n| n.contains("PodDisruptionBudget")), "{refused:?}");
 }

@@ -8,6 +8,7 @@
 mod chaos;
 mod demand_shift;
 mod demo;
+mod differential;
 mod disruption;
 mod leader;
 mod review;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPolicy};
 use geometer_simcluster::{ClusterSpec, SimCluster, DEVICE_PLUGIN_NAMESPACE};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::Api;
@@ -307,6 +308,37 @@ impl RealCluster {
         g
     }
 
+    /// Creates a Job in [`NS`] of `completions` pods, all at once, whose pods are `template`
+    /// (their run time, `MigPod::run_seconds`, is how long each takes).
+    pub async fn run_job(&self, name: &str, completions: i32, template: Pod) -> Job {
+        let mut labels = template.metadata.labels.unwrap_or_default();
+        labels.insert("app".into(), name.into());
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "completions": completions,
+                "parallelism": completions,
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"labels": labels, "annotations": template.metadata.annotations},
+                    "spec": template.spec.expect("pod spec"),
+                },
+            },
+        }))
+        .unwrap();
+        Api::<Job>::namespaced(self.admin.clone(), NS)
+            .create(&PostParams::default(), &job)
+            .await
+            .expect("job")
+    }
+
+    /// The Job's condition of `type_` is True.
+    pub async fn job_condition(&self, name: &str, type_: &str) -> bool {
+        let job = Api::<Job>::namespaced(self.admin.clone(), NS).get(name).await.expect("job");
+        let conditions = job.status.and_then(|s| s.conditions).unwrap_or_default();
+        conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+    }
+
     /// Creates a Deployment in [`NS`] whose pods are `template` (its name becomes the app label).
     pub async fn deploy(&self, name: &str, replicas: i32, template: Pod) -> Deployment {
         let mut spec = serde_json::to_value(template.spec.expect("pod spec")).unwrap();
@@ -358,13 +390,17 @@ pub fn install(cp: &ControlPlane) {
     wait_established(cp);
 }
 
-/// The CRDs of `deploy/base` serve before anything is created from them.
+/// The CRDs of `deploy/base` serve before anything is created from them: Established, and
+/// listed without the 429 "storage is (re)initializing" a new CRD answers for a moment.
 fn wait_established(cp: &ControlPlane) {
-    for crd in ["migpolicies.geometer.dev", "migplans.geometer.dev", "mignodes.geometer.dev"] {
-        cp.kubectl(
-            Identity::Admin,
-            &["wait", "--for=condition=Established", "--timeout=60s", &format!("crd/{crd}")],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+    for crd in ["migpolicies", "migplans", "mignodes"] {
+        let name = format!("crd/{crd}.geometer.dev");
+        cp.kubectl(Identity::Admin, &["wait", "--for=condition=Established", "--timeout=60s", &name])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while let Err(e) = cp.kubectl(Identity::Admin, &["get", crd]) {
+            assert!(std::time::Instant::now() < deadline, "{crd} never listed: {e}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
     }
 }

@@ -113,13 +113,24 @@ impl ControlPlane {
         identity::kubeconfig_path(self.dir.path(), id)
     }
 
-    /// A client authenticated as `id`.
+    /// A client authenticated as `id`, as kube-rs builds one (it retries 429 answers, such as
+    /// "storage is (re)initializing" while a new CRD's cache fills).
     pub async fn client(&self, id: Identity) -> kube::Client {
+        self.client_with(id, true).await
+    }
+
+    /// A client that never retries: tests that compare answers see exactly what the server said.
+    pub async fn raw_client(&self, id: Identity) -> kube::Client {
+        self.client_with(id, false).await
+    }
+
+    async fn client_with(&self, id: Identity, retry: bool) -> kube::Client {
         let path = self.kubeconfig(id);
         let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", path.display()));
+        config.default_retry = retry;
         kube::Client::try_from(config).expect("client")
     }
 
