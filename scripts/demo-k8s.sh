@@ -8,10 +8,11 @@ cd "$(dirname "$0")/.."
 bash scripts/k8s-control-plane.sh >/dev/null
 # GEOMETER_DEMO_PROFILE=debug reuses the test build instead of a release build.
 profile="${GEOMETER_DEMO_PROFILE:-release}"
-cargo build -q -p geometer-testkit --bin control-plane
-if [ "$profile" = release ]; then cargo build -q --release -p geometer; else cargo build -q -p geometer; fi
+# One build of both, so that the solver gets geometer's backend feature in testkit's build too.
+flags=(-q -p geometer -p geometer-testkit --bin geometer --bin control-plane)
+if [ "$profile" = release ]; then cargo build --release "${flags[@]}"; else cargo build "${flags[@]}"; fi
 work="$(mktemp -d -t geometer-demo-k8s-XXXXXX)"
-target/debug/control-plane > "$work/control-plane.out" 2> "$work/control-plane.log" &
+"target/$profile/control-plane" > "$work/control-plane.out" 2> "$work/control-plane.log" &
 cp_pid=$!
 trap 'kill $cp_pid 2>/dev/null; wait $cp_pid 2>/dev/null || true' EXIT
 for _ in $(seq 1 600); do
