@@ -27,10 +27,21 @@ pub(crate) struct Model {
 }
 
 pub(crate) fn build(problem: &Problem, agg: &Aggregate) -> Model {
-    let keys = problem.profiles.len();
-    let mut lp = Lp::default();
+    let (fixed_free, fixed_total) = fixed_free_slices(problem, agg);
+    let mut b = Builder::with_variables(problem, agg);
+    b.placement_rows();
+    b.capacity_rows(&fixed_free);
+    let changed = b.changed_terms();
+    b.change_limits(&changed);
+    let headroom = b.headroom_rows(&fixed_total);
+    let levels = b.levels(&changed, headroom);
+    Model { lp: b.lp, x: b.x, y: b.y, levels }
+}
 
-    // Free slices of GPUs that have nothing to decide, per group and profile.
+/// Per group and profile key, free slices on GPUs that have nothing to decide (no GPU class
+/// holds them); and the same over every group.
+fn fixed_free_slices(problem: &Problem, agg: &Aggregate) -> (Vec<Vec<f64>>, Vec<f64>) {
+    let keys = problem.profiles.len();
     let mut decided = vec![false; problem.gpus.len()];
     for class in &agg.classes {
         for (g, _) in &class.gpus {
@@ -56,203 +67,258 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate) -> Model {
             }
         }
     }
+    (fixed_free, fixed_total)
+}
 
-    let mut x = Vec::with_capacity(agg.classes.len());
-    for class in &agg.classes {
-        let n = class.gpus.len() as f64;
-        let vars: Vec<usize> = class.entries.iter().map(|_| lp.var(0.0, n, true)).collect();
-        lp.row(vars.iter().map(|&v| (v, 1.0)).collect(), n, n);
-        x.push(vars);
-    }
-    let mut met = BTreeMap::new();
-    let mut running_count = vec![0u32; agg.demand.len()];
-    for d in agg.running_class.values() {
-        running_count[*d] += 1;
-    }
-    for (d, class) in agg.demand.iter().enumerate() {
-        if !class.running {
-            met.insert(d, lp.var(0.0, class.pending as f64, true));
-        }
-    }
-    let mut y = BTreeMap::new();
-    for (f, group) in agg.groups.iter().enumerate() {
-        for &d in &group.demand {
-            let class = &agg.demand[d];
-            let ub = if class.running { running_count[d] } else { class.pending } as f64;
-            y.insert((d, f), lp.var(0.0, ub, true));
-        }
-    }
+/// The program as it is built, section by section.
+struct Builder<'p> {
+    problem: &'p Problem<'p>,
+    agg: &'p Aggregate,
+    keys: usize,
+    lp: Lp,
+    /// Per GPU class, per entry: how many of the class's GPUs take that entry.
+    x: Vec<Vec<usize>>,
+    /// `(demand class, group) -> pods of the class placed in the group`.
+    y: BTreeMap<(usize, usize), usize>,
+    /// Per pending demand class: pods met.
+    met: BTreeMap<usize, usize>,
+    /// Per demand class: evictable running pods in it.
+    running_count: Vec<u32>,
+    /// Per group: its GPU classes.
+    class_by_group: Vec<Vec<usize>>,
+}
 
-    // Every pending pod placed counts as met; every evicted pod must be placed again.
-    let mut placed: Vec<Vec<(usize, f64)>> = vec![Vec::new(); agg.demand.len()];
-    for (&(d, _), &v) in &y {
-        placed[d].push((v, 1.0));
-    }
-    for (c, gc) in agg.classes.iter().enumerate() {
-        for (i, e) in gc.entries.iter().enumerate() {
-            for &(d, count) in &e.evicted {
-                placed[d].push((x[c][i], -(count as f64)));
+impl<'p> Builder<'p> {
+    /// The variables: x (entries per GPU class, summing to the class's size), met, y.
+    fn with_variables(problem: &'p Problem<'p>, agg: &'p Aggregate) -> Builder<'p> {
+        let mut lp = Lp::default();
+        let mut x = Vec::with_capacity(agg.classes.len());
+        for class in &agg.classes {
+            let n = class.gpus.len() as f64;
+            let vars: Vec<usize> = class.entries.iter().map(|_| lp.var(0.0, n, true)).collect();
+            lp.row(vars.iter().map(|&v| (v, 1.0)).collect(), n, n);
+            x.push(vars);
+        }
+        let mut running_count = vec![0u32; agg.demand.len()];
+        for d in agg.running_class.values() {
+            running_count[*d] += 1;
+        }
+        let mut met = BTreeMap::new();
+        for (d, class) in agg.demand.iter().enumerate() {
+            if !class.running {
+                met.insert(d, lp.var(0.0, class.pending as f64, true));
             }
         }
-    }
-    for (d, class) in agg.demand.iter().enumerate() {
-        let mut row = std::mem::take(&mut placed[d]);
-        if !class.running {
-            row.push((met[&d], -1.0));
+        let mut y = BTreeMap::new();
+        for (f, group) in agg.groups.iter().enumerate() {
+            for &d in &group.demand {
+                let class = &agg.demand[d];
+                let ub = if class.running { running_count[d] } else { class.pending } as f64;
+                y.insert((d, f), lp.var(0.0, ub, true));
+            }
         }
-        lp.row(row, 0.0, 0.0);
+        let mut class_by_group: Vec<Vec<usize>> = vec![Vec::new(); agg.groups.len()];
+        for (c, gc) in agg.classes.iter().enumerate() {
+            class_by_group[gc.group].push(c);
+        }
+        let keys = problem.profiles.len();
+        Builder { problem, agg, keys, lp, x, y, met, running_count, class_by_group }
     }
 
-    // Slices per group and profile; CPU and memory per group.
-    let mut class_by_group: Vec<Vec<usize>> = vec![Vec::new(); agg.groups.len()];
-    for (c, gc) in agg.classes.iter().enumerate() {
-        class_by_group[gc.group].push(c);
-    }
-    for (f, group) in agg.groups.iter().enumerate() {
-        #[allow(clippy::needless_range_loop)] // k indexes several parallel per-profile arrays
-        for k in 0..keys {
-            let mut row: Vec<(usize, f64)> = Vec::new();
-            for &d in &group.demand {
-                if let Some(&(_, need)) = agg.demand[d].needs.slices.iter().find(|s| s.0 == k) {
-                    row.push((y[&(d, f)], need as f64));
+    /// Every pending pod placed counts as met; every evicted pod must be placed again.
+    fn placement_rows(&mut self) {
+        let agg = self.agg;
+        let mut placed: Vec<Vec<(usize, f64)>> = vec![Vec::new(); agg.demand.len()];
+        for (&(d, _), &v) in &self.y {
+            placed[d].push((v, 1.0));
+        }
+        for (c, gc) in agg.classes.iter().enumerate() {
+            for (i, e) in gc.entries.iter().enumerate() {
+                for &(d, count) in &e.evicted {
+                    placed[d].push((self.x[c][i], -(count as f64)));
                 }
             }
-            if row.is_empty() {
-                continue;
+        }
+        for (d, class) in agg.demand.iter().enumerate() {
+            let mut row = std::mem::take(&mut placed[d]);
+            if !class.running {
+                row.push((self.met[&d], -1.0));
             }
-            for &c in &class_by_group[f] {
-                for (i, e) in agg.classes[c].entries.iter().enumerate() {
-                    if e.free[k] > 0 {
-                        row.push((x[c][i], -(e.free[k] as f64)));
+            self.lp.row(row, 0.0, 0.0);
+        }
+    }
+
+    /// Slices per group and profile; CPU and memory per group.
+    fn capacity_rows(&mut self, fixed_free: &[Vec<f64>]) {
+        let agg = self.agg;
+        for (f, group) in agg.groups.iter().enumerate() {
+            #[allow(clippy::needless_range_loop)] // k indexes several parallel per-profile arrays
+            for k in 0..self.keys {
+                let mut row: Vec<(usize, f64)> = Vec::new();
+                for &d in &group.demand {
+                    if let Some(&(_, need)) = agg.demand[d].needs.slices.iter().find(|s| s.0 == k) {
+                        row.push((self.y[&(d, f)], need as f64));
                     }
                 }
+                if row.is_empty() {
+                    continue;
+                }
+                for &c in &self.class_by_group[f] {
+                    for (i, e) in agg.classes[c].entries.iter().enumerate() {
+                        if e.free[k] > 0 {
+                            row.push((self.x[c][i], -(e.free[k] as f64)));
+                        }
+                    }
+                }
+                self.lp.row(row, f64::NEG_INFINITY, fixed_free[f][k]);
             }
-            lp.row(row, f64::NEG_INFINITY, fixed_free[f][k]);
+            self.resource_rows(f);
         }
-        let demand_cpu: u64 = group
-            .demand
-            .iter()
-            .map(|&d| agg.demand[d].needs.cpu * (agg.demand[d].pending + running_count[d]) as u64)
-            .sum();
+    }
+
+    /// CPU and memory of group `f`, where its demand could exceed them.
+    fn resource_rows(&mut self, f: usize) {
+        let (agg, group) = (self.agg, &self.agg.groups[f]);
+        let total = |per_pod: &dyn Fn(usize) -> u64| -> u64 {
+            group
+                .demand
+                .iter()
+                .map(|&d| per_pod(d) * (agg.demand[d].pending + self.running_count[d]) as u64)
+                .sum()
+        };
+        let demand_cpu = total(&|d| agg.demand[d].needs.cpu);
         if let Some(cpu) = group.cpu.filter(|&c| c < demand_cpu) {
-            let row = group.demand.iter().map(|&d| (y[&(d, f)], agg.demand[d].needs.cpu as f64)).collect();
-            lp.row(row, f64::NEG_INFINITY, cpu as f64);
+            let row =
+                group.demand.iter().map(|&d| (self.y[&(d, f)], agg.demand[d].needs.cpu as f64)).collect();
+            self.lp.row(row, f64::NEG_INFINITY, cpu as f64);
         }
-        let demand_mem: u64 = group
-            .demand
-            .iter()
-            .map(|&d| agg.demand[d].needs.memory * (agg.demand[d].pending + running_count[d]) as u64)
-            .sum();
+        let demand_mem = total(&|d| agg.demand[d].needs.memory);
         if let Some(mem) = group.memory.filter(|&m| m < demand_mem) {
             // Memory in MiB keeps coefficients in a range solvers handle well.
             let row = group
                 .demand
                 .iter()
-                .map(|&d| (y[&(d, f)], agg.demand[d].needs.memory as f64 / 1048576.0))
+                .map(|&d| (self.y[&(d, f)], agg.demand[d].needs.memory as f64 / 1048576.0))
                 .collect();
-            lp.row(row, f64::NEG_INFINITY, mem as f64 / 1048576.0);
+            self.lp.row(row, f64::NEG_INFINITY, mem as f64 / 1048576.0);
         }
     }
 
-    let changed: Vec<(usize, f64)> = agg
-        .classes
-        .iter()
-        .enumerate()
-        .flat_map(|(c, gc)| {
-            gc.entries.iter().enumerate().filter(|(_, e)| e.changed).map(move |(i, _)| (c, i))
-        })
-        .map(|(c, i)| (x[c][i], 1.0))
-        .collect();
-    if let Some(max) = problem.max_gpus_changed {
-        lp.row(changed.clone(), f64::NEG_INFINITY, max as f64);
+    /// One term per entry that changes its GPUs.
+    fn changed_terms(&self) -> Vec<(usize, f64)> {
+        self.agg
+            .classes
+            .iter()
+            .enumerate()
+            .flat_map(|(c, gc)| {
+                gc.entries.iter().enumerate().filter(|(_, e)| e.changed).map(move |(i, _)| (c, i))
+            })
+            .map(|(c, i)| (self.x[c][i], 1.0))
+            .collect()
     }
-    if let Some(max) = problem.max_nodes_changed {
+
+    /// The policy's limits on GPUs and nodes changed.
+    fn change_limits(&mut self, changed: &[(usize, f64)]) {
+        if let Some(max) = self.problem.max_gpus_changed {
+            self.lp.row(changed.to_vec(), f64::NEG_INFINITY, max as f64);
+        }
+        let Some(max) = self.problem.max_nodes_changed else { return };
+        let agg = self.agg;
         let mut z_all = Vec::new();
         for (f, group) in agg.groups.iter().enumerate() {
-            let z = lp.var(0.0, group.nodes.len() as f64, true);
+            let z = self.lp.var(0.0, group.nodes.len() as f64, true);
             z_all.push((z, 1.0));
-            for &c in &class_by_group[f] {
+            for &c in &self.class_by_group[f] {
                 let gc = &agg.classes[c];
                 let mut row: Vec<(usize, f64)> = gc
                     .entries
                     .iter()
                     .enumerate()
                     .filter(|(_, e)| e.changed)
-                    .map(|(i, _)| (x[c][i], 1.0))
+                    .map(|(i, _)| (self.x[c][i], 1.0))
                     .collect();
                 row.push((z, -(gc.max_per_node as f64)));
-                lp.row(row, f64::NEG_INFINITY, 0.0);
+                self.lp.row(row, f64::NEG_INFINITY, 0.0);
             }
         }
-        lp.row(z_all, f64::NEG_INFINITY, max as f64);
+        self.lp.row(z_all, f64::NEG_INFINITY, max as f64);
     }
 
-    // Headroom: spare slices per profile, counted up to the policy's number.
-    let mut headroom = Vec::new();
-    #[allow(clippy::needless_range_loop)] // k indexes several parallel per-profile arrays
-    for k in 0..keys {
-        let h = problem.headroom[k];
-        if h == 0 {
-            continue;
-        }
-        let s = lp.var(0.0, h as f64, true);
-        headroom.push((s, 1.0));
-        let mut row = vec![(s, 1.0)];
-        for (c, gc) in agg.classes.iter().enumerate() {
-            for (i, e) in gc.entries.iter().enumerate() {
-                if e.free[k] > 0 {
-                    row.push((x[c][i], -(e.free[k] as f64)));
+    /// Headroom: spare slices per profile, counted up to the policy's number. Returns the
+    /// level's terms.
+    fn headroom_rows(&mut self, fixed_total: &[f64]) -> Vec<(usize, f64)> {
+        let agg = self.agg;
+        let mut headroom = Vec::new();
+        #[allow(clippy::needless_range_loop)] // k indexes several parallel per-profile arrays
+        for k in 0..self.keys {
+            let h = self.problem.headroom[k];
+            if h == 0 {
+                continue;
+            }
+            let s = self.lp.var(0.0, h as f64, true);
+            headroom.push((s, 1.0));
+            let mut row = vec![(s, 1.0)];
+            for (c, gc) in agg.classes.iter().enumerate() {
+                for (i, e) in gc.entries.iter().enumerate() {
+                    if e.free[k] > 0 {
+                        row.push((self.x[c][i], -(e.free[k] as f64)));
+                    }
                 }
             }
-        }
-        for (&(d, _), &v) in &y {
-            if let Some(&(_, need)) = agg.demand[d].needs.slices.iter().find(|sl| sl.0 == k) {
-                row.push((v, need as f64));
+            for (&(d, _), &v) in &self.y {
+                if let Some(&(_, need)) = agg.demand[d].needs.slices.iter().find(|sl| sl.0 == k) {
+                    row.push((v, need as f64));
+                }
             }
+            self.lp.row(row, f64::NEG_INFINITY, fixed_total[k]);
         }
-        lp.row(row, f64::NEG_INFINITY, fixed_total[k]);
+        headroom
     }
 
-    let mut evictions = Vec::new();
-    let mut ranges = Vec::new();
-    let (mut ev_range, mut fr_range) = (0f64, 0f64);
-    for (c, gc) in agg.classes.iter().enumerate() {
-        let n = gc.gpus.len() as f64;
-        let mut ev_max = 0f64;
-        let mut fr_max = 0f64;
-        for (i, e) in gc.entries.iter().enumerate() {
-            let ev: u32 = e.evicted.iter().map(|(_, c)| c).sum();
-            if ev > 0 {
-                evictions.push((x[c][i], -(ev as f64)));
+    /// The objective's levels, in the order the stages optimise them.
+    fn levels(&self, changed: &[(usize, f64)], headroom: Vec<(usize, f64)>) -> Vec<Level> {
+        let agg = self.agg;
+        let mut evictions = Vec::new();
+        let mut ranges = Vec::new();
+        let (mut ev_range, mut fr_range) = (0f64, 0f64);
+        for (c, gc) in agg.classes.iter().enumerate() {
+            let n = gc.gpus.len() as f64;
+            let mut ev_max = 0f64;
+            let mut fr_max = 0f64;
+            for (i, e) in gc.entries.iter().enumerate() {
+                let ev: u32 = e.evicted.iter().map(|(_, c)| c).sum();
+                if ev > 0 {
+                    evictions.push((self.x[c][i], -(ev as f64)));
+                }
+                ranges.push((self.x[c][i], e.free_ranges as f64));
+                ev_max = ev_max.max(ev as f64);
+                fr_max = fr_max.max(e.free_ranges as f64);
             }
-            ranges.push((x[c][i], e.free_ranges as f64));
-            ev_max = ev_max.max(ev as f64);
-            fr_max = fr_max.max(e.free_ranges as f64);
+            ev_range += n * ev_max;
+            fr_range += n * fr_max;
         }
-        ev_range += n * ev_max;
-        fr_range += n * fr_max;
+        // Expected pods (weight 0) count in a level of their own, below real demand and evictions.
+        let met = &self.met;
+        let demand_met: Vec<(usize, f64)> = met
+            .iter()
+            .filter(|(&d, _)| agg.demand[d].weight > 0)
+            .map(|(&d, &v)| (v, agg.demand[d].weight as f64))
+            .collect();
+        let expected: Vec<(usize, f64)> =
+            met.iter().filter(|(&d, _)| agg.demand[d].weight == 0).map(|(_, &v)| (v, 1.0)).collect();
+        let expected_range: f64 =
+            agg.demand.iter().filter(|d| d.weight == 0 && !d.running).map(|d| d.pending as f64).sum();
+        let demand_range: f64 = agg.demand.iter().map(|d| d.weight as f64 * d.pending as f64).sum();
+        let headroom_range: f64 = self.problem.headroom.iter().map(|&h| h as f64).sum();
+        let changed_neg: Vec<(usize, f64)> = changed.iter().map(|&(v, c)| (v, -c)).collect();
+        let changed_range: f64 = agg.classes.iter().map(|c| c.gpus.len() as f64).sum();
+        vec![
+            Level { name: "demand met", coefs: demand_met, range: demand_range },
+            Level { name: "evictions", coefs: evictions, range: ev_range },
+            Level { name: "expected demand", coefs: expected, range: expected_range },
+            Level { name: "GPUs changed", coefs: changed_neg, range: changed_range },
+            Level { name: "headroom", coefs: headroom, range: headroom_range },
+            Level { name: "free ranges", coefs: ranges, range: fr_range },
+        ]
     }
-    // Expected pods (weight 0) count in a level of their own, below real demand and evictions.
-    let demand_met: Vec<(usize, f64)> = met
-        .iter()
-        .filter(|(&d, _)| agg.demand[d].weight > 0)
-        .map(|(&d, &v)| (v, agg.demand[d].weight as f64))
-        .collect();
-    let expected: Vec<(usize, f64)> =
-        met.iter().filter(|(&d, _)| agg.demand[d].weight == 0).map(|(_, &v)| (v, 1.0)).collect();
-    let expected_range: f64 =
-        agg.demand.iter().filter(|d| d.weight == 0 && !d.running).map(|d| d.pending as f64).sum();
-    let demand_range: f64 = agg.demand.iter().map(|d| d.weight as f64 * d.pending as f64).sum();
-    let headroom_range: f64 = problem.headroom.iter().map(|&h| h as f64).sum();
-    let changed_neg: Vec<(usize, f64)> = changed.iter().map(|&(v, c)| (v, -c)).collect();
-    let changed_range: f64 = agg.classes.iter().map(|c| c.gpus.len() as f64).sum();
-    let levels = vec![
-        Level { name: "demand met", coefs: demand_met, range: demand_range },
-        Level { name: "evictions", coefs: evictions, range: ev_range },
-        Level { name: "expected demand", coefs: expected, range: expected_range },
-        Level { name: "GPUs changed", coefs: changed_neg, range: changed_range },
-        Level { name: "headroom", coefs: headroom, range: headroom_range },
-        Level { name: "free ranges", coefs: ranges, range: fr_range },
-    ];
-    Model { lp, x, y, levels }
 }

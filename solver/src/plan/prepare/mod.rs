@@ -2,7 +2,7 @@
 //! computed, pods that already fit on existing free slices set aside (their slices reserved),
 //! and pods that cannot be planned at all given their reason. Both planners start from here.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +11,10 @@ use crate::geometry::{Geometry, Placed};
 use crate::snapshot::{eligibility, Node, NodeSelectorTerm, Pod, Snapshot, Toleration};
 
 use super::{PlanError, PlanOptions, UnmetReason};
+
+mod evictable;
+mod layout;
+mod tables;
 
 const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(10);
 
@@ -163,218 +167,26 @@ impl<'a> Problem<'a> {
     ) -> Result<Self, PlanError> {
         snapshot.validate(catalog)?;
         let policy = snapshot.policy.clone().unwrap_or_default();
-
         let mut node_order: Vec<&Node> = snapshot.nodes.iter().collect();
         node_order.sort_by(|a, b| a.name.cmp(&b.name));
 
-        // Models in key order; find() never fails after validation.
-        let mut models: Vec<&GpuModel> = Vec::new();
-        for node in &node_order {
-            for gpu in &node.gpus {
-                let model = catalog.find(&gpu.model).expect("validated");
-                if !models.iter().any(|m| m.key == model.key) {
-                    models.push(model);
-                }
-            }
-        }
-        models.sort_by(|a, b| a.key.cmp(&b.key));
+        let models = tables::models_of(&node_order, catalog);
         let lookup = models.clone();
-        let canonical = move |name: &str| -> Option<String> {
-            lookup.iter().find_map(|m| m.profile(name).map(|id| m.profile_info(id).name.clone()))
-        };
-
-        let running_by_key: BTreeMap<String, &Pod> = snapshot.running.iter().map(|p| (p.key(), p)).collect();
-
-        // Profile keys: demand, headroom and instances of pods we might evict.
-        let mut names = BTreeSet::new();
-        for pod in &snapshot.pending {
-            names.extend(pod.requests.keys().filter_map(|n| canonical(n)));
-        }
-        names.extend(policy.headroom.keys().filter_map(|n| canonical(n)));
-        for pod in &snapshot.expected {
-            names.extend(pod.requests.keys().filter_map(|n| canonical(n)));
-        }
-        if policy.eviction_allowed {
-            for node in &node_order {
-                for gpu in &node.gpus {
-                    for inst in gpu.instances.iter().filter(|i| i.pod.is_some()) {
-                        names.extend(canonical(&inst.profile));
-                    }
-                }
-            }
-        }
-        let profiles: Vec<String> = names.into_iter().collect();
+        let canonical = move |name: &str| tables::canonical_name(&lookup, name);
+        let profiles = tables::profile_keys(snapshot, &policy, &node_order, &canonical);
         let sorted = profiles.clone();
         let key_index = |name: &str| canonical(name).and_then(|c| sorted.binary_search(&c).ok());
+        let (key_to_pid, pid_to_key) = tables::key_maps(&models, &profiles);
+        let allowed = tables::allowed_profiles(&models, &policy);
+        let headroom = tables::headroom(&policy, profiles.len(), &key_index);
 
-        let key_to_pid: Vec<Vec<Option<ProfileId>>> =
-            models.iter().map(|m| profiles.iter().map(|p| m.profile(p)).collect()).collect();
-        let pid_to_key: Vec<Vec<Option<usize>>> = models
-            .iter()
-            .zip(&key_to_pid)
-            .map(|(m, k2p)| {
-                let mut back = vec![None; m.profiles.len()];
-                for (key, pid) in k2p.iter().enumerate() {
-                    if let Some(pid) = pid {
-                        back[*pid] = Some(key);
-                    }
-                }
-                back
-            })
-            .collect();
-        let allowed: Vec<Vec<ProfileId>> = models
-            .iter()
-            .map(|m| {
-                if policy.allowed_profiles.is_empty() {
-                    m.standard_profiles()
-                } else {
-                    let mut ids: Vec<ProfileId> =
-                        policy.allowed_profiles.iter().filter_map(|n| m.profile(n)).collect();
-                    ids.sort_unstable();
-                    ids.dedup();
-                    ids
-                }
-            })
-            .collect();
-        let mut headroom = vec![0u32; profiles.len()];
-        for (name, &count) in &policy.headroom {
-            if let Some(k) = key_index(name) {
-                headroom[k] += count;
-            }
-        }
-
-        // Nodes and GPUs in name/index order.
-        let mut nodes = Vec::with_capacity(node_order.len());
-        let mut gpus = Vec::new();
-        let mut pod_gpus: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
-        for (n, node) in node_order.iter().enumerate() {
-            let mut order: Vec<_> = node.gpus.iter().collect();
-            order.sort_by_key(|g| g.index);
-            let mut ids = Vec::new();
-            for gpu in order {
-                let model_idx = models
-                    .iter()
-                    .position(|m| catalog.find(&gpu.model).is_some_and(|x| x.key == m.key))
-                    .expect("validated snapshot: every GPU model is in the catalog");
-                let model = models[model_idx];
-                let mut placed: Vec<(Placed, Option<&str>)> = gpu
-                    .instances
-                    .iter()
-                    .map(|i| {
-                        (
-                            Placed::new(model.profile(&i.profile).expect("validated"), i.start),
-                            i.pod.as_deref(),
-                        )
-                    })
-                    .collect();
-                placed.sort();
-                for (_, pod) in &placed {
-                    if let Some(pod) = pod {
-                        pod_gpus.entry(pod).or_default().insert(gpus.len());
-                    }
-                }
-                let current = Geometry::new(placed.iter().map(|(p, _)| *p).collect());
-                let users = placed
-                    .iter()
-                    .map(|(_, pod)| if pod.is_some() { User::Pinned } else { User::Free })
-                    .collect();
-                ids.push(gpus.len());
-                gpus.push(GpuInfo { node: n, index: gpu.index, model: model_idx, current, users });
-            }
-            nodes.push(NodeInfo {
-                name: node.name.as_str(),
-                gpus: ids,
-                free_cpu: node.free_cpu_millis,
-                free_memory: node.free_memory_bytes,
-            });
-        }
-
-        // Evictable running pods: allowed by policy, known, not do-not-disrupt, on one GPU.
-        let mut running = Vec::new();
+        let mut layout = layout::layout(&node_order, &models, catalog);
         let mut notes = Vec::new();
-        if policy.eviction_allowed {
-            let mut running_eligible: BTreeMap<ConstraintKey, Arc<[usize]>> = BTreeMap::new();
-            for (key, gpu_set) in &pod_gpus {
-                let Some(pod) = running_by_key.get(*key) else { continue };
-                if pod.do_not_disrupt {
-                    continue;
-                }
-                if gpu_set.len() > 1 {
-                    notes.push(format!(
-                        "pod {key} uses instances on several GPUs; it is never evicted by this planner"
-                    ));
-                    continue;
-                }
-                let g = *gpu_set.iter().next().expect("a GPU class is never empty");
-                let node_name = nodes[gpus[g].node].name;
-                if pod.node.as_deref() != Some(node_name) {
-                    notes.push(format!(
-                        "pod {key} holds instances on node {node_name} but is bound elsewhere; not evicted"
-                    ));
-                    continue;
-                }
-                let gpu = &gpus[g];
-                let model = models[gpu.model];
-                let mut slices: BTreeMap<usize, u32> = BTreeMap::new();
-                let snapshot_gpu = node_order[gpu.node]
-                    .gpus
-                    .iter()
-                    .find(|x| x.index == gpu.index)
-                    .expect("the GPU comes from this node");
-                let mut ok = true;
-                for inst in snapshot_gpu.instances.iter().filter(|i| i.pod.as_deref() == Some(*key)) {
-                    match pid_to_key[gpu.model][model
-                        .profile(&inst.profile)
-                        .expect("validated snapshot: every instance profile is in the catalog")]
-                    {
-                        Some(k) => *slices.entry(k).or_default() += 1,
-                        None => ok = false,
-                    }
-                }
-                if !ok {
-                    continue;
-                }
-                let needs = Needs {
-                    slices: slices.into_iter().collect(),
-                    cpu: pod.cpu_millis,
-                    memory: pod.memory_bytes,
-                };
-                // Pods from one template share one list (and so one demand class in the ILP).
-                let eligible = running_eligible
-                    .entry(ConstraintKey::of(pod, Vec::new()))
-                    .or_insert_with(|| {
-                        let nodes: Vec<usize> = node_order
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, n)| eligibility(pod, n).is_ok())
-                            .map(|(i, _)| i)
-                            .collect();
-                        Arc::from(nodes)
-                    })
-                    .clone();
-                let idx = running.len();
-                running.push(RunningInfo { key: key.to_string(), node: gpu.node, gpu: g, needs, eligible });
-                let gpu = &mut gpus[g];
-                for (i, inst) in snapshot_gpu_sorted(snapshot_gpu, model).iter().enumerate() {
-                    if inst.map(String::as_str) == Some(*key) {
-                        gpu.users[i] = User::Evictable(idx);
-                    }
-                }
-            }
-        }
-
-        // Pending pods: weights, needs, eligibility, existing slices, reasons.
-        let mut priorities: Vec<i32> = snapshot.pending.iter().map(|p| p.priority).collect();
-        priorities.sort_unstable();
-        priorities.dedup();
-        let mut order: Vec<&Pod> = snapshot.pending.iter().collect();
-        order.sort_by(|a, b| {
-            b.priority
-                .cmp(&a.priority)
-                .then_with(|| a.namespace.cmp(&b.namespace))
-                .then_with(|| a.name.cmp(&b.name))
-        });
-        let mut pending = Vec::with_capacity(order.len());
+        let running = if policy.eviction_allowed {
+            evictable::evictable_pods(snapshot, &node_order, &models, &pid_to_key, &mut layout, &mut notes)
+        } else {
+            Vec::new()
+        };
         let mut problem = Problem {
             models,
             profiles,
@@ -382,8 +194,8 @@ impl<'a> Problem<'a> {
             pid_to_key,
             allowed,
             headroom,
-            nodes,
-            gpus,
+            nodes: layout.nodes,
+            gpus: layout.gpus,
             pending: Vec::new(),
             running,
             max_gpus_changed: policy.max_gpus_changed,
@@ -396,31 +208,52 @@ impl<'a> Problem<'a> {
             notes,
             existing_free: Vec::new(),
         };
-        problem.existing_free = vec![vec![0; problem.profiles.len()]; problem.nodes.len()];
-        for gpu in &problem.gpus {
+        problem.count_existing_free();
+        let mut ctx = PendingContext { nodes: &node_order, key_index: &key_index, cache: BTreeMap::new() };
+        problem.add_pending(snapshot, &mut ctx);
+        Ok(problem)
+    }
+
+    /// Free instances per node and profile key, before any pending pod takes one.
+    fn count_existing_free(&mut self) {
+        self.existing_free = vec![vec![0; self.profiles.len()]; self.nodes.len()];
+        for gpu in &self.gpus {
             for (i, placed) in gpu.current.instances().iter().enumerate() {
                 if let (User::Free, Some(k)) =
-                    (gpu.users[i], problem.pid_to_key[gpu.model].get(placed.profile).copied().flatten())
+                    (gpu.users[i], self.pid_to_key[gpu.model].get(placed.profile).copied().flatten())
                 {
-                    problem.existing_free[gpu.node][k] += 1;
+                    self.existing_free[gpu.node][k] += 1;
                 }
             }
         }
-        let mut ctx = PendingContext { nodes: &node_order, key_index: &key_index, cache: BTreeMap::new() };
+    }
+
+    /// Pending pods by descending priority, weighted by their priority's rank; then the
+    /// expected pods with weight 0: they take what the pending pods leave.
+    fn add_pending(&mut self, snapshot: &'a Snapshot, ctx: &mut PendingContext<'_, 'a>) {
+        let mut priorities: Vec<i32> = snapshot.pending.iter().map(|p| p.priority).collect();
+        priorities.sort_unstable();
+        priorities.dedup();
+        let mut order: Vec<&Pod> = snapshot.pending.iter().collect();
+        order.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then_with(|| a.namespace.cmp(&b.namespace))
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        let mut pending = Vec::with_capacity(order.len() + snapshot.expected.len());
         for pod in order {
             let weight = 1 + priorities
                 .binary_search(&pod.priority)
                 .expect("every priority is in the sorted list") as u64;
-            pending.push(problem.pending_info(pod, weight, &mut ctx));
+            pending.push(self.pending_info(pod, weight, ctx));
         }
-        // Expected pods last, with weight 0: they take what the pending pods leave.
         for (i, pod) in snapshot.expected.iter().enumerate() {
-            let mut info = problem.pending_info(pod, 0, &mut ctx);
+            let mut info = self.pending_info(pod, 0, ctx);
             info.key = format!("expected[{i}] {}", info.key);
             pending.push(info);
         }
-        problem.pending = pending;
-        Ok(problem)
+        self.pending = pending;
     }
 
     fn pending_info(

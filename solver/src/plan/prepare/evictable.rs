@@ -1,0 +1,90 @@
+//! The running pods a plan may evict: allowed by policy (the caller checks), known, not
+//! do-not-disrupt, on one GPU of the node they are bound to. Their instances become
+//! `User::Evictable`; the others stay pinned, with a note where the reason is not obvious.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::catalog::GpuModel;
+use crate::snapshot::{eligibility, Node, Pod, Snapshot};
+
+use super::layout::Layout;
+use super::{snapshot_gpu_sorted, ConstraintKey, Needs, RunningInfo, User};
+
+pub(super) fn evictable_pods<'a>(
+    snapshot: &'a Snapshot,
+    node_order: &[&'a Node],
+    models: &[&GpuModel],
+    pid_to_key: &[Vec<Option<usize>>],
+    layout: &mut Layout<'a>,
+    notes: &mut Vec<String>,
+) -> Vec<RunningInfo> {
+    let running_by_key: BTreeMap<String, &Pod> = snapshot.running.iter().map(|p| (p.key(), p)).collect();
+    let mut running = Vec::new();
+    let mut running_eligible: BTreeMap<ConstraintKey, Arc<[usize]>> = BTreeMap::new();
+    for (key, gpu_set) in &layout.pod_gpus {
+        let Some(pod) = running_by_key.get(*key) else { continue };
+        if pod.do_not_disrupt {
+            continue;
+        }
+        if gpu_set.len() > 1 {
+            notes.push(format!(
+                "pod {key} uses instances on several GPUs; it is never evicted by this planner"
+            ));
+            continue;
+        }
+        let g = *gpu_set.iter().next().expect("a GPU class is never empty");
+        let node_name = layout.nodes[layout.gpus[g].node].name;
+        if pod.node.as_deref() != Some(node_name) {
+            notes.push(format!(
+                "pod {key} holds instances on node {node_name} but is bound elsewhere; not evicted"
+            ));
+            continue;
+        }
+        let gpu = &layout.gpus[g];
+        let model = models[gpu.model];
+        let snapshot_gpu = node_order[gpu.node]
+            .gpus
+            .iter()
+            .find(|x| x.index == gpu.index)
+            .expect("the GPU comes from this node");
+        let mut slices: BTreeMap<usize, u32> = BTreeMap::new();
+        let mut known = true;
+        for inst in snapshot_gpu.instances.iter().filter(|i| i.pod.as_deref() == Some(*key)) {
+            let pid = model
+                .profile(&inst.profile)
+                .expect("validated snapshot: every instance profile is in the catalog");
+            match pid_to_key[gpu.model][pid] {
+                Some(k) => *slices.entry(k).or_default() += 1,
+                None => known = false,
+            }
+        }
+        if !known {
+            continue;
+        }
+        let needs =
+            Needs { slices: slices.into_iter().collect(), cpu: pod.cpu_millis, memory: pod.memory_bytes };
+        // Pods from one template share one list (and so one demand class in the ILP).
+        let eligible = running_eligible
+            .entry(ConstraintKey::of(pod, Vec::new()))
+            .or_insert_with(|| {
+                let nodes: Vec<usize> = node_order
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| eligibility(pod, n).is_ok())
+                    .map(|(i, _)| i)
+                    .collect();
+                Arc::from(nodes)
+            })
+            .clone();
+        let idx = running.len();
+        running.push(RunningInfo { key: key.to_string(), node: gpu.node, gpu: g, needs, eligible });
+        let gpu = &mut layout.gpus[g];
+        for (i, inst) in snapshot_gpu_sorted(snapshot_gpu, model).iter().enumerate() {
+            if inst.map(String::as_str) == Some(*key) {
+                gpu.users[i] = User::Evictable(idx);
+            }
+        }
+    }
+    running
+}

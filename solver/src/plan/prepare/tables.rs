@@ -1,0 +1,102 @@
+//! The problem's lookup tables: GPU models in key order, the profile keys (every profile that
+//! demand, headroom or an evictable pod names, by canonical name), the maps between keys and
+//! each model's profile ids, the profiles each model may create, and headroom per key.
+
+use std::collections::BTreeSet;
+
+use crate::catalog::{Catalog, GpuModel, ProfileId};
+use crate::snapshot::{Node, Policy, Snapshot};
+
+/// The models of the snapshot's GPUs, in key order (find() never fails after validation).
+pub(super) fn models_of<'a>(nodes: &[&Node], catalog: &'a Catalog) -> Vec<&'a GpuModel> {
+    let mut models: Vec<&GpuModel> = Vec::new();
+    for node in nodes {
+        for gpu in &node.gpus {
+            let model = catalog.find(&gpu.model).expect("validated");
+            if !models.iter().any(|m| m.key == model.key) {
+                models.push(model);
+            }
+        }
+    }
+    models.sort_by(|a, b| a.key.cmp(&b.key));
+    models
+}
+
+/// A profile's canonical name: the first model that knows it names it.
+pub(super) fn canonical_name(models: &[&GpuModel], name: &str) -> Option<String> {
+    models.iter().find_map(|m| m.profile(name).map(|id| m.profile_info(id).name.clone()))
+}
+
+/// Sorted canonical names of the profiles of demand, headroom, expected pods and (when
+/// evictions are allowed) instances held by pods.
+pub(super) fn profile_keys(
+    snapshot: &Snapshot,
+    policy: &Policy,
+    nodes: &[&Node],
+    canonical: &dyn Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    let mut names = BTreeSet::new();
+    for pod in snapshot.pending.iter().chain(&snapshot.expected) {
+        names.extend(pod.requests.keys().filter_map(|n| canonical(n)));
+    }
+    names.extend(policy.headroom.keys().filter_map(|n| canonical(n)));
+    if policy.eviction_allowed {
+        for gpu in nodes.iter().flat_map(|n| &n.gpus) {
+            for inst in gpu.instances.iter().filter(|i| i.pod.is_some()) {
+                names.extend(canonical(&inst.profile));
+            }
+        }
+    }
+    names.into_iter().collect()
+}
+
+/// Per model, profile key -> profile id; and per model, profile id -> profile key.
+pub(super) type KeyMaps = (Vec<Vec<Option<ProfileId>>>, Vec<Vec<Option<usize>>>);
+
+pub(super) fn key_maps(models: &[&GpuModel], profiles: &[String]) -> KeyMaps {
+    let key_to_pid: Vec<Vec<Option<ProfileId>>> =
+        models.iter().map(|m| profiles.iter().map(|p| m.profile(p)).collect()).collect();
+    let pid_to_key = models
+        .iter()
+        .zip(&key_to_pid)
+        .map(|(m, k2p)| {
+            let mut back = vec![None; m.profiles.len()];
+            for (key, pid) in k2p.iter().enumerate() {
+                if let Some(pid) = pid {
+                    back[*pid] = Some(key);
+                }
+            }
+            back
+        })
+        .collect();
+    (key_to_pid, pid_to_key)
+}
+
+/// Per model, the profiles the planner may create: the policy's list, or the standard ones.
+pub(super) fn allowed_profiles(models: &[&GpuModel], policy: &Policy) -> Vec<Vec<ProfileId>> {
+    models
+        .iter()
+        .map(|m| {
+            if policy.allowed_profiles.is_empty() {
+                m.standard_profiles()
+            } else {
+                let mut ids: Vec<ProfileId> =
+                    policy.allowed_profiles.iter().filter_map(|n| m.profile(n)).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                ids
+            }
+        })
+        .collect()
+}
+
+/// Free instances the policy keeps ready, per profile key.
+pub(super) fn headroom(policy: &Policy, keys: usize, key_index: &dyn Fn(&str) -> Option<usize>) -> Vec<u32> {
+    let mut headroom = vec![0u32; keys];
+    for (name, &count) in &policy.headroom {
+        if let Some(k) = key_index(name) {
+            headroom[k] += count;
+        }
+    }
+    headroom
+}
