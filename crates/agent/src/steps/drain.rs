@@ -16,137 +16,155 @@ use crate::runtime::conditions;
 use crate::steps::eviction::{self, split_pod_ref, EvictionOutcome, PodDrain};
 use geometer_api::MigNodeStatus;
 
+/// What keeps a drain from finishing this round, and when to look again.
+struct Blockage {
+    /// One line per pod or instance that holds the drain up.
+    blocked: Vec<String>,
+    /// The condition's reason: the first kind of blockage met.
+    reason: Option<&'static str>,
+    pause: Duration,
+}
+
+impl Blockage {
+    fn add(&mut self, line: String, reason: &'static str) {
+        self.blocked.push(line);
+        self.reason.get_or_insert(reason);
+    }
+}
+
 impl Agent {
     pub(crate) async fn drain(&mut self, cx: &mut Context) -> Result<NextRound, StepError> {
         let now = self.clock.now();
-        let mut pause = self.cfg.poll_interval;
-        let mut blocked: Vec<String> = Vec::new();
-        let mut reason: Option<&'static str> = None;
+        let mut held = Blockage { blocked: Vec::new(), reason: None, pause: self.cfg.poll_interval };
         let protected = cx.pods.iter().any(|(_, p)| p.blocks());
-
         for (pod_ref, state) in &cx.pods {
             match state {
                 PodDrain::Protected(b) => {
-                    blocked.push(format!("{pod_ref}: {}", b.why));
-                    reason.get_or_insert("DoNotDisrupt");
+                    held.add(format!("{pod_ref}: {}", b.why), "DoNotDisrupt");
                     if let Some(until) = b.until {
-                        pause = pause.min(self.clock.until(until));
+                        held.pause = held.pause.min(self.clock.until(until));
                     }
-                    if self.mem.announced.insert(pod_ref.clone()) {
-                        let note = format!("not evicting {pod_ref}: {}; the MIG change waits for it", b.why);
-                        self.warn_about_pod(pod_ref, "DrainBlocked", note).await;
-                    }
+                    let note = format!("not evicting {pod_ref}: {}; the MIG change waits for it", b.why);
+                    self.announce_blocked(pod_ref, note).await;
                 }
                 PodDrain::Forbidden { why } => {
-                    blocked.push(format!("{pod_ref}: {why}"));
-                    reason.get_or_insert("EvictionNotAllowed");
-                    if self.mem.announced.insert(pod_ref.clone()) {
-                        let note = format!("not evicting {pod_ref}: {why}");
-                        self.warn_about_pod(pod_ref, "DrainBlocked", note).await;
-                    }
+                    held.add(format!("{pod_ref}: {why}"), "EvictionNotAllowed");
+                    self.announce_blocked(pod_ref, format!("not evicting {pod_ref}: {why}")).await;
                 }
                 PodDrain::Evictable(_) if protected => {}
-                PodDrain::Evictable(pod) => {
-                    if let Some(retry) = self.mem.evictions.get(pod_ref) {
-                        if retry.next_try > now {
-                            blocked.push(format!(
-                                "{pod_ref}: eviction refused by a PodDisruptionBudget; retrying"
-                            ));
-                            reason.get_or_insert("PodDisruptionBudget");
-                            pause = pause.min(self.clock.until(retry.next_try));
-                            continue;
-                        }
-                    }
-                    match eviction::evict(&self.client, pod).await? {
-                        EvictionOutcome::Evicted => {
-                            self.mem.evictions.remove(pod_ref);
-                            let note = format!("evicted {pod_ref}: its MIG instance is being removed");
-                            self.event(EventType::Normal, "Evicted", "Evict", note, None).await;
-                        }
-                        EvictionOutcome::Refused { message } => {
-                            let retry = self
-                                .mem
-                                .evictions
-                                .entry(pod_ref.clone())
-                                .or_insert(EvictionRetry { refusals: 0, next_try: now });
-                            retry.refusals += 1;
-                            let delay = self.cfg.eviction_backoff.delay(retry.refusals);
-                            retry.next_try = now
-                                .checked_add(SignedDuration::try_from(delay).unwrap_or(SignedDuration::MAX))
-                                .unwrap_or(now);
-                            let first = retry.refusals == 1;
-                            pause = pause.min(delay);
-                            blocked.push(format!(
-                                "{pod_ref}: eviction refused by a PodDisruptionBudget ({message}); retrying"
-                            ));
-                            reason.get_or_insert("PodDisruptionBudget");
-                            if first {
-                                let note = format!("eviction of {pod_ref} refused by a PodDisruptionBudget: {message}; retrying with backoff");
-                                self.warn_about_pod(pod_ref, "EvictionRefused", note).await;
-                            }
-                        }
-                        EvictionOutcome::Gone => {}
-                    }
-                }
+                PodDrain::Evictable(pod) => self.evict_one(pod_ref, pod, now, &mut held).await?,
                 PodDrain::Terminating | PodDrain::Gone => {}
             }
         }
         for gpu in &cx.work.gpus {
             for i in gpu.busy_without_pod() {
-                blocked.push(format!(
+                let line = format!(
                     "GPU {}: {} runs {} process(es) outside Kubernetes; waiting for them to end",
                     gpu.index,
                     i.placed(),
                     i.processes
-                ));
-                reason.get_or_insert("ProcessesOutsideKubernetes");
+                );
+                held.add(line, "ProcessesOutsideKubernetes");
             }
         }
+        self.report_drain(cx, held, now).await
+    }
 
+    /// The first time a pod holds the drain up, a warning says why.
+    async fn announce_blocked(&mut self, pod_ref: &str, note: String) {
+        if self.mem.announced.insert(pod_ref.to_string()) {
+            self.warn_about_pod(pod_ref, "DrainBlocked", note).await;
+        }
+    }
+
+    /// Evicts one pod unless its last refusal's backoff still runs; a refusal (429: a
+    /// PodDisruptionBudget) is remembered with its next try.
+    async fn evict_one(
+        &mut self,
+        pod_ref: &str,
+        pod: &k8s_openapi::api::core::v1::Pod,
+        now: jiff::Timestamp,
+        held: &mut Blockage,
+    ) -> Result<(), StepError> {
+        if let Some(retry) = self.mem.evictions.get(pod_ref).filter(|r| r.next_try > now) {
+            held.add(
+                format!("{pod_ref}: eviction refused by a PodDisruptionBudget; retrying"),
+                "PodDisruptionBudget",
+            );
+            held.pause = held.pause.min(self.clock.until(retry.next_try));
+            return Ok(());
+        }
+        match eviction::evict(&self.client, pod).await? {
+            EvictionOutcome::Evicted => {
+                self.mem.evictions.remove(pod_ref);
+                let note = format!("evicted {pod_ref}: its MIG instance is being removed");
+                self.event(EventType::Normal, "Evicted", "Evict", note, None).await;
+            }
+            EvictionOutcome::Refused { message } => {
+                let retry = self
+                    .mem
+                    .evictions
+                    .entry(pod_ref.to_string())
+                    .or_insert(EvictionRetry { refusals: 0, next_try: now });
+                retry.refusals += 1;
+                let delay = self.cfg.eviction_backoff.delay(retry.refusals);
+                retry.next_try = now
+                    .checked_add(SignedDuration::try_from(delay).unwrap_or(SignedDuration::MAX))
+                    .unwrap_or(now);
+                let first = retry.refusals == 1;
+                held.pause = held.pause.min(delay);
+                let line =
+                    format!("{pod_ref}: eviction refused by a PodDisruptionBudget ({message}); retrying");
+                held.add(line, "PodDisruptionBudget");
+                if first {
+                    let note = format!(
+                        "eviction of {pod_ref} refused by a PodDisruptionBudget: {message}; retrying with backoff"
+                    );
+                    self.warn_about_pod(pod_ref, "EvictionRefused", note).await;
+                }
+            }
+            EvictionOutcome::Gone => {}
+        }
+        Ok(())
+    }
+
+    /// The `DrainBlocked` condition (what holds the drain up and when it fails, or what it
+    /// waits for), written to status; the next round comes after the pause, or at the deadline.
+    async fn report_drain(
+        &mut self,
+        cx: &mut Context,
+        mut held: Blockage,
+        now: jiff::Timestamp,
+    ) -> Result<NextRound, StepError> {
         let g = Some(cx.generation);
         let step = cx.status.step.as_mut().expect("the drain step was recorded");
         step.pod = cx.pods.first().map(|(p, _)| p.clone());
-        let deadline = step
-            .started_at
-            .0
-            .checked_add(
-                SignedDuration::try_from(cx.disruption.settings.timeout).unwrap_or(SignedDuration::MAX),
-            )
-            .ok();
+        let timeout = SignedDuration::try_from(cx.disruption.settings.timeout).unwrap_or(SignedDuration::MAX);
+        let deadline = step.started_at.0.checked_add(timeout).ok();
         if let Some(deadline) = deadline {
-            pause = pause.min(self.clock.until(deadline).max(Duration::from_millis(1)));
+            held.pause = held.pause.min(self.clock.until(deadline).max(Duration::from_millis(1)));
         }
-        match reason {
+        let (blocked, reason, message) = match held.reason {
             Some(reason) => {
-                let mut message = blocked.join("; ");
+                let mut message = held.blocked.join("; ");
                 if let Some(deadline) = deadline {
                     message.push_str(&format!(". The drain fails at {deadline} if they have not left"));
                 }
-                conditions::set(
-                    &mut cx.status.conditions,
-                    MigNodeStatus::DRAIN_BLOCKED,
-                    true,
-                    reason,
-                    message,
-                    g,
-                    now,
-                );
+                (true, reason, message)
             }
-            None => {
-                let message = format!("waiting for {} to leave", waiting_for(cx));
-                conditions::set(
-                    &mut cx.status.conditions,
-                    MigNodeStatus::DRAIN_BLOCKED,
-                    false,
-                    "Draining",
-                    message,
-                    g,
-                    now,
-                );
-            }
-        }
+            None => (false, "Draining", format!("waiting for {} to leave", waiting_for(cx))),
+        };
+        conditions::set(
+            &mut cx.status.conditions,
+            MigNodeStatus::DRAIN_BLOCKED,
+            blocked,
+            reason,
+            message,
+            g,
+            now,
+        );
         self.write_status(&cx.status).await?;
-        Ok(NextRound::Wait(pause))
+        Ok(NextRound::Wait(held.pause))
     }
 
     /// A warning event on the MigNode and on the pod, so `kubectl describe pod` shows it too.
