@@ -175,89 +175,139 @@ pub fn build_snapshot(
     now: jiff::Timestamp,
 ) -> Result<Built, AdapterError> {
     let mut warnings = Vec::new();
+    let policy = choose_policy(objects, policy, &mut warnings)?;
+    let do_not_disrupt: Vec<String> = match &policy {
+        Some(p) if !p.do_not_disrupt.is_empty() => p.do_not_disrupt.clone(),
+        _ => geometer_api::DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS.iter().map(|s| s.to_string()).collect(),
+    };
+    let selector = policy.as_ref().map(|p| p.node_selector.clone()).unwrap_or_default();
+    let requests: Vec<BTreeMap<String, u64>> =
+        objects.pods.iter().map(|pod| pods::effective_requests(pod)).collect::<Result<_, _>>()?;
+    let usage = Usage::of(objects, &requests);
+
+    let mut snapshot = Snapshot::default();
+    let mut sorted_nodes: Vec<&Node> = objects.nodes.iter().map(|n| &**n).collect();
+    sorted_nodes.sort_by(|a, b| nodes::name(a).cmp(nodes::name(b)));
+    for node in sorted_nodes.iter().filter(|n| selector_matches(&selector, &nodes::labels(n))) {
+        if let Some((facts, inferred)) = node_facts(node, objects, catalog, &usage, &mut warnings)? {
+            snapshot.placements_inferred |= inferred;
+            snapshot.nodes.push(facts);
+        }
+    }
+    let seen: BTreeSet<&str> = sorted_nodes.iter().map(|n| nodes::name(n)).collect();
+    for name in objects.inventories.keys().filter(|n| !seen.contains(n.as_str())) {
+        warnings.push(format!("MigNode {name} has no Node in the input; ignored"));
+    }
+    let (pending, running) =
+        classify_pods(objects, &requests, &snapshot, &do_not_disrupt, now, &mut warnings)?;
+    snapshot.pending = pending;
+    snapshot.running = running;
+    snapshot.policy = policy.map(|p| p.policy);
+    Ok(Built { snapshot, warnings })
+}
+
+/// The `--policy` file's, else the first MigPolicy by name (saying so when there are more).
+fn choose_policy(
+    objects: &Objects,
+    policy: Option<PolicyObject>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<PolicyObject>, AdapterError> {
     let mut in_list: Vec<PolicyObject> =
         objects.policies.iter().map(|p| mig_objects::mig_policy(p, true)).collect::<Result<_, _>>()?;
     in_list.sort_by(|a, b| a.name.cmp(&b.name));
     if policy.is_none() && in_list.len() > 1 {
         warnings.push(format!("{} MigPolicy objects; using {}", in_list.len(), in_list[0].name));
     }
-    let policy = policy.or_else(|| in_list.into_iter().next());
-    let do_not_disrupt: Vec<String> = match &policy {
-        Some(p) if !p.do_not_disrupt.is_empty() => p.do_not_disrupt.clone(),
-        _ => geometer_api::DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS.iter().map(|s| s.to_string()).collect(),
-    };
-    let selector = policy.as_ref().map(|p| p.node_selector.clone()).unwrap_or_default();
+    Ok(policy.or_else(|| in_list.into_iter().next()))
+}
 
-    // Requests per pod; what bound pods use per node; who uses which MIG profile where.
-    let mut requests = Vec::with_capacity(objects.pods.len());
-    for pod in &objects.pods {
-        requests.push(pods::effective_requests(pod)?);
-    }
-    let mut node_used: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
-    let mut mig_users: BTreeMap<&str, BTreeMap<String, Vec<String>>> = BTreeMap::new();
-    for (pod, reqs) in objects.pods.iter().zip(&requests) {
-        let Some(node) = pods::bound_node(pod) else { continue };
-        if pods::is_terminal(pod) {
-            continue;
-        }
-        let used = node_used.entry(node).or_default();
-        for (k, v) in reqs {
-            *used.entry(k.clone()).or_default() += v;
-        }
-        for (profile, count) in pods::mig_requests(reqs) {
-            let list = mig_users.entry(node).or_default().entry(profile).or_default();
-            list.extend(std::iter::repeat_n(pods::key(pod), count as usize));
-        }
-    }
+/// What bound, unfinished pods use per node, and who uses which MIG profile where.
+struct Usage<'o> {
+    /// Per node: resources requested by its pods.
+    used: BTreeMap<&'o str, BTreeMap<String, u64>>,
+    /// Per node, per profile: the pods (`namespace/name`, once per instance) using it.
+    mig_users: BTreeMap<&'o str, BTreeMap<String, Vec<String>>>,
+}
 
-    let mut snapshot = Snapshot::default();
-    let mut sorted_nodes: Vec<&Node> = objects.nodes.iter().map(|n| &**n).collect();
-    sorted_nodes.sort_by(|a, b| nodes::name(a).cmp(nodes::name(b)));
-    let mut seen = BTreeSet::new();
-    for node in sorted_nodes {
-        let name = nodes::name(node);
-        seen.insert(name.to_string());
-        if !selector_matches(&selector, &nodes::labels(node)) {
-            continue;
-        }
-        let empty = BTreeMap::new();
-        let mut facts = nodes::planner_node(node, node_used.get(name).unwrap_or(&empty))?;
-        if let Some(gpus) = objects.inventories.get(name) {
-            facts.gpus = gpus.clone();
-        } else {
-            let Some((product, model)) = nodes::product_model(node, catalog) else { continue };
-            let Some(model) = model else {
-                warnings.push(format!("node {name}: GPU {product:?} is not in the catalog; not managed (add it with --catalog FILE)"));
-                continue;
-            };
-            let counts = nodes::mig_counts(node)?;
-            let config = nodes::labels(node).get(nodes::MIG_CONFIG_LABEL).cloned();
-            if counts.is_empty() && config.as_deref().is_none_or(|c| c == "all-disabled") {
-                warnings.push(format!("node {name}: {} without MIG instances or mig.config label; MIG looks disabled, not managed", model.key));
+impl<'o> Usage<'o> {
+    fn of(objects: &'o Objects, requests: &[BTreeMap<String, u64>]) -> Usage<'o> {
+        let mut usage = Usage { used: BTreeMap::new(), mig_users: BTreeMap::new() };
+        for (pod, reqs) in objects.pods.iter().zip(requests) {
+            let Some(node) = pods::bound_node(pod) else { continue };
+            if pods::is_terminal(pod) {
                 continue;
             }
-            let count_label = nodes::labels(node).get(nodes::COUNT_LABEL).cloned();
-            let Some(gpu_count) = count_label.as_deref().and_then(|c| c.parse::<u32>().ok()) else {
-                return Err(AdapterError::Field {
-                    object: format!("Node {name}"),
-                    field: format!("metadata.labels.{}", nodes::COUNT_LABEL),
-                    value: format!("{count_label:?}"),
-                    problem: "expected the number of GPUs (GPU Operator label) to infer the geometry".into(),
-                });
-            };
-            let users = mig_users.get(name).cloned().unwrap_or_default();
-            let (gpus, more) = nodes::infer_gpus(node, model, gpu_count, &counts, &users)?;
-            warnings.extend(more);
-            facts.gpus = gpus;
-            snapshot.placements_inferred = true;
+            let used = usage.used.entry(node).or_default();
+            for (k, v) in reqs {
+                *used.entry(k.clone()).or_default() += v;
+            }
+            for (profile, count) in pods::mig_requests(reqs) {
+                let list = usage.mig_users.entry(node).or_default().entry(profile).or_default();
+                list.extend(std::iter::repeat_n(pods::key(pod), count as usize));
+            }
         }
-        snapshot.nodes.push(facts);
+        usage
     }
-    let named: BTreeSet<&String> = objects.inventories.keys().collect();
-    for name in named.into_iter().filter(|n| !seen.contains(*n)) {
-        warnings.push(format!("MigNode {name} has no Node in the input; ignored"));
-    }
+}
 
+/// A selected node as the planner sees it, with whether its geometry was inferred from the
+/// Node's labels and allocatable (no MigNode inventory); `None` when it is not managed.
+fn node_facts(
+    node: &Node,
+    objects: &Objects,
+    catalog: &Catalog,
+    usage: &Usage<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<(geometer_solver::snapshot::Node, bool)>, AdapterError> {
+    let name = nodes::name(node);
+    let empty = BTreeMap::new();
+    let mut facts = nodes::planner_node(node, usage.used.get(name).unwrap_or(&empty))?;
+    if let Some(gpus) = objects.inventories.get(name) {
+        facts.gpus = gpus.clone();
+        return Ok(Some((facts, false)));
+    }
+    let Some((product, model)) = nodes::product_model(node, catalog) else { return Ok(None) };
+    let Some(model) = model else {
+        warnings.push(format!(
+            "node {name}: GPU {product:?} is not in the catalog; not managed (add it with --catalog FILE)"
+        ));
+        return Ok(None);
+    };
+    let counts = nodes::mig_counts(node)?;
+    let config = nodes::labels(node).get(nodes::MIG_CONFIG_LABEL).cloned();
+    if counts.is_empty() && config.as_deref().is_none_or(|c| c == "all-disabled") {
+        warnings.push(format!(
+            "node {name}: {} without MIG instances or mig.config label; MIG looks disabled, not managed",
+            model.key
+        ));
+        return Ok(None);
+    }
+    let count_label = nodes::labels(node).get(nodes::COUNT_LABEL).cloned();
+    let Some(gpu_count) = count_label.as_deref().and_then(|c| c.parse::<u32>().ok()) else {
+        return Err(AdapterError::Field {
+            object: format!("Node {name}"),
+            field: format!("metadata.labels.{}", nodes::COUNT_LABEL),
+            value: format!("{count_label:?}"),
+            problem: "expected the number of GPUs (GPU Operator label) to infer the geometry".into(),
+        });
+    };
+    let users = usage.mig_users.get(name).cloned().unwrap_or_default();
+    let (gpus, more) = nodes::infer_gpus(node, model, gpu_count, &counts, &users)?;
+    warnings.extend(more);
+    facts.gpus = gpus;
+    Ok(Some((facts, true)))
+}
+
+/// Pending pods that are MIG demand, and running pods that hold instances on managed nodes;
+/// a pod asking for slices that is not demand (a gang, an init container, ...) is said why.
+fn classify_pods(
+    objects: &Objects,
+    requests: &[BTreeMap<String, u64>],
+    snapshot: &Snapshot,
+    do_not_disrupt: &[String],
+    now: jiff::Timestamp,
+    warnings: &mut Vec<String>,
+) -> Result<(Vec<geometer_solver::snapshot::Pod>, Vec<geometer_solver::snapshot::Pod>), AdapterError> {
     let users: BTreeSet<&str> = snapshot
         .nodes
         .iter()
@@ -268,18 +318,16 @@ pub fn build_snapshot(
     let managed: BTreeSet<&str> = snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
     let mut pending = Vec::new();
     let mut running = Vec::new();
-    for (pod, reqs) in objects.pods.iter().zip(&requests) {
+    for (pod, reqs) in objects.pods.iter().zip(requests) {
         let key = pods::key(pod);
-        let mig = pods::mig_requests(reqs);
-        let node = pods::bound_node(pod);
-        match node {
+        match pods::bound_node(pod) {
             Some(n) if managed.contains(n) && users.contains(key.as_str()) && !pods::is_terminal(pod) => {
-                running.push(pods::planner_pod(pod, reqs, &do_not_disrupt, now)?);
+                running.push(pods::planner_pod(pod, reqs, do_not_disrupt, now)?);
             }
             Some(_) => {}
-            None if mig.is_empty() => {}
+            None if pods::mig_requests(reqs).is_empty() => {}
             None => match pods::demand_check(pod) {
-                Ok(()) => pending.push(pods::planner_pod(pod, reqs, &do_not_disrupt, now)?),
+                Ok(()) => pending.push(pods::planner_pod(pod, reqs, do_not_disrupt, now)?),
                 Err(why) if !pods::is_terminal(pod) => {
                     warnings.push(format!("pod {key} requests MIG slices but is not demand: {why}"))
                 }
@@ -287,10 +335,7 @@ pub fn build_snapshot(
             },
         }
     }
-    snapshot.pending = pending;
-    snapshot.running = running;
-    snapshot.policy = policy.map(|p| p.policy);
-    Ok(Built { snapshot, warnings })
+    Ok((pending, running))
 }
 
 #[cfg(test)]
