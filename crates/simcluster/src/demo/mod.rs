@@ -187,20 +187,41 @@ async fn play(
     console: &Console,
     kubeconfig_path: Option<String>,
 ) -> Result<Summary, DemoError> {
-    let console = console.clone();
+    introduce(console, scenario, options, &cluster);
+    let operator = operator::start(&client, &cluster, options, console).await?;
+    let milestones = Arc::new(Mutex::new(progress::Milestones::default()));
+    let mut background = watchers(&client, &cluster, options, console, kubeconfig_path, &milestones);
+    let arrivals = workload::arrivals(scenario, options.nodes, options.duration_s, options.seed);
+    let submissions = workload::Submissions::default();
+    background.push(tokio::spawn(workload::play(
+        client.clone(),
+        NAMESPACE.to_string(),
+        arrivals.clone(),
+        options.speed,
+        cluster.ledger().clone(),
+        submissions.clone(),
+    )));
+    let samples = progress::watch(&client, &cluster, scenario, options, &arrivals, console).await;
+    for task in &background {
+        task.abort();
+    }
+    drop(operator);
+    let m = *milestones.lock().unwrap_or_else(|p| p.into_inner());
+    let summary = summarize_run(&client, &cluster, &submissions, &samples, m).await;
+    console.raw("\n");
+    console.raw(summary.render());
+    Ok(summary)
+}
+
+/// The cluster, the mode and the workload's length, and what each node advertises.
+fn introduce(console: &Console, scenario: &Scenario, options: &DemoOptions, cluster: &SimCluster) {
+    let models: std::collections::BTreeSet<&str> =
+        scenario.cluster.nodes.iter().map(|n| n.gpus[0].model.as_str()).collect();
     console.raw(format!(
         "{} nodes x {} GPUs ({}), policy mode {:?}, seed {}, {:.0} scenario seconds at {}x speed\n",
         scenario.cluster.nodes.len(),
         scenario::GPUS_PER_NODE,
-        scenario
-            .cluster
-            .nodes
-            .iter()
-            .map(|n| n.gpus[0].model.as_str())
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect::<Vec<_>>()
-            .join(" and "),
+        models.into_iter().collect::<Vec<_>>().join(" and "),
         options.mode,
         options.seed,
         options.duration_s,
@@ -214,17 +235,20 @@ async fn play(
         console.raw(format!("  {name}: {}\n", display::counts(&advertised)));
     }
     console.raw("\n");
+}
 
-    let operator = operator::start(&client, &cluster, options, &console).await?;
-
-    let milestones = Arc::new(Mutex::new(progress::Milestones::default()));
+/// What runs beside the workload: the plan, node and cluster printers, the milestones, and in
+/// Approve mode (unless a person approves) the demo's reviewer.
+fn watchers(
+    client: &kube::Client,
+    cluster: &SimCluster,
+    options: &DemoOptions,
+    console: &Console,
+    kubeconfig_path: Option<String>,
+    milestones: &Arc<Mutex<progress::Milestones>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let mut background = vec![
-        tokio::spawn(display::follow_plans(
-            client.clone(),
-            console.clone(),
-            options.mode,
-            kubeconfig_path.clone(),
-        )),
+        tokio::spawn(display::follow_plans(client.clone(), console.clone(), options.mode, kubeconfig_path)),
         tokio::spawn(display::follow_nodes(client.clone(), console.clone())),
         tokio::spawn(display::follow_cluster(cluster.ledger().subscribe(), console.clone())),
         tokio::spawn(progress::track_milestones(client.clone(), milestones.clone())),
@@ -232,24 +256,18 @@ async fn play(
     if options.mode == PolicyMode::Approve && !options.wait_for_approval {
         background.push(tokio::spawn(progress::approve_plans(client.clone(), console.clone())));
     }
+    background
+}
 
-    let arrivals = workload::arrivals(scenario, options.nodes, options.duration_s, options.seed);
-    let submissions = workload::Submissions::default();
-    background.push(tokio::spawn(workload::play(
-        client.clone(),
-        NAMESPACE.to_string(),
-        arrivals.clone(),
-        options.speed,
-        cluster.ledger().clone(),
-        submissions.clone(),
-    )));
-
-    let samples = progress::watch(&client, &cluster, scenario, options, &arrivals, &console).await;
-    for task in &background {
-        task.abort();
-    }
-    drop(operator);
-
+/// The summary: pods served and their waits, plans, GPUs reconfigured (from the NVML call
+/// logs), slice usage before the first change and after the first node finished.
+async fn summarize_run(
+    client: &kube::Client,
+    cluster: &SimCluster,
+    submissions: &workload::Submissions,
+    samples: &progress::Progress,
+    m: progress::Milestones,
+) -> Summary {
     let mut summary = summary::summarize(&submissions.all(), &cluster.ledger().runs());
     let plans = kube::Api::<MigPlan>::all(client.clone())
         .list(&Default::default())
@@ -260,29 +278,21 @@ async fn play(
     summary.plans_applied = plans.iter().filter(|p| p.phase() == MigPlanPhase::Succeeded).count();
     let mut calls = Vec::new();
     for name in cluster.node_names() {
-        if let Some(nvml) = cluster.nvml(&name) {
-            for c in nvml.calls() {
-                calls.push((
-                    name.clone(),
-                    c.gpu,
-                    matches!(
-                        c.call,
-                        geometer_agent::nvml::NvmlCall::CreateGpuInstance
-                            | geometer_agent::nvml::NvmlCall::DestroyGpuInstance
-                    ),
-                ));
-            }
+        for c in cluster.nvml(&name).map(|nvml| nvml.calls()).unwrap_or_default() {
+            let changes = matches!(
+                c.call,
+                geometer_agent::nvml::NvmlCall::CreateGpuInstance
+                    | geometer_agent::nvml::NvmlCall::DestroyGpuInstance
+            );
+            calls.push((name.clone(), c.gpu, changes));
         }
     }
     summary.gpus_reconfigured =
         summary::reconfigured_gpus(calls.iter().map(|(n, g, c)| (n.as_str(), *g, *c)));
-    let m = *milestones.lock().unwrap_or_else(|p| p.into_inner());
     let last_arrival = samples.last_arrival;
     summary.utilisation_before =
         summary::mean_utilisation(&samples.samples, None, m.first_change.or(Some(last_arrival)));
     summary.utilisation_after =
         m.first_ready.and_then(|r| summary::mean_utilisation(&samples.samples, Some(r), Some(last_arrival)));
-    console.raw("\n");
-    console.raw(summary.render());
-    Ok(summary)
+    summary
 }
