@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::resample;
+use super::{resample, Bucket};
 use crate::metrics::Summary;
 
 const WIDTH: f64 = 1200.0;
@@ -201,6 +201,23 @@ fn polyline(out: &mut String, points: &[(f64, f64)], colour: &str, dash: &str, w
 /// The chart; `title` and `subtitle` describe the trace, cluster and settings.
 pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
     let mut out = String::new();
+    header(&mut out, summaries, title, subtitle);
+    let end = summaries.iter().map(|s| s.end).max().unwrap_or(0).max(1);
+    let top = Panel { x: 80.0, y: 145.0, w: 480.0, h: 260.0 };
+    let right_top = Panel { x: 680.0, y: 145.0, w: 480.0, h: 260.0 };
+    let bottom = Panel { x: 80.0, y: 525.0, w: 480.0, h: 260.0 };
+    let right_bottom = Panel { x: 680.0, y: 525.0, w: 480.0, h: 260.0 };
+    let resampled: Vec<_> = summaries.iter().map(|s| resample(s, end, BUCKETS)).collect();
+    allocation_panel(&mut out, &top, summaries, &resampled, end);
+    pending_panel(&mut out, &right_top, summaries, &resampled, end);
+    wait_panel(&mut out, &bottom, summaries);
+    served_panel(&mut out, &right_bottom, summaries);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The SVG element, title, subtitle and legend.
+fn header(out: &mut String, summaries: &[Summary], title: &str, subtitle: &str) {
     let _ = writeln!(
         out,
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="DejaVu Sans, Arial, sans-serif">
@@ -224,40 +241,45 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
         );
         lx += 48.0 + 8.0 * s.strategy.len() as f64;
     }
-    let end = summaries.iter().map(|s| s.end).max().unwrap_or(0).max(1);
-    let end_s = end as f64 / 1000.0;
-    let top = Panel { x: 80.0, y: 145.0, w: 480.0, h: 260.0 };
-    let right_top = Panel { x: 680.0, y: 145.0, w: 480.0, h: 260.0 };
-    let bottom = Panel { x: 80.0, y: 525.0, w: 480.0, h: 260.0 };
-    let right_bottom = Panel { x: 680.0, y: 525.0, w: 480.0, h: 260.0 };
+}
 
-    // 1. Memory-slice allocation over time.
-    frame(
-        &mut out,
-        &top,
-        "Memory slices allocated to running pods",
-        "time",
-        "% of the cluster's memory slices",
-    );
-    y_ticks(&mut out, &top, 1.0, |v| format!("{:.0}%", v * 100.0));
-    time_ticks(&mut out, &top, end_s);
-    let resampled: Vec<_> = summaries.iter().map(|s| resample(s, end, BUCKETS)).collect();
-    for (i, (s, buckets)) in summaries.iter().zip(&resampled).enumerate() {
+/// 1. Memory-slice allocation over time.
+fn allocation_panel(
+    out: &mut String,
+    top: &Panel,
+    summaries: &[Summary],
+    resampled: &[Vec<Bucket>],
+    end: u64,
+) {
+    let end_s = end as f64 / 1000.0;
+    frame(out, top, "Memory slices allocated to running pods", "time", "% of the cluster's memory slices");
+    y_ticks(out, top, 1.0, |v| format!("{:.0}%", v * 100.0));
+    time_ticks(out, top, end_s);
+    for (i, (s, buckets)) in summaries.iter().zip(resampled).enumerate() {
         let (colour, dash) = style(&s.strategy, i);
         let points: Vec<(f64, f64)> = buckets
             .iter()
             .map(|b| (top.px((b.start + b.end) as f64 / 2.0 / end as f64), top.py(b.memory_share)))
             .collect();
-        polyline(&mut out, &points, colour, dash, stroke_width(&s.strategy));
+        polyline(out, &points, colour, dash, stroke_width(&s.strategy));
     }
+}
 
-    // 2. Pods waiting over time.
+/// 2. Pods waiting over time.
+fn pending_panel(
+    out: &mut String,
+    right_top: &Panel,
+    summaries: &[Summary],
+    resampled: &[Vec<Bucket>],
+    end: u64,
+) {
+    let end_s = end as f64 / 1000.0;
     let max_pending = resampled.iter().flatten().map(|b| b.pending).fold(0.0, f64::max).max(1.0);
     let pending_top = (max_pending / nice_step(max_pending)).ceil() * nice_step(max_pending);
-    frame(&mut out, &right_top, "Pods waiting (pending)", "time", "pods");
-    y_ticks(&mut out, &right_top, pending_top, trim);
-    time_ticks(&mut out, &right_top, end_s);
-    for (i, (s, buckets)) in summaries.iter().zip(&resampled).enumerate() {
+    frame(out, right_top, "Pods waiting (pending)", "time", "pods");
+    y_ticks(out, right_top, pending_top, trim);
+    time_ticks(out, right_top, end_s);
+    for (i, (s, buckets)) in summaries.iter().zip(resampled).enumerate() {
         let (colour, dash) = style(&s.strategy, i);
         let points: Vec<(f64, f64)> = buckets
             .iter()
@@ -268,21 +290,23 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
                 )
             })
             .collect();
-        polyline(&mut out, &points, colour, dash, stroke_width(&s.strategy));
+        polyline(out, &points, colour, dash, stroke_width(&s.strategy));
     }
+}
 
-    // 3. Wait distribution: share of all pods started within a wait (log scale).
+/// 3. Wait distribution: share of all pods started within a wait (log scale).
+fn wait_panel(out: &mut String, bottom: &Panel, summaries: &[Summary]) {
     let max_wait =
         summaries.iter().filter_map(|s| s.waits.last()).max().copied().unwrap_or(0) as f64 / 1000.0;
     let decades = max_wait.max(10.0).log10().ceil().max(1.0);
     frame(
-        &mut out,
-        &bottom,
+        out,
+        bottom,
         "Wait before start (served pods; curves end at the share served)",
         "wait (log scale; 1s and less at the left edge)",
         "% of all pods started within",
     );
-    y_ticks(&mut out, &bottom, 1.0, |v| format!("{:.0}%", v * 100.0));
+    y_ticks(out, bottom, 1.0, |v| format!("{:.0}%", v * 100.0));
     for (seconds, label) in WAIT_TICKS.iter().filter(|(s, _)| s.log10() <= decades + 1e-9) {
         let x = bottom.px(seconds.log10() / decades);
         let _ = writeln!(
@@ -310,11 +334,13 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
             }
             points.push((bottom.px(x / decades), bottom.py(k as f64 / total)));
         }
-        polyline(&mut out, &points, colour, dash, stroke_width(&s.strategy));
+        polyline(out, &points, colour, dash, stroke_width(&s.strategy));
     }
+}
 
-    // 4. Pods served and not served.
-    let p = &right_bottom;
+/// 4. Pods served and not served.
+fn served_panel(out: &mut String, right_bottom: &Panel, summaries: &[Summary]) {
+    let p = right_bottom;
     let _ = writeln!(
         out,
         r##"<text x="{:.1}" y="{:.1}" class="title">Pods served (colour) and never served (grey)</text>"##,
@@ -351,8 +377,6 @@ pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
             s.not_served
         );
     }
-    out.push_str("</svg>\n");
-    out
 }
 
 #[cfg(test)]
