@@ -2,7 +2,7 @@
 //! the controller plans, the agent cordons, repartitions and gets the new slices advertised,
 //! and the real scheduler places the waiting pods on them.
 
-use geometer_api::{MigPlanPhase, PolicyMode};
+use geometer_api::PolicyMode;
 use geometer_simcluster::MigPod;
 use geometer_testkit::e2e::policy;
 use geometer_testkit::real_cluster::NS;
@@ -28,13 +28,7 @@ async fn a_deployment_waiting_for_slices_runs_after_the_repartition() {
     )
     .await;
     assert!(running.iter().all(|p| p.starts_with("small-")), "{running:?}");
-    // The pods may run before the controller has seen every node finish.
-    wait_until(
-        "the plan Succeeded",
-        || async { k8s.plans().await.into_iter().find(|p| p.phase() == MigPlanPhase::Succeeded) },
-        || k8s.logs(),
-    )
-    .await;
+    k8s.succeeded_plan().await;
     // Only as many GPUs changed as the pods needed (7 x 1g.10gb fit on one GPU).
     let changed: usize = ["gpu-1", "gpu-2"]
         .iter()

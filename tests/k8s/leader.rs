@@ -1,7 +1,7 @@
 //! Two controller replicas with leader election on the real API server: the leader is killed
 //! with SIGKILL, the other takes the Lease over and carries out the next demand shift.
 
-use geometer_api::{MigPlanPhase, PolicyMode};
+use geometer_api::PolicyMode;
 use geometer_simcluster::MigPod;
 use geometer_testkit::control_plane::GEOMETER_NAMESPACE;
 use geometer_testkit::e2e::policy;
@@ -38,11 +38,5 @@ async fn the_other_replica_takes_over_when_the_leader_is_killed() {
     )
     .await;
     assert_eq!(holder(&k8s).await.as_deref(), Some(follower), "the follower holds the lease");
-    // The pods may run before the controller has seen every node finish.
-    wait_until(
-        "the plan Succeeded",
-        || async { k8s.plans().await.into_iter().find(|p| p.phase() == MigPlanPhase::Succeeded) },
-        || k8s.logs(),
-    )
-    .await;
+    k8s.succeeded_plan().await;
 }

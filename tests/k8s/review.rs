@@ -48,11 +48,6 @@ async fn approve_waits_for_kubectl_patch_then_applies() {
     k8s.cp.kubectl(Identity::Admin, &["patch", "migplan", &name, "--type=merge", "-p", approval]).unwrap();
     wait_until("the pod running", || async { (k8s.running().await.len() == 1).then_some(()) }, || k8s.logs())
         .await;
-    let done = wait_until(
-        "the plan Succeeded",
-        || async { k8s.plans().await.into_iter().find(|p| p.phase() == MigPlanPhase::Succeeded) },
-        || k8s.logs(),
-    )
-    .await;
+    let done = k8s.succeeded_plan().await;
     assert_eq!(done.metadata.name.as_deref(), Some(name.as_str()));
 }

@@ -75,9 +75,12 @@ impl RealCluster {
         })
     }
 
-    fn log(&mut self, what: &str) -> PathBuf {
+    /// `geometer <args>` as `id`, its output in a log of its own (`<log>-<start>.log`).
+    fn spawn_geometer(&mut self, name: &str, log: &str, id: Identity, args: &[String]) -> Process {
         self.starts += 1;
-        self.cp.dir().join(format!("{what}-{}.log", self.starts))
+        let log = self.cp.dir().join(format!("{log}-{}.log", self.starts));
+        let kubeconfig = self.cp.kubeconfig(id);
+        Process::spawn_with_env(name, &self.geometer, args, &log, &[("KUBECONFIG", &kubeconfig)])
     }
 
     /// Starts (or restarts) the agent of `node` as `geometer agent run --simulate`, on the
@@ -98,15 +101,8 @@ impl RealCluster {
         for flag in ["--poll-interval=1s", "--drain-timeout=2m", "--advertise-timeout=1m"] {
             args.push(flag.into());
         }
-        let log = self.log(&format!("agent-{node}"));
-        let kubeconfig = self.cp.kubeconfig(Identity::Agent);
-        let process = Process::spawn_with_env(
-            &format!("agent {node}"),
-            &self.geometer,
-            &args,
-            &log,
-            &[("KUBECONFIG", &kubeconfig)],
-        );
+        let process =
+            self.spawn_geometer(&format!("agent {node}"), &format!("agent-{node}"), Identity::Agent, &args);
         self.agents.insert(node.to_string(), process);
     }
 
@@ -133,14 +129,11 @@ impl RealCluster {
             format!("--lease-namespace={GEOMETER_NAMESPACE}"),
             format!("--identity={name}"),
         ];
-        let log = self.log(&format!("controller-{name}"));
-        let kubeconfig = self.cp.kubeconfig(Identity::Controller);
-        let process = Process::spawn_with_env(
+        let process = self.spawn_geometer(
             &format!("controller {name}"),
-            &self.geometer,
+            &format!("controller-{name}"),
+            Identity::Controller,
             &args,
-            &log,
-            &[("KUBECONFIG", &kubeconfig)],
         );
         self.controllers.insert(name.to_string(), process);
     }
@@ -244,6 +237,19 @@ impl RealCluster {
     /// Evictions of workload pods (namespace [`NS`]) the API server granted, by pod name.
     pub fn evicted(&self) -> Vec<String> {
         self.cp.evictions().into_iter().filter(|e| e.namespace == NS && e.granted()).map(|e| e.pod).collect()
+    }
+
+    /// Waits until a plan is `Succeeded` (pods may run before the controller has seen every
+    /// node finish) and returns it.
+    pub async fn succeeded_plan(&self) -> MigPlan {
+        crate::wait::wait_until(
+            "a plan Succeeded",
+            || async {
+                self.plans().await.into_iter().find(|p| p.phase() == geometer_api::MigPlanPhase::Succeeded)
+            },
+            || self.logs(),
+        )
+        .await
     }
 
     pub async fn plans(&self) -> Vec<MigPlan> {

@@ -73,10 +73,12 @@ pub struct SimNvml {
     file: Option<Arc<StateFile>>,
 }
 
-/// The state, held: with a state file, read from it when taken and written back when dropped.
+/// The state, held: with a state file, read from it when taken and written back when dropped
+/// if it changed.
 struct Locked<'a> {
     state: MutexGuard<'a, State>,
-    file: Option<(&'a StateFile, File)>,
+    /// The file, its lock, and what it held when taken (written back only if that changed).
+    file: Option<(&'a StateFile, File, SavedNode)>,
 }
 
 impl Deref for Locked<'_> {
@@ -94,8 +96,11 @@ impl DerefMut for Locked<'_> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        if let Some((file, _held)) = &self.file {
+        if let Some((file, _held, read)) = &self.file {
             let saved = self.state.saved();
+            if saved == *read {
+                return;
+            }
             if let Err(e) = file.store(&saved) {
                 panic!("simulated GPU state file {}: cannot write it: {e}", file.path().display());
             }
@@ -165,7 +170,8 @@ impl SimNvml {
                 Ok(None) => {}
                 Err(e) => panic!("simulated GPU state file {path}: cannot read it: {e}"),
             }
-            (file, held)
+            let read = state.saved();
+            (file, held, read)
         });
         Locked { state, file }
     }

@@ -161,8 +161,10 @@ impl ControlPlane {
         }
     }
 
-    fn log(&self, component: &str) -> PathBuf {
-        self.dir.path().join(format!("{component}.log"))
+    /// Starts a component with its output in `<component>.log`; it stops with the control plane.
+    fn launch(&mut self, component: &str, binary: &Path, args: &[String]) {
+        let log = self.dir.path().join(format!("{component}.log"));
+        self.processes.push(Process::spawn(component, binary, args, &log));
     }
 
     fn start_etcd(&mut self, bins: &Binaries) -> String {
@@ -181,7 +183,7 @@ impl ControlPlane {
             "--unsafe-no-fsync=true".to_string(),
             "--log-level=warn".to_string(),
         ];
-        self.processes.push(Process::spawn("etcd", &bins.etcd, &args, &self.log("etcd")));
+        self.launch("etcd", &bins.etcd, &args);
         client_url
     }
 
@@ -206,12 +208,7 @@ impl ControlPlane {
             format!("--audit-log-path={}", audit::log_file(d).display()),
             "--v=1".to_string(),
         ];
-        self.processes.push(Process::spawn(
-            "kube-apiserver",
-            &bins.apiserver,
-            &args,
-            &self.log("kube-apiserver"),
-        ));
+        self.launch("kube-apiserver", &bins.apiserver, &args);
     }
 
     fn start_scheduler(&mut self, bins: &Binaries) {
@@ -222,12 +219,7 @@ impl ControlPlane {
             "--secure-port=0".to_string(),
             "--v=1".to_string(),
         ];
-        self.processes.push(Process::spawn(
-            "kube-scheduler",
-            &bins.scheduler,
-            &args,
-            &self.log("kube-scheduler"),
-        ));
+        self.launch("kube-scheduler", &bins.scheduler, &args);
     }
 
     fn start_controller_manager(&mut self, bins: &Binaries) {
@@ -256,12 +248,7 @@ impl ControlPlane {
             format!("--root-ca-file={}", d.join("certs/apiserver.crt").display()),
             "--v=1".to_string(),
         ];
-        self.processes.push(Process::spawn(
-            "kube-controller-manager",
-            &bins.controller_manager,
-            &args,
-            &self.log("kube-controller-manager"),
-        ));
+        self.launch("kube-controller-manager", &bins.controller_manager, &args);
     }
 
     /// The serving certificate exists and `/readyz` answers ok.

@@ -39,7 +39,7 @@ pub(crate) enum ProcessTarget {
     GpuInstance(u32),
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct SimInstance {
     profile: ProfileId,
     start: u8,
@@ -50,7 +50,7 @@ struct SimInstance {
 
 /// What a GPU changes while it runs (MIG mode, instances, processes), as a state file keeps it
 /// between processes: what it reports and allows comes from its model again.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SavedGpu {
     uuid: String,
     model: String,

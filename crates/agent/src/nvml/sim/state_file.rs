@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::gpu::SavedGpu;
 
 /// What the file holds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SavedNode {
     pub(crate) gpus: Vec<SavedGpu>,
     pub(crate) next_pid: u32,
