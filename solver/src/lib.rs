@@ -12,3 +12,4 @@ pub mod snapshot;
 
 pub use geometry::GeometryCache;
 pub use ilp::{plan, plan_cached};
+pub use snapshot::PodKey;

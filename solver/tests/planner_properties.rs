@@ -71,7 +71,7 @@ fn cluster() -> impl Strategy<Value = Snapshot> {
                                 do_not_disrupt: bits == 2,
                                 ..Pod::default()
                             });
-                            Some(format!("batch/{pod_name}"))
+                            Some(geometer_solver::PodKey::new("batch", &pod_name))
                         }
                     };
                     instances.push(Instance {

@@ -70,7 +70,7 @@ fn evictions(etl_annotations: Value, etl_started: &str) -> Vec<String> {
     let now: Timestamp = NOW.parse().unwrap();
     let built = build_snapshot(&objects, Catalog::builtin(), None, now).unwrap();
     let plan = geometer_solver::plan(&built.snapshot, Catalog::builtin(), &PlanOptions::default()).unwrap();
-    plan.evictions.iter().map(|e| e.pod.clone()).collect()
+    plan.evictions.iter().map(|e| e.pod.to_string()).collect()
 }
 
 const KEY: &str = "geometer.dev/do-not-disrupt";

@@ -93,7 +93,7 @@ async fn killed_at_random_moments_the_operator_still_converges_safely() {
         // The invariants, after every round.
         assert_eq!(
             k8s.pods_without_devices(),
-            Vec::<String>::new(),
+            Vec::<geometer_solver::PodKey>::new(),
             "{what}: an in-use instance was destroyed"
         );
         let pinned_now = k8s.running_of("pinned").await;

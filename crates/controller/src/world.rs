@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use geometer_solver::PodKey;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -36,7 +37,7 @@ pub fn plan_basis(spec: &MigPlanSpec) -> PlanBasis {
                 })
             })
             .collect(),
-        evicted: spec.evictions.iter().map(|e| format!("{}/{}", e.namespace, e.name)).collect(),
+        evicted: spec.evictions.iter().map(|e| PodKey::new(&e.namespace, &e.name).to_string()).collect(),
     }
 }
 
@@ -59,7 +60,7 @@ pub fn world_view<'a>(
 ) -> WorldView {
     let mut world = WorldView::default();
     for pod in pods {
-        let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        let key = crate::adapter::pods::key(pod).to_string();
         world.pods.insert(key, pod_state(pod));
     }
     for node in nodes {

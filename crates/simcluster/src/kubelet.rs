@@ -4,6 +4,8 @@
 //! and, as their DaemonSet would, recreates a device plugin pod that was deleted.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use geometer_solver::PodKey;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,14 +59,14 @@ pub(super) async fn run(shared: Arc<Shared>) {
     };
     let pods: Api<Pod> = Api::all(shared.client.clone());
     let mut stream = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
-    let mut relisted: Option<BTreeSet<String>> = None;
+    let mut relisted: Option<BTreeSet<PodKey>> = None;
     loop {
         tokio::select! {
             event = stream.next() => match event {
                 Some(Ok(Event::Apply(pod))) => k.apply(pod).await,
                 Some(Ok(Event::InitApply(pod))) => {
                     if let Some(seen) = relisted.as_mut() {
-                        seen.insert(format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()));
+                        seen.insert(PodKey::new(&pod.namespace().unwrap_or_default(), &pod.name_any()));
                     }
                     k.apply(pod).await;
                 }
@@ -156,7 +158,7 @@ impl Kubelet {
     async fn start_workload(&mut self, node: &SimNode, pod: Pod) {
         let (ns, name, uid) =
             (pod.namespace().unwrap_or_default(), pod.name_any(), pod.uid().unwrap_or_default());
-        let key = format!("{ns}/{name}");
+        let key = PodKey::new(&ns, &name).to_string();
         let api = self.pods(&ns);
         match node.admit(&ns, &name, &uid, &container_mig_requests(&pod)) {
             Ok(devices) => {
@@ -230,9 +232,10 @@ impl Kubelet {
             tracing::debug!(pod = %name, error = %e, "simulated kubelet could not report the pod's end");
         }
         self.shared.ledger.ended(uid, Ending::Succeeded);
-        self.shared
-            .ledger
-            .emit(SimEvent::Succeeded { pod: format!("{namespace}/{name}"), node: node.name.clone() });
+        self.shared.ledger.emit(SimEvent::Succeeded {
+            pod: PodKey::new(namespace, name).to_string(),
+            node: node.name.clone(),
+        });
     }
 
     /// A terminating pod's containers are stopped: the kubelet deletes it for good (grace 0,
@@ -248,7 +251,7 @@ impl Kubelet {
         match self.pods(&ns).delete(&name, &params).await {
             Ok(_) | Err(kube::Error::Api(_)) => {}
             Err(e) => {
-                tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "simulated kubelet could not remove the pod")
+                tracing::debug!(pod = %PodKey::new(&ns, &name).to_string(), error = %e, "simulated kubelet could not remove the pod")
             }
         }
     }
@@ -272,7 +275,9 @@ impl Kubelet {
     async fn stopped(&mut self, node: &SimNode, ns: &str, name: &str, uid: &str) {
         node.release(ns, name);
         self.shared.ledger.ended(uid, Ending::Stopped);
-        self.shared.ledger.emit(SimEvent::Stopped { pod: format!("{ns}/{name}"), node: node.name.clone() });
+        self.shared
+            .ledger
+            .emit(SimEvent::Stopped { pod: PodKey::new(ns, name).to_string(), node: node.name.clone() });
         // A cordoned node is being drained: tell its watchers (the agent) the devices are free.
         let nodes: Api<Node> = Api::all(self.shared.client.clone());
         let cordoned = nodes
@@ -303,11 +308,11 @@ impl Kubelet {
     }
 
     /// After a re-list: pods the kubelet runs that no longer exist were deleted meanwhile.
-    async fn forget_missing(&mut self, seen: &BTreeSet<String>) {
+    async fn forget_missing(&mut self, seen: &BTreeSet<PodKey>) {
         for node in self.shared.nodes.values().cloned().collect::<Vec<_>>() {
             for key in node.running() {
                 if !seen.contains(&key) {
-                    let (ns, name) = key.split_once('/').expect("namespace/name");
+                    let (ns, name) = (key.namespace(), key.name());
                     let uid = node.uid_of(ns, name).unwrap_or_default();
                     self.stopped(&node, ns, name, &uid).await;
                 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use geometer_solver::catalog::Catalog;
+use geometer_solver::PodKey;
 use thiserror::Error;
 
 use geometer_agent::nvml::sim::SimNvml;
@@ -53,7 +54,7 @@ struct NodeState {
     /// By resource name, as the plugin listed them at its last start.
     advertised: BTreeMap<String, Vec<Device>>,
     /// By `namespace/name`.
-    running: BTreeMap<String, RunningPod>,
+    running: BTreeMap<PodKey, RunningPod>,
     plugin_starts: u32,
 }
 
@@ -140,7 +141,7 @@ impl SimNode {
         uid: &str,
         requests: &[(String, BTreeMap<String, u32>)],
     ) -> Result<Vec<Device>, AdmitError> {
-        let key = format!("{namespace}/{pod}");
+        let key = PodKey::new(namespace, pod);
         let mut st = self.lock();
         if let Some(r) = st.running.get(&key).filter(|r| r.uid == uid) {
             return Ok(r.devices.clone());
@@ -198,7 +199,7 @@ impl SimNode {
 
     /// The pod ended or was deleted: its processes stop and its devices are free again.
     pub fn release(&self, namespace: &str, pod: &str) -> Option<RunningPod> {
-        let key = format!("{namespace}/{pod}");
+        let key = PodKey::new(namespace, pod);
         let gone = self.lock().running.remove(&key)?;
         for (_, pid) in &gone.pids {
             self.nvml.stop_process(*pid);
@@ -208,15 +209,15 @@ impl SimNode {
     }
 
     pub fn is_running(&self, namespace: &str, pod: &str, uid: &str) -> bool {
-        self.lock().running.get(&format!("{namespace}/{pod}")).is_some_and(|r| r.uid == uid)
+        self.lock().running.get(&PodKey::new(namespace, pod)).is_some_and(|r| r.uid == uid)
     }
 
     pub fn uid_of(&self, namespace: &str, pod: &str) -> Option<String> {
-        self.lock().running.get(&format!("{namespace}/{pod}")).map(|r| r.uid.clone())
+        self.lock().running.get(&PodKey::new(namespace, pod)).map(|r| r.uid.clone())
     }
 
     /// `namespace/name` of every pod the kubelet runs here.
-    pub fn running(&self) -> Vec<String> {
+    pub fn running(&self) -> Vec<PodKey> {
         self.lock().running.keys().cloned().collect()
     }
 
@@ -239,7 +240,7 @@ impl SimNode {
 
     /// `namespace/name` of pods running here that lost a device: its instance no longer
     /// exists on the GPU (an in-use instance was destroyed, which must never happen).
-    pub fn pods_without_devices(&self) -> Vec<String> {
+    pub fn pods_without_devices(&self) -> Vec<PodKey> {
         let gpus = self.nvml.devices().map(|d| d.len()).unwrap_or(0) as GpuIndex;
         let present: Vec<String> =
             (0..gpus).flat_map(|g| self.nvml.mig_devices(g).unwrap_or_default()).map(|d| d.uuid).collect();

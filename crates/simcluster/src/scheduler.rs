@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use geometer_solver::PodKey;
+
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -247,9 +249,10 @@ impl Scheduler {
             .await
         {
             Ok(_) => {
-                self.shared
-                    .ledger
-                    .emit(SimEvent::Scheduled { pod: format!("{ns}/{name}"), node: node.to_string() });
+                self.shared.ledger.emit(SimEvent::Scheduled {
+                    pod: PodKey::new(&ns, &name).to_string(),
+                    node: node.to_string(),
+                });
                 true
             }
             Err(e) => {
@@ -289,7 +292,7 @@ impl Scheduler {
             Ok(_) => {
                 self.marked.insert(uid, message.to_string());
                 self.shared.ledger.emit(SimEvent::Unschedulable {
-                    pod: format!("{ns}/{name}"),
+                    pod: PodKey::new(&ns, &name).to_string(),
                     message: message.to_string(),
                 });
             }

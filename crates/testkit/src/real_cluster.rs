@@ -206,7 +206,7 @@ impl RealCluster {
     }
 
     /// `namespace/name` of pods the simulated kubelets run on a device NVML no longer has.
-    pub fn pods_without_devices(&self) -> Vec<String> {
+    pub fn pods_without_devices(&self) -> Vec<geometer_solver::PodKey> {
         let nodes = self.sim.node_names();
         nodes.iter().flat_map(|n| self.sim.node(n).unwrap().pods_without_devices()).collect()
     }

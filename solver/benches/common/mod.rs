@@ -106,7 +106,7 @@ pub(crate) fn cluster_with(gpus: usize, pods: usize, seed: u64, busy_share: f64)
                         node: Some(name.clone()),
                         ..Pod::default()
                     });
-                    Some(format!("batch/{pod_name}"))
+                    Some(geometer_solver::PodKey::new("batch", &pod_name))
                 } else {
                     None
                 };

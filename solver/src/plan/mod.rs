@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::snapshot::SnapshotError;
+use crate::snapshot::{PodKey, SnapshotError};
 
 /// Knobs that are not part of the cluster's policy.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -63,7 +63,7 @@ pub struct GpuPlan {
 /// A pod the plan evicts, and where its slices are made again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Eviction {
-    pub pod: String,
+    pub pod: PodKey,
     pub node: String,
     pub gpu: u32,
     /// Node the pod is expected to land on again.
@@ -117,8 +117,7 @@ impl UnmetReason {
 /// The fate of one pending pod.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PodOutcome {
-    /// `namespace/name`.
-    pub pod: String,
+    pub pod: PodKey,
     pub priority: i32,
     /// Requested slices, `profile: count`.
     pub requests: std::collections::BTreeMap<String, u32>,

@@ -58,7 +58,7 @@ pub(super) fn table(plan: &Plan) -> String {
     }
     if !plan.pods.is_empty() {
         let _ = writeln!(out, "\nPending pods:");
-        let width = plan.pods.iter().map(|p| p.pod.len()).max().unwrap_or(0);
+        let width = plan.pods.iter().map(|p| p.pod.as_str().len()).max().unwrap_or(0);
         for p in &plan.pods {
             let req = p.requests.iter().map(|(k, v)| format!("{v}x {k}")).collect::<Vec<_>>().join(" + ");
             let (mark, what) = match (p.placement, &p.node, &p.reason) {

@@ -5,6 +5,7 @@
 //! the Kubernetes adapter or by the simulator, and read back in a bug report.
 
 mod feasibility;
+mod pod_key;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -12,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use feasibility::{eligibility, Ineligible};
+pub use pod_key::{PodKey, PodKeyError};
 pub use validate::SnapshotError;
 
 /// A cluster as the planner sees it.
@@ -86,7 +88,7 @@ pub struct Instance {
     pub start: u8,
     /// `namespace/name` of the pod using it; absent when free.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod: Option<String>,
+    pub pod: Option<PodKey>,
 }
 
 /// A pod: pending demand, or (with `node`) a running pod that uses MIG instances.
@@ -122,8 +124,8 @@ pub struct Pod {
 
 impl Pod {
     /// `namespace/name`, the reference instances use.
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+    pub fn key(&self) -> PodKey {
+        PodKey::new(&self.namespace, &self.name)
     }
 }
 

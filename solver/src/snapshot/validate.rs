@@ -65,9 +65,6 @@ impl Snapshot {
                             format!("not a profile of {}; known: {}", model.key, known.join(", ")),
                         ));
                     };
-                    if let Some(pod) = &inst.pod {
-                        check_pod_ref(&format!("{at}.pod"), pod)?;
-                    }
                     placed.push(Placed::new(profile, inst.start));
                 }
                 let current = Geometry::new(placed);
@@ -102,7 +99,7 @@ impl Snapshot {
                 ));
             }
             if !pods.insert(pod.key()) {
-                return Err(err(format!("{at}.name"), pod.key(), "pod listed twice"));
+                return Err(err(format!("{at}.name"), pod.key().to_string(), "pod listed twice"));
             }
         }
         for (i, pod) in self.running.iter().enumerate() {
@@ -118,7 +115,7 @@ impl Snapshot {
                 Some(_) => {}
             }
             if !pods.insert(pod.key()) {
-                return Err(err(format!("{at}.name"), pod.key(), "pod listed twice"));
+                return Err(err(format!("{at}.name"), pod.key().to_string(), "pod listed twice"));
             }
         }
         for (i, pod) in self.expected.iter().enumerate() {
@@ -144,13 +141,6 @@ impl Snapshot {
             }
         }
         Ok(())
-    }
-}
-
-fn check_pod_ref(field: &str, pod: &str) -> Result<(), SnapshotError> {
-    match pod.split_once('/') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Ok(()),
-        _ => Err(err(field, pod, "a pod reference is `namespace/name`")),
     }
 }
 

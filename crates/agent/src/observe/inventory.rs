@@ -101,7 +101,7 @@ fn read_gpu(
     };
     let index_id = device.index.to_string();
     if let Some(i) = find_assignment(assignments, used, |id| id == device.uuid || id == index_id) {
-        gpu.pod = Some(assignments[i].pod_ref());
+        gpu.pod = Some(assignments[i].pod_ref().to_string());
     }
     if !mig.current {
         return Ok(gpu);
@@ -126,7 +126,7 @@ fn read_gpu(
         if let Some(d) = mig_device {
             instance.processes = nvml.processes(device.index, &d.uuid)?.len() as u32;
             if let Some(i) = find_assignment(assignments, used, |id| matches_mig_device(id, device, d)) {
-                instance.pod = Some(assignments[i].pod_ref());
+                instance.pod = Some(assignments[i].pod_ref().to_string());
             }
         }
         gpu.instances.push(instance);

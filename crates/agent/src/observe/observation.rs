@@ -17,10 +17,11 @@ use crate::runtime::agent_loop::{Agent, GpuRules, NextRound, StepError};
 use crate::runtime::conditions;
 use crate::steps::advertise;
 use crate::steps::cordon::CordonState;
-use crate::steps::eviction::{classify, split_pod_ref, PodDrain};
+use crate::steps::eviction::{classify, PodDrain};
 use geometer_api::{
     AgentStep, CatalogDisagreement, MigNode, MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction,
 };
+use geometer_solver::PodKey;
 
 /// Everything a step may need, read in this round.
 pub(crate) struct Context {
@@ -267,12 +268,16 @@ impl Agent {
         });
         let mut out = Vec::new();
         for pod_ref in work.pods_to_evict() {
-            let (namespace, name) = split_pod_ref(&pod_ref);
-            let pod = self.pods(namespace).get_opt(name).await?;
-            out.push((
-                pod_ref.clone(),
-                classify(pod, &disruption.settings.do_not_disrupt_keys, now, forbidden.as_deref()),
-            ));
+            // The agent writes these references itself; one it cannot read holds the drain up
+            // rather than be taken for a pod that is gone.
+            let drain = match PodKey::parse(&pod_ref) {
+                Ok(key) => {
+                    let pod = self.pods(key.namespace()).get_opt(key.name()).await?;
+                    classify(pod, &disruption.settings.do_not_disrupt_keys, now, forbidden.as_deref())
+                }
+                Err(e) => PodDrain::Forbidden { why: format!("{e}; the agent cannot look this pod up") },
+            };
+            out.push((pod_ref, drain));
         }
         Ok(out)
     }

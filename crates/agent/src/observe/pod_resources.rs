@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use geometer_solver::PodKey;
+
 use hyper_util::rt::TokioIo;
 use thiserror::Error;
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -50,8 +52,8 @@ pub struct DeviceAssignment {
 
 impl DeviceAssignment {
     /// `namespace/name` of the pod.
-    pub fn pod_ref(&self) -> String {
-        format!("{}/{}", self.namespace, self.pod)
+    pub fn pod_ref(&self) -> PodKey {
+        PodKey::new(&self.namespace, &self.pod)
     }
 
     /// The MIG profile, for a `nvidia.com/mig-<profile>` resource.

@@ -13,8 +13,9 @@ use kube::runtime::events::{Event, EventType};
 use crate::observe::observation::Context;
 use crate::runtime::agent_loop::{Agent, EvictionRetry, NextRound, StepError};
 use crate::runtime::conditions;
-use crate::steps::eviction::{self, split_pod_ref, EvictionOutcome, PodDrain};
+use crate::steps::eviction::{self, EvictionOutcome, PodDrain};
 use geometer_api::MigNodeStatus;
+use geometer_solver::PodKey;
 
 /// What keeps a drain from finishing this round, and when to look again.
 struct Blockage {
@@ -170,12 +171,12 @@ impl Agent {
     /// A warning event on the MigNode and on the pod, so `kubectl describe pod` shows it too.
     async fn warn_about_pod(&self, pod_ref: &str, reason: &str, note: String) {
         self.event(EventType::Warning, reason, "Evict", note.clone(), None).await;
-        let (namespace, name) = split_pod_ref(pod_ref);
+        let Ok(key) = PodKey::parse(pod_ref) else { return };
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
-            namespace: Some(namespace.into()),
-            name: Some(name.into()),
+            namespace: Some(key.namespace().into()),
+            name: Some(key.name().into()),
             ..Default::default()
         };
         let event = Event {

@@ -85,11 +85,6 @@ pub fn classify(
     }
 }
 
-/// `namespace/name` into its parts; `default` when there is no namespace.
-pub fn split_pod_ref(pod: &str) -> (&str, &str) {
-    pod.split_once('/').unwrap_or(("default", pod))
-}
-
 /// The body of an eviction of `pod`: `policy/v1` `Eviction`, pinned to the pod's UID.
 pub fn eviction_body(pod: &Pod) -> Eviction {
     Eviction {
@@ -194,11 +189,5 @@ mod tests {
         assert!(matches!(classify(Some(pod(&[])), &keys, now, None), PodDrain::Evictable(_)));
         let forbidden = classify(Some(pod(&[])), &keys, now, Some("MigPolicy p allows no evictions"));
         assert!(forbidden.blocks() && matches!(forbidden, PodDrain::Forbidden { .. }));
-    }
-
-    #[test]
-    fn pod_refs_split_into_namespace_and_name() {
-        assert_eq!(split_pod_ref("ml/train-0"), ("ml", "train-0"));
-        assert_eq!(split_pod_ref("lonely"), ("default", "lonely"));
     }
 }

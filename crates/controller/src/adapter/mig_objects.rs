@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 use geometer_api::{MigNode, MigPolicy};
 use geometer_solver::snapshot::{Gpu, Instance, Policy};
+use geometer_solver::PodKey;
 use kube::ResourceExt;
 
 use crate::adapter::AdapterError;
@@ -29,20 +30,29 @@ pub struct PolicyObject {
     pub do_not_disrupt: Vec<String>,
 }
 
-/// GPUs of a MigNode's inventory (what its agent read from NVML).
-pub fn inventory(node: &MigNode) -> Vec<Gpu> {
+/// GPUs of a MigNode's inventory (what its agent read from NVML). An instance whose pod
+/// cannot be read is an error naming the field: reading it as free would let a plan destroy
+/// a slice a pod uses.
+pub fn inventory(node: &MigNode) -> Result<Vec<Gpu>, AdapterError> {
     let gpus = node.status.as_ref().map(|s| s.gpus.as_slice()).unwrap_or_default();
-    gpus.iter()
-        .map(|g| Gpu {
-            index: g.index,
-            model: g.model.clone(),
-            instances: g
-                .instances
-                .iter()
-                .map(|i| Instance { profile: i.profile.clone(), start: i.start, pod: i.pod.clone() })
-                .collect(),
-        })
-        .collect()
+    let mut out = Vec::with_capacity(gpus.len());
+    for (g, gpu) in gpus.iter().enumerate() {
+        let mut instances = Vec::with_capacity(gpu.instances.len());
+        for (i, instance) in gpu.instances.iter().enumerate() {
+            let pod =
+                instance.pod.as_deref().map(PodKey::parse).transpose().map_err(|e| AdapterError::Field {
+                    object: format!("MigNode {}", node.name_any()),
+                    field: format!("status.gpus[{g}].instances[{i}].pod"),
+                    value: e.text.clone(),
+                    problem: "not a `namespace/name` pod reference; the node agent writes it from the \
+                              kubelet's PodResources, so check the agent's version and logs"
+                        .into(),
+                })?;
+            instances.push(Instance { profile: instance.profile.clone(), start: instance.start, pod });
+        }
+        out.push(Gpu { index: gpu.index, model: gpu.model.clone(), instances });
+    }
+    Ok(out)
 }
 
 /// The planner's reading of a MigPolicy. With `whole_selector`, a selector with

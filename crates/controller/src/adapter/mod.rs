@@ -15,6 +15,7 @@ use std::sync::Arc;
 use geometer_api::{MigNode, MigPolicy};
 use geometer_solver::catalog::Catalog;
 use geometer_solver::snapshot::{Policy, Snapshot};
+use geometer_solver::PodKey;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use serde_json::Value;
@@ -107,7 +108,7 @@ pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
             "Pod" => objects.pods.push(Arc::new(serde_json::from_value(item).map_err(bad)?)),
             "MigNode" => {
                 let node: MigNode = serde_json::from_value(item).map_err(bad)?;
-                objects.inventories.insert(node.name_any(), mig_objects::inventory(&node));
+                objects.inventories.insert(node.name_any(), mig_objects::inventory(&node)?);
             }
             "MigPolicy" => objects.policies.push(mig_policy_value(item, index)?),
             _ => {
@@ -226,7 +227,7 @@ struct Usage<'o> {
     /// Per node: resources requested by its pods.
     used: BTreeMap<&'o str, BTreeMap<String, u64>>,
     /// Per node, per profile: the pods (`namespace/name`, once per instance) using it.
-    mig_users: BTreeMap<&'o str, BTreeMap<String, Vec<String>>>,
+    mig_users: BTreeMap<&'o str, BTreeMap<String, Vec<PodKey>>>,
 }
 
 impl<'o> Usage<'o> {
@@ -308,12 +309,12 @@ fn classify_pods(
     now: jiff::Timestamp,
     warnings: &mut Vec<String>,
 ) -> Result<(Vec<geometer_solver::snapshot::Pod>, Vec<geometer_solver::snapshot::Pod>), AdapterError> {
-    let users: BTreeSet<&str> = snapshot
+    let users: BTreeSet<&PodKey> = snapshot
         .nodes
         .iter()
         .flat_map(|n| n.gpus.iter())
         .flat_map(|g| g.instances.iter())
-        .filter_map(|i| i.pod.as_deref())
+        .filter_map(|i| i.pod.as_ref())
         .collect();
     let managed: BTreeSet<&str> = snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
     let mut pending = Vec::new();
@@ -321,7 +322,7 @@ fn classify_pods(
     for (pod, reqs) in objects.pods.iter().zip(requests) {
         let key = pods::key(pod);
         match pods::bound_node(pod) {
-            Some(n) if managed.contains(n) && users.contains(key.as_str()) && !pods::is_terminal(pod) => {
+            Some(n) if managed.contains(n) && users.contains(&key) && !pods::is_terminal(pod) => {
                 running.push(pods::planner_pod(pod, reqs, do_not_disrupt, now)?);
             }
             Some(_) => {}
@@ -392,8 +393,12 @@ items:
             profiles.sort();
             assert_eq!(profiles, ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]);
         }
-        let used: Vec<&str> =
-            node.gpus.iter().flat_map(|g| &g.instances).filter_map(|i| i.pod.as_deref()).collect();
+        let used: Vec<&str> = node
+            .gpus
+            .iter()
+            .flat_map(|g| &g.instances)
+            .filter_map(|i| i.pod.as_ref().map(PodKey::as_str))
+            .collect();
         assert_eq!(used, ["ml/user"]);
         assert_eq!(s.running.len(), 1);
         assert_eq!(s.pending.len(), 1);

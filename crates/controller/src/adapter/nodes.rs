@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use geometer_solver::catalog::{Catalog, GpuModel, ProfileId};
 use geometer_solver::geometry::{place, Geometry};
 use geometer_solver::snapshot::{Gpu, Instance, Node as PlannerNode, Taint};
+use geometer_solver::PodKey;
 use k8s_openapi::api::core::v1::Node;
 
 use crate::adapter::pods::taint_effect;
@@ -121,7 +122,7 @@ pub fn infer_gpus(
     model: &GpuModel,
     gpu_count: u32,
     counts: &BTreeMap<String, u32>,
-    used: &BTreeMap<String, Vec<String>>,
+    used: &BTreeMap<String, Vec<PodKey>>,
 ) -> Result<(Vec<Gpu>, Vec<String>), AdapterError> {
     let node_name = name(node);
     let mut wanted: Vec<(ProfileId, u32)> = Vec::new();
@@ -174,7 +175,7 @@ pub fn infer_gpus(
         }
     }
     let mut warnings = Vec::new();
-    let mut users: BTreeMap<ProfileId, Vec<String>> = BTreeMap::new();
+    let mut users: BTreeMap<ProfileId, Vec<PodKey>> = BTreeMap::new();
     for (profile, pods) in used {
         match model.profile(profile) {
             Some(id) => users.entry(id).or_default().extend(pods.iter().cloned()),
@@ -203,7 +204,7 @@ pub fn infer_gpus(
                 "node {node_name}: {} pod(s) use {} but the node advertises fewer instances; ignored: {}",
                 left.len(),
                 model.profile_info(id).name,
-                left.join(", ")
+                left.iter().map(PodKey::as_str).collect::<Vec<_>>().join(", ")
             ));
         }
     }

@@ -12,12 +12,12 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::adapter::AdapterError;
 use geometer_api::quantity;
+use geometer_solver::PodKey;
 
-pub fn key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
+pub fn key(pod: &Pod) -> PodKey {
+    PodKey::new(
         pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or("")
+        pod.metadata.name.as_deref().unwrap_or(""),
     )
 }
 

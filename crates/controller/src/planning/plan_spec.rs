@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use geometer_solver::plan::{PlacedName, Plan, SliceSource};
+use geometer_solver::PodKey;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::Resource;
 
@@ -40,17 +41,14 @@ pub fn to_spec(policy: &str, plan: &Plan) -> MigPlanSpec {
     let evictions: Vec<Eviction> = plan
         .evictions
         .iter()
-        .map(|e| {
-            let (namespace, name) = e.pod.split_once('/').unwrap_or(("default", e.pod.as_str()));
-            Eviction {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                node: e.node.clone(),
-                reason: format!(
-                    "uses a slice on GPU {} that the plan replaces; runs again on {}",
-                    e.gpu, e.rescheduled_to
-                ),
-            }
+        .map(|e| Eviction {
+            namespace: e.pod.namespace().to_string(),
+            name: e.pod.name().to_string(),
+            node: e.node.clone(),
+            reason: format!(
+                "uses a slice on GPU {} that the plan replaces; runs again on {}",
+                e.gpu, e.rescheduled_to
+            ),
         })
         .collect();
     let mut demand = Demand::default();
@@ -58,12 +56,12 @@ pub fn to_spec(policy: &str, plan: &Plan) -> MigPlanSpec {
         for profile in pod.requests.keys() {
             match (pod.placement, &pod.node, &pod.reason) {
                 (SliceSource::NewSlices, Some(node), _) => demand.met.push(DemandMet {
-                    pod: pod.pod.clone(),
+                    pod: pod.pod.to_string(),
                     profile: profile.clone(),
                     node: node.clone(),
                 }),
                 (SliceSource::Unmet, _, reason) => demand.unmet.push(DemandUnmet {
-                    pod: pod.pod.clone(),
+                    pod: pod.pod.to_string(),
                     profile: profile.clone(),
                     reason: reason
                         .as_ref()
@@ -121,7 +119,7 @@ fn rollout_order(plan: &Plan, nodes: BTreeMap<&str, Vec<GpuChange>>) -> Vec<Node
 /// round published nothing.
 pub fn pod_events(
     spec: &MigPlanSpec,
-    pods: &BTreeMap<String, &Pod>,
+    pods: &BTreeMap<PodKey, &Pod>,
     plan: Option<&ObjectReference>,
 ) -> Vec<Action> {
     let plan_name = plan.and_then(|p| p.name.clone());
@@ -140,7 +138,7 @@ pub fn pod_events(
     });
     met.chain(unmet)
         .filter_map(|(key, warning, reason, note)| {
-            let pod = pods.get(key)?;
+            let pod = pods.get(&PodKey::parse(key).ok()?)?;
             Some(Action::Event(EventSpec {
                 regarding: pod.object_ref(&()),
                 related: plan.cloned(),
@@ -165,7 +163,7 @@ mod tests {
 
     fn outcome(pod: &str, profile: &str, node: Option<&str>, placement: SliceSource) -> PodOutcome {
         PodOutcome {
-            pod: pod.into(),
+            pod: PodKey::parse(pod).expect("a test pod reference"),
             priority: 0,
             requests: BTreeMap::from([(profile.to_string(), 1)]),
             node: node.map(str::to_string),
@@ -228,7 +226,7 @@ mod tests {
         let spec = to_spec("pool", &solver_plan());
         let a = crate::fixtures::pod("ml", "a", None);
         let c = crate::fixtures::pod("ml", "c", None);
-        let pods = BTreeMap::from([("ml/a".to_string(), &a), ("ml/c".to_string(), &c)]);
+        let pods = BTreeMap::from([(PodKey::new("ml", "a"), &a), (PodKey::new("ml", "c"), &c)]);
         let plan = ObjectReference {
             kind: Some("MigPlan".into()),
             name: Some("pool-1".into()),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::{Plan, PlanOptions};
 use geometer_solver::snapshot::Snapshot;
-use geometer_solver::GeometryCache;
+use geometer_solver::{GeometryCache, PodKey};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
@@ -39,7 +39,7 @@ pub const CONTENT_ANNOTATION: &str = "geometer.dev/plan-content";
 pub const PLANNED: &str = "Planned";
 
 /// Profile -> slices, per pending pod (`namespace/name`).
-pub type DemandByPod = BTreeMap<String, BTreeMap<String, u32>>;
+pub type DemandByPod = BTreeMap<PodKey, BTreeMap<String, u32>>;
 
 /// Pending pods that are demand for MIG slices. A pod whose requests do not parse is left out
 /// (the API server validates quantities, so this only happens with hand-made objects).
@@ -118,22 +118,25 @@ fn not_plannable(node: &str, input: &RoundInput<'_>) -> Option<(String, bool)> {
 pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, AdapterError> {
     let mut excluded = Vec::new();
     let mut included = BTreeSet::new();
+    let mut inventories = BTreeMap::new();
     let mut settling = false;
     for name in input.managed {
-        match not_plannable(name, input) {
-            Some((why, passes)) => {
-                settling |= passes;
-                excluded.push((name.clone(), why));
-            }
-            None => {
+        if let Some((why, passes)) = not_plannable(name, input) {
+            settling |= passes;
+            excluded.push((name.clone(), why));
+            continue;
+        }
+        match adapter::mig_objects::inventory(&input.mignodes[name]) {
+            Ok(gpus) => {
                 included.insert(name.as_str());
+                inventories.insert(name.to_string(), gpus);
             }
+            Err(e) => excluded.push((name.clone(), e.to_string())),
         }
     }
-    let mut objects = Objects::default();
+    let mut objects = Objects { inventories, ..Objects::default() };
     for name in &included {
         objects.nodes.push(input.nodes[*name].clone());
-        objects.inventories.insert(name.to_string(), adapter::mig_objects::inventory(&input.mignodes[*name]));
     }
     for pod in input.pods {
         if on_nodes_or_demand(pod, &included) && adapter_pods::effective_requests(pod).is_ok() {
@@ -239,7 +242,7 @@ pub fn decide(
     solved: &Plan,
     prepared: &Prepared,
     open: &[&MigPlan],
-    pods: &BTreeMap<String, &Pod>,
+    pods: &BTreeMap<PodKey, &Pod>,
     now: Timestamp,
 ) -> Decision {
     let name = policy.name_any();

@@ -54,7 +54,8 @@ impl World {
         let solved =
             solve(&prepared, Catalog::builtin(), &self.policy, &geometer_solver::GeometryCache::new())
                 .unwrap();
-        let pods: BTreeMap<String, &Pod> = self.pods.iter().map(|p| (adapter_pods::key(p), &**p)).collect();
+        let pods: BTreeMap<geometer_solver::PodKey, &Pod> =
+            self.pods.iter().map(|p| (adapter_pods::key(p), &**p)).collect();
         decide(&self.policy, &solved, &prepared, open, &pods, now())
     }
 }
@@ -73,7 +74,7 @@ fn demand_is_only_unschedulable_mig_pods() {
     world.pods.push(Arc::new(fixtures::pod("ml", "not-yet-marked", None)));
     let demand = demand(&world.pods);
     assert_eq!(demand.keys().collect::<Vec<_>>(), ["ml/infer-0", "ml/infer-1"]);
-    assert_eq!(demand["ml/infer-0"]["1g.10gb"], 1);
+    assert_eq!(demand[&geometer_solver::PodKey::new("ml", "infer-0")]["1g.10gb"], 1);
     let fp = demand_fingerprint(&world.policy, &demand);
     assert!(fp.is_some());
     assert_eq!(demand_fingerprint(&world.policy, &DemandByPod::new()), None);
@@ -180,6 +181,27 @@ fn a_node_the_catalog_cannot_place_stays_out_and_the_rest_is_planned() {
     assert_eq!(prepared.snapshot.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["gpu-b"]);
     assert!(
         prepared.excluded.iter().any(|(n, w)| n == "gpu-a" && w.contains("4g.40gb@3")),
+        "{:?}",
+        prepared.excluded
+    );
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!(plan.spec.nodes[0].node, "gpu-b");
+}
+
+#[test]
+fn a_node_whose_inventory_names_an_unreadable_pod_stays_out_and_the_rest_is_planned() {
+    // Read as free, the slice could be destroyed under the pod that uses it.
+    let mut world = World::new(1);
+    world.mignodes = by_name(vec![
+        mignode("gpu-a", 1, None, &[(0, &[("7g.80gb", 0, Some("no-namespace"))])]),
+        mignode("gpu-b", 1, None, &[(0, SEVEN)]),
+    ]);
+    let prepared = world.prepare();
+    assert_eq!(prepared.snapshot.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["gpu-b"]);
+    assert!(
+        prepared.excluded.iter().any(|(n, w)| n == "gpu-a"
+            && w.contains("status.gpus[0].instances[0].pod")
+            && w.contains("= no-namespace:")),
         "{:?}",
         prepared.excluded
     );

@@ -249,7 +249,7 @@ impl Controller {
             }
         };
         self.metrics.observe_solve(solved.solve_ms as f64 / 1000.0);
-        let pods: BTreeMap<String, &Pod> =
+        let pods: BTreeMap<geometer_solver::PodKey, &Pod> =
             seen.pods.iter().map(|p| (crate::adapter::pods::key(p), &**p)).collect();
         let open: Vec<&MigPlan> = seen
             .plans

@@ -9,6 +9,7 @@ use geometer_solver::plan::{Plan, PlanOptions, SliceSource};
 use geometer_solver::snapshot::{
     Gpu, Instance, Node, NodeSelectorTerm, Operator, Pod, Policy, Requirement, Snapshot,
 };
+use geometer_solver::PodKey;
 
 use super::{PlanView, Replan, Slot, Strategy, StrategyError, StrategyKind};
 use crate::cluster::Cluster;
@@ -133,7 +134,7 @@ impl PlannerStrategy {
                 instances.push(Instance {
                     profile: self.profile_names[slot.profile].clone(),
                     start: slot.start,
-                    pod: holder.map(|p| format!("{NAMESPACE}/{}", pods[p].name)),
+                    pod: holder.map(|p| PodKey::new(NAMESPACE, &pods[p].name)),
                 });
                 // A pod holding several instances is listed once.
                 if let Some(p) = holder.filter(|&p| listed.insert(p)) {
@@ -181,9 +182,8 @@ impl PlannerStrategy {
         let node = |name: &str| {
             self.node_index.get(name).copied().ok_or_else(|| format!("plan names unknown node {name:?}"))
         };
-        let pod = |key: &str| {
-            let name = key.strip_prefix("sim/").unwrap_or(key);
-            self.pod_index.get(name).copied().ok_or_else(|| format!("plan names unknown pod {key:?}"))
+        let pod = |key: &PodKey| {
+            self.pod_index.get(key.name()).copied().ok_or_else(|| format!("plan names unknown pod {key}"))
         };
         let mut replan = Replan::default();
         for gpu in plan.changed_gpus() {

@@ -102,7 +102,7 @@ impl Submissions {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .find(|s| format!("{namespace}/{}", s.name) == key)
+            .find(|s| geometer_solver::PodKey::new(namespace, &s.name) == key)
             .cloned()
     }
 }

@@ -407,7 +407,7 @@ async fn kubelet(
         let released = !gone.is_empty();
         for (key, w) in gone {
             sim.stop_process(w.pid);
-            assignments.update(|list| list.retain(|a| format!("{}/{}", a.namespace, a.pod) != key));
+            assignments.update(|list| list.retain(|a| a.pod_ref() != key.as_str()));
             workloads.lock().unwrap().remove(&key);
         }
         if released {

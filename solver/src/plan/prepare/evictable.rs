@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::catalog::GpuModel;
-use crate::snapshot::{eligibility, Node, Pod, Snapshot};
+use crate::snapshot::{eligibility, Node, Pod, PodKey, Snapshot};
 
 use super::layout::Layout;
 use super::{snapshot_gpu_sorted, ConstraintKey, Needs, RunningInfo, User};
@@ -19,7 +19,7 @@ pub(super) fn evictable_pods<'a>(
     layout: &mut Layout<'a>,
     notes: &mut Vec<String>,
 ) -> Vec<RunningInfo> {
-    let running_by_key: BTreeMap<String, &Pod> = snapshot.running.iter().map(|p| (p.key(), p)).collect();
+    let running_by_key: BTreeMap<PodKey, &Pod> = snapshot.running.iter().map(|p| (p.key(), p)).collect();
     let mut running = Vec::new();
     let mut running_eligible: BTreeMap<ConstraintKey, Arc<[usize]>> = BTreeMap::new();
     for (key, gpu_set) in &layout.pod_gpus {
@@ -50,7 +50,7 @@ pub(super) fn evictable_pods<'a>(
             .expect("the GPU comes from this node");
         let mut slices: BTreeMap<usize, u32> = BTreeMap::new();
         let mut known = true;
-        for inst in snapshot_gpu.instances.iter().filter(|i| i.pod.as_deref() == Some(*key)) {
+        for inst in snapshot_gpu.instances.iter().filter(|i| i.pod.as_ref() == Some(*key)) {
             let pid = model
                 .profile(&inst.profile)
                 .expect("validated snapshot: every instance profile is in the catalog");
@@ -78,10 +78,10 @@ pub(super) fn evictable_pods<'a>(
             })
             .clone();
         let idx = running.len();
-        running.push(RunningInfo { key: key.to_string(), node: gpu.node, gpu: g, needs, eligible });
+        running.push(RunningInfo { key: (*key).clone(), node: gpu.node, gpu: g, needs, eligible });
         let gpu = &mut layout.gpus[g];
         for (i, inst) in snapshot_gpu_sorted(snapshot_gpu, model).iter().enumerate() {
-            if inst.map(String::as_str) == Some(*key) {
+            if *inst == Some(*key) {
                 gpu.users[i] = User::Evictable(idx);
             }
         }

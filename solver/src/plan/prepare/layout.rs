@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::catalog::{Catalog, GpuModel};
 use crate::geometry::{Geometry, Placed};
-use crate::snapshot::Node;
+use crate::snapshot::{Node, PodKey};
 
 use super::{GpuInfo, NodeInfo, User};
 
@@ -13,7 +13,7 @@ pub(super) struct Layout<'a> {
     pub nodes: Vec<NodeInfo<'a>>,
     pub gpus: Vec<GpuInfo>,
     /// By pod key (`namespace/name`): the GPUs holding its instances.
-    pub pod_gpus: BTreeMap<&'a str, BTreeSet<usize>>,
+    pub pod_gpus: BTreeMap<&'a PodKey, BTreeSet<usize>>,
 }
 
 pub(super) fn layout<'a>(node_order: &[&'a Node], models: &[&GpuModel], catalog: &Catalog) -> Layout<'a> {
@@ -29,11 +29,11 @@ pub(super) fn layout<'a>(node_order: &[&'a Node], models: &[&GpuModel], catalog:
                 .position(|m| catalog.find(&gpu.model).is_some_and(|x| x.key == m.key))
                 .expect("validated snapshot: every GPU model is in the catalog");
             let model = models[model_idx];
-            let mut placed: Vec<(Placed, Option<&str>)> = gpu
+            let mut placed: Vec<(Placed, Option<&PodKey>)> = gpu
                 .instances
                 .iter()
                 .map(|i| {
-                    (Placed::new(model.profile(&i.profile).expect("validated"), i.start), i.pod.as_deref())
+                    (Placed::new(model.profile(&i.profile).expect("validated"), i.start), i.pod.as_ref())
                 })
                 .collect();
             placed.sort();

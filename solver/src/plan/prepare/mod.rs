@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::catalog::{Catalog, GpuModel, ProfileId};
 use crate::geometry::{Geometry, Placed};
-use crate::snapshot::{eligibility, Node, NodeSelectorTerm, Pod, Snapshot, Toleration};
+use crate::snapshot::{eligibility, Node, NodeSelectorTerm, Pod, PodKey, Snapshot, Toleration};
 
 use super::{PlanError, PlanOptions, UnmetReason};
 
@@ -68,7 +68,7 @@ pub(crate) enum PodStatus {
 #[derive(Clone)]
 pub(crate) struct PendingInfo<'a> {
     pub pod: &'a Pod,
-    pub key: String,
+    pub key: PodKey,
     /// 1 + rank of the pod's priority among the pending pods' distinct priorities; 0 for an
     /// expected pod ([`Snapshot::expected`]), which counts in no demand met.
     pub weight: u64,
@@ -81,7 +81,7 @@ pub(crate) struct PendingInfo<'a> {
 
 #[derive(Clone)]
 pub(crate) struct RunningInfo {
-    pub key: String,
+    pub key: PodKey,
     pub node: usize,
     pub gpu: usize,
     /// From the instances it holds.
@@ -248,10 +248,8 @@ impl<'a> Problem<'a> {
                 .expect("every priority is in the sorted list") as u64;
             pending.push(self.pending_info(pod, weight, ctx));
         }
-        for (i, pod) in snapshot.expected.iter().enumerate() {
-            let mut info = self.pending_info(pod, 0, ctx);
-            info.key = format!("expected[{i}] {}", info.key);
-            pending.push(info);
+        for pod in &snapshot.expected {
+            pending.push(self.pending_info(pod, 0, ctx));
         }
         self.pending = pending;
     }
@@ -425,8 +423,8 @@ impl<'a> Problem<'a> {
 }
 
 /// The pod reference of each instance, in the order `Geometry` sorts instances.
-fn snapshot_gpu_sorted<'s>(gpu: &'s crate::snapshot::Gpu, model: &GpuModel) -> Vec<Option<&'s String>> {
-    let mut placed: Vec<(Placed, Option<&String>)> = gpu
+fn snapshot_gpu_sorted<'s>(gpu: &'s crate::snapshot::Gpu, model: &GpuModel) -> Vec<Option<&'s PodKey>> {
+    let mut placed: Vec<(Placed, Option<&PodKey>)> = gpu
         .instances
         .iter()
         .map(|i| {
