@@ -53,6 +53,7 @@ mod store;
 mod strategic;
 mod table;
 mod validate;
+mod verbs;
 mod watch;
 mod write;
 

@@ -7,18 +7,15 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::convert::to_served;
-use super::delete::DeleteOpts;
 use super::discovery;
 use super::error::{ApiError, ApiResult};
 use super::faults::RequestFacts;
 use super::openapi;
-use super::patch::{PatchKind, PatchRequest};
 use super::read::{list_json, Filter};
 use super::request::{ApiRequest, ResourcePath, Target, Verb};
 use super::resource::{Builtin, ResourceRef};
-use super::response::{bytes_response, error_response, json_response, streamed, Body};
+use super::response::{bytes_response, error_response, json_response, Body};
 use super::table::{self, Include};
-use super::watch::{self, Format, WatchSpec};
 use super::write::WriteOpts;
 use super::{now, Inner, RecordedRequest};
 
@@ -113,7 +110,7 @@ fn route(inner: &Arc<Inner>, req: &ApiRequest) -> http::Response<Body> {
     result.unwrap_or_else(|e| error_response(&e))
 }
 
-fn parse_body(req: &ApiRequest) -> ApiResult<Value> {
+pub(crate) fn parse_body(req: &ApiRequest) -> ApiResult<Value> {
     if req.body.is_empty() {
         return Ok(json!({}));
     }
@@ -133,7 +130,7 @@ fn parse_body(req: &ApiRequest) -> ApiResult<Value> {
         .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
 }
 
-fn write_opts(req: &ApiRequest) -> ApiResult<WriteOpts> {
+pub(crate) fn write_opts(req: &ApiRequest) -> ApiResult<WriteOpts> {
     let strict = match req.query.get("fieldValidation") {
         None | Some("Ignore") | Some("Warn") => false,
         Some("Strict") => true,
@@ -157,7 +154,7 @@ fn write_opts(req: &ApiRequest) -> ApiResult<WriteOpts> {
     Ok(opts)
 }
 
-fn object_response(
+pub(crate) fn object_response(
     code: u16,
     req: &ApiRequest,
     rt: &ResourceRef,
@@ -176,11 +173,57 @@ fn object_response(
     json_response(code, &served)
 }
 
+/// One resource request: the resource type, the version and the object it names, once the
+/// path and the verb have been checked against the resource.
+pub(crate) struct Call<'a> {
+    pub(crate) inner: &'a Arc<Inner>,
+    pub(crate) req: &'a ApiRequest,
+    pub(crate) rt: ResourceRef,
+    pub(crate) version: &'a str,
+    /// The path's namespace; None for a cluster-scoped resource or an all-namespaces list.
+    pub(crate) ns: Option<&'a str>,
+    /// Empty for a collection.
+    pub(crate) name: &'a str,
+    pub(crate) subresource: Option<&'a str>,
+}
+
+impl Call<'_> {
+    /// The namespace as the store keys it: empty for cluster-scoped objects.
+    pub(crate) fn ns_str(&self) -> &str {
+        self.ns.unwrap_or("")
+    }
+
+    pub(crate) fn respond(&self, code: u16, obj: &Arc<Value>) -> http::Response<Body> {
+        object_response(code, self.req, &self.rt, self.version, obj)
+    }
+}
+
 fn resource_request(
     inner: &Arc<Inner>,
     req: &ApiRequest,
     rp: &ResourcePath,
 ) -> ApiResult<http::Response<Body>> {
+    let (call, verb) = resolve(inner, req, rp)?;
+    match verb {
+        Verb::Get => call.get(),
+        Verb::List => list(inner, req, &call.rt, call.version, call.ns),
+        Verb::Watch => call.watch(),
+        Verb::Create => call.create(),
+        Verb::Update => call.update(),
+        Verb::Patch => call.patch(),
+        Verb::Delete => call.delete(),
+        Verb::DeleteCollection => call.delete_collection(),
+    }
+}
+
+/// The resource the path names and the verb, refused as kube-apiserver refuses them: an
+/// unknown resource or a namespace where none belongs is 404, a verb the (sub)resource does
+/// not serve is 405.
+fn resolve<'a>(
+    inner: &'a Arc<Inner>,
+    req: &'a ApiRequest,
+    rp: &'a ResourcePath,
+) -> ApiResult<(Call<'a>, Verb)> {
     let rt = {
         let store = inner.store.lock().expect("store lock poisoned");
         store.registry.lookup(&rp.group, &rp.version, &rp.plural)
@@ -190,14 +233,12 @@ fn resource_request(
     let verb = req.verb(rp).ok_or_else(|| {
         ApiError::method_not_allowed(format!("method {} is not supported on {}", req.method, req.path))
     })?;
-    if !rt.namespaced && rp.namespace.is_some() {
-        return Err(ApiError::path_not_found(&req.path));
-    }
     let ns = rp.namespace.as_deref();
-    if rt.namespaced && rp.name.is_some() && ns.is_none() {
+    let misplaced_namespace = !rt.namespaced && ns.is_some();
+    let missing_namespace = rt.namespaced && rp.name.is_some() && ns.is_none();
+    if misplaced_namespace || missing_namespace {
         return Err(ApiError::path_not_found(&req.path));
     }
-    let ns_str = ns.unwrap_or("");
     if let Some(sub) = &rp.subresource {
         let allowed = match sub.as_str() {
             "status" if rt.has_status(version) => matches!(verb, Verb::Get | Verb::Update | Verb::Patch),
@@ -212,150 +253,8 @@ fn resource_request(
         }
     }
     let name = rp.name.as_deref().unwrap_or("");
-    match verb {
-        Verb::Get => {
-            let obj = inner.store.lock().expect("store lock poisoned").get_object(&rt, ns_str, name)?;
-            Ok(object_response(200, req, &rt, version, &obj))
-        }
-        Verb::List => list(inner, req, &rt, version, ns),
-        Verb::Watch => {
-            let mut filter = Filter::from_query(&rt, ns, &req.query)?;
-            if !name.is_empty() {
-                let named = format!("metadata.name={name}");
-                filter.fields =
-                    super::selector::FieldSelector::parse(&named).map_err(ApiError::bad_request)?;
-            }
-            let from = match req.query.get("resourceVersion") {
-                None | Some("0") => None,
-                Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
-                    ApiError::bad_request(format!("invalid resourceVersion \"{rv}\": must be a number"))
-                })?),
-            };
-            let send_initial = req.query.flag("sendInitialEvents");
-            let format = if req.wants_table() {
-                Format::Table(Include::from_query(req.query.get("includeObject")))
-            } else if req.wants_partial_metadata() {
-                Format::Metadata
-            } else {
-                Format::Json
-            };
-            let spec = WatchSpec {
-                rt: rt.clone(),
-                version: version.to_string(),
-                filter,
-                from: if send_initial { None } else { from },
-                bookmarks: req.query.flag("allowWatchBookmarks"),
-                initial_events_end: send_initial,
-                timeout: req.query.number("timeoutSeconds")?.map(std::time::Duration::from_secs),
-                format,
-            };
-            let rx = watch::start(inner, spec);
-            Ok(http::Response::builder()
-                .status(200)
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .body(streamed(rx))
-                .expect("static headers are valid"))
-        }
-        Verb::Create => {
-            let body = parse_body(req)?;
-            let opts = write_opts(req)?;
-            let mut store = inner.store.lock().expect("store lock poisoned");
-            match rp.subresource.as_deref() {
-                Some("eviction") => {
-                    Ok(json_response(201, &store.evict(ns_str, name, &body, opts.dry_run, &opts.now)?))
-                }
-                Some("binding") => {
-                    Ok(json_response(201, &store.bind(ns_str, name, &body, opts.dry_run, &opts.now)?))
-                }
-                _ => {
-                    if !name.is_empty() {
-                        return Err(ApiError::method_not_allowed(format!(
-                            "POST is not supported on a named {}; use PUT or PATCH",
-                            rt.kind
-                        )));
-                    }
-                    let obj = store.create(&rt, version, ns, body, &opts)?;
-                    drop(store);
-                    Ok(object_response(201, req, &rt, version, &obj))
-                }
-            }
-        }
-        Verb::Update => {
-            let body = parse_body(req)?;
-            let opts = write_opts(req)?;
-            let obj = inner.store.lock().expect("store lock poisoned").update(
-                &rt,
-                version,
-                ns_str,
-                name,
-                body,
-                rp.subresource.as_deref(),
-                &opts,
-            )?;
-            Ok(object_response(200, req, &rt, version, &obj))
-        }
-        Verb::Patch => {
-            let kind = PatchKind::from_content_type(&rt, &req.content_type)?;
-            let opts = write_opts(req)?;
-            let patch = PatchRequest {
-                kind,
-                body: &req.body,
-                subresource: rp.subresource.as_deref(),
-                force: req.query.flag("force"),
-                explicit_manager: req.query.get("fieldManager"),
-            };
-            let mut store = inner.store.lock().expect("store lock poisoned");
-            let existed = store.get(&rt.storage, ns_str, name).is_some();
-            let obj = store.patch(&rt, version, ns_str, name, &patch, &opts)?;
-            drop(store);
-            Ok(object_response(if existed { 200 } else { 201 }, req, &rt, version, &obj))
-        }
-        Verb::Delete => {
-            let body = parse_body(req)?;
-            let opts = DeleteOpts::parse(&body, req.query.get("propagationPolicy"), req.dry_run())?;
-            let deleted =
-                inner.store.lock().expect("store lock poisoned").delete(&rt, ns_str, name, &opts, &now())?;
-            // A terminating pod is still there: 200 with the pod, as kube-apiserver answers.
-            if !deleted.gone && !rt.is(Builtin::Pod) {
-                return Ok(object_response(202, req, &rt, version, &deleted.object));
-            }
-            if rt.is(Builtin::Pod) {
-                return Ok(object_response(200, req, &rt, version, &deleted.object));
-            }
-            Ok(json_response(
-                200,
-                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                "details": {"name": name, "group": rt.group, "kind": rt.plural, "uid": deleted.object["metadata"]["uid"]}}),
-            ))
-        }
-        Verb::DeleteCollection => {
-            let body = parse_body(req)?;
-            let opts = DeleteOpts::parse(&body, req.query.get("propagationPolicy"), req.dry_run())?;
-            let filter = Filter::from_query(&rt, ns, &req.query)?;
-            let mut store = inner.store.lock().expect("store lock poisoned");
-            let page = store.list_objects(&rt, &filter, &super::request::Query::default())?;
-            let mut deleted = Vec::new();
-            let now = now();
-            for obj in &page.items {
-                let ons = obj["metadata"]["namespace"].as_str().unwrap_or("");
-                let oname = obj["metadata"]["name"].as_str().unwrap_or("");
-                if let Ok(d) = store.delete(&rt, ons, oname, &opts, &now) {
-                    deleted.push(d.object);
-                }
-            }
-            let done = super::read::Page {
-                items: deleted,
-                resource_version: store.current_rv(),
-                continue_token: None,
-            };
-            drop(store);
-            Ok(bytes_response(
-                200,
-                "application/json",
-                list_json(&rt, version, &done, |o| to_served(&rt, version, o)),
-            ))
-        }
-    }
+    let call = Call { inner, req, rt, version, ns, name, subresource: rp.subresource.as_deref() };
+    Ok((call, verb))
 }
 
 fn list(
