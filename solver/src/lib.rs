@@ -6,7 +6,7 @@ mod candidates;
 pub mod catalog;
 pub mod geometry;
 pub mod greedy;
-pub mod ilp;
+pub(crate) mod ilp;
 pub mod plan;
 pub mod snapshot;
 

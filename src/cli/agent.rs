@@ -5,10 +5,10 @@ use clap::{Args, Subcommand};
 
 use super::catalog::CatalogSource;
 use super::output::{self, Failure, OutputFormat};
+use geometer_agent::catalog_check::placements_text;
 use geometer_agent::nvml::real::{RealNvml, NVML_LIBRARY};
 use geometer_agent::nvml::{format_pci_device_id, MigMode};
-use geometer_agent::observe::catalog_check::placements_text;
-use geometer_agent::observe::probe::{probe, ProbeGpu, ProbeReport};
+use geometer_agent::{probe, ProbeGpu, ProbeReport};
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {

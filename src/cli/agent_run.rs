@@ -1,5 +1,5 @@
 //! `geometer agent run`: the node agent's daemon. Watches its MigNode and Node, and carries
-//! out the MigNode's desired geometry on this node's GPUs (see `geometer_agent::runtime`).
+//! out the MigNode's desired geometry on this node's GPUs (see `geometer_agent::Agent`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,8 +12,8 @@ use super::catalog::CatalogSource;
 use super::output::Failure;
 use geometer_agent::nvml::real::{RealNvml, NVML_LIBRARY};
 use geometer_agent::nvml::NvmlBackend;
-use geometer_agent::observe::pod_resources::DEFAULT_SOCKET;
-use geometer_agent::steps::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR;
+use geometer_agent::pod_resources::DEFAULT_SOCKET;
+use geometer_agent::DEFAULT_DEVICE_PLUGIN_SELECTOR;
 use geometer_agent::{Agent, AgentConfig, DeviceAssignments, KubeletPodResources, SharedAssignments};
 use geometer_api::do_not_disrupt::parse_go_duration;
 use geometer_api::DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS as DEFAULT_KEYS;

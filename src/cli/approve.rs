@@ -4,7 +4,7 @@ use anyhow::anyhow;
 use clap::Args;
 
 use super::output::Failure;
-use geometer_controller::rollout::approval::{approve, ApprovalError};
+use geometer_controller::{approve, ApprovalError};
 
 #[derive(Debug, Args)]
 pub struct ApproveArgs {

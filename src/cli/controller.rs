@@ -9,10 +9,10 @@ use clap::Args;
 
 use super::catalog::CatalogSource;
 use super::output::Failure;
-use geometer_controller::runtime::health::{self, Health};
-use geometer_controller::runtime::leader::LeaseSettings;
-use geometer_controller::runtime::metrics::Metrics;
+use geometer_controller::LeaseSettings;
+use geometer_controller::Metrics;
 use geometer_controller::{self as controller, RunError, Settings};
+use geometer_controller::{serve_health, Health};
 
 #[derive(Debug, Args)]
 pub struct ControllerArgs {
@@ -60,7 +60,7 @@ pub fn run(args: ControllerArgs) -> Result<(), Failure> {
         let metrics = Arc::new(Metrics::new());
         let health = Arc::new(Health::default());
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let endpoint = tokio::spawn(health::serve(listener, metrics.clone(), health.clone(), wait(stopped)));
+        let endpoint = tokio::spawn(serve_health(listener, metrics.clone(), health.clone(), wait(stopped)));
         tracing::info!(metrics = %args.metrics_addr, leader_election = !args.no_leader_election, "geometer controller starting");
         let result = controller::run(client, settings, metrics, health.clone(), super::agent_run::shutdown()).await;
         if let Err(e) = &result {

@@ -24,8 +24,7 @@ async fn a_do_not_disrupt_pod_is_never_evicted_and_the_drain_times_out_cleanly()
     let mut cfg = h.config();
     cfg.drain.timeout = Duration::from_secs(1);
     // Long enough to see the failure before the retry starts a new drain.
-    cfg.backoff =
-        geometer_agent::runtime::backoff::Backoff::new(Duration::from_millis(500), Duration::from_secs(1));
+    cfg.backoff = geometer_agent::Backoff::new(Duration::from_millis(500), Duration::from_secs(1));
     let agent = h.spawn_agent(cfg, None);
     h.set_spec(&[(0, &[("3g.40gb", 0), ("1g.10gb", 4)])]).await;
 

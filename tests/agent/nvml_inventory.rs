@@ -4,15 +4,15 @@
 
 use std::sync::{Arc, Mutex};
 
+use geometer_agent::catalog_check::{self, nvml_model};
 use geometer_agent::nvml::sim::SimNvml;
 use geometer_agent::nvml::{NvmlBackend, NvmlProfileId, Placement};
-use geometer_agent::observe::catalog_check::{self, nvml_model};
-use geometer_agent::observe::inventory::{check_catalog, read_inventory};
-use geometer_agent::observe::pod_resources::proto::pod_resources_lister_server::{
+use geometer_agent::pod_resources::proto::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
-use geometer_agent::observe::pod_resources::proto::*;
-use geometer_agent::observe::pod_resources::{DeviceAssignment, PodResourcesClient, PodResourcesError};
+use geometer_agent::pod_resources::proto::*;
+use geometer_agent::pod_resources::{DeviceAssignment, PodResourcesClient, PodResourcesError};
+use geometer_agent::{check_catalog, read_inventory};
 use geometer_solver::catalog::Catalog;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};

@@ -4,7 +4,7 @@ use std::process::Command;
 
 use geometer::cli::agent::render;
 use geometer_agent::nvml::sim::SimNvml;
-use geometer_agent::observe::probe::probe;
+use geometer_agent::probe;
 use geometer_solver::catalog::Catalog;
 
 #[test]

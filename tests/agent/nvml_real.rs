@@ -5,7 +5,7 @@ use std::io::Write;
 
 use geometer_agent::nvml::real::{RealNvml, NVML_LIBRARY};
 use geometer_agent::nvml::{NvmlBackend, NvmlError};
-use geometer_agent::observe::probe::probe;
+use geometer_agent::probe;
 use geometer_solver::catalog::Catalog;
 
 /// The real library, or `None` after printing why the hardware test is skipped.

@@ -1,8 +1,8 @@
 //! The exact shape of the API requests the agent makes (tower-test mock service): the cordon
 //! and uncordon patches, and the eviction.
 
-use geometer_agent::steps::cordon::{self, Applied};
-use geometer_agent::steps::eviction::{self, EvictionOutcome};
+use geometer_agent::{cordon, uncordon, Applied};
+use geometer_agent::{evict, EvictionOutcome};
 use http::{Request, Response};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::client::Body;
@@ -57,7 +57,7 @@ fn node(unschedulable: bool, marked: bool) -> Node {
 async fn cordon_is_one_merge_patch_with_the_mark_and_the_read_version() {
     let (client, mut handle) = mock_client();
     let open = node(false, false);
-    let call = tokio::spawn(async move { cordon::cordon(&Api::all(client), &open).await });
+    let call = tokio::spawn(async move { cordon(&Api::all(client), &open).await });
     let (method, uri, content_type, body) =
         next(&mut handle, 200, serde_json::to_value(node(true, true)).unwrap()).await;
     assert_eq!(method, "PATCH");
@@ -77,7 +77,7 @@ async fn cordon_is_one_merge_patch_with_the_mark_and_the_read_version() {
 async fn uncordon_removes_flag_and_mark_together() {
     let (client, mut handle) = mock_client();
     let ours = node(true, true);
-    let call = tokio::spawn(async move { cordon::uncordon(&Api::all(client), &ours).await });
+    let call = tokio::spawn(async move { uncordon(&Api::all(client), &ours).await });
     let (method, uri, _, body) =
         next(&mut handle, 200, serde_json::to_value(node(false, false)).unwrap()).await;
     assert_eq!(
@@ -98,8 +98,8 @@ async fn uncordon_removes_flag_and_mark_together() {
 async fn a_persons_cordon_sends_no_request_at_all() {
     let (client, handle) = mock_client();
     let theirs = node(true, false);
-    assert_eq!(cordon::uncordon(&Api::all(client.clone()), &theirs).await.unwrap(), Applied::Nothing);
-    assert_eq!(cordon::cordon(&Api::all(client), &theirs).await.unwrap(), Applied::Nothing);
+    assert_eq!(uncordon(&Api::all(client.clone()), &theirs).await.unwrap(), Applied::Nothing);
+    assert_eq!(cordon(&Api::all(client), &theirs).await.unwrap(), Applied::Nothing);
     drop(handle);
 }
 
@@ -107,7 +107,7 @@ async fn a_persons_cordon_sends_no_request_at_all() {
 async fn a_node_changed_meanwhile_is_read_again_not_overwritten() {
     let (client, mut handle) = mock_client();
     let open = node(false, false);
-    let call = tokio::spawn(async move { cordon::cordon(&Api::all(client), &open).await });
+    let call = tokio::spawn(async move { cordon(&Api::all(client), &open).await });
     next(&mut handle, 409, status(409, "Conflict", "the object has been modified")).await;
     assert_eq!(call.await.unwrap().unwrap(), Applied::Stale);
 }
@@ -120,7 +120,7 @@ fn pod() -> Pod {
 #[tokio::test]
 async fn eviction_is_a_policy_v1_eviction_pinned_to_the_pod_uid() {
     let (client, mut handle) = mock_client();
-    let call = tokio::spawn(async move { eviction::evict(&client, &pod()).await });
+    let call = tokio::spawn(async move { evict(&client, &pod()).await });
     let (method, uri, content_type, body) = next(&mut handle, 201, status(201, "", "")).await;
     assert_eq!(method, "POST");
     assert_eq!(uri, "/api/v1/namespaces/ml/pods/train-0/eviction");
@@ -151,7 +151,7 @@ async fn eviction_answers_map_to_refused_gone_or_error() {
         (500, None),
     ] {
         let (client, mut handle) = mock_client();
-        let call = tokio::spawn(async move { eviction::evict(&client, &pod()).await });
+        let call = tokio::spawn(async move { evict(&client, &pod()).await });
         next(
             &mut handle,
             code,

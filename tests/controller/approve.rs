@@ -3,7 +3,7 @@
 use geometer_testkit::controller as controller_support;
 
 use controller_support::mock_api::{pair, status_error};
-use geometer_controller::rollout::approval::{approve, ApprovalError, Approved};
+use geometer_controller::{approve, ApprovalError, Approved};
 use serde_json::{json, Value};
 
 const PLAN_PATH: &str = "/apis/geometer.dev/v1alpha1/migplans/pool-20250101-000000-abc123";

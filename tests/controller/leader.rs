@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use geometer_apiserver::ApiServer;
-use geometer_controller::runtime::leader::{Leadership, LeaseSettings};
+use geometer_controller::{Leadership, LeaseSettings};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 

@@ -110,7 +110,7 @@ async fn approve_mode_waits_for_approval_then_writes_the_mignode() {
     assert_eq!(plan.phase(), MigPlanPhase::Proposed);
     assert!(world.mignode("gpu-a").spec.gpus.is_empty(), "nothing applied before approval");
 
-    geometer_controller::rollout::approval::approve(world.server.client(), &name).await.expect("approve");
+    geometer_controller::approve(world.server.client(), &name).await.expect("approve");
     let written = wait_for("the MigNode spec", || {
         Some(world.mignode("gpu-a")).filter(|m| m.spec.plan.as_deref() == Some(&name))
     })

@@ -5,8 +5,8 @@ use geometer_testkit::controller as controller_support;
 
 use controller_support::mock_api::pair;
 use geometer_api::{GpuGeometry, MigNodeSpec, MigPlanPhase, MigPlanStatus, PlacedInstance};
-use geometer_controller::runtime::actions::{Action, EventSpec};
-use geometer_controller::runtime::execute::Executor;
+use geometer_controller::Executor;
+use geometer_controller::{Action, EventSpec};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use serde_json::json;

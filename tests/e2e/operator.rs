@@ -88,7 +88,7 @@ async fn approve_waits_for_kubectl_patch_then_applies() {
     );
     if let Err(why) = patched {
         eprintln!("kubectl unavailable ({why}); approving through the API instead");
-        geometer_controller::rollout::approval::approve(e2e.server.client(), &name).await.unwrap();
+        geometer_controller::approve(e2e.server.client(), &name).await.unwrap();
     }
     wait_for("the pod running", || e2e.running(&["small-0"]).then_some(())).await;
     let done =

@@ -53,7 +53,7 @@ async fn the_device_plugin_advertises_each_nodes_slices() {
         .unwrap();
     assert_eq!(plugins.items.len(), 2);
     for p in plugins.items {
-        assert!(geometer_agent::steps::advertise::plugin_ready(&p), "{:?}", p.metadata.name);
+        assert!(geometer_agent::plugin_ready(&p), "{:?}", p.metadata.name);
     }
 }
 
@@ -182,7 +182,7 @@ async fn deleting_frees_the_slice_and_a_restarted_plugin_advertises_what_the_gpu
     let replacement = wait_for("plugin pod back", || {
         server
             .object::<Pod>(DEVICE_PLUGIN_NAMESPACE, "nvidia-device-plugin-gpu-1-1")
-            .filter(geometer_agent::steps::advertise::plugin_ready)
+            .filter(geometer_agent::plugin_ready)
     })
     .await;
     assert_eq!(replacement.spec.unwrap().node_name.as_deref(), Some("gpu-1"));

@@ -12,17 +12,24 @@
 //! step is idempotent: a destroy that finds nothing is done, a create is only decided when the
 //! instance is missing, cordon and uncordon patches carry the node's resourceVersion).
 
-pub mod decide;
+pub(crate) mod decide;
 pub mod nvml;
-pub mod observe;
-pub mod runtime;
-pub mod steps;
+pub(crate) mod observe;
+pub(crate) mod runtime;
+pub(crate) mod steps;
 
+pub use observe::inventory::{check_catalog, read_inventory};
+pub use observe::probe::{probe, ProbeGpu, ProbeReport};
 pub use observe::sources::{
     Clock, DeviceAssignments, KubeletPodResources, SharedAssignments, StepHook, StepPoint,
 };
+pub use observe::{catalog_check, pod_resources};
 pub use runtime::agent_loop::{Agent, AgentConfig, StepError};
+pub use runtime::backoff::Backoff;
 pub use runtime::status::half_built_summary;
+pub use steps::advertise::{plugin_ready, DEFAULT_DEVICE_PLUGIN_SELECTOR};
+pub use steps::cordon::{cordon, uncordon, Applied};
+pub use steps::eviction::{evict, EvictionOutcome};
 
 /// The agent's name in `managedFields` of what it writes (MigNode, Node cordons), so that
 /// `kubectl get -o yaml --show-managed-fields` says who set a field.

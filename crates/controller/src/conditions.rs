@@ -17,7 +17,7 @@ pub struct Desired {
 
 /// Sets each desired condition in `conditions`, keeping other types as they are.
 /// Returns whether anything changed, so callers skip writes that would change nothing.
-pub fn apply(
+pub(crate) fn apply(
     conditions: &mut Vec<Condition>,
     desired: &[Desired],
     generation: Option<i64>,
@@ -61,7 +61,7 @@ pub fn apply(
 }
 
 /// The condition of a type, if set.
-pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+pub(crate) fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
 }
 

@@ -16,17 +16,28 @@
 //! they are tested without a cluster.
 
 pub mod adapter;
-pub mod conditions;
-pub mod planning;
-pub mod policy;
-pub mod rollout;
-pub mod runtime;
-pub mod world;
+pub(crate) mod conditions;
+pub(crate) mod planning;
+pub(crate) mod policy;
+pub(crate) mod rollout;
+pub(crate) mod runtime;
+pub(crate) mod world;
 
 #[cfg(test)]
 mod fixtures;
 
-pub use runtime::health::Health;
-pub use runtime::leader::LeaseSettings;
+pub use rollout::approval::{approve, ApprovalError, Approved};
+pub use runtime::actions::{Action, EventSpec};
+pub use runtime::cache::Caches;
+pub use runtime::execute::Executor;
+pub use runtime::health::{serve as serve_health, Health};
+pub use runtime::leader::{Leadership, LeaseSettings};
 pub use runtime::main_loop::{run, RunError, Settings};
 pub use runtime::metrics::Metrics;
+
+/// What `geometer plan --live` runs: one policy's round and the policies' validation, exactly
+/// as the controller does them.
+pub mod round {
+    pub use crate::planning::propose::{options, prepare, Prepared, RoundInput};
+    pub use crate::policy::status::{known_profiles, node_facts, validate};
+}

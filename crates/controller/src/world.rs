@@ -14,10 +14,10 @@ use crate::rollout::supersede::{GpuBasis, HelpedPod, InstanceNow, PlanBasis, Pod
 
 /// Annotation on a MigNode: when the controller last wrote its spec (RFC 3339). Rollout's
 /// stabilisation window counts from it, and it survives controller restarts.
-pub const SPEC_WRITTEN_AT: &str = "geometer.dev/spec-written-at";
+pub(crate) const SPEC_WRITTEN_AT: &str = "geometer.dev/spec-written-at";
 
 /// What a plan assumed, for supersession.
-pub fn plan_basis(spec: &MigPlanSpec) -> PlanBasis {
+pub(crate) fn plan_basis(spec: &MigPlanSpec) -> PlanBasis {
     PlanBasis {
         helped: spec
             .demand
@@ -42,7 +42,7 @@ pub fn plan_basis(spec: &MigPlanSpec) -> PlanBasis {
 }
 
 /// Where a pod is now: pending, bound, or finished.
-pub fn pod_state(pod: &Pod) -> PodState {
+pub(crate) fn pod_state(pod: &Pod) -> PodState {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded") | Some("Failed")) || pod.metadata.deletion_timestamp.is_some() {
         return PodState::Finished;
@@ -54,7 +54,7 @@ pub fn pod_state(pod: &Pod) -> PodState {
 }
 
 /// The world as supersession sees it: every pod, and each MigNode's instances.
-pub fn world_view<'a>(
+pub(crate) fn world_view<'a>(
     pods: impl Iterator<Item = &'a Pod>,
     nodes: impl Iterator<Item = &'a MigNode>,
 ) -> WorldView {
@@ -79,7 +79,7 @@ pub fn world_view<'a>(
 
 /// The agent's state in rollout's terms. A Failed phase carries the Failed condition's message
 /// (the agent's words), or the phase name when it set none.
-pub fn agent_state(status: Option<&MigNodeStatus>) -> AgentState {
+pub(crate) fn agent_state(status: Option<&MigNodeStatus>) -> AgentState {
     let Some(status) = status else { return AgentState::Working("no status yet".to_string()) };
     match status.phase {
         MigNodePhase::Ready => AgentState::Ready,
@@ -97,7 +97,7 @@ pub fn agent_state(status: Option<&MigNodeStatus>) -> AgentState {
     }
 }
 
-pub fn node_view(node: &MigNode) -> NodeView {
+pub(crate) fn node_view(node: &MigNode) -> NodeView {
     let status = node.status.as_ref();
     NodeView {
         spec_plan: node.spec.plan.clone(),
@@ -110,12 +110,12 @@ pub fn node_view(node: &MigNode) -> NodeView {
 
 /// The annotation value for a spec written at `at`: RFC 3339 at second precision, as
 /// Kubernetes writes times, so it compares with the plan status' `startedAt`.
-pub fn written_at_value(at: Timestamp) -> String {
+pub(crate) fn written_at_value(at: Timestamp) -> String {
     at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// Node steps a plan's status recorded, for rollout.
-pub fn recorded_steps(progress: &[NodeProgress]) -> BTreeMap<String, Recorded> {
+pub(crate) fn recorded_steps(progress: &[NodeProgress]) -> BTreeMap<String, Recorded> {
     progress
         .iter()
         .map(|p| {

@@ -11,8 +11,8 @@ use thiserror::Error;
 
 use geometer_agent::nvml::sim::SimNvml;
 use geometer_agent::nvml::{GpuIndex, NvmlBackend, NvmlError};
-use geometer_agent::observe::inventory::read_inventory;
-use geometer_agent::observe::pod_resources::DeviceAssignment;
+use geometer_agent::pod_resources::DeviceAssignment;
+use geometer_agent::read_inventory;
 use geometer_agent::SharedAssignments;
 use geometer_api::resources::mig_resource;
 

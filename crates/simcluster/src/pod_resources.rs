@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use geometer_agent::observe::pod_resources::proto::pod_resources_lister_server::{
+use geometer_agent::pod_resources::proto::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
-use geometer_agent::observe::pod_resources::proto::{
+use geometer_agent::pod_resources::proto::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices, ContainerResources,
     GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse,
     PodResources,

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Taint;
 /// Namespace of the simulated NVIDIA device plugin's pods (the GPU Operator's).
 pub const DEVICE_PLUGIN_NAMESPACE: &str = "gpu-operator";
 /// Labels of the device plugin's pods; the agent finds them with
-/// [`geometer_agent::steps::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR`].
+/// [`geometer_agent::DEFAULT_DEVICE_PLUGIN_SELECTOR`].
 pub const DEVICE_PLUGIN_LABEL: (&str, &str) = ("app", "nvidia-device-plugin-daemonset");
 
 /// One GPU: a catalog model (key, PCI id or NVML name) and the instances it starts with.

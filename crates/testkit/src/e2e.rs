@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use geometer_agent::runtime::backoff::Backoff;
+use geometer_agent::Backoff;
 use geometer_agent::{AgentConfig, StepHook};
 use geometer_api::{
     Batching, Disruption, MigNode, MigPlan, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits,

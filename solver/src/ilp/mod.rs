@@ -24,15 +24,6 @@ use aggregate::Aggregate;
 use backend::Lp;
 use model::Model;
 
-pub use backend_info::solver_backend;
-
-mod backend_info {
-    /// The MIP backend compiled in: `highs`, `microlp` or `none`.
-    pub fn solver_backend() -> &'static str {
-        super::backend::backend_name()
-    }
-}
-
 /// Stages combine levels while the combined objective stays below this, so that integer
 /// objective values stay exact in floating point and within the solver's tolerances.
 const MAX_STAGE_RANGE: f64 = 1e9;

@@ -17,8 +17,8 @@ use serde::Serialize;
 use super::args::PlanArgs;
 use crate::cli::output::{self, Failure};
 use geometer_api::{MigNode, MigPolicy};
-use geometer_controller::planning::propose as round;
-use geometer_controller::policy::status as policy_status;
+use geometer_controller::round;
+use geometer_controller::round as policy_status;
 
 #[derive(Debug, Serialize)]
 struct PolicyPlan {

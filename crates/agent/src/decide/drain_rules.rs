@@ -11,7 +11,7 @@ use geometer_api::{MigNodeSpec, MigPlan, MigPolicy};
 
 /// How this change may disrupt pods.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DrainRules {
+pub(crate) struct DrainRules {
     pub settings: DrainSettings,
     /// Whether pods may be evicted at all. When not, the drain waits for them to leave.
     pub eviction_allowed: bool,

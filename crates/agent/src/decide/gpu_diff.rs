@@ -30,7 +30,7 @@ pub enum WorkError {
 
 /// Work on one GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuWork {
+pub(crate) struct GpuWork {
     pub index: u32,
     /// Catalog key of the GPU's model.
     pub model: String,
@@ -50,7 +50,7 @@ pub struct GpuWork {
 
 impl GpuWork {
     /// The GPU has its target geometry, every instance with its compute instance.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         !self.enable_mig
             && self.destroy.is_empty()
             && self.create.is_empty()
@@ -58,18 +58,18 @@ impl GpuWork {
     }
 
     /// Kept instances without a compute instance: need one before they can be used.
-    pub fn half_built(&self) -> impl Iterator<Item = &MigInstance> {
+    pub(crate) fn half_built(&self) -> impl Iterator<Item = &MigInstance> {
         self.keep.iter().filter(|i| i.compute_instance_id.is_none())
     }
 
     /// The node must be cordoned first: something in use goes, or something advertised goes
     /// (the kubelet could hand it to a new pod while we destroy it), or the whole GPU resets.
-    pub fn needs_cordon(&self) -> bool {
+    pub(crate) fn needs_cordon(&self) -> bool {
         self.enable_mig || self.destroy.iter().any(|i| i.in_use() || i.compute_instance_id.is_some())
     }
 
     /// Pods that must leave before the work can be done.
-    pub fn pods_to_evict(&self) -> Vec<String> {
+    pub(crate) fn pods_to_evict(&self) -> Vec<String> {
         let mut pods: Vec<String> = self.destroy.iter().filter_map(|i| i.pod.clone()).collect();
         if self.enable_mig {
             pods.extend(self.whole_gpu_pod.clone());
@@ -79,14 +79,14 @@ impl GpuWork {
 
     /// Instances that go but have processes and no pod (something outside Kubernetes uses
     /// them): nothing can be evicted, the agent waits for them.
-    pub fn busy_without_pod(&self) -> impl Iterator<Item = &MigInstance> {
+    pub(crate) fn busy_without_pod(&self) -> impl Iterator<Item = &MigInstance> {
         self.destroy.iter().filter(|i| i.pod.is_none() && i.processes > 0)
     }
 }
 
 /// Work on every GPU the spec names, in GPU index order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeWork {
+pub(crate) struct NodeWork {
     pub gpus: Vec<GpuWork>,
 }
 
@@ -94,7 +94,7 @@ impl NodeWork {
     /// Compares the spec with the inventory. GPUs the spec does not name are left alone.
     /// `models` gives each GPU's rules by index (the catalog's, corrected by what NVML reports);
     /// a GPU without one is not MIG-capable as far as Geometer knows.
-    pub fn plan(
+    pub(crate) fn plan(
         desired: &[GpuGeometry],
         observed: &[GpuInventory],
         models: &GpuModels,
@@ -120,37 +120,37 @@ impl NodeWork {
         Ok(NodeWork { gpus })
     }
 
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.gpus.iter().all(GpuWork::is_done)
     }
 
-    pub fn needs_cordon(&self) -> bool {
+    pub(crate) fn needs_cordon(&self) -> bool {
         self.gpus.iter().any(GpuWork::needs_cordon)
     }
 
-    pub fn pods_to_evict(&self) -> Vec<String> {
+    pub(crate) fn pods_to_evict(&self) -> Vec<String> {
         let mut pods: Vec<String> = self.gpus.iter().flat_map(GpuWork::pods_to_evict).collect();
         pods.sort();
         pods.dedup();
         pods
     }
 
-    pub fn gpu(&self, index: u32) -> Option<&GpuWork> {
+    pub(crate) fn gpu(&self, index: u32) -> Option<&GpuWork> {
         self.gpus.iter().find(|g| g.index == index)
     }
 }
 
 /// The rules of each GPU on the node, by GPU index.
-pub type GpuModels = BTreeMap<u32, GpuModel>;
+pub(crate) type GpuModels = BTreeMap<u32, GpuModel>;
 
 /// The catalog model of an inventoried GPU: by the name the inventory gives, else its PCI id.
-pub fn model_of<'c>(gpu: &GpuInventory, catalog: &'c Catalog) -> Option<&'c GpuModel> {
+pub(crate) fn model_of<'c>(gpu: &GpuInventory, catalog: &'c Catalog) -> Option<&'c GpuModel> {
     catalog.find(&gpu.model).or_else(|| catalog.find(&gpu.pci_device_id))
 }
 
-/// Each GPU's catalog model, uncorrected (for GPUs whose MIG mode is off NVML reports nothing
-/// to correct it with).
-pub fn catalog_models(observed: &[GpuInventory], catalog: &Catalog) -> GpuModels {
+/// Each GPU's catalog model, uncorrected by NVML (the tests' GPU rules).
+#[cfg(test)]
+pub(crate) fn catalog_models(observed: &[GpuInventory], catalog: &Catalog) -> GpuModels {
     observed.iter().filter_map(|g| model_of(g, catalog).map(|m| (g.index, m.clone()))).collect()
 }
 

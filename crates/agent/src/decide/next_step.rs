@@ -16,7 +16,7 @@ use crate::steps::cordon::CordonState;
 
 /// What the agent knows when it decides.
 #[derive(Debug, Clone, Copy)]
-pub struct Facts<'a> {
+pub(crate) struct Facts<'a> {
     pub work: &'a NodeWork,
     pub cordon: CordonState,
     /// The step last written to status (whatever generation it was for).
@@ -39,7 +39,7 @@ pub struct Facts<'a> {
 
 /// The step to take next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Publish `Ready`: nothing to do.
     Ready,
     Cordon,
@@ -79,7 +79,7 @@ pub enum Next {
 impl Next {
     /// The step recorded in status for this decision; `None` for `Ready` and for failures
     /// (which keep the step they failed in).
-    pub fn action(&self) -> Option<StepAction> {
+    pub(crate) fn action(&self) -> Option<StepAction> {
         Some(match self {
             Next::Ready | Next::DrainTimedOut | Next::AdvertiseTimedOut => return None,
             Next::Cordon => StepAction::Cordon,
@@ -96,7 +96,7 @@ impl Next {
         })
     }
 
-    pub fn gpu(&self) -> Option<u32> {
+    pub(crate) fn gpu(&self) -> Option<u32> {
         match self {
             Next::EnableMigMode { gpu }
             | Next::DestroyComputeInstance { gpu, .. }
@@ -107,7 +107,7 @@ impl Next {
         }
     }
 
-    pub fn instance(&self) -> Option<PlacedInstance> {
+    pub(crate) fn instance(&self) -> Option<PlacedInstance> {
         match self {
             Next::DestroyComputeInstance { instance, .. }
             | Next::DestroyGpuInstance { instance, .. }
@@ -119,7 +119,7 @@ impl Next {
 }
 
 /// Whether a step changes the GPUs (after which the device plugin must re-advertise).
-pub fn changes_gpus(action: StepAction) -> bool {
+pub(crate) fn changes_gpus(action: StepAction) -> bool {
     matches!(
         action,
         StepAction::EnableMigMode
@@ -130,7 +130,7 @@ pub fn changes_gpus(action: StepAction) -> bool {
     )
 }
 
-pub fn next(f: &Facts<'_>) -> Next {
+pub(crate) fn next(f: &Facts<'_>) -> Next {
     if !f.work.is_done() {
         return next_change(f);
     }

@@ -74,7 +74,7 @@ pub fn check_catalog(
 }
 
 /// The catalog model of a device: by PCI device id, else by NVML name.
-pub fn find_model<'c>(
+pub(crate) fn find_model<'c>(
     catalog: &'c Catalog,
     device: &DeviceInfo,
 ) -> Option<&'c geometer_solver::catalog::GpuModel> {

@@ -2,9 +2,9 @@
 //! the read-only probe, and everything one round reads before it decides.
 
 pub mod catalog_check;
-pub mod inventory;
+pub(crate) mod inventory;
 pub(crate) mod observation;
 pub mod pod_resources;
-pub mod probe;
-pub mod sources;
+pub(crate) mod probe;
+pub(crate) mod sources;
 pub(crate) mod watch;

@@ -10,7 +10,7 @@ use geometer_api::Condition;
 const MAX_MESSAGE: usize = 32 * 1024;
 
 /// Sets condition `type_`; returns whether anything changed.
-pub fn set(
+pub(crate) fn set(
     conditions: &mut Vec<Condition>,
     type_: &str,
     status: bool,
@@ -55,11 +55,11 @@ pub fn set(
     }
 }
 
-pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+pub(crate) fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
 }
 
-pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+pub(crate) fn is_true(conditions: &[Condition], type_: &str) -> bool {
     get(conditions, type_).is_some_and(|c| c.status == "True")
 }
 

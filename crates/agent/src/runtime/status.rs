@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use geometer_api::{MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction};
 
 /// The phase a step belongs to.
-pub fn phase_of(action: StepAction) -> MigNodePhase {
+pub(crate) fn phase_of(action: StepAction) -> MigNodePhase {
     match action {
         StepAction::Cordon => MigNodePhase::Cordoning,
         StepAction::Evict => MigNodePhase::Draining,
@@ -23,7 +23,7 @@ pub fn phase_of(action: StepAction) -> MigNodePhase {
 
 /// A JSON merge patch (RFC 7386) that turns `old` into `new`: fields `new` lacks are set to
 /// `null` so that the server removes them (a plain serialisation would leave them in place).
-pub fn merge_patch(old: &Value, new: &Value) -> Value {
+pub(crate) fn merge_patch(old: &Value, new: &Value) -> Value {
     match (old, new) {
         (Value::Object(old), Value::Object(new)) => {
             let mut patch = Map::new();
@@ -48,7 +48,7 @@ pub fn merge_patch(old: &Value, new: &Value) -> Value {
 }
 
 /// The patch for the status subresource, or `None` when nothing changed.
-pub fn status_patch(old: Option<&MigNodeStatus>, new: &MigNodeStatus) -> Option<Value> {
+pub(crate) fn status_patch(old: Option<&MigNodeStatus>, new: &MigNodeStatus) -> Option<Value> {
     let new_json = serde_json::to_value(new).expect("status serialises");
     let old_json = match old {
         Some(old) => serde_json::to_value(old).expect("status serialises"),

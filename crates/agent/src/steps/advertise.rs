@@ -18,7 +18,7 @@ pub const DEFAULT_DEVICE_PLUGIN_SELECTOR: &str = "app=nvidia-device-plugin-daemo
 /// MIG devices per resource name, counted from the GPUs (every GPU, listed in the spec or
 /// not: the device plugin advertises all of them). A GPU instance without its compute instance
 /// is no device.
-pub fn expected(gpus: &[GpuInventory]) -> BTreeMap<String, u64> {
+pub(crate) fn expected(gpus: &[GpuInventory]) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for instance in gpus.iter().flat_map(|g| &g.instances).filter(|i| i.uuid.is_some()) {
         *out.entry(mig_resource(&instance.profile)).or_insert(0) += 1;
@@ -28,7 +28,7 @@ pub fn expected(gpus: &[GpuInventory]) -> BTreeMap<String, u64> {
 
 /// MIG resources in the node's allocatable. A quantity that is not a whole number counts as 0
 /// (the device plugin only ever advertises whole devices).
-pub fn advertised(node: &Node) -> BTreeMap<String, u64> {
+pub(crate) fn advertised(node: &Node) -> BTreeMap<String, u64> {
     node.status
         .as_ref()
         .and_then(|s| s.allocatable.as_ref())
@@ -44,7 +44,10 @@ pub fn advertised(node: &Node) -> BTreeMap<String, u64> {
 
 /// Differences as `resource: N on the GPUs, M advertised`; empty when they agree. A resource
 /// advertised as 0 equals one not advertised (the kubelet keeps stale names at 0).
-pub fn mismatches(expected: &BTreeMap<String, u64>, advertised: &BTreeMap<String, u64>) -> Vec<String> {
+pub(crate) fn mismatches(
+    expected: &BTreeMap<String, u64>,
+    advertised: &BTreeMap<String, u64>,
+) -> Vec<String> {
     let mut names: Vec<&String> = expected.keys().chain(advertised.keys()).collect();
     names.sort();
     names.dedup();

@@ -15,11 +15,11 @@ use serde_json::{json, Value};
 use geometer_api::CORDONED_BY_ANNOTATION;
 
 /// Value of the cordon mark.
-pub const CORDON_MARK: &str = "geometer-agent";
+pub(crate) const CORDON_MARK: &str = "geometer-agent";
 
 /// Who holds the node's cordon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CordonState {
+pub(crate) enum CordonState {
     /// Schedulable, no mark.
     Open,
     /// Cordoned by us (unschedulable and marked).
@@ -31,7 +31,7 @@ pub enum CordonState {
 }
 
 impl CordonState {
-    pub fn of(node: &Node) -> CordonState {
+    pub(crate) fn of(node: &Node) -> CordonState {
         let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
         let marked =
             node.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(CORDONED_BY_ANNOTATION));
@@ -44,19 +44,19 @@ impl CordonState {
     }
 
     /// Whether the scheduler keeps new pods off the node.
-    pub fn unschedulable(self) -> bool {
+    pub(crate) fn unschedulable(self) -> bool {
         matches!(self, CordonState::Ours | CordonState::Theirs)
     }
 
     /// Whether the mark is there (so the agent owes an uncordon).
-    pub fn marked(self) -> bool {
+    pub(crate) fn marked(self) -> bool {
         matches!(self, CordonState::Ours | CordonState::MarkOnly)
     }
 }
 
 /// Merge patch that cordons the node and marks the cordon as ours; `None` when the node is
 /// already unschedulable without our mark (a person's cordon is never claimed).
-pub fn cordon_patch(node: &Node) -> Option<Value> {
+pub(crate) fn cordon_patch(node: &Node) -> Option<Value> {
     match CordonState::of(node) {
         CordonState::Theirs => None,
         _ => Some(json!({
@@ -71,7 +71,7 @@ pub fn cordon_patch(node: &Node) -> Option<Value> {
 
 /// Merge patch that lifts our cordon and removes the mark; `None` when there is no mark (a
 /// cordon without it is someone else's). With a stale mark only the mark goes.
-pub fn uncordon_patch(node: &Node) -> Option<Value> {
+pub(crate) fn uncordon_patch(node: &Node) -> Option<Value> {
     match CordonState::of(node) {
         CordonState::Ours => Some(json!({
             "metadata": {

@@ -39,7 +39,7 @@ impl Default for DrainSettings {
 
 /// Where one pod that must leave stands.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PodDrain {
+pub(crate) enum PodDrain {
     /// Not in the API any more; the kubelet has yet to release its device.
     Gone,
     /// Being deleted (evicted already, or by someone else).
@@ -54,14 +54,14 @@ pub enum PodDrain {
 
 impl PodDrain {
     /// The pod may not be evicted now (so nothing is evicted: see the drain step).
-    pub fn blocks(&self) -> bool {
+    pub(crate) fn blocks(&self) -> bool {
         matches!(self, PodDrain::Protected(_) | PodDrain::Forbidden { .. })
     }
 }
 
 /// Where `pod` stands. `eviction_forbidden` gives the reason when the policy allows no
 /// evictions.
-pub fn classify(
+pub(crate) fn classify(
     pod: Option<Pod>,
     keys: &[String],
     now: Timestamp,
@@ -86,7 +86,7 @@ pub fn classify(
 }
 
 /// The body of an eviction of `pod`: `policy/v1` `Eviction`, pinned to the pod's UID.
-pub fn eviction_body(pod: &Pod) -> Eviction {
+pub(crate) fn eviction_body(pod: &Pod) -> Eviction {
     Eviction {
         metadata: ObjectMeta {
             name: pod.metadata.name.clone(),

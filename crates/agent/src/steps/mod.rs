@@ -1,7 +1,7 @@
 //! Taking a step: record it in status first, then cordon, drain, repartition or re-advertise.
 
-pub mod advertise;
-pub mod cordon;
+pub(crate) mod advertise;
+pub(crate) mod cordon;
 pub(crate) mod drain;
-pub mod eviction;
+pub(crate) mod eviction;
 pub(crate) mod take;

@@ -16,7 +16,7 @@ use crate::planning::fingerprint::Fingerprint;
 
 /// The two windows of a policy's `batching` settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchWindows {
+pub(crate) struct BatchWindows {
     /// Quiet time after the last demand change.
     pub idle: Duration,
     /// Longest wait after the batch opened.
@@ -24,7 +24,7 @@ pub struct BatchWindows {
 }
 
 impl BatchWindows {
-    pub fn from_seconds(idle: u32, max: u32) -> Self {
+    pub(crate) fn from_seconds(idle: u32, max: u32) -> Self {
         // A max window shorter than the idle one would make the idle window meaningless; the
         // CRD rejects it, this keeps a hand-built value sane too.
         let idle = Duration::from_secs(idle.into());
@@ -35,7 +35,7 @@ impl BatchWindows {
 
 /// Why a round started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// Demand did not change for the idle window.
     Quiet,
     /// Demand kept changing; the max window ran out.
@@ -43,7 +43,7 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Trigger::Quiet => "demand quiet for the idle window",
             Trigger::MaxWindow => "max batching window reached",
@@ -53,7 +53,7 @@ impl Trigger {
 
 /// A round that is due: what demand it is for and why now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Round {
+pub(crate) struct Round {
     pub demand: Fingerprint,
     pub trigger: Trigger,
     /// Time from the batch opening to the round.
@@ -71,28 +71,24 @@ enum State {
 }
 
 #[derive(Debug, Clone)]
-pub struct Batcher {
+pub(crate) struct Batcher {
     windows: BatchWindows,
     state: State,
 }
 
 impl Batcher {
-    pub fn new(windows: BatchWindows) -> Self {
+    pub(crate) fn new(windows: BatchWindows) -> Self {
         Batcher { windows, state: State::Empty }
-    }
-
-    pub fn windows(&self) -> BatchWindows {
-        self.windows
     }
 
     /// New windows apply to the open batch at once (a policy edit should not wait out the old
     /// max window).
-    pub fn set_windows(&mut self, windows: BatchWindows) {
+    pub(crate) fn set_windows(&mut self, windows: BatchWindows) {
         self.windows = windows;
     }
 
     /// Records the demand seen at `now`; `None` when there is none.
-    pub fn observe(&mut self, now: Instant, demand: Option<Fingerprint>) {
+    pub(crate) fn observe(&mut self, now: Instant, demand: Option<Fingerprint>) {
         self.state = match (self.state, demand) {
             (_, None) => State::Empty,
             (State::Empty, Some(demand)) => State::Collecting { opened: now, last_change: now, demand },
@@ -108,7 +104,7 @@ impl Batcher {
     }
 
     /// When the open batch becomes a round; `None` when nothing is waiting.
-    pub fn due_at(&self) -> Option<Instant> {
+    pub(crate) fn due_at(&self) -> Option<Instant> {
         match self.state {
             State::Collecting { opened, last_change, .. } => {
                 Some((last_change + self.windows.idle).min(opened + self.windows.max))
@@ -119,7 +115,7 @@ impl Batcher {
 
     /// The round that is due at `now`, if any. Taking it settles the batch: the same demand
     /// starts no new round.
-    pub fn poll(&mut self, now: Instant) -> Option<Round> {
+    pub(crate) fn poll(&mut self, now: Instant) -> Option<Round> {
         let State::Collecting { opened, last_change, demand } = self.state else {
             return None;
         };
@@ -138,7 +134,7 @@ impl Batcher {
 
     /// Opens the batch again for the same demand, e.g. after a round failed to publish, so that
     /// it is retried after another idle window.
-    pub fn retry(&mut self, now: Instant) {
+    pub(crate) fn retry(&mut self, now: Instant) {
         if let State::Settled { demand } = self.state {
             self.state = State::Collecting { opened: now, last_change: now, demand };
         }
@@ -146,7 +142,7 @@ impl Batcher {
 
     /// Forgets the settled demand, so the next observation opens a batch even if unchanged
     /// (e.g. when the policy changed and the same demand deserves a new look).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         if let State::Settled { .. } = self.state {
             self.state = State::Empty;
         }

@@ -1,7 +1,7 @@
 //! From pending demand to a plan: batching, change detection, one policy's round, the MigPlan.
 
-pub mod batching;
-pub mod fingerprint;
-pub mod naming;
-pub mod plan_spec;
-pub mod propose;
+pub(crate) mod batching;
+pub(crate) mod fingerprint;
+pub(crate) mod naming;
+pub(crate) mod plan_spec;
+pub(crate) mod propose;

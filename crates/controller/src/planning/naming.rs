@@ -11,7 +11,7 @@ const MAX_NAME: usize = 63;
 /// `<policy>-<yyyymmdd-hhmmss>-<6 hex digits of the input fingerprint>`, UTC. The time orders
 /// plans for a reader; the hash tells two plans of the same second apart and shows at a glance
 /// that two plans were made for the same world. A long policy name is shortened to fit.
-pub fn plan_name(policy: &str, at: Timestamp, input: Fingerprint) -> String {
+pub(crate) fn plan_name(policy: &str, at: Timestamp, input: Fingerprint) -> String {
     let suffix = format!("-{}-{}", at.strftime("%Y%m%d-%H%M%S"), input.short(6));
     let room = MAX_NAME - suffix.len();
     let mut prefix: String = policy.chars().take(room).collect();

@@ -20,14 +20,14 @@ use crate::runtime::actions::{Action, EventSpec};
 
 /// Most pod events one round publishes; the plan lists every pod, events are for the people
 /// who look at one pod.
-pub const MAX_POD_EVENTS: usize = 500;
+pub(crate) const MAX_POD_EVENTS: usize = 500;
 
 fn placed(list: &[PlacedName]) -> Vec<PlacedInstance> {
     list.iter().map(|p| PlacedInstance::new(p.profile.clone(), p.start)).collect()
 }
 
 /// The spec of a plan made for `policy`. Only GPUs that change are listed.
-pub fn to_spec(policy: &str, plan: &Plan) -> MigPlanSpec {
+pub(crate) fn to_spec(policy: &str, plan: &Plan) -> MigPlanSpec {
     let mut nodes: BTreeMap<&str, Vec<GpuChange>> = BTreeMap::new();
     for gpu in plan.changed_gpus() {
         nodes.entry(gpu.node.as_str()).or_default().push(GpuChange {
@@ -117,7 +117,7 @@ fn rollout_order(plan: &Plan, nodes: BTreeMap<&str, Vec<GpuChange>>) -> Vec<Node
 /// Events on pending pods: which slice the plan makes for each (`SlicePlanned`), or why it
 /// cannot help (`NoSlicePlanned`). `plan` is the published plan's reference, or None when the
 /// round published nothing.
-pub fn pod_events(
+pub(crate) fn pod_events(
     spec: &MigPlanSpec,
     pods: &BTreeMap<PodKey, &Pod>,
     plan: Option<&ObjectReference>,

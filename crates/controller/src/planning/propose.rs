@@ -31,19 +31,19 @@ use crate::runtime::actions::Action;
 use crate::world;
 
 /// Label on every plan: the policy that made it (`kubectl get migplans -l geometer.dev/policy=X`).
-pub const POLICY_LABEL: &str = "geometer.dev/policy";
+pub(crate) const POLICY_LABEL: &str = "geometer.dev/policy";
 /// Annotation on every plan: fingerprint of its content, so an identical later round is
 /// recognised (also by a restarted controller).
-pub const CONTENT_ANNOTATION: &str = "geometer.dev/plan-content";
+pub(crate) const CONTENT_ANNOTATION: &str = "geometer.dev/plan-content";
 /// Condition on a published plan describing how it was made.
-pub const PLANNED: &str = "Planned";
+pub(crate) const PLANNED: &str = "Planned";
 
 /// Profile -> slices, per pending pod (`namespace/name`).
-pub type DemandByPod = BTreeMap<PodKey, BTreeMap<String, u32>>;
+pub(crate) type DemandByPod = BTreeMap<PodKey, BTreeMap<String, u32>>;
 
 /// Pending pods that are demand for MIG slices. A pod whose requests do not parse is left out
 /// (the API server validates quantities, so this only happens with hand-made objects).
-pub fn demand<'a>(pods: impl IntoIterator<Item = &'a Arc<Pod>>) -> DemandByPod {
+pub(crate) fn demand<'a>(pods: impl IntoIterator<Item = &'a Arc<Pod>>) -> DemandByPod {
     pods.into_iter()
         .filter(|pod| adapter_pods::demand_check(pod).is_ok())
         .filter_map(|pod| {
@@ -55,7 +55,7 @@ pub fn demand<'a>(pods: impl IntoIterator<Item = &'a Arc<Pod>>) -> DemandByPod {
 
 /// What the batcher compares: the demand and the policy generation it is planned under. None
 /// when there is no demand.
-pub fn demand_fingerprint(policy: &MigPolicy, demand: &DemandByPod) -> Option<Fingerprint> {
+pub(crate) fn demand_fingerprint(policy: &MigPolicy, demand: &DemandByPod) -> Option<Fingerprint> {
     (!demand.is_empty()).then(|| Fingerprint::of(&(policy.metadata.generation, demand)))
 }
 
@@ -215,7 +215,7 @@ pub fn options(policy: &MigPolicy) -> PlanOptions {
 
 /// Runs the solver under the policy's time limit (ILP, greedy fallback inside), its geometry
 /// searches answered from `cache` where an earlier round asked the same.
-pub fn solve(
+pub(crate) fn solve(
     prepared: &Prepared,
     catalog: &Catalog,
     policy: &MigPolicy,
@@ -226,7 +226,7 @@ pub fn solve(
 
 /// What a round ends with.
 #[derive(Debug)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// A new plan to create, and events for the pods it is about.
     Publish { plan: Box<MigPlan>, events: Vec<Action> },
     /// The open plan `plan` already says the same.
@@ -237,7 +237,7 @@ pub enum Decision {
 
 /// Whether to publish `solved` for `policy`, given the policy's open (Proposed or Approved)
 /// plans.
-pub fn decide(
+pub(crate) fn decide(
     policy: &MigPolicy,
     solved: &Plan,
     prepared: &Prepared,

@@ -1,5 +1,5 @@
 //! MigPolicies: node selectors, validation beyond the CRD schema, and their status.
 
-pub mod selector;
-pub mod status;
-pub mod validation;
+pub(crate) mod selector;
+pub(crate) mod status;
+pub(crate) mod validation;

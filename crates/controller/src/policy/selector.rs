@@ -15,13 +15,13 @@ use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("spec.nodeSelector.matchExpressions[{index}]: {problem}")]
-pub struct SelectorError {
+pub(crate) struct SelectorError {
     pub index: usize,
     pub problem: String,
 }
 
 /// The selector as a matcher. Errors name the expression and what to write instead.
-pub fn parse(selector: &LabelSelector) -> Result<Selector, SelectorError> {
+pub(crate) fn parse(selector: &LabelSelector) -> Result<Selector, SelectorError> {
     for (index, req) in selector.match_expressions.iter().flatten().enumerate() {
         let has_values = req.values.as_ref().is_some_and(|v| !v.is_empty());
         let problem = match req.operator.as_str() {
@@ -81,7 +81,7 @@ impl KeyRule {
 }
 
 /// Labels of a node that both selectors select, or `None` when no node can match both.
-pub fn common_node(a: &Selector, b: &Selector) -> Option<BTreeMap<String, String>> {
+pub(crate) fn common_node(a: &Selector, b: &Selector) -> Option<BTreeMap<String, String>> {
     let mut rules: BTreeMap<String, KeyRule> = BTreeMap::new();
     for expression in a.clone().into_iter().chain(b.clone()) {
         match expression {
@@ -105,7 +105,7 @@ pub fn common_node(a: &Selector, b: &Selector) -> Option<BTreeMap<String, String
 }
 
 /// `k=v,k2=v2`, or `(no labels)`.
-pub fn describe_labels(labels: &BTreeMap<String, String>) -> String {
+pub(crate) fn describe_labels(labels: &BTreeMap<String, String>) -> String {
     if labels.is_empty() {
         return "(no labels)".to_string();
     }

@@ -72,7 +72,7 @@ pub fn validate(
 }
 
 /// The newest plan of each policy (by creation time, then name, which starts with the time).
-pub fn newest_plans(plans: &[Arc<MigPlan>]) -> BTreeMap<String, Arc<MigPlan>> {
+pub(crate) fn newest_plans(plans: &[Arc<MigPlan>]) -> BTreeMap<String, Arc<MigPlan>> {
     let mut newest: BTreeMap<String, Arc<MigPlan>> = BTreeMap::new();
     for plan in plans {
         let key = |p: &MigPlan| (p.creation_timestamp().map(|t| t.0), p.name_any());
@@ -88,7 +88,7 @@ pub fn newest_plans(plans: &[Arc<MigPlan>]) -> BTreeMap<String, Arc<MigPlan>> {
 
 /// Status writes and events for policies whose status differs from what validation found; one
 /// group of actions per policy, the status write first.
-pub fn reconcile_policies(
+pub(crate) fn reconcile_policies(
     policies: &[Arc<MigPolicy>],
     reports: &BTreeMap<String, PolicyReport>,
     mignodes: &BTreeMap<String, Arc<MigNode>>,

@@ -12,9 +12,9 @@ use crate::conditions::Desired;
 use crate::policy::selector::{self, common_node, describe_labels};
 
 /// Condition types the controller sets on a MigPolicy.
-pub const READY: &str = "Ready";
-pub const INVALID: &str = "Invalid";
-pub const OVERLAP_RISK: &str = "SelectorOverlapRisk";
+pub(crate) const READY: &str = "Ready";
+pub(crate) const INVALID: &str = "Invalid";
+pub(crate) const OVERLAP_RISK: &str = "SelectorOverlapRisk";
 
 /// Profiles each GPU model offers, by catalog key. Names include aliases (they are accepted);
 /// suggestions use canonical names only.
@@ -56,7 +56,7 @@ impl KnownProfiles {
 
 /// A policy's settings that validation reads.
 #[derive(Debug, Clone, Copy)]
-pub struct PolicyFacts<'a> {
+pub(crate) struct PolicyFacts<'a> {
     pub name: &'a str,
     pub selector: &'a LabelSelector,
     pub allowed_profiles: &'a [String],
@@ -131,7 +131,7 @@ impl PolicyReport {
 }
 
 /// Validates every policy against the others, the nodes and the known profiles.
-pub fn check_policies(
+pub(crate) fn check_policies(
     policies: &[PolicyFacts<'_>],
     nodes: &[NodeFacts],
     known: &KnownProfiles,

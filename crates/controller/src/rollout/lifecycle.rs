@@ -28,7 +28,7 @@ use crate::world;
 const AGENT_SILENCE_MARGIN: Duration = Duration::from_secs(900);
 
 /// Everything one plan's reconcile reads.
-pub struct PlanInputs<'a> {
+pub(crate) struct PlanInputs<'a> {
     pub plan: &'a MigPlan,
     /// None when the policy was deleted.
     pub policy: Option<&'a MigPolicy>,
@@ -46,13 +46,13 @@ pub struct PlanInputs<'a> {
 
 /// What one plan's reconcile decided.
 #[derive(Debug, Default)]
-pub struct PlanDecision {
+pub(crate) struct PlanDecision {
     pub actions: Vec<Action>,
     /// When to look again even if nothing changes (a stabilisation window ends, a node times out).
     pub recheck_at: Option<Timestamp>,
 }
 
-pub fn reconcile_plan(inp: &PlanInputs<'_>) -> PlanDecision {
+pub(crate) fn reconcile_plan(inp: &PlanInputs<'_>) -> PlanDecision {
     let plan = inp.plan;
     let current = plan.status.clone().unwrap_or_default();
     if current.phase.is_final() {

@@ -1,6 +1,6 @@
 //! A published plan's life: approval, supersession, and the node-by-node rollout.
 
-pub mod approval;
-pub mod lifecycle;
-pub mod sequence;
-pub mod supersede;
+pub(crate) mod approval;
+pub(crate) mod lifecycle;
+pub(crate) mod sequence;
+pub(crate) mod supersede;

@@ -20,7 +20,7 @@ use jiff::Timestamp;
 
 /// The policy's disruption limits as they apply to one rollout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RolloutLimits {
+pub(crate) struct RolloutLimits {
     pub max_nodes_reconfiguring: u32,
     /// No second change to a node within this window after the last one was written.
     pub stabilisation: Duration,
@@ -30,7 +30,7 @@ pub struct RolloutLimits {
 
 /// What the agent reports about its node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentState {
+pub(crate) enum AgentState {
     Ready,
     /// Any stage of a reconfiguration (observing, cordoning, draining, ...); the phase name.
     Working(String),
@@ -40,7 +40,7 @@ pub enum AgentState {
 
 /// One managed node's MigNode, as rollout sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
+pub(crate) struct NodeView {
     /// Plan named in the spec.
     pub spec_plan: Option<String>,
     pub generation: i64,
@@ -52,7 +52,7 @@ pub struct NodeView {
 
 impl NodeView {
     /// Converged on its current spec.
-    pub fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         self.observed_generation == Some(self.generation) && self.agent == AgentState::Ready
     }
 
@@ -68,7 +68,7 @@ impl NodeView {
 
 /// Where one node of the plan stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeStep {
+pub(crate) enum NodeStep {
     /// Not started; the reason it waits, if it does.
     Pending(Option<String>),
     Applying,
@@ -78,14 +78,14 @@ pub enum NodeStep {
 
 /// Where the plan stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PlanProgress {
+pub(crate) enum PlanProgress {
     Applying,
     Succeeded,
     Failed(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RolloutDecision {
+pub(crate) struct RolloutDecision {
     /// Nodes whose MigNode spec to write now, in order.
     pub write: Vec<String>,
     /// Every node of the plan, in plan order, after the writes.
@@ -98,7 +98,7 @@ pub struct RolloutDecision {
 
 /// What the plan's status recorded about a node last time.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     pub step: NodeStep,
     /// When the controller wrote the node's spec for this plan.
     pub started_at: Option<Timestamp>,
@@ -109,7 +109,7 @@ pub struct Recorded {
 /// recorded last time: a node once Succeeded stays so; a node recorded Applying whose MigNode
 /// does not name the plan is either not yet visible in the cache or its write was lost, and is
 /// written again (the write is idempotent), unless a later write by another plan took it over.
-pub fn next_step(
+pub(crate) fn next_step(
     plan: &str,
     plan_nodes: &[String],
     views: &BTreeMap<String, NodeView>,

@@ -14,7 +14,7 @@ use std::fmt;
 
 /// A pod the plan makes room for, and the node where it does.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HelpedPod {
+pub(crate) struct HelpedPod {
     /// `namespace/name`.
     pub pod: String,
     pub node: String,
@@ -22,7 +22,7 @@ pub struct HelpedPod {
 
 /// One GPU the plan changes, as it was when planned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuBasis {
+pub(crate) struct GpuBasis {
     pub node: String,
     pub index: u32,
     /// Instances as `profile@start`, any order.
@@ -33,7 +33,7 @@ pub struct GpuBasis {
 
 /// What a plan assumed about the world.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PlanBasis {
+pub(crate) struct PlanBasis {
     pub helped: Vec<HelpedPod>,
     pub gpus: Vec<GpuBasis>,
     /// Pods the plan evicts (`namespace/name`): their slices are meant to be in use.
@@ -42,7 +42,7 @@ pub struct PlanBasis {
 
 /// Where a pod is now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PodState {
+pub(crate) enum PodState {
     /// Still waiting to be scheduled.
     Pending,
     /// Bound to this node.
@@ -53,7 +53,7 @@ pub enum PodState {
 
 /// An instance that exists on a GPU now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstanceNow {
+pub(crate) struct InstanceNow {
     /// `profile@start`.
     pub placed: String,
     /// `namespace/name` of the pod using it, if any.
@@ -62,7 +62,7 @@ pub struct InstanceNow {
 
 /// The world now, as far as supersession cares.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WorldView {
+pub(crate) struct WorldView {
     /// Pods by `namespace/name`; a pod that is not here was deleted.
     pub pods: BTreeMap<String, PodState>,
     /// Instances per (node, GPU index); a GPU that is not here is not reported any more.
@@ -71,7 +71,7 @@ pub struct WorldView {
 
 /// Why a plan was overtaken, worded for `kubectl describe`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Overtaken {
+pub(crate) enum Overtaken {
     PodDeleted { pod: String },
     PodFinished { pod: String },
     PodScheduled { pod: String, node: String, planned: String },
@@ -114,7 +114,7 @@ impl fmt::Display for Overtaken {
 
 /// The first way in which the world overtook the plan, or `None` when it still holds.
 /// Checks pods first: a reviewer most often cares that the demand went away.
-pub fn overtaken(basis: &PlanBasis, world: &WorldView) -> Option<Overtaken> {
+pub(crate) fn overtaken(basis: &PlanBasis, world: &WorldView) -> Option<Overtaken> {
     for helped in &basis.helped {
         match world.pods.get(&helped.pod) {
             None => return Some(Overtaken::PodDeleted { pod: helped.pod.clone() }),

@@ -18,7 +18,7 @@ use crate::runtime::actions::{Action, EventSpec};
 use crate::world;
 
 /// Field manager of every write, so `kubectl get --show-managed-fields` names the controller.
-pub const FIELD_MANAGER: &str = "geometer-controller";
+pub(crate) const FIELD_MANAGER: &str = "geometer-controller";
 
 pub struct Executor {
     client: Client,
@@ -141,7 +141,11 @@ impl Executor {
 }
 
 /// `{"metadata":{"resourceVersion":..},"status":<what changed>}`.
-pub fn status_patch<S: Serialize>(resource_version: Option<String>, before: Option<&S>, after: &S) -> Value {
+pub(crate) fn status_patch<S: Serialize>(
+    resource_version: Option<String>,
+    before: Option<&S>,
+    after: &S,
+) -> Value {
     let after = serde_json::to_value(after).unwrap_or(Value::Null);
     let status = match before.map(serde_json::to_value) {
         Some(Ok(before)) => merge_diff(&before, &after),
@@ -155,7 +159,7 @@ pub fn status_patch<S: Serialize>(resource_version: Option<String>, before: Opti
 }
 
 /// The MigNode write: the desired geometry, the plan, and when it was written.
-pub fn node_spec_patch<S: Serialize>(
+pub(crate) fn node_spec_patch<S: Serialize>(
     resource_version: Option<String>,
     spec: &S,
     written_at: jiff::Timestamp,
@@ -169,7 +173,7 @@ pub fn node_spec_patch<S: Serialize>(
 }
 
 /// The JSON merge patch (RFC 7396) that turns `before` into `after`.
-pub fn merge_diff(before: &Value, after: &Value) -> Value {
+pub(crate) fn merge_diff(before: &Value, after: &Value) -> Value {
     match (before, after) {
         (Value::Object(b), Value::Object(a)) => {
             let mut out = Map::new();
@@ -199,7 +203,7 @@ fn fill_uid(reference: &mut ObjectReference, made: &ObjectReference) {
     }
 }
 
-pub fn is_conflict(e: &kube::Error) -> bool {
+pub(crate) fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 

@@ -1,12 +1,12 @@
 //! The controller process: caches, leader election, the loop and its passes, the execution of
 //! decided actions, health and metrics.
 
-pub mod actions;
-pub mod cache;
-pub mod execute;
-pub mod health;
-pub mod leader;
-pub mod main_loop;
-pub mod metrics;
-pub mod reconcile;
-pub mod settings;
+pub(crate) mod actions;
+pub(crate) mod cache;
+pub(crate) mod execute;
+pub(crate) mod health;
+pub(crate) mod leader;
+pub(crate) mod main_loop;
+pub(crate) mod metrics;
+pub(crate) mod reconcile;
+pub(crate) mod settings;

@@ -34,7 +34,7 @@ struct Seen {
     plans: Vec<Arc<MigPlan>>,
 }
 
-pub struct Controller {
+pub(crate) struct Controller {
     catalog: Arc<Catalog>,
     known: KnownProfiles,
     caches: Caches,
@@ -48,7 +48,7 @@ pub struct Controller {
 }
 
 impl Controller {
-    pub fn new(client: Client, settings: &Settings, caches: Caches, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(client: Client, settings: &Settings, caches: Caches, metrics: Arc<Metrics>) -> Self {
         Controller {
             geometries: Arc::new(GeometryCache::new()),
             known: policy_status::known_profiles(&settings.catalog),
@@ -76,7 +76,7 @@ impl Controller {
     }
 
     /// One pass; returns when the next pass is due even if nothing changes.
-    pub async fn pass(&mut self) -> Instant {
+    pub(crate) async fn pass(&mut self) -> Instant {
         let now = Timestamp::now();
         let seen = self.read();
         let nodes: Vec<Arc<Node>> = seen.nodes.values().cloned().collect();

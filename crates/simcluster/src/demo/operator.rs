@@ -15,10 +15,10 @@ use tokio::task::JoinHandle;
 use super::display::Console;
 use super::{DemoError, DemoOptions};
 use crate::SimCluster;
-use geometer_agent::runtime::backoff::Backoff;
+use geometer_agent::Backoff;
 use geometer_api::{Batching, Disruption, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits};
-use geometer_controller::runtime::health::Health;
-use geometer_controller::runtime::metrics::Metrics;
+use geometer_controller::Health;
+use geometer_controller::Metrics;
 use geometer_controller::{self as controller, Settings};
 
 pub const POLICY_NAME: &str = "demo";

@@ -11,8 +11,8 @@ use std::time::Duration;
 pub use geometer_agent::nvml::sim::SimGpuOptions;
 use geometer_agent::nvml::sim::SimNvml;
 use geometer_agent::nvml::{GpuIndex, NvmlBackend};
-use geometer_agent::observe::pod_resources::DeviceAssignment;
-use geometer_agent::runtime::backoff::Backoff;
+use geometer_agent::pod_resources::DeviceAssignment;
+use geometer_agent::Backoff;
 use geometer_agent::{Agent, AgentConfig, SharedAssignments, StepHook, StepPoint};
 use geometer_api::{
     GpuGeometry, MigNode, MigNodePhase, MigNodeSpec, PlacedInstance, StepAction, CORDONED_BY_ANNOTATION,

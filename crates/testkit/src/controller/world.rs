@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use geometer_api::{MigNode, MigPlan, MigPolicy};
 use geometer_apiserver::ApiServer;
-use geometer_controller::runtime::health::Health;
-use geometer_controller::runtime::leader::LeaseSettings;
-use geometer_controller::runtime::metrics::Metrics;
+use geometer_controller::Health;
+use geometer_controller::LeaseSettings;
+use geometer_controller::Metrics;
 use geometer_controller::{self as controller, Settings};
 use geometer_solver::catalog::Catalog;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
