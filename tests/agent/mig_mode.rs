@@ -6,7 +6,7 @@ use agent_support::{recording_hook, Harness, SimGpuOptions};
 use geometer_agent::nvml::NvmlBackend;
 use geometer_api::{MigNodeStatus, StepAction::*};
 
-const MIG_OFF: SimGpuOptions = SimGpuOptions { mig_enabled: false, mig_mode_needs_reset: false };
+const MIG_OFF: SimGpuOptions = SimGpuOptions::MIG_OFF;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mig_mode_is_turned_on_only_after_the_pod_holding_the_gpu_left() {
@@ -43,12 +43,7 @@ async fn mig_mode_is_turned_on_only_after_the_pod_holding_the_gpu_left() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mig_mode_pending_a_reset_is_reported_then_picked_up_after_the_reset() {
-    let h = Harness::new_with(&[(
-        "A100-40GB",
-        &[],
-        SimGpuOptions { mig_enabled: false, mig_mode_needs_reset: true },
-    )])
-    .await;
+    let h = Harness::new_with(&[("A100-40GB", &[], MIG_OFF)]).await;
     let agent = h.spawn_agent(h.config(), None);
     let generation = h.set_spec(&[(0, &[("7g.40gb", 0)])]).await;
 
@@ -60,6 +55,11 @@ async fn a_mig_mode_pending_a_reset_is_reported_then_picked_up_after_the_reset()
         .await;
     assert_eq!(failed.reason, "MigModePendingReset");
     assert!(failed.message.contains("nvidia-smi -r -i 0"), "{}", failed.message);
+    assert!(
+        failed.message.contains("on Ampere") && failed.message.contains("dcgm-exporter"),
+        "{}",
+        failed.message
+    );
     assert!(failed.message.contains("stays cordoned by Geometer"), "{}", failed.message);
     assert!(
         failed.message.contains("GPU 0 has [], target [7g.40gb@0]"),
@@ -74,4 +74,52 @@ async fn a_mig_mode_pending_a_reset_is_reported_then_picked_up_after_the_reset()
     agent.abort();
     assert_eq!(h.geometry(0), vec!["7g.40gb@0"]);
     assert_eq!(h.cordon_state(), (false, false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_outside_kubernetes_keeps_mig_mode_off_until_it_ends() {
+    let h = Harness::new_with(&[("H100-80GB", &[], MIG_OFF)]).await;
+    let pid = h.sim.start_gpu_process(0).unwrap();
+    let agent = h.spawn_agent(h.config(), None);
+    let generation = h.set_spec(&[(0, &[("7g.80gb", 0)])]).await;
+
+    let failed = h
+        .wait_for("Failed: InstanceInUse", |h| {
+            let s = h.mignode().status?;
+            s.conditions.into_iter().find(|c| c.type_ == MigNodeStatus::FAILED && c.status == "True")
+        })
+        .await;
+    assert_eq!(failed.reason, "InstanceInUse");
+    assert!(failed.message.contains(&format!("pids {pid}")), "{}", failed.message);
+    assert!(
+        !h.sim.calls().iter().any(|c| c.call == geometer_agent::nvml::NvmlCall::SetMigMode),
+        "MIG mode is not touched while NVML reports a process on the GPU"
+    );
+
+    h.sim.stop_process(pid);
+    h.wait_ready(generation).await;
+    agent.abort();
+    assert_eq!(h.geometry(0), vec!["7g.80gb@0"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_hopper_a_client_holding_the_gpu_is_named_and_the_change_completes_once_it_lets_go() {
+    let h = Harness::new_with(&[("H100-80GB", &[], MIG_OFF)]).await;
+    h.sim.open_client(0, "dcgm-exporter").unwrap();
+    let agent = h.spawn_agent(h.config(), None);
+    let generation = h.set_spec(&[(0, &[("7g.80gb", 0)])]).await;
+
+    let failed = h
+        .wait_for("Failed: MigModePendingReset", |h| {
+            let s = h.mignode().status?;
+            s.conditions.into_iter().find(|c| c.type_ == MigNodeStatus::FAILED && c.status == "True")
+        })
+        .await;
+    assert!(failed.message.contains("another NVML client holds the GPU"), "{}", failed.message);
+    assert!(!failed.message.contains("on Ampere"), "{}", failed.message);
+
+    h.sim.close_client(0, "dcgm-exporter").unwrap();
+    h.wait_ready(generation).await;
+    agent.abort();
+    assert_eq!(h.geometry(0), vec!["7g.80gb@0"]);
 }

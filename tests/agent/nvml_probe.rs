@@ -43,11 +43,7 @@ fn probe_of_a_simulated_node_lists_profiles_instances_and_disagreements() {
 #[test]
 fn probe_without_mig_mode_says_why_it_shows_no_profiles() {
     let sim = SimNvml::new("node-a");
-    sim.add_gpu_with(
-        "A100-80GB",
-        geometer_agent::nvml::sim::SimGpuOptions { mig_enabled: false, mig_mode_needs_reset: false },
-    )
-    .unwrap();
+    sim.add_gpu_with("A100-80GB", geometer_agent::nvml::sim::SimGpuOptions::MIG_OFF).unwrap();
     let text = render(&probe(&sim, Catalog::builtin()).unwrap());
     assert!(text.contains("MIG mode: disabled") && text.contains("never changes it"), "{text}");
 }

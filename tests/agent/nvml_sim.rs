@@ -1,7 +1,7 @@
 //! The simulated NVML follows the same rules as real MIG GPUs (placements, caps, in-use
 //! instances) and can fail any call on purpose.
 
-use geometer_agent::nvml::sim::{Fault, SimGpuOptions, SimNvml};
+use geometer_agent::nvml::sim::{Fault, MigModeSwitch, SimGpuOptions, SimNvml};
 use geometer_agent::nvml::{NvmlBackend, NvmlCall, NvmlError, NvmlProfileId, Placement, Reason};
 use geometer_api::PlacedInstance;
 
@@ -119,22 +119,65 @@ fn uuids_are_deterministic_per_node_and_new_for_a_recreated_device() {
 }
 
 #[test]
-fn mig_mode_changes_only_on_an_idle_gpu_and_may_need_a_reset() {
+fn on_ampere_a_mig_mode_change_is_accepted_but_stays_pending_until_a_reset() {
     let sim = SimNvml::new("node-a");
-    sim.add_gpu_with("A100-40GB", SimGpuOptions { mig_enabled: false, mig_mode_needs_reset: true }).unwrap();
+    sim.add_gpu_with("A100-40GB", SimGpuOptions::MIG_OFF).unwrap();
     assert!(sim.gpu_instance_profiles(0).unwrap().is_empty(), "profiles are only reported in MIG mode");
     assert_eq!(
         sim.create_gpu_instance(0, NvmlProfileId(0), at(0, 8)).unwrap_err().reason(),
         Some(&Reason::NotSupported)
     );
-    let pid = sim.start_gpu_process(0).unwrap();
-    assert!(sim.set_mig_mode(0, true).unwrap_err().is_in_use());
-    sim.stop_process(pid);
-    let mode = sim.set_mig_mode(0, true).unwrap();
-    assert!(!mode.current && mode.pending);
+    // nvmlDeviceSetMigMode succeeds; the activation status carries the outcome. The caller's
+    // own NVML session holds the GPU, so the reset Ampere needs cannot happen.
+    let change = sim.set_mig_mode(0, true).unwrap();
+    assert!(!change.mode.current && change.mode.pending);
+    assert_eq!(change.activation, Some(Reason::InUse));
     sim.reset_gpu(0).unwrap();
     assert!(sim.devices().unwrap()[0].mig_mode.unwrap().current);
     assert!(!sim.gpu_instance_profiles(0).unwrap().is_empty());
+}
+
+#[test]
+fn on_hopper_a_mig_mode_change_is_active_at_once_only_when_nothing_holds_the_gpu() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu_with("H100-80GB", SimGpuOptions::MIG_OFF).unwrap();
+    let pid = sim.start_gpu_process(0).unwrap();
+    assert_eq!(sim.gpu_processes(0).unwrap().iter().map(|p| p.pid).collect::<Vec<_>>(), [pid]);
+    let held = sim.set_mig_mode(0, true).unwrap();
+    assert_eq!((held.mode.current, held.mode.pending, held.activation), (false, true, Some(Reason::InUse)));
+    sim.stop_process(pid);
+    sim.open_client(0, "dcgm-exporter").unwrap();
+    assert_eq!(
+        sim.set_mig_mode(0, true).unwrap().activation,
+        Some(Reason::InUse),
+        "a client without processes"
+    );
+    sim.close_client(0, "dcgm-exporter").unwrap();
+    let idle = sim.set_mig_mode(0, true).unwrap();
+    assert_eq!((idle.mode.current, idle.activation), (true, None));
+}
+
+#[test]
+fn in_a_pass_through_vm_the_activation_status_says_a_reset_is_required() {
+    let sim = SimNvml::new("node-a");
+    let options = SimGpuOptions { mig_enabled: false, mig_mode_switch: MigModeSwitch::ResetRequired };
+    sim.add_gpu_with("H100-80GB", options).unwrap();
+    let change = sim.set_mig_mode(0, true).unwrap();
+    assert_eq!((change.mode.current, change.activation), (false, Some(Reason::ResetRequired)));
+}
+
+#[test]
+fn another_client_holding_the_gpu_refuses_destroys_with_no_process_on_it() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu("H100-80GB").unwrap();
+    let device = sim.set_geometry(0, &[("7g.80gb", 0)]).unwrap().remove(0);
+    sim.open_client(0, "nv-hostengine").unwrap();
+    assert!(sim.processes(0, &device.uuid).unwrap().is_empty());
+    let refused = sim.destroy_compute_instance(0, device.gpu_instance_id, device.compute_instance_id);
+    assert!(refused.unwrap_err().is_in_use());
+    sim.close_client(0, "nv-hostengine").unwrap();
+    sim.destroy_compute_instance(0, device.gpu_instance_id, device.compute_instance_id).unwrap();
+    sim.destroy_gpu_instance(0, device.gpu_instance_id).unwrap();
 }
 
 #[test]

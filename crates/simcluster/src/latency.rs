@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use geometer_agent::nvml::{
     ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
-    MigMode, NvmlBackend, NvmlError, NvmlProfileId, Placement, ProcessInfo,
+    MigModeChange, NvmlBackend, NvmlError, NvmlProfileId, Placement, ProcessInfo,
 };
 
 /// Wraps a backend; every call that changes a GPU blocks for `per_change` first (NVML is
@@ -92,7 +92,10 @@ impl NvmlBackend for SlowNvml {
     fn processes(&self, gpu: GpuIndex, mig_uuid: &str) -> Result<Vec<ProcessInfo>, NvmlError> {
         self.inner.processes(gpu, mig_uuid)
     }
-    fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigMode, NvmlError> {
+    fn gpu_processes(&self, gpu: GpuIndex) -> Result<Vec<ProcessInfo>, NvmlError> {
+        self.inner.gpu_processes(gpu)
+    }
+    fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigModeChange, NvmlError> {
         self.pause();
         self.inner.set_mig_mode(gpu, enabled)
     }

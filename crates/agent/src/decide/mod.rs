@@ -2,4 +2,5 @@
 
 pub(crate) mod drain_rules;
 pub(crate) mod gpu_diff;
+pub(crate) mod mig_mode;
 pub(crate) mod next_step;

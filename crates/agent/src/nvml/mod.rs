@@ -71,6 +71,20 @@ pub struct MigMode {
     pub pending: bool,
 }
 
+/// What `nvmlDeviceSetMigMode` did. The call itself reports success whenever it accepted the
+/// request; whether the new mode took effect is in its `activationStatus` out-parameter
+/// (nvml.h: "activationStatus - status of the operation", e.g. NVML_ERROR_IN_USE when another
+/// client holds the GPU, NVML_ERROR_RESET_REQUIRED where the driver cannot reset it, as in
+/// pass-through VMs; NVIDIA/go-nvml `pkg/nvml/device.go` `SetMigMode` returns it as its first
+/// value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigModeChange {
+    /// The mode afterwards (`nvmlDeviceGetMigMode`).
+    pub mode: MigMode,
+    /// Why the change is not active yet; `None` when the activation status was success.
+    pub activation: Option<Reason>,
+}
+
 /// A physical GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -167,11 +181,12 @@ pub enum NvmlCall {
     DestroyComputeInstance,
     MigDevices,
     Processes,
+    GpuProcesses,
     SetMigMode,
 }
 
 impl NvmlCall {
-    pub const ALL: [NvmlCall; 13] = [
+    pub const ALL: [NvmlCall; 14] = [
         NvmlCall::DriverVersion,
         NvmlCall::Devices,
         NvmlCall::GpuInstanceProfiles,
@@ -184,6 +199,7 @@ impl NvmlCall {
         NvmlCall::DestroyComputeInstance,
         NvmlCall::MigDevices,
         NvmlCall::Processes,
+        NvmlCall::GpuProcesses,
         NvmlCall::SetMigMode,
     ];
 
@@ -213,6 +229,7 @@ impl NvmlCall {
             NvmlCall::DestroyComputeInstance => "destroy_compute_instance",
             NvmlCall::MigDevices => "mig_devices",
             NvmlCall::Processes => "processes",
+            NvmlCall::GpuProcesses => "gpu_processes",
             NvmlCall::SetMigMode => "set_mig_mode",
         }
     }
@@ -289,12 +306,17 @@ pub trait NvmlBackend: Send + Sync {
     /// Compute processes running on one MIG device (by its `MIG-...` UUID).
     fn processes(&self, gpu: GpuIndex, mig_uuid: &str) -> Result<Vec<ProcessInfo>, NvmlError>;
 
-    /// Turns MIG mode on or off and returns the mode afterwards.
+    /// Turns MIG mode on or off: the mode afterwards and the activation status.
     ///
-    /// This resets the GPU: call it only on an idle GPU (no processes, no instances in use).
-    /// Where the driver cannot reset the GPU at once, `pending` differs from `current` until the
-    /// GPU is reset.
-    fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigMode, NvmlError>;
+    /// Call it only on an idle GPU (no processes, no instances in use). On Ampere the change
+    /// needs a GPU reset that only succeeds with every NVML client gone, so it stays pending
+    /// (`pending` differs from `current`); Hopper and later change at once when idle (NVIDIA MIG
+    /// user guide, "Enable MIG Mode").
+    fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigModeChange, NvmlError>;
+
+    /// Compute processes on a whole GPU (`nvmlDeviceGetComputeRunningProcesses` on the physical
+    /// device): what makes a GPU without MIG busy even when no pod holds it.
+    fn gpu_processes(&self, gpu: GpuIndex) -> Result<Vec<ProcessInfo>, NvmlError>;
 }
 
 impl<T: NvmlBackend + ?Sized> NvmlBackend for std::sync::Arc<T> {
@@ -356,8 +378,11 @@ impl<T: NvmlBackend + ?Sized> NvmlBackend for std::sync::Arc<T> {
     fn processes(&self, gpu: GpuIndex, mig_uuid: &str) -> Result<Vec<ProcessInfo>, NvmlError> {
         (**self).processes(gpu, mig_uuid)
     }
-    fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigMode, NvmlError> {
+    fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigModeChange, NvmlError> {
         (**self).set_mig_mode(gpu, enabled)
+    }
+    fn gpu_processes(&self, gpu: GpuIndex) -> Result<Vec<ProcessInfo>, NvmlError> {
+        (**self).gpu_processes(gpu)
     }
 }
 

@@ -16,8 +16,8 @@ use nvml_wrapper_sys::bindings::*;
 
 use crate::nvml::{
     ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
-    MigMode, NvmlBackend, NvmlCall, NvmlError, NvmlProfileId, NvmlProfileIndex, Placement, ProcessInfo,
-    Reason,
+    MigMode, MigModeChange, NvmlBackend, NvmlCall, NvmlError, NvmlProfileId, NvmlProfileIndex, Placement,
+    ProcessInfo, Reason,
 };
 
 /// The library the driver installs (the unversioned `libnvidia-ml.so` only comes with
@@ -488,23 +488,57 @@ impl NvmlBackend for RealNvml {
         let Some(mig) = target else {
             return Err(NvmlError::MigDevice { gpu, uuid: mig_uuid.to_string(), reason: Reason::NotFound });
         };
+        self.running_processes(mig, |reason| NvmlError::MigDevice { gpu, uuid: mig_uuid.to_string(), reason })
+    }
+
+    fn gpu_processes(&self, gpu: GpuIndex) -> Result<Vec<ProcessInfo>, NvmlError> {
+        let dev = self.handle(gpu)?;
+        self.running_processes(dev, |reason| NvmlError::Gpu { gpu, call: NvmlCall::GpuProcesses, reason })
+    }
+
+    fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigModeChange, NvmlError> {
+        let device = self.device(gpu)?;
+        let err = |e: WrapperError| NvmlError::SetMigMode { gpu, enabled, reason: reason_from_wrapper(e) };
+        // nvml-wrapper returns the activation status as a raw nvmlReturn_t.
+        let activation = device.set_mig_mode(enabled).map_err(err)?;
+        let mode = device.mig_mode().map_err(err)?;
+        Ok(MigModeChange {
+            mode: MigMode {
+                current: mode.current == NVML_DEVICE_MIG_ENABLE,
+                pending: mode.pending == NVML_DEVICE_MIG_ENABLE,
+            },
+            activation: check(activation).err(),
+        })
+    }
+}
+
+/// Reads of a process list before giving up on a list that keeps growing.
+const MAX_PROCESS_READS: u32 = 5;
+
+impl RealNvml {
+    /// Compute processes on a device handle (a physical GPU or a MIG device). Processes come
+    /// and go between asking for the count and reading: NVML answers INSUFFICIENT_SIZE with the
+    /// new count, and the read is retried with more room, a bounded number of times.
+    fn running_processes(
+        &self,
+        device: nvmlDevice_t,
+        err: impl Fn(Reason) -> NvmlError,
+    ) -> Result<Vec<ProcessInfo>, NvmlError> {
         let f = sym(
             &self.lib().nvmlDeviceGetComputeRunningProcesses_v3,
             "nvmlDeviceGetComputeRunningProcesses_v3",
         )?;
-        let err = |reason| NvmlError::MigDevice { gpu, uuid: mig_uuid.to_string(), reason };
-        // Processes come and go between the two calls: ask for the count, leave room, retry.
         let mut room: c_uint = 8;
-        loop {
+        for _ in 0..MAX_PROCESS_READS {
             let mut buf: Vec<nvmlProcessInfo_t> = vec![unsafe { mem::zeroed() }; room as usize];
             let mut count = room;
             // SAFETY: buffer holds `count` entries.
-            let code = unsafe { f(mig, &mut count, buf.as_mut_ptr()) };
+            let code = unsafe { f(device, &mut count, buf.as_mut_ptr()) };
             if code == nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE {
                 room = count.max(room) * 2;
                 continue;
             }
-            check(code).map_err(err)?;
+            check(code).map_err(&err)?;
             buf.truncate(count as usize);
             // NVML_VALUE_NOT_AVAILABLE is (unsigned long long)-1.
             return Ok(buf
@@ -515,17 +549,9 @@ impl NvmlBackend for RealNvml {
                 })
                 .collect());
         }
-    }
-
-    fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigMode, NvmlError> {
-        let device = self.device(gpu)?;
-        let err = |e: WrapperError| NvmlError::SetMigMode { gpu, enabled, reason: reason_from_wrapper(e) };
-        device.set_mig_mode(enabled).map_err(err)?;
-        let mode = device.mig_mode().map_err(err)?;
-        Ok(MigMode {
-            current: mode.current == NVML_DEVICE_MIG_ENABLE,
-            pending: mode.pending == NVML_DEVICE_MIG_ENABLE,
-        })
+        Err(err(Reason::Other(format!(
+            "the process list kept growing over {MAX_PROCESS_READS} reads (NVML_ERROR_INSUFFICIENT_SIZE)"
+        ))))
     }
 }
 

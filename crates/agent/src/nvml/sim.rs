@@ -27,7 +27,7 @@ use self::gpu::{ProcessTarget, SimGpu};
 use self::state_file::{SavedNode, StateFile};
 use crate::nvml::{
     ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
-    MigMode, NvmlBackend, NvmlCall, NvmlError, NvmlProfileId, Placement, ProcessInfo, Reason,
+    MigModeChange, NvmlBackend, NvmlCall, NvmlError, NvmlProfileId, Placement, ProcessInfo, Reason,
 };
 use geometer_api::PlacedInstance;
 
@@ -38,14 +38,35 @@ pub const SIM_DRIVER_VERSION: &str = "570.0-sim";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SimGpuOptions {
     pub mig_enabled: bool,
-    /// Model GPUs whose MIG mode change only becomes current after [`SimNvml::reset_gpu`].
-    pub mig_mode_needs_reset: bool,
+    pub mig_mode_switch: MigModeSwitch,
 }
 
 impl Default for SimGpuOptions {
     fn default() -> Self {
-        SimGpuOptions { mig_enabled: true, mig_mode_needs_reset: false }
+        SimGpuOptions { mig_enabled: true, mig_mode_switch: MigModeSwitch::AsTheArchitecture }
     }
+}
+
+impl SimGpuOptions {
+    /// A GPU with MIG mode off, switching as its architecture does.
+    pub const MIG_OFF: SimGpuOptions =
+        SimGpuOptions { mig_enabled: false, mig_mode_switch: MigModeSwitch::AsTheArchitecture };
+}
+
+/// How a MIG mode change takes effect (NVIDIA MIG user guide, "Enable MIG Mode": on Ampere the
+/// driver resets the GPU, which fails while any NVML client (the device plugin, GPU feature
+/// discovery, dcgm-exporter, DCGM, nvidia-persistenced, the agent itself) has it open, so the
+/// change stays pending; from Hopper on no reset is needed and an idle GPU changes at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigModeSwitch {
+    /// Ampere (the model's architecture starts with "Ampere") stays pending with activation
+    /// status IN_USE (the caller's own NVML session holds the GPU) until [`SimNvml::reset_gpu`];
+    /// later architectures change at once unless a process or another client holds the GPU.
+    AsTheArchitecture,
+    /// Pending until [`SimNvml::reset_gpu`], whatever the model (as on Ampere).
+    AfterReset,
+    /// The driver cannot reset the GPU (a pass-through VM): activation status RESET_REQUIRED.
+    ResetRequired,
 }
 
 /// Mistakes in setting up the simulation (not NVML failures).
@@ -274,6 +295,18 @@ impl SimNvml {
         self.lock().gpus.iter_mut().any(|g| g.remove_process(pid))
     }
 
+    /// Another NVML client (e.g. `dcgm-exporter`) opens the GPU: no process shows on it, but
+    /// NVML answers IN_USE to destroys and MIG mode changes until [`SimNvml::close_client`].
+    pub fn open_client(&self, gpu: GpuIndex, client: &str) -> Result<(), SimError> {
+        self.lock().gpu_mut_setup(gpu)?.open_client(client);
+        Ok(())
+    }
+
+    pub fn close_client(&self, gpu: GpuIndex, client: &str) -> Result<(), SimError> {
+        self.lock().gpu_mut_setup(gpu)?.close_client(client);
+        Ok(())
+    }
+
     /// Applies a pending MIG mode change, as a GPU reset would.
     pub fn reset_gpu(&self, gpu: GpuIndex) -> Result<(), SimError> {
         self.lock().gpu_mut_setup(gpu)?.reset();
@@ -479,7 +512,12 @@ impl NvmlBackend for SimNvml {
         self.run(NvmlCall::Processes, Some(gpu), err, |st| st.gpu_mut(gpu)?.processes(mig_uuid).map_err(err))
     }
 
-    fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigMode, NvmlError> {
+    fn gpu_processes(&self, gpu: GpuIndex) -> Result<Vec<ProcessInfo>, NvmlError> {
+        let err = move |reason| NvmlError::Gpu { gpu, call: NvmlCall::GpuProcesses, reason };
+        self.run(NvmlCall::GpuProcesses, Some(gpu), err, |st| Ok(st.gpu_mut(gpu)?.gpu_processes()))
+    }
+
+    fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigModeChange, NvmlError> {
         let err = move |reason| NvmlError::SetMigMode { gpu, enabled, reason };
         self.run(NvmlCall::SetMigMode, Some(gpu), err, |st| {
             st.gpu_mut(gpu)?.set_mig_mode(enabled).map_err(err)

@@ -81,8 +81,8 @@ pub enum StepError {
     NoDevicePlugin { node: String, selector: String },
     #[error("the eviction of device plugin pod {pod} (to make it advertise the new slices) was refused: {message}")]
     DevicePluginRefused { pod: String, message: String },
-    #[error("GPU {gpu}: MIG mode was turned on but is pending a GPU reset the driver could not do (something still holds the GPU); it becomes active after `nvidia-smi -r -i {gpu}` on an idle GPU or a reboot")]
-    MigModePending { gpu: u32 },
+    #[error("GPU {gpu}: MIG mode was turned on but is not active yet: {blocker}")]
+    MigModePending { gpu: u32, blocker: String },
     #[error("GPU {gpu}: instance {instance} is in use ({user}); it is never destroyed while in use")]
     InUse { gpu: u32, instance: String, user: String },
     #[error("GPU {gpu}: {what}")]

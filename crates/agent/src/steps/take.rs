@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use kube::runtime::events::EventType;
 
+use crate::decide::mig_mode;
 use crate::decide::next_step::Next;
 use crate::nvml::{NvmlBackend, NvmlError, NvmlProfileId, Placement, Reason};
 use crate::observe::observation::Context;
@@ -231,12 +232,19 @@ impl Agent {
                 user: format!("pod {pod}"),
             });
         }
-        let mode = self.nvml_call(move |n| n.set_mig_mode(gpu, true)).await?;
+        let processes = self.nvml_call(move |n| n.gpu_processes(gpu)).await?;
+        if !processes.is_empty() {
+            let user = mig_mode::describe_processes(&processes);
+            return Err(StepError::InUse { gpu, instance: "the whole GPU".into(), user });
+        }
+        let change = self.nvml_call(move |n| n.set_mig_mode(gpu, true)).await?;
         if let Some(inv) = cx.inventory.gpus.iter().find(|g| g.index == gpu) {
             self.mem.rules.remove(&inv.uuid);
         }
-        if !mode.current {
-            return Err(StepError::MigModePending { gpu });
+        if !change.mode.current {
+            let architecture = cx.models.get(&gpu).map(|m| m.architecture.as_str());
+            let blocker = mig_mode::pending_blocker(gpu, architecture, change.activation.as_ref());
+            return Err(StepError::MigModePending { gpu, blocker });
         }
         self.event(
             EventType::Normal,

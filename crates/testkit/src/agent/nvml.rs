@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use geometer_agent::nvml::sim::SimNvml;
 use geometer_agent::nvml::{
     ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
-    MigMode, NvmlBackend, NvmlError, NvmlProfileId, Placement, ProcessInfo, Reason,
+    MigModeChange, NvmlBackend, NvmlError, NvmlProfileId, Placement, ProcessInfo, Reason,
 };
 use geometer_agent::SharedAssignments;
 
@@ -174,7 +174,10 @@ impl NvmlBackend for AuditedNvml {
     fn processes(&self, gpu: GpuIndex, mig_uuid: &str) -> Result<Vec<ProcessInfo>, NvmlError> {
         self.call(|n| n.processes(gpu, mig_uuid))
     }
-    fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigMode, NvmlError> {
+    fn gpu_processes(&self, gpu: GpuIndex) -> Result<Vec<ProcessInfo>, NvmlError> {
+        self.call(|n| n.gpu_processes(gpu))
+    }
+    fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigModeChange, NvmlError> {
         self.call(|n| n.set_mig_mode(gpu, enabled))
     }
 }

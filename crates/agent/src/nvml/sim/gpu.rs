@@ -1,16 +1,16 @@
 //! One simulated GPU: its reported profiles, instances and processes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use geometer_solver::catalog::{GpuModel, ProfileId};
 use geometer_solver::geometry::{validate, Geometry, Placed};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::nvml::sim::SimGpuOptions;
+use crate::nvml::sim::{MigModeSwitch, SimGpuOptions};
 use crate::nvml::{
     ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
-    MigMode, NvmlProfileId, NvmlProfileIndex, Placement, ProcessInfo, Reason,
+    MigMode, MigModeChange, NvmlProfileId, NvmlProfileIndex, Placement, ProcessInfo, Reason,
 };
 use geometer_api::PlacedInstance;
 
@@ -69,7 +69,10 @@ pub(crate) struct SimGpu {
     /// `None`: the GPU cannot do MIG.
     model: Option<GpuModel>,
     mig: Option<MigMode>,
-    mig_mode_needs_reset: bool,
+    mig_mode_switch: MigModeSwitch,
+    /// Other NVML clients with the GPU open (not kept in a state file: they are processes of
+    /// this run).
+    clients: BTreeSet<String>,
     /// Parallel to `model.profiles`.
     reported: Vec<ReportedProfile>,
     instances: BTreeMap<u32, SimInstance>,
@@ -92,7 +95,8 @@ impl SimGpu {
             pci_device_id,
             model: Some(model),
             mig: Some(MigMode { current: options.mig_enabled, pending: options.mig_enabled }),
-            mig_mode_needs_reset: options.mig_mode_needs_reset,
+            mig_mode_switch: options.mig_mode_switch,
+            clients: BTreeSet::new(),
             reported,
             instances: BTreeMap::new(),
             processes: BTreeMap::new(),
@@ -109,7 +113,8 @@ impl SimGpu {
             pci_device_id,
             model: None,
             mig: None,
-            mig_mode_needs_reset: false,
+            mig_mode_switch: MigModeSwitch::AsTheArchitecture,
+            clients: BTreeSet::new(),
             reported: Vec::new(),
             instances: BTreeMap::new(),
             processes: BTreeMap::new(),
@@ -235,8 +240,9 @@ impl SimGpu {
     pub(crate) fn destroy_gpu_instance(&mut self, id: u32) -> Result<(), Reason> {
         self.mig_on()?;
         let instance = self.instances.get(&id).ok_or(Reason::NotFound)?;
-        if instance.compute.is_some() || self.processes.values().any(|t| *t == ProcessTarget::GpuInstance(id))
-        {
+        // Another client's handle refuses the destroy with no process showing.
+        let busy = self.processes.values().any(|t| *t == ProcessTarget::GpuInstance(id));
+        if instance.compute.is_some() || busy || !self.clients.is_empty() {
             return Err(Reason::InUse);
         }
         self.instances.remove(&id);
@@ -274,7 +280,8 @@ impl SimGpu {
 
     pub(crate) fn destroy_compute_instance(&mut self, gi: u32, ci: u32) -> Result<(), Reason> {
         self.mig_on()?;
-        let busy = self.processes.values().any(|t| *t == ProcessTarget::GpuInstance(gi));
+        let busy =
+            self.processes.values().any(|t| *t == ProcessTarget::GpuInstance(gi)) || !self.clients.is_empty();
         let instance = self.instances.get_mut(&gi).ok_or(Reason::NotFound)?;
         match &instance.compute {
             Some((id, _)) if *id == ci => {
@@ -330,18 +337,44 @@ impl SimGpu {
         self.processes.remove(&pid).is_some()
     }
 
-    pub(crate) fn set_mig_mode(&mut self, enabled: bool) -> Result<MigMode, Reason> {
-        let mode = self.mig.as_mut().ok_or(Reason::NotSupported)?;
-        // Changing the mode resets the GPU: NVML refuses while anything runs on it, and MIG
-        // cannot be turned off under existing instances.
-        if !self.processes.is_empty() || (!enabled && !self.instances.is_empty()) {
+    /// As `nvmlDeviceSetMigMode`: MIG cannot be turned off under existing instances (refused);
+    /// otherwise the request is accepted and the activation status says whether it took
+    /// effect (see [`MigModeSwitch`]).
+    pub(crate) fn set_mig_mode(&mut self, enabled: bool) -> Result<MigModeChange, Reason> {
+        let ampere = self.model.as_ref().is_some_and(|m| m.architecture.starts_with("Ampere"));
+        let held = !self.processes.is_empty() || !self.clients.is_empty();
+        if !enabled && !self.instances.is_empty() {
             return Err(Reason::InUse);
         }
+        let mode = self.mig.as_mut().ok_or(Reason::NotSupported)?;
         mode.pending = enabled;
-        if !self.mig_mode_needs_reset {
+        let activation = match self.mig_mode_switch {
+            MigModeSwitch::ResetRequired => Some(Reason::ResetRequired),
+            MigModeSwitch::AfterReset => Some(Reason::InUse),
+            MigModeSwitch::AsTheArchitecture if ampere || held => Some(Reason::InUse),
+            MigModeSwitch::AsTheArchitecture => None,
+        };
+        if activation.is_none() || mode.current == enabled {
             mode.current = enabled;
         }
-        Ok(*mode)
+        Ok(MigModeChange {
+            mode: *mode,
+            activation: (mode.current != enabled).then_some(activation).flatten(),
+        })
+    }
+
+    pub(crate) fn open_client(&mut self, client: &str) {
+        self.clients.insert(client.to_string());
+    }
+
+    pub(crate) fn close_client(&mut self, client: &str) {
+        self.clients.remove(client);
+    }
+
+    /// Processes on the whole GPU (outside any MIG device) and, as NVML reports them on the
+    /// parent device, on its MIG devices.
+    pub(crate) fn gpu_processes(&self) -> Vec<ProcessInfo> {
+        self.processes.keys().map(|&pid| ProcessInfo { pid, used_memory_bytes: Some(1 << 30) }).collect()
     }
 
     pub(crate) fn reset(&mut self) {
