@@ -11,4 +11,5 @@ mod nvml_probe;
 mod nvml_real;
 mod nvml_sim;
 mod requests;
+mod shared_devices;
 mod steps;

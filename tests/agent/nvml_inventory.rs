@@ -170,6 +170,28 @@ async fn inventory_names_the_pod_on_each_mig_device() {
 }
 
 #[test]
+fn replicas_of_a_shared_device_are_matched_and_every_pod_on_it_is_listed() {
+    // Time-slicing and MPS: the device plugin advertises `<id>::<n>` per replica.
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu("H100-80GB").unwrap();
+    let device = sim.set_geometry(0, &[("7g.80gb", 0)]).unwrap().remove(0);
+    let replica = |pod: &str, n: u32| DeviceAssignment {
+        namespace: "ml".into(),
+        pod: pod.into(),
+        container: "main".into(),
+        resource: "nvidia.com/mig-7g.80gb".into(),
+        device_id: format!("{}::{n}", device.uuid),
+    };
+    let assignments = [replica("a", 0), replica("b", 3), replica("b", 4)];
+    let inventory = read_inventory(&sim, Catalog::builtin(), &assignments).unwrap();
+    let instance = &inventory.gpus[0].instances[0];
+    assert_eq!(instance.pod.as_deref(), Some("ml/a"));
+    assert_eq!(instance.shared_with, ["ml/b"]);
+    assert!(inventory.unmatched.is_empty(), "{:?}", inventory.unmatched);
+    assert!(instance.in_use());
+}
+
+#[test]
 fn a_planned_profile_name_resolves_to_the_driver_profile_id() {
     let sim = SimNvml::new("node-a");
     sim.add_gpu("H100-80GB").unwrap();

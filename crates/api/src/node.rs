@@ -191,6 +191,11 @@ pub struct MigInstance {
     /// `namespace/name` of the pod the kubelet assigned this device to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// Further pods the kubelet assigned this same device to, when the device plugin shares it
+    /// (time-slicing or MPS replicas, advertised as `<device id>::<n>`). Each must leave before
+    /// the instance goes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_with: Vec<String>,
     /// Processes NVML reports on the instance (in use even without a pod, e.g. outside
     /// Kubernetes).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -200,7 +205,12 @@ pub struct MigInstance {
 impl MigInstance {
     /// In use: assigned to a pod or running processes. Never destroyed while in use.
     pub fn in_use(&self) -> bool {
-        self.pod.is_some() || self.processes > 0
+        self.pod.is_some() || !self.shared_with.is_empty() || self.processes > 0
+    }
+
+    /// Every pod the kubelet assigned this device to.
+    pub fn pods(&self) -> impl Iterator<Item = &String> {
+        self.pod.iter().chain(&self.shared_with)
     }
 
     pub fn placed(&self) -> PlacedInstance {

@@ -70,7 +70,7 @@ impl GpuWork {
 
     /// Pods that must leave before the work can be done.
     pub(crate) fn pods_to_evict(&self) -> Vec<String> {
-        let mut pods: Vec<String> = self.destroy.iter().filter_map(|i| i.pod.clone()).collect();
+        let mut pods: Vec<String> = self.destroy.iter().flat_map(MigInstance::pods).cloned().collect();
         if self.enable_mig {
             pods.extend(self.whole_gpu_pod.clone());
         }
@@ -228,6 +228,7 @@ mod tests {
             uuid: Some(format!("MIG-{gi}")),
             pod: pod.map(str::to_string),
             processes: 0,
+            shared_with: Vec::new(),
         }
     }
 

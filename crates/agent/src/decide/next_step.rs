@@ -213,6 +213,7 @@ mod tests {
             uuid: Some(format!("MIG-{gi}")),
             pod: pod.map(str::to_string),
             processes: 0,
+            shared_with: Vec::new(),
         }
     }
 

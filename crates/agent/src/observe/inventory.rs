@@ -100,8 +100,8 @@ fn read_gpu(
         pod: None,
     };
     let index_id = device.index.to_string();
-    if let Some(i) = find_assignment(assignments, used, |id| id == device.uuid || id == index_id) {
-        gpu.pod = Some(assignments[i].pod_ref().to_string());
+    if let Some(first) = holders(assignments, used, |id| id == device.uuid || id == index_id).first() {
+        gpu.pod = Some(first.clone());
     }
     if !mig.current {
         return Ok(gpu);
@@ -122,12 +122,13 @@ fn read_gpu(
             uuid: mig_device.map(|d| d.uuid.clone()),
             pod: None,
             processes: 0,
+            shared_with: Vec::new(),
         };
         if let Some(d) = mig_device {
             instance.processes = nvml.processes(device.index, &d.uuid)?.len() as u32;
-            if let Some(i) = find_assignment(assignments, used, |id| matches_mig_device(id, device, d)) {
-                instance.pod = Some(assignments[i].pod_ref().to_string());
-            }
+            let mut pods = holders(assignments, used, |id| matches_mig_device(id, device, d)).into_iter();
+            instance.pod = pods.next();
+            instance.shared_with = pods.collect();
         }
         gpu.instances.push(instance);
     }
@@ -135,20 +136,24 @@ fn read_gpu(
     Ok(gpu)
 }
 
-/// Marks every assignment whose id matches; returns the first (a device has one holder).
-fn find_assignment(
+/// Marks every assignment of the device (a replica `<id>::<n>` of a shared device included)
+/// and returns the pods holding it, each once, in order.
+fn holders(
     assignments: &[DeviceAssignment],
     used: &mut [bool],
     matches: impl Fn(&str) -> bool,
-) -> Option<usize> {
-    let mut first = None;
+) -> Vec<String> {
+    let mut pods: Vec<String> = Vec::new();
     for (i, a) in assignments.iter().enumerate() {
-        if matches(&a.device_id) {
+        if matches(a.device()) {
             used[i] = true;
-            first.get_or_insert(i);
+            let pod = a.pod_ref().to_string();
+            if !pods.contains(&pod) {
+                pods.push(pod);
+            }
         }
     }
-    first
+    pods
 }
 
 fn matches_mig_device(id: &str, gpu: &DeviceInfo, d: &MigDeviceInfo) -> bool {

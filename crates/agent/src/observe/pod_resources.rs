@@ -56,6 +56,13 @@ impl DeviceAssignment {
         PodKey::new(&self.namespace, &self.pod)
     }
 
+    /// The device id without a sharing replica: the device plugin advertises each replica of a
+    /// time-sliced or MPS-shared device as `<device id>::<n>` (NVIDIA/k8s-device-plugin
+    /// `internal/rm/devices.go`, `AnnotatedID`), and PodResources reports those ids.
+    pub fn device(&self) -> &str {
+        self.device_id.split_once("::").map_or(self.device_id.as_str(), |(id, _)| id)
+    }
+
     /// The MIG profile, for a `nvidia.com/mig-<profile>` resource.
     pub fn mig_profile(&self) -> Option<&str> {
         geometer_api::resources::mig_profile(&self.resource)

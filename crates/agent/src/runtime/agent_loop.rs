@@ -85,6 +85,8 @@ pub enum StepError {
     MigModePending { gpu: u32, blocker: String },
     #[error("GPU {gpu}: instance {instance} is in use ({user}); it is never destroyed while in use")]
     InUse { gpu: u32, instance: String, user: String },
+    #[error("GPU {gpu}: nothing is destroyed on this node while the kubelet reports NVIDIA devices the agent cannot match to a GPU or MIG instance, as they may be on it: {devices}. Check the device plugin's id strategy (uuid or index) and its sharing settings")]
+    UnknownDeviceInUse { gpu: u32, devices: String },
     #[error("GPU {gpu}: {what}")]
     Placement { gpu: u32, what: String },
     #[error("verification failed: {0}")]
@@ -108,6 +110,7 @@ impl StepError {
             StepError::DevicePluginRefused { .. } => "DevicePluginRestartRefused",
             StepError::MigModePending { .. } => "MigModePendingReset",
             StepError::InUse { .. } => "InstanceInUse",
+            StepError::UnknownDeviceInUse { .. } => "UnknownDeviceInUse",
             StepError::Placement { .. } => "PlacementUnknown",
             StepError::Verify(_) => "VerifyFailed",
             StepError::Task(_) => "NvmlError",

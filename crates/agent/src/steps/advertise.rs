@@ -102,6 +102,7 @@ mod tests {
                     uuid: device.then(|| format!("MIG-{i}")),
                     pod: None,
                     processes: 0,
+                    shared_with: Vec::new(),
                 })
                 .collect(),
             pod: None,

@@ -164,6 +164,7 @@ impl Agent {
             Next::EnableMigMode { gpu } => self.enable_mig_mode(*gpu, cx).await,
             Next::DestroyComputeInstance { gpu, instance } => {
                 ensure_unused(*gpu, instance)?;
+                ensure_no_unknown_devices(*gpu, cx)?;
                 let ci = instance.compute_instance_id.unwrap_or_default();
                 let (gpu, gi) = (*gpu, instance.gpu_instance_id);
                 self.nvml_call(move |n| n.destroy_compute_instance(gpu, gi, ci))
@@ -173,6 +174,7 @@ impl Agent {
             }
             Next::DestroyGpuInstance { gpu, instance } => {
                 ensure_unused(*gpu, instance)?;
+                ensure_no_unknown_devices(*gpu, cx)?;
                 let (gpu, gi) = (*gpu, instance.gpu_instance_id);
                 self.nvml_call(move |n| n.destroy_gpu_instance(gpu, gi)).await.or_else(gone_is_done)?;
                 Ok(NextRound::Continue)
@@ -398,6 +400,21 @@ fn ensure_unused(gpu: u32, instance: &MigInstance) -> Result<(), StepError> {
         None => format!("{} process(es) outside Kubernetes", instance.processes),
     };
     Err(StepError::InUse { gpu, instance: instance.placed().to_string(), user })
+}
+
+/// NVIDIA devices the kubelet assigned but the inventory could not place may be on any GPU:
+/// "in use, unknown", so nothing is destroyed until they are understood.
+fn ensure_no_unknown_devices(gpu: u32, cx: &Context) -> Result<(), StepError> {
+    if cx.inventory.unmatched.is_empty() {
+        return Ok(());
+    }
+    let devices: Vec<String> = cx
+        .inventory
+        .unmatched
+        .iter()
+        .map(|a| format!("{} {} of pod {}", a.resource, a.device_id, a.pod_ref()))
+        .collect();
+    Err(StepError::UnknownDeviceInUse { gpu, devices: devices.join(", ") })
 }
 
 /// A destroy that finds nothing to destroy already happened (before a crash, say).
