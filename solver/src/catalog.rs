@@ -5,10 +5,14 @@
 //! [`Catalog::with_overrides`]). Every value that was not seen on hardware is marked
 //! `inferred` or `unverified` in the data, and the agent trusts NVML over the catalog.
 
+mod device_plugin_name;
 mod file;
 mod lookup;
 mod schema;
 
+pub use device_plugin_name::{
+    device_plugin_memory_gb, device_plugin_name, device_plugin_name_from_bytes, nvlib_gpu_instance_profile,
+};
 pub use lookup::{format_device_id, normalize_name, parse_device_id, product_label, NVIDIA_VENDOR};
 
 use std::collections::HashMap;
@@ -109,6 +113,13 @@ pub struct Profile {
     pub name: String,
     /// Other names drivers have used for the same profile, e.g. `3g.39gb`.
     pub aliases: Vec<String>,
+    /// The name NVIDIA's k8s-device-plugin advertises for an instance of this profile with one
+    /// compute instance spanning it (the resource is `nvidia.com/mig-<this>`). It is computed
+    /// by go-nvlib from the memory values, not taken from the driver, so it can differ from
+    /// `name` and from every alias (see [`device_plugin_name`]). Recorded in the catalog; a
+    /// catalog file that leaves it out gets it computed from the model's `memory_mib` and this
+    /// profile's `memory_mib`, or, when the model has no `memory_mib`, the profile's `name`.
+    pub device_plugin_name: String,
     pub kind: ProfileKind,
     pub compute_slices: u8,
     /// Placement units the instance occupies (NVML's "memory slices"); equals `size`.
@@ -141,6 +152,15 @@ impl Profile {
 
     pub fn is_legal_start(&self, start: u8) -> bool {
         self.starts.contains(&start)
+    }
+
+    /// The name the device plugin would advertise for this profile on a GPU with
+    /// `gpu_memory_mib` of total memory (NVML's total), from this profile's `memory_mib` and
+    /// `nvml_profile_index`; `None` where go-nvlib does not know the profile index. Use it when
+    /// memory values are replaced by what NVML reports: `device_plugin_name` is not updated.
+    pub fn computed_device_plugin_name(&self, gpu_memory_mib: u64) -> Option<String> {
+        let (gi_slices, kind) = nvlib_gpu_instance_profile(self.nvml_profile_index)?;
+        Some(device_plugin_name(gpu_memory_mib, self.memory_mib, gi_slices, gi_slices, kind))
     }
 }
 
@@ -198,6 +218,17 @@ impl GpuModel {
     /// When `id` is not an index into `profiles` (a programming error: ids come from this model).
     pub fn profile_info(&self, id: ProfileId) -> &Profile {
         &self.profiles[id]
+    }
+
+    /// Profile by the name the device plugin advertises (`1g.10gb`, or `mig-1g.10gb` /
+    /// `nvidia.com/mig-1g.10gb` as a pod requests it), exact then case-insensitive.
+    pub fn profile_by_device_plugin_name(&self, name: &str) -> Option<ProfileId> {
+        let name = name.strip_prefix("nvidia.com/").unwrap_or(name);
+        let name = name.strip_prefix("mig-").unwrap_or(name);
+        self.profiles
+            .iter()
+            .position(|p| p.device_plugin_name == name)
+            .or_else(|| self.profiles.iter().position(|p| p.device_plugin_name.eq_ignore_ascii_case(name)))
     }
 
     /// Profiles without a media/graphics suffix: what the planner uses by default.

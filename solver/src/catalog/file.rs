@@ -9,8 +9,8 @@
 //!   placement_units: 8
 //!   compute_slices: 7
 //!   profiles:
-//!   - {name: 1g.5gb, compute_slices: 1, memory_mib: 4864, starts: [0,1,2,3,4,5,6], size: 1,
-//!      max_instances: 7, nvml_profile_index: 0}
+//!   - {name: 1g.5gb, device_plugin_name: 1g.5gb, compute_slices: 1, memory_mib: 4864,
+//!      starts: [0,1,2,3,4,5,6], size: 1, max_instances: 7, nvml_profile_index: 0}
 //! unplaceable:
 //! - {key: RTX-PRO-5000, reason: placements unknown}
 //! ```
@@ -67,6 +67,9 @@ pub(super) struct RawProfile {
     pub(super) name: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(super) aliases: Vec<String>,
+    /// What NVIDIA's device plugin advertises (`nvidia.com/mig-<this>`); computed when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) device_plugin_name: Option<String>,
     pub(super) compute_slices: i64,
     /// Defaults to `size`; NVML calls placement units memory slices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -170,6 +173,7 @@ fn raw_model(m: &GpuModel) -> RawModel {
             .map(|p| RawProfile {
                 name: p.name.clone(),
                 aliases: p.aliases.clone(),
+                device_plugin_name: Some(p.device_plugin_name.clone()),
                 compute_slices: p.compute_slices.into(),
                 memory_slices: None,
                 memory_mib: p.memory_mib as i64,

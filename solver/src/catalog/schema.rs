@@ -7,7 +7,10 @@ use thiserror::Error;
 
 use super::file::{CatalogFile, RawEngines, RawModel, RawProfile};
 use super::lookup::{format_device_id, parse_device_id, product_label};
-use super::{Engines, ExclusiveGroup, GpuModel, Profile, ProfileKind, UnplaceableModel};
+use super::{
+    device_plugin_name, nvlib_gpu_instance_profile, Engines, ExclusiveGroup, GpuModel, Profile, ProfileKind,
+    UnplaceableModel,
+};
 
 /// Most profiles a model may have: profile sets are 64-bit masks in the geometry search.
 pub(super) const MAX_PROFILES: usize = 64;
@@ -148,7 +151,8 @@ fn convert_model(raw: RawModel) -> Result<GpuModel, CatalogError> {
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut profiles = Vec::with_capacity(raw.profiles.len());
     for (id, rp) in raw.profiles.into_iter().enumerate() {
-        let profile = convert_profile(&key, placement_units, compute_slices, engine_totals.as_ref(), rp)?;
+        let profile =
+            convert_profile(&key, placement_units, compute_slices, memory_mib, engine_totals.as_ref(), rp)?;
         for name in std::iter::once(&profile.name).chain(&profile.aliases) {
             let at = At { model: &key, profile: Some(&profile.name) };
             if names.insert(name.to_ascii_lowercase(), id).is_some() {
@@ -236,6 +240,7 @@ fn convert_profile(
     model: &str,
     units: u8,
     compute_total: u8,
+    gpu_memory_mib: Option<u64>,
     engine_totals: Option<&Engines>,
     raw: RawProfile,
 ) -> Result<Profile, CatalogError> {
@@ -312,18 +317,43 @@ fn convert_profile(
         }
         aliases.push(alias);
     }
+    let memory_mib: u64 = at.int("memory_mib", raw.memory_mib, 1, i64::MAX)?;
+    let nvml_profile_index: u32 = at.int("nvml_profile_index", raw.nvml_profile_index, 0, u32::MAX as i64)?;
+    let device_plugin_name = match raw.device_plugin_name {
+        Some(recorded) => {
+            let recorded = recorded.trim().to_string();
+            let ok = !recorded.is_empty()
+                && recorded.chars().all(|c| c.is_ascii_alphanumeric() || ".+-_,".contains(c));
+            if !ok {
+                return Err(at.err(
+                    "device_plugin_name",
+                    format!("{recorded:?}"),
+                    "use the name the device plugin advertises without nvidia.com/mig- (e.g. 1g.10gb+me)",
+                ));
+            }
+            recorded
+        }
+        None => match (gpu_memory_mib, nvlib_gpu_instance_profile(nvml_profile_index)) {
+            (Some(gpu), Some((gi_slices, kind))) => {
+                device_plugin_name(gpu, memory_mib, gi_slices, gi_slices, kind)
+            }
+            // Nothing to compute from: the catalog's own name is the best guess.
+            _ => name.clone(),
+        },
+    };
     Ok(Profile {
         aliases,
+        device_plugin_name,
         kind,
         compute_slices: at.int("compute_slices", raw.compute_slices, 1, compute_total as i64)?,
         memory_slices,
-        memory_mib: at.int("memory_mib", raw.memory_mib, 1, i64::MAX)?,
+        memory_mib,
         starts,
         size,
         max_instances: at.int("max_instances", raw.max_instances, 1, 255)?,
         engines,
         engines_known,
-        nvml_profile_index: at.int("nvml_profile_index", raw.nvml_profile_index, 0, u32::MAX as i64)?,
+        nvml_profile_index,
         nvidia_smi_profile_id: match raw.nvidia_smi_profile_id {
             Some(id) => Some(at.int("nvidia_smi_profile_id", id, 0, u32::MAX as i64)?),
             None => None,
