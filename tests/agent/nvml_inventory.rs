@@ -192,6 +192,23 @@ fn replicas_of_a_shared_device_are_matched_and_every_pod_on_it_is_listed() {
 }
 
 #[test]
+fn the_inventory_says_what_the_device_plugin_will_advertise_each_profile_as() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu("H100-80GB").unwrap();
+    let inventory = read_inventory(&sim, Catalog::builtin(), &[]).unwrap();
+    let advertised = &inventory.gpus[0].advertised_as;
+    assert_eq!(advertised["1g.10gb"], "nvidia.com/mig-1g.10gb");
+    assert_eq!(advertised["7g.80gb"], "nvidia.com/mig-7g.80gb");
+    assert_eq!(advertised["1g.10gb+me"], "nvidia.com/mig-1g.10gb+me");
+
+    // A driver reporting other memory for a profile: the device plugin names it from that
+    // memory (go-nvlib MigProfile.String()), not from the catalog's profile name.
+    sim.override_profile(0, "1g.10gb", |r| r.info.memory_mib = 19968).unwrap();
+    let inventory = read_inventory(&sim, Catalog::builtin(), &[]).unwrap();
+    assert_eq!(inventory.gpus[0].advertised_as["1g.10gb"], "nvidia.com/mig-1g.20gb");
+}
+
+#[test]
 fn a_planned_profile_name_resolves_to_the_driver_profile_id() {
     let sim = SimNvml::new("node-a");
     sim.add_gpu("H100-80GB").unwrap();

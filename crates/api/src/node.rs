@@ -14,6 +14,8 @@
 // kube-derive's repeated `printcolumn(...)` entries look like duplicated attributes to clippy.
 #![allow(clippy::duplicated_attributes)]
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -160,6 +162,11 @@ pub struct GpuInventory {
     /// `namespace/name` of a pod holding the whole GPU (`nvidia.com/gpu`), when MIG is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// Per catalog profile the GPU offers, the resource the NVIDIA device plugin advertises
+    /// its instances as (`nvidia.com/mig-<name>`), computed from NVML's memory figures as the
+    /// device plugin computes it; it can differ from the profile name. Empty without MIG mode.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub advertised_as: BTreeMap<String, String>,
 }
 
 /// MIG mode now and after the next GPU reset.

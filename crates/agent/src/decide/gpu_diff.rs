@@ -241,6 +241,7 @@ mod tests {
             mig_mode: MigModeStatus { current: true, pending: true },
             instances,
             pod: None,
+            advertised_as: Default::default(),
         }
     }
 

@@ -226,6 +226,7 @@ mod tests {
             mig_mode: MigModeStatus { current: true, pending: true },
             instances: have,
             pod: None,
+            advertised_as: Default::default(),
         };
         let spec = GpuGeometry {
             index: 0,

@@ -98,6 +98,9 @@ pub struct DeviceInfo {
     pub pci_device_id: u32,
     /// `None` when the GPU does not support MIG.
     pub mig_mode: Option<MigMode>,
+    /// Total memory (`nvmlDeviceGetMemoryInfo`), in bytes: what the device plugin divides a
+    /// profile's memory by to name it. `None` when NVML cannot tell.
+    pub memory_total_bytes: Option<u64>,
 }
 
 /// What NVML says about one GPU-instance profile of a GPU (`nvmlGpuInstanceProfileInfo`).

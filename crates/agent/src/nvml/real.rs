@@ -284,6 +284,7 @@ impl NvmlBackend for RealNvml {
                 name: device.name().map_err(err)?,
                 pci_device_id: device.pci_info().map_err(err)?.pci_device_id,
                 mig_mode,
+                memory_total_bytes: device.memory_info().ok().map(|m| m.total),
             });
         }
         Ok(devices)

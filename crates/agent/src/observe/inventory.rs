@@ -1,7 +1,10 @@
 //! The node's GPUs as `MigNode.status` shows them: built from NVML and the kubelet's
 //! PodResources (which pod holds which device).
 
-use geometer_solver::catalog::Catalog;
+use std::collections::BTreeMap;
+
+use geometer_api::resources::mig_resource;
+use geometer_solver::catalog::{device_plugin_name_from_bytes, nvlib_gpu_instance_profile, Catalog};
 
 use crate::nvml::{
     format_pci_device_id, DeviceInfo, GpuInstanceProfileInfo, MigDeviceInfo, NvmlBackend, NvmlError,
@@ -98,6 +101,7 @@ fn read_gpu(
         mig_mode: MigModeStatus { current: mig.current, pending: mig.pending },
         instances: Vec::new(),
         pod: None,
+        advertised_as: Default::default(),
     };
     let index_id = device.index.to_string();
     if let Some(first) = holders(assignments, used, |id| id == device.uuid || id == index_id).first() {
@@ -107,6 +111,7 @@ fn read_gpu(
         return Ok(gpu);
     }
     let profiles = nvml.gpu_instance_profiles(device.index)?;
+    gpu.advertised_as = advertised_as(model, device, &profiles);
     let mig_devices = nvml.mig_devices(device.index)?;
     for gi in nvml.gpu_instances(device.index)? {
         let info = profiles.iter().find(|p| p.id == gi.profile_id);
@@ -160,6 +165,33 @@ fn matches_mig_device(id: &str, gpu: &DeviceInfo, d: &MigDeviceInfo) -> bool {
     id == d.uuid
         || id == format!("MIG-{}/{}/{}", gpu.uuid, d.gpu_instance_id, d.compute_instance_id)
         || id == format!("{}:{}", gpu.index, d.index)
+}
+
+/// Per profile, the resource the NVIDIA device plugin will advertise: computed from NVML's
+/// total memory and the profile's memory as go-nvlib's `MigProfile.String()` does (see
+/// [`geometer_solver::catalog::device_plugin_name_from_bytes`]), with the catalog's recorded
+/// name where NVML gives no total memory.
+fn advertised_as(
+    model: Option<&geometer_solver::catalog::GpuModel>,
+    device: &DeviceInfo,
+    profiles: &[GpuInstanceProfileInfo],
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for info in profiles {
+        let profile = profile_name(model, Some(info), info.id);
+        let recorded =
+            model.and_then(|m| match_profile(m, info).map(|id| m.profiles[id].device_plugin_name.clone()));
+        let computed = match (device.memory_total_bytes, nvlib_gpu_instance_profile(info.profile_index.0)) {
+            (Some(total), Some((slices, kind))) => {
+                Some(device_plugin_name_from_bytes(total, info.memory_mib, slices, slices, kind))
+            }
+            _ => None,
+        };
+        if let Some(name) = computed.or(recorded) {
+            out.insert(profile, mig_resource(&name));
+        }
+    }
+    out
 }
 
 /// The catalog's name for a GPU instance's profile; NVML's name when the catalog has none.

@@ -106,6 +106,7 @@ mod tests {
                 })
                 .collect(),
             pod: None,
+            advertised_as: Default::default(),
         }
     }
 

@@ -55,6 +55,17 @@ pub fn inventory(node: &MigNode) -> Result<Vec<Gpu>, AdapterError> {
     Ok(out)
 }
 
+/// What the node's device plugin advertises each profile as (`resource -> profile`), where
+/// that differs from `nvidia.com/mig-<profile>`: the agent computes it from NVML's memory
+/// figures as the device plugin does, and a pod asks for what the device plugin advertises.
+pub fn advertised(node: &MigNode) -> impl Iterator<Item = (String, String)> + '_ {
+    let gpus = node.status.as_ref().map(|s| s.gpus.as_slice()).unwrap_or_default();
+    gpus.iter()
+        .flat_map(|g| &g.advertised_as)
+        .filter(|(profile, resource)| **resource != geometer_api::resources::mig_resource(profile))
+        .map(|(profile, resource)| (resource.clone(), profile.clone()))
+}
+
 /// The planner's reading of a MigPolicy. With `whole_selector`, a selector with
 /// `matchExpressions` is refused (the offline planner applies matchLabels only); without, the
 /// caller has applied the selector already and it is not read.

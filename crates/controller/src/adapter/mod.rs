@@ -43,6 +43,9 @@ pub struct Objects {
     pub pods: Vec<Arc<Pod>>,
     /// MigNode inventories, by node name.
     pub inventories: BTreeMap<String, Vec<geometer_solver::snapshot::Gpu>>,
+    /// Resource the device plugin advertises -> catalog profile, as the agents published them
+    /// (`MigNode.status.gpus[].advertisedAs`): how pod requests are read.
+    pub advertised: BTreeMap<String, String>,
     pub policies: Vec<MigPolicy>,
     /// Kinds present but not used, with counts.
     pub ignored: BTreeMap<String, usize>,
@@ -109,6 +112,7 @@ pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
             "MigNode" => {
                 let node: MigNode = serde_json::from_value(item).map_err(bad)?;
                 objects.inventories.insert(node.name_any(), mig_objects::inventory(&node)?);
+                objects.advertised.extend(mig_objects::advertised(&node));
             }
             "MigPolicy" => objects.policies.push(mig_policy_value(item, index)?),
             _ => {
@@ -182,8 +186,11 @@ pub fn build_snapshot(
         _ => geometer_api::DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS.iter().map(|s| s.to_string()).collect(),
     };
     let selector = policy.as_ref().map(|p| p.node_selector.clone()).unwrap_or_default();
-    let requests: Vec<BTreeMap<String, u64>> =
-        objects.pods.iter().map(|pod| pods::effective_requests(pod)).collect::<Result<_, _>>()?;
+    let requests: Vec<BTreeMap<String, u64>> = objects
+        .pods
+        .iter()
+        .map(|pod| pods::effective_requests(pod).map(|r| pods::as_profiles(r, &objects.advertised)))
+        .collect::<Result<_, _>>()?;
     let usage = Usage::of(objects, &requests);
 
     let mut snapshot = Snapshot::default();

@@ -2,7 +2,7 @@
 //! and whether a pod is demand.
 
 use geometer_api::do_not_disrupt::{self, Verdict};
-use geometer_api::resources::MIG_RESOURCE_PREFIX;
+use geometer_api::resources::{mig_resource, MIG_RESOURCE_PREFIX};
 use std::collections::BTreeMap;
 
 use geometer_solver::snapshot::{
@@ -93,6 +93,23 @@ pub fn effective_requests(pod: &Pod) -> Result<BTreeMap<String, u64>, AdapterErr
         *sum.entry(name.clone()).or_default() += milli;
     }
     Ok(sum)
+}
+
+/// Requests with each advertised MIG resource renamed to its catalog profile's resource
+/// (`advertised`: resource -> profile, see [`crate::adapter::mig_objects::advertised`]).
+pub fn as_profiles(
+    requests: BTreeMap<String, u64>,
+    advertised: &BTreeMap<String, String>,
+) -> BTreeMap<String, u64> {
+    if advertised.is_empty() {
+        return requests;
+    }
+    let mut out = BTreeMap::new();
+    for (name, value) in requests {
+        let name = advertised.get(&name).map_or(name, |profile| mig_resource(profile));
+        *out.entry(name).or_default() += value;
+    }
+    out
 }
 
 /// MIG profile -> slices requested.

@@ -119,6 +119,7 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
     let mut excluded = Vec::new();
     let mut included = BTreeSet::new();
     let mut inventories = BTreeMap::new();
+    let mut advertised = BTreeMap::new();
     let mut settling = false;
     for name in input.managed {
         if let Some((why, passes)) = not_plannable(name, input) {
@@ -130,11 +131,12 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
             Ok(gpus) => {
                 included.insert(name.as_str());
                 inventories.insert(name.to_string(), gpus);
+                advertised.extend(adapter::mig_objects::advertised(&input.mignodes[name]));
             }
             Err(e) => excluded.push((name.clone(), e.to_string())),
         }
     }
-    let mut objects = Objects { inventories, ..Objects::default() };
+    let mut objects = Objects { inventories, advertised, ..Objects::default() };
     for name in &included {
         objects.nodes.push(input.nodes[*name].clone());
     }

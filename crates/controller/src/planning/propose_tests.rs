@@ -210,6 +210,23 @@ fn a_node_whose_inventory_names_an_unreadable_pod_stays_out_and_the_rest_is_plan
 }
 
 #[test]
+fn pods_ask_for_what_the_device_plugin_advertises_and_are_planned_as_its_profile() {
+    // The agent published that this node's device plugin advertises 1g.10gb under another
+    // name (a driver reporting other memory); a pod asking for that name is 1g.10gb demand.
+    let mut world = World::new(0);
+    for node in world.mignodes.values_mut() {
+        let status = Arc::make_mut(node).status.as_mut().unwrap();
+        status.gpus[0].advertised_as.insert("1g.10gb".into(), "nvidia.com/mig-1g.12gb".into());
+    }
+    world.pods.push(Arc::new(unschedulable("ml", "renamed", "1g.12gb")));
+    let prepared = world.prepare();
+    assert_eq!(prepared.snapshot.pending[0].requests, BTreeMap::from([("1g.10gb".to_string(), 1)]));
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!(plan.spec.demand.met.len(), 1, "{:?}", plan.spec.demand);
+    assert_eq!(plan.spec.demand.met[0].profile, "1g.10gb");
+}
+
+#[test]
 fn a_disallowed_profile_is_explained_on_the_pod() {
     let mut world = World::new(1);
     world.policy.spec.allowed_profiles = vec!["2g.20gb".into()];

@@ -157,6 +157,7 @@ impl SimGpu {
             name: self.name.clone(),
             pci_device_id: self.pci_device_id,
             mig_mode: self.mig,
+            memory_total_bytes: self.model.as_ref().and_then(|m| m.memory_mib).map(|mib| mib << 20),
         }
     }
 
