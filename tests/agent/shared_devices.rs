@@ -1,5 +1,5 @@
 //! Devices the device plugin shares (time-slicing, MPS) and devices the agent cannot place:
-//! both count as in use, and nothing is destroyed under them.
+//! both count as in use, and nothing is destroyed under them; nor under another NVML client.
 
 use geometer_testkit::agent as agent_support;
 
@@ -57,6 +57,30 @@ async fn a_device_the_agent_cannot_place_blocks_every_destroy_until_it_is_gone()
     assert_eq!(h.geometry(0), vec!["3g.40gb@0", "3g.40gb@4"], "nothing was destroyed");
 
     h.assignments.update(|list| list.retain(|a| a.pod != "mystery"));
+    h.wait_ready(generation).await;
+    agent.abort();
+    assert_eq!(h.geometry(0), vec!["1g.10gb@4", "3g.40gb@0"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destroy_refused_by_another_nvml_client_says_so_and_completes_once_it_lets_go() {
+    let h = Harness::new(&[("H100-80GB", &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+    // DCGM holds the GPU: no process shows on the instance, but NVML answers IN_USE.
+    h.sim.open_client(0, "nv-hostengine").unwrap();
+    let mut cfg = h.config();
+    cfg.backoff = geometer_agent::Backoff::new(Duration::from_millis(200), Duration::from_millis(400));
+    let agent = h.spawn_agent(cfg, None);
+    let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("1g.10gb", 4)])]).await;
+
+    let (reason, message) = h.wait_for("Failed: GpuHeldByClient", failed).await;
+    assert_eq!(reason, "GpuHeldByClient");
+    assert!(
+        message.contains("another NVML client holds the GPU") && message.contains("dcgm-exporter"),
+        "{message}"
+    );
+    assert_eq!(h.geometry(0), vec!["3g.40gb@0", "3g.40gb@4"]);
+
+    h.sim.close_client(0, "nv-hostengine").unwrap();
     h.wait_ready(generation).await;
     agent.abort();
     assert_eq!(h.geometry(0), vec!["1g.10gb@4", "3g.40gb@0"]);

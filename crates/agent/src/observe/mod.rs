@@ -2,6 +2,7 @@
 //! the read-only probe, and everything one round reads before it decides.
 
 pub mod catalog_check;
+pub(crate) mod device_holders;
 pub(crate) mod inventory;
 pub(crate) mod observation;
 pub mod pod_resources;

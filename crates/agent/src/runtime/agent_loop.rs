@@ -87,6 +87,8 @@ pub enum StepError {
     InUse { gpu: u32, instance: String, user: String },
     #[error("GPU {gpu}: nothing is destroyed on this node while the kubelet reports NVIDIA devices the agent cannot match to a GPU or MIG instance, as they may be on it: {devices}. Check the device plugin's id strategy (uuid or index) and its sharing settings")]
     UnknownDeviceInUse { gpu: u32, devices: String },
+    #[error("GPU {gpu}: NVML refuses to destroy instance {instance} as in use, but no pod and no process uses it: another NVML client holds the GPU (processes with NVIDIA devices open: {holders}). Stop or pause it (mig-parted's reconfigure stops the device plugin, GPU feature discovery, dcgm-exporter, DCGM and nvidia-persistenced around a change); the agent tries again")]
+    HeldByClient { gpu: u32, instance: String, holders: String },
     #[error("GPU {gpu}: {what}")]
     Placement { gpu: u32, what: String },
     #[error("verification failed: {0}")]
@@ -111,6 +113,7 @@ impl StepError {
             StepError::MigModePending { .. } => "MigModePendingReset",
             StepError::InUse { .. } => "InstanceInUse",
             StepError::UnknownDeviceInUse { .. } => "UnknownDeviceInUse",
+            StepError::HeldByClient { .. } => "GpuHeldByClient",
             StepError::Placement { .. } => "PlacementUnknown",
             StepError::Verify(_) => "VerifyFailed",
             StepError::Task(_) => "NvmlError",

@@ -1,12 +1,14 @@
 //! Taking a step: record it in status first, then act, with a hook on each side.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use kube::runtime::events::EventType;
 
 use crate::decide::mig_mode;
 use crate::decide::next_step::Next;
 use crate::nvml::{NvmlBackend, NvmlError, NvmlProfileId, Placement, Reason};
+use crate::observe::device_holders::device_holders;
 use crate::observe::observation::Context;
 use crate::observe::sources::StepPoint;
 use crate::runtime::agent_loop::{Agent, NextRound, StepError};
@@ -166,17 +168,21 @@ impl Agent {
                 ensure_unused(*gpu, instance)?;
                 ensure_no_unknown_devices(*gpu, cx)?;
                 let ci = instance.compute_instance_id.unwrap_or_default();
-                let (gpu, gi) = (*gpu, instance.gpu_instance_id);
-                self.nvml_call(move |n| n.destroy_compute_instance(gpu, gi, ci))
+                let (gpu_index, gi) = (*gpu, instance.gpu_instance_id);
+                self.nvml_call(move |n| n.destroy_compute_instance(gpu_index, gi, ci))
                     .await
-                    .or_else(gone_is_done)?;
+                    .or_else(gone_is_done)
+                    .map_err(|e| held_by_client(e, *gpu, instance))?;
                 Ok(NextRound::Continue)
             }
             Next::DestroyGpuInstance { gpu, instance } => {
                 ensure_unused(*gpu, instance)?;
                 ensure_no_unknown_devices(*gpu, cx)?;
-                let (gpu, gi) = (*gpu, instance.gpu_instance_id);
-                self.nvml_call(move |n| n.destroy_gpu_instance(gpu, gi)).await.or_else(gone_is_done)?;
+                let (gpu_index, gi) = (*gpu, instance.gpu_instance_id);
+                self.nvml_call(move |n| n.destroy_gpu_instance(gpu_index, gi))
+                    .await
+                    .or_else(gone_is_done)
+                    .map_err(|e| held_by_client(e, *gpu, instance))?;
                 Ok(NextRound::Continue)
             }
             Next::CreateGpuInstance { gpu, placed } => {
@@ -415,6 +421,25 @@ fn ensure_no_unknown_devices(gpu: u32, cx: &Context) -> Result<(), StepError> {
         .map(|a| format!("{} {} of pod {}", a.resource, a.device_id, a.pod_ref()))
         .collect();
     Err(StepError::UnknownDeviceInUse { gpu, devices: devices.join(", ") })
+}
+
+/// NVML refused a destroy as in use although no pod and no process holds the instance:
+/// another NVML client has the GPU open. Said with the processes holding NVIDIA device files
+/// (when the agent can see them), instead of an NVML error retried as if it might pass.
+fn held_by_client(e: StepError, gpu: u32, instance: &MigInstance) -> StepError {
+    let StepError::Nvml(n) = &e else { return e };
+    if !n.is_in_use() || instance.in_use() {
+        return e;
+    }
+    let holders = device_holders(Path::new("/proc"), "/dev/nvidia", std::process::id());
+    let holders = if holders.is_empty() {
+        "no process the agent can see has /dev/nvidia* open (it sees the node's processes only with \
+         hostPID: true)"
+            .to_string()
+    } else {
+        holders.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    };
+    StepError::HeldByClient { gpu, instance: instance.placed().to_string(), holders }
 }
 
 /// A destroy that finds nothing to destroy already happened (before a crash, say).
