@@ -209,6 +209,18 @@ fn the_inventory_says_what_the_device_plugin_will_advertise_each_profile_as() {
 }
 
 #[test]
+fn a_gpu_instance_of_a_profile_nvml_does_not_list_is_an_inventory_error_not_a_free_slice() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu("H100-80GB").unwrap();
+    sim.set_geometry(0, &[("1g.10gb", 0), ("3g.40gb", 4)]).unwrap();
+    sim.hide_profile(0, "1g.10gb").unwrap();
+    let err = read_inventory(&sim, Catalog::builtin(), &[]).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("GPU 0") && text.contains("profile id 19"), "{text}");
+    assert!(text.contains("not among the profiles NVML lists"), "{text}");
+}
+
+#[test]
 fn a_planned_profile_name_resolves_to_the_driver_profile_id() {
     let sim = SimNvml::new("node-a");
     sim.add_gpu("H100-80GB").unwrap();

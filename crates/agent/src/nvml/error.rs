@@ -77,6 +77,9 @@ pub enum NvmlError {
     #[error("GPU {gpu}: cannot destroy compute instance {compute_instance} of GPU instance {gpu_instance}: {reason}")]
     DestroyComputeInstance { gpu: GpuIndex, gpu_instance: u32, compute_instance: u32, reason: Reason },
 
+    #[error("GPU {gpu}: GPU instance {gpu_instance} is of profile id {profile}, which is not among the profiles NVML lists for this GPU; the agent does not read it as unknown-so-free. Check the driver version and `nvidia-smi mig -lgip`")]
+    UnknownGpuInstanceProfile { gpu: GpuIndex, gpu_instance: u32, profile: NvmlProfileId },
+
     #[error("GPU {gpu}: no MIG device {uuid}: {reason}")]
     MigDevice { gpu: GpuIndex, uuid: String, reason: Reason },
 
@@ -100,7 +103,8 @@ impl NvmlError {
             | NvmlError::SetMigMode { reason, .. } => Some(reason),
             NvmlError::DriverNotFound { .. }
             | NvmlError::MissingSymbol { .. }
-            | NvmlError::NoSuchGpu { .. } => None,
+            | NvmlError::NoSuchGpu { .. }
+            | NvmlError::UnknownGpuInstanceProfile { .. } => None,
         }
     }
 

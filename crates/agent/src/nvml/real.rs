@@ -121,7 +121,12 @@ impl RealNvml {
             let mut info: nvmlGpuInstanceProfileInfo_v2_t = unsafe { mem::zeroed() };
             info.version = mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>() as c_uint | (2 << 24);
             let code = unsafe { f(dev, index, &mut info) };
-            if code != nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH {
+            // Drivers that predate the v2 struct answer VERSION_MISMATCH, and some answer
+            // INVALID_ARGUMENT for the version field itself: both fall through to the
+            // unversioned call, whose answer then decides (an absent profile says so there).
+            let unversioned = code == nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+                || code == nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+            if !unversioned {
                 return match profile_absent(code) {
                     true => Ok(None),
                     false => {
@@ -231,8 +236,12 @@ impl RealNvml {
         for index in 0..max {
             let mut mig: nvmlDevice_t = ptr::null_mut();
             let code = unsafe { by_index(dev, index, &mut mig) };
-            // Slots without a MIG device answer NOT_FOUND; enumeration continues past them.
-            if code == nvmlReturn_enum_NVML_ERROR_NOT_FOUND {
+            // Slots without a MIG device answer NOT_FOUND, and on some drivers INVALID_ARGUMENT;
+            // enumeration continues past them (NVIDIA/go-nvlib `pkg/nvlib/device/device.go`,
+            // `VisitMigDevices`, skips both).
+            if code == nvmlReturn_enum_NVML_ERROR_NOT_FOUND
+                || code == nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT
+            {
                 continue;
             }
             check(code).map_err(|reason| NvmlError::Gpu { gpu, call: NvmlCall::MigDevices, reason })?;

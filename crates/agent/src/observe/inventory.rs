@@ -114,8 +114,13 @@ fn read_gpu(
     gpu.advertised_as = advertised_as(model, device, &profiles);
     let mig_devices = nvml.mig_devices(device.index)?;
     for gi in nvml.gpu_instances(device.index)? {
-        let info = profiles.iter().find(|p| p.id == gi.profile_id);
-        let profile = profile_name(model, info, gi.profile_id);
+        let info =
+            profiles.iter().find(|p| p.id == gi.profile_id).ok_or(NvmlError::UnknownGpuInstanceProfile {
+                gpu: device.index,
+                gpu_instance: gi.id,
+                profile: gi.profile_id,
+            })?;
+        let profile = profile_name(model, Some(info), gi.profile_id);
         let computes = nvml.compute_instances(device.index, gi.id)?;
         let mig_device = mig_devices.iter().find(|d| d.gpu_instance_id == gi.id);
         let mut instance = MigInstance {
