@@ -110,6 +110,12 @@ fn render_gpu(gpu: &ProbeGpu, out: &mut String) {
         ];
         indent(&output::table(&headers, &rows), out);
     }
+    if !gpu.advertised_names.is_empty() {
+        out.push_str("  advertised by the device plugin as (go-nvlib's naming, from NVML's memory):\n");
+        let rows: Vec<Vec<String>> =
+            gpu.advertised_names.iter().map(|(p, r)| vec![p.clone(), r.clone()]).collect();
+        indent(&output::table(&["PROFILE", "RESOURCE"], &rows), out);
+    }
     if gpu.instances.is_empty() {
         if d.mig_mode.is_some_and(|m| m.current) {
             out.push_str("  instances: none\n");

@@ -38,6 +38,12 @@ fn probe_of_a_simulated_node_lists_profiles_instances_and_disagreements() {
         "{text}"
     );
     assert!(text.contains("GPU 1: Tesla T4") && text.contains("MIG mode: not supported"), "{text}");
+    // The names the device plugin will advertise, from NVML's memory figures.
+    assert_eq!(report.gpus[0].advertised_names["3g.40gb"], "nvidia.com/mig-3g.40gb");
+    assert!(
+        text.contains("advertised by the device plugin as") && text.contains("nvidia.com/mig-1g.10gb"),
+        "{text}"
+    );
 }
 
 #[test]

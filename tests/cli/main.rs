@@ -2,4 +2,5 @@
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 mod catalog_geometry;
+mod device_check;
 mod plan;

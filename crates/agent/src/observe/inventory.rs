@@ -176,7 +176,7 @@ fn matches_mig_device(id: &str, gpu: &DeviceInfo, d: &MigDeviceInfo) -> bool {
 /// total memory and the profile's memory as go-nvlib's `MigProfile.String()` does (see
 /// [`geometer_solver::catalog::device_plugin_name_from_bytes`]), with the catalog's recorded
 /// name where NVML gives no total memory.
-fn advertised_as(
+pub(crate) fn advertised_as(
     model: Option<&geometer_solver::catalog::GpuModel>,
     device: &DeviceInfo,
     profiles: &[GpuInstanceProfileInfo],

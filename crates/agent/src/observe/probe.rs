@@ -1,12 +1,14 @@
 //! A read-only look at what NVML reports, compared with the catalog (`geometer agent probe`).
 //! Nothing here changes MIG mode or geometry.
 
+use std::collections::BTreeMap;
+
 use geometer_solver::catalog::Catalog;
 use serde::Serialize;
 
 use crate::nvml::{ComputeInstanceInfo, DeviceInfo, GpuInstanceInfo, MigDeviceInfo, NvmlBackend, NvmlError};
 use crate::observe::catalog_check::{self, NvmlProfile};
-use crate::observe::inventory::find_model;
+use crate::observe::inventory::{advertised_as, find_model};
 use geometer_api::CatalogDisagreement;
 
 /// Everything the probe saw.
@@ -32,6 +34,9 @@ pub struct ProbeGpu {
     pub model: Option<String>,
     /// Every GPU-instance profile with its possible placements (MIG mode on only).
     pub profiles: Vec<NvmlProfile>,
+    /// Per profile, the resource the NVIDIA device plugin will advertise it as, computed from
+    /// NVML's memory figures (see [`crate::observe::inventory`]).
+    pub advertised_names: BTreeMap<String, String>,
     pub instances: Vec<ProbeInstance>,
     pub disagreements: Vec<CatalogDisagreement>,
     /// What could not be read, and why (e.g. "MIG mode is off: NVML reports no profiles").
@@ -66,6 +71,7 @@ fn probe_gpu(nvml: &dyn NvmlBackend, catalog: &Catalog, device: DeviceInfo) -> P
         model: model.map(|m| m.key.clone()),
         device,
         profiles: Vec::new(),
+        advertised_names: BTreeMap::new(),
         instances: Vec::new(),
         disagreements: Vec::new(),
         notes: Vec::new(),
@@ -89,7 +95,11 @@ fn probe_gpu(nvml: &dyn NvmlBackend, catalog: &Catalog, device: DeviceInfo) -> P
         gpu.notes.push("the catalog does not know this GPU (by PCI device id or name)".to_string());
     }
     match catalog_check::read_profiles(nvml, index) {
-        Ok(profiles) => gpu.profiles = profiles,
+        Ok(profiles) => {
+            let infos: Vec<_> = profiles.iter().map(|p| p.info.clone()).collect();
+            gpu.advertised_names = advertised_as(model, &gpu.device, &infos);
+            gpu.profiles = profiles;
+        }
         Err(e) => gpu.notes.push(format!("cannot read profiles: {e}")),
     }
     if let Some(model) = model {
