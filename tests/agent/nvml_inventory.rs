@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 
 use geometer_agent::catalog_check::{self, nvml_model};
-use geometer_agent::nvml::sim::SimNvml;
-use geometer_agent::nvml::{NvmlBackend, NvmlProfileId, Placement};
+use geometer_agent::nvml::sim::{Fault, SimNvml};
+use geometer_agent::nvml::{NvmlBackend, NvmlCall, NvmlProfileId, Placement, Reason};
 use geometer_agent::pod_resources::proto::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
@@ -281,4 +281,28 @@ fn catalog_agrees_with_a_simulated_gpu_until_nvml_says_otherwise() {
     // And the simulated driver enforces it.
     assert!(sim.set_geometry(0, &[("3g.40gb", 0)]).is_err());
     assert!(sim.set_geometry(0, &[("3g.40gb", 4)]).is_ok());
+}
+
+#[test]
+fn a_profile_whose_placements_nvml_will_not_give_is_skipped_and_reported_not_fatal() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu("H100-80GB").unwrap();
+    // The second profile's placements fail; every other profile still reads.
+    sim.inject(Fault::on(NvmlCall::PossiblePlacements).nth(2).reason(Reason::InvalidArgument));
+    let reported = catalog_check::read_profiles(&sim, 0).unwrap();
+    let broken: Vec<_> = reported.iter().filter(|p| p.placements_error.is_some()).collect();
+    assert_eq!(broken.len(), 1);
+    assert!(reported.iter().filter(|p| p.placements_error.is_none()).all(|p| !p.placements.is_empty()));
+    let name = broken[0].info.name.clone().unwrap();
+
+    let model = Catalog::builtin().find("H100-80GB").unwrap();
+    let disagreements = catalog_check::compare(model, 0, &reported);
+    assert!(
+        disagreements.iter().any(|d| d.profile.as_deref() == Some(name.as_str())
+            && d.field == "placements"
+            && d.nvml.starts_with("unreadable: ")),
+        "{disagreements:?}"
+    );
+    let corrected = nvml_model(model, &reported);
+    assert!(corrected.profiles[corrected.profile(&name).unwrap()].starts.is_empty(), "not used on this GPU");
 }

@@ -5,10 +5,12 @@
 //! Every raw symbol is looked up before use and a missing one is an error naming it; nothing
 //! here panics when the driver is old or absent.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::mem;
 use std::os::raw::{c_char, c_uint};
 use std::ptr;
+use std::sync::Mutex;
 
 use nvml_wrapper::error::NvmlError as WrapperError;
 use nvml_wrapper::{Device, Nvml};
@@ -33,6 +35,10 @@ const MAX_COMPUTE_INSTANCE_PROFILE_INDEX: u32 = 16;
 /// NVML through the NVIDIA driver.
 pub struct RealNvml {
     nvml: Nvml,
+    /// MIG device index of each MIG UUID, by GPU, from the last walk of its MIG devices: a
+    /// process query looks its device up by index (checking the UUID) instead of walking every
+    /// slot again, so an inventory walks each GPU's MIG devices once.
+    mig_index: Mutex<HashMap<(GpuIndex, String), u32>>,
 }
 
 impl RealNvml {
@@ -45,7 +51,7 @@ impl RealNvml {
     pub fn init_with_library(library: &str) -> Result<RealNvml, NvmlError> {
         let result = Nvml::builder().lib_path(OsStr::new(library)).init();
         match result {
-            Ok(nvml) => Ok(RealNvml { nvml }),
+            Ok(nvml) => Ok(RealNvml { nvml, mig_index: Mutex::new(HashMap::new()) }),
             Err(WrapperError::LibloadingError(e)) => {
                 Err(NvmlError::DriverNotFound { library: library.to_string(), detail: e.to_string() })
             }
@@ -248,6 +254,21 @@ impl RealNvml {
             handles.push((index, mig));
         }
         Ok(handles)
+    }
+
+    /// The handle of a MIG device by the index the last walk found it at, if that slot still
+    /// holds the same device.
+    fn known_mig_handle(&self, gpu: GpuIndex, uuid: &str) -> Option<nvmlDevice_t> {
+        let index =
+            *self.mig_index.lock().unwrap_or_else(|p| p.into_inner()).get(&(gpu, uuid.to_string()))?;
+        let dev = self.handle(gpu).ok()?;
+        let by_index =
+            sym(&self.lib().nvmlDeviceGetMigDeviceHandleByIndex, "nvmlDeviceGetMigDeviceHandleByIndex")
+                .ok()?;
+        let mut mig: nvmlDevice_t = ptr::null_mut();
+        // SAFETY: valid device handle and out pointer.
+        check(unsafe { by_index(dev, index, &mut mig) }).ok()?;
+        (self.mig_uuid(gpu, mig).ok()? == uuid).then_some(mig)
     }
 
     fn mig_uuid(&self, gpu: GpuIndex, mig: nvmlDevice_t) -> Result<String, NvmlError> {
@@ -484,15 +505,20 @@ impl NvmlBackend for RealNvml {
                 compute_instance_id: ci,
             });
         }
+        let mut known = self.mig_index.lock().unwrap_or_else(|p| p.into_inner());
+        known.retain(|(g, _), _| *g != gpu);
+        known.extend(out.iter().map(|d| ((gpu, d.uuid.clone()), d.index)));
         Ok(out)
     }
 
     fn processes(&self, gpu: GpuIndex, mig_uuid: &str) -> Result<Vec<ProcessInfo>, NvmlError> {
-        let mut target = None;
-        for (_, mig) in self.mig_handles(gpu)? {
-            if self.mig_uuid(gpu, mig)? == mig_uuid {
-                target = Some(mig);
-                break;
+        let mut target = self.known_mig_handle(gpu, mig_uuid);
+        if target.is_none() {
+            for (_, mig) in self.mig_handles(gpu)? {
+                if self.mig_uuid(gpu, mig)? == mig_uuid {
+                    target = Some(mig);
+                    break;
+                }
             }
         }
         let Some(mig) = target else {

@@ -13,14 +13,22 @@ use geometer_api::CatalogDisagreement;
 pub struct NvmlProfile {
     pub info: GpuInstanceProfileInfo,
     pub placements: Vec<Placement>,
+    /// Why NVML would not give the placements (the profile is then not used on this GPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placements_error: Option<String>,
 }
 
 /// Profile info and possible placements of every profile a GPU offers (MIG mode must be on).
+/// A profile whose placements NVML will not give does not stop the reading of the others: it
+/// is kept with the error, reported as a catalog disagreement and not used on this GPU.
 pub fn read_profiles(nvml: &dyn NvmlBackend, gpu: GpuIndex) -> Result<Vec<NvmlProfile>, NvmlError> {
     let mut out = Vec::new();
     for info in nvml.gpu_instance_profiles(gpu)? {
-        let placements = nvml.possible_placements(gpu, info.id)?;
-        out.push(NvmlProfile { info, placements });
+        let (placements, placements_error) = match nvml.possible_placements(gpu, info.id) {
+            Ok(placements) => (placements, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        out.push(NvmlProfile { info, placements, placements_error });
     }
     Ok(out)
 }
@@ -107,7 +115,11 @@ fn compare_profile(p: &Profile, gpu: GpuIndex, r: &NvmlProfile, out: &mut Vec<Ca
     differ("memoryMib", p.memory_mib.to_string(), r.info.memory_mib.to_string());
     let catalog_placements: Vec<Placement> =
         p.starts.iter().map(|&s| Placement { start: s as u32, size: p.size as u32 }).collect();
-    differ("placements", placements_text(&catalog_placements), placements_text(&r.placements));
+    let reported = match &r.placements_error {
+        Some(e) => format!("unreadable: {e}"),
+        None => placements_text(&r.placements),
+    };
+    differ("placements", placements_text(&catalog_placements), reported);
     differ("decoders", p.engines.dec.to_string(), r.info.decoder_count.to_string());
     differ("encoders", p.engines.enc.to_string(), r.info.encoder_count.to_string());
     differ("jpegs", p.engines.jpeg.to_string(), r.info.jpeg_count.to_string());
@@ -121,6 +133,9 @@ pub fn nvml_model(model: &GpuModel, reported: &[NvmlProfile]) -> GpuModel {
     let mut offered = vec![false; model.profiles.len()];
     for r in reported {
         let Some(id) = match_profile(model, &r.info) else { continue };
+        if r.placements_error.is_some() {
+            continue;
+        }
         offered[id] = true;
         let p = &mut corrected.profiles[id];
         p.starts = r.placements.iter().map(|pl| pl.start as u8).collect();
