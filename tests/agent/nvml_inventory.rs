@@ -306,3 +306,38 @@ fn a_profile_whose_placements_nvml_will_not_give_is_skipped_and_reported_not_fat
     let corrected = nvml_model(model, &reported);
     assert!(corrected.profiles[corrected.profile(&name).unwrap()].starts.is_empty(), "not used on this GPU");
 }
+
+/// A 3g.40gb GPU instance at 0 split into two one-slice compute instances.
+fn split_gpu_instance(sim: &SimNvml) -> (u32, Vec<geometer_agent::nvml::MigDeviceInfo>) {
+    let device = sim.set_geometry(0, &[("3g.40gb", 0), ("3g.40gb", 4)]).unwrap().remove(0);
+    sim.destroy_compute_instance(0, device.gpu_instance_id, device.compute_instance_id).unwrap();
+    let parts = (0..2).map(|_| sim.add_small_compute_instance(0, device.gpu_instance_id).unwrap()).collect();
+    (device.gpu_instance_id, parts)
+}
+
+#[test]
+fn a_gpu_instance_of_several_compute_instances_counts_all_of_them_and_needs_rebuilding() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu("H100-80GB").unwrap();
+    let (gi, parts) = split_gpu_instance(&sim);
+    sim.start_process(0, &parts[1].uuid).unwrap();
+    let on_second = DeviceAssignment {
+        namespace: "ml".into(),
+        pod: "second".into(),
+        container: "main".into(),
+        resource: "nvidia.com/mig-1c.3g.40gb".into(),
+        device_id: parts[1].uuid.clone(),
+    };
+    let inventory = read_inventory(&sim, Catalog::builtin(), &[on_second]).unwrap();
+    let split = inventory.gpus[0].instances.iter().find(|i| i.gpu_instance_id == gi).unwrap();
+    assert_eq!(split.pod.as_deref(), Some("ml/second"), "the pod on the second compute instance is seen");
+    assert_eq!(split.processes, 1);
+    assert!(inventory.unmatched.is_empty());
+    assert!(
+        split.rebuild.as_deref().is_some_and(|r| r.contains("2 compute instances")),
+        "{:?}",
+        split.rebuild
+    );
+    let whole = inventory.gpus[0].instances.iter().find(|i| i.gpu_instance_id != gi).unwrap();
+    assert_eq!(whole.rebuild, None);
+}

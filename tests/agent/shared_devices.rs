@@ -85,3 +85,26 @@ async fn a_destroy_refused_by_another_nvml_client_says_so_and_completes_once_it_
     agent.abort();
     assert_eq!(h.geometry(0), vec!["1g.10gb@4", "3g.40gb@0"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_instance_split_into_compute_instances_is_rebuilt_as_one_full_size_one() {
+    use geometer_agent::nvml::NvmlBackend;
+    let h = Harness::new(&[("H100-80GB", &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+    let device = h.sim.mig_devices(0).unwrap().into_iter().next().unwrap();
+    let gi = device.gpu_instance_id;
+    h.sim.destroy_compute_instance(0, gi, device.compute_instance_id).unwrap();
+    h.sim.add_small_compute_instance(0, gi).unwrap();
+    h.sim.add_small_compute_instance(0, gi).unwrap();
+    let agent = h.spawn_agent(h.config(), None);
+    // The target is the geometry the GPU already has; only the split instance is not it.
+    let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+    let node = h.wait_ready(generation).await;
+    agent.abort();
+
+    let gpu = &node.status.unwrap().gpus[0];
+    assert!(gpu.instances.iter().all(|i| i.rebuild.is_none()), "{:?}", gpu.instances);
+    for i in &gpu.instances {
+        assert_eq!(h.sim.compute_instances(0, i.gpu_instance_id).unwrap().len(), 1, "{i:?}");
+    }
+    assert_eq!(h.geometry(0), vec!["3g.40gb@0", "3g.40gb@4"]);
+}

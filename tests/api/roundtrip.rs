@@ -183,6 +183,7 @@ fn node_status_round_trips_and_knows_what_is_in_use() {
         pod: Some("ml/infer-a".into()),
         processes: 0,
         shared_with: Vec::new(),
+        rebuild: None,
     };
     let idle =
         MigInstance { pod: None, gpu_instance_id: 10, start: 1, uuid: Some("MIG-2".into()), ..busy.clone() };

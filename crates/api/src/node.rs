@@ -203,6 +203,11 @@ pub struct MigInstance {
     /// the instance goes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_with: Vec<String>,
+    /// Set when the GPU instance is not exactly one compute instance spanning it (several
+    /// compute instances, or one smaller than it): why it is rebuilt before use. The device
+    /// plugin would advertise such devices under `<c>c.<g>g...` names no plan asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuild: Option<String>,
     /// Processes NVML reports on the instance (in use even without a pod, e.g. outside
     /// Kubernetes).
     #[serde(default, skip_serializing_if = "is_zero")]

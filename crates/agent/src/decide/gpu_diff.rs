@@ -162,10 +162,12 @@ fn plan_gpu(want: &GpuGeometry, have: &GpuInventory, model: &GpuModel) -> Result
     // target, so they go.
     let mut known: Vec<(Placed, &MigInstance)> = Vec::new();
     let mut destroy: Vec<MigInstance> = Vec::new();
+    // An instance that is not one full-size compute instance goes too, and is made again
+    // where the target has it.
     for instance in &have.instances {
         match model.profile(&instance.profile) {
-            Some(id) => known.push((Placed::new(id, instance.start), instance)),
-            None => destroy.push(instance.clone()),
+            Some(id) if instance.rebuild.is_none() => known.push((Placed::new(id, instance.start), instance)),
+            _ => destroy.push(instance.clone()),
         }
     }
     let current: Geometry = known.iter().map(|(p, _)| *p).collect();
@@ -229,6 +231,7 @@ mod tests {
             pod: pod.map(str::to_string),
             processes: 0,
             shared_with: Vec::new(),
+            rebuild: None,
         }
     }
 

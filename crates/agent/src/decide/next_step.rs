@@ -214,6 +214,7 @@ mod tests {
             pod: pod.map(str::to_string),
             processes: 0,
             shared_with: Vec::new(),
+            rebuild: None,
         }
     }
 

@@ -145,6 +145,9 @@ pub struct ComputeInstanceInfo {
     pub gpu_instance_id: u32,
     /// Driver compute-instance profile id.
     pub profile_id: u32,
+    /// GPU (compute) slices of its compute-instance profile; fewer than its GPU instance's
+    /// when the GPU instance is split into several compute instances.
+    pub slice_count: u32,
 }
 
 /// A MIG device: one compute instance as CUDA and the device plugin see it.

@@ -198,7 +198,7 @@ impl RealNvml {
         gpu: GpuIndex,
         gi: nvmlGpuInstance_t,
         gi_id: u32,
-    ) -> Result<u32, NvmlError> {
+    ) -> Result<(u32, u32), NvmlError> {
         let f = sym(
             &self.lib().nvmlGpuInstanceGetComputeInstanceProfileInfo,
             "nvmlGpuInstanceGetComputeInstanceProfileInfo",
@@ -220,7 +220,7 @@ impl RealNvml {
                 best = Some((info.sliceCount, info.id));
             }
         }
-        best.map(|(_, id)| id).ok_or(NvmlError::CreateComputeInstance {
+        best.map(|(slices, id)| (id, slices)).ok_or(NvmlError::CreateComputeInstance {
             gpu,
             gpu_instance: gi_id,
             reason: Reason::Other(
@@ -444,6 +444,7 @@ impl NvmlBackend for RealNvml {
                     id: info.id,
                     gpu_instance_id: gpu_instance,
                     profile_id: info.profileId,
+                    slice_count: profile.sliceCount,
                 });
             }
         }
@@ -457,7 +458,7 @@ impl NvmlBackend for RealNvml {
         gpu_instance: u32,
     ) -> Result<ComputeInstanceInfo, NvmlError> {
         let gi = self.gpu_instance_handle(gpu, gpu_instance, NvmlCall::CreateComputeInstance)?;
-        let profile = self.full_compute_profile(gpu, gi, gpu_instance)?;
+        let (profile, slice_count) = self.full_compute_profile(gpu, gi, gpu_instance)?;
         let lib = self.lib();
         let create = sym(&lib.nvmlGpuInstanceCreateComputeInstance, "nvmlGpuInstanceCreateComputeInstance")?;
         let info_fn = sym(&lib.nvmlComputeInstanceGetInfo_v2, "nvmlComputeInstanceGetInfo_v2")?;
@@ -467,7 +468,12 @@ impl NvmlBackend for RealNvml {
         check(unsafe { create(gi, profile, &mut ci) }).map_err(err)?;
         let mut info: nvmlComputeInstanceInfo_t = unsafe { mem::zeroed() };
         check(unsafe { info_fn(ci, &mut info) }).map_err(err)?;
-        Ok(ComputeInstanceInfo { id: info.id, gpu_instance_id: gpu_instance, profile_id: info.profileId })
+        Ok(ComputeInstanceInfo {
+            id: info.id,
+            gpu_instance_id: gpu_instance,
+            profile_id: info.profileId,
+            slice_count,
+        })
     }
 
     fn destroy_compute_instance(

@@ -261,6 +261,20 @@ impl SimNvml {
         Ok(st.gpu_mut_setup(gpu)?.geometry())
     }
 
+    /// Splits a GPU instance (by id, without its full compute instance) with one more one-slice
+    /// compute instance, as `nvidia-smi mig -cci` with a smaller profile would: for tests of GPU
+    /// instances that are not one full-size compute instance. Returns its MIG device.
+    pub fn add_small_compute_instance(
+        &self,
+        gpu: GpuIndex,
+        gpu_instance: u32,
+    ) -> Result<MigDeviceInfo, SimError> {
+        let mut st = self.lock();
+        let g = st.gpu_mut_setup(gpu)?;
+        g.create_small_compute_instance(gpu_instance)
+            .map_err(|reason| SimError::Nvml(NvmlError::CreateComputeInstance { gpu, gpu_instance, reason }))
+    }
+
     /// GPU instances without a compute instance (half-built), by GPU-instance id.
     pub fn gpu_instances_without_compute(&self, gpu: GpuIndex) -> Result<Vec<u32>, SimError> {
         let mut st = self.lock();

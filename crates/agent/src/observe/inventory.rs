@@ -7,8 +7,8 @@ use geometer_api::resources::mig_resource;
 use geometer_solver::catalog::{device_plugin_name_from_bytes, nvlib_gpu_instance_profile, Catalog};
 
 use crate::nvml::{
-    format_pci_device_id, DeviceInfo, GpuInstanceProfileInfo, MigDeviceInfo, NvmlBackend, NvmlError,
-    NvmlProfileId,
+    format_pci_device_id, ComputeInstanceInfo, DeviceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
+    NvmlBackend, NvmlError, NvmlProfileId,
 };
 use crate::observe::catalog_check::{self, match_profile};
 use crate::observe::pod_resources::DeviceAssignment;
@@ -122,7 +122,13 @@ fn read_gpu(
             })?;
         let profile = profile_name(model, Some(info), gi.profile_id);
         let computes = nvml.compute_instances(device.index, gi.id)?;
-        let mig_device = mig_devices.iter().find(|d| d.gpu_instance_id == gi.id);
+        // Every MIG device of the GPU instance (one per compute instance) counts for its
+        // processes and pods; a device is matched by (GPU instance, compute instance).
+        let devices: Vec<&MigDeviceInfo> =
+            mig_devices.iter().filter(|d| d.gpu_instance_id == gi.id).collect();
+        let mig_device =
+            devices.iter().find(|d| computes.first().is_some_and(|c| c.id == d.compute_instance_id));
+        let mig_device = mig_device.or(devices.first()).copied();
         let mut instance = MigInstance {
             profile,
             start: gi.placement.start as u8,
@@ -133,17 +139,39 @@ fn read_gpu(
             pod: None,
             processes: 0,
             shared_with: Vec::new(),
+            rebuild: None,
         };
-        if let Some(d) = mig_device {
-            instance.processes = nvml.processes(device.index, &d.uuid)?.len() as u32;
-            let mut pods = holders(assignments, used, |id| matches_mig_device(id, device, d)).into_iter();
-            instance.pod = pods.next();
-            instance.shared_with = pods.collect();
+        instance.rebuild = rebuild_reason(info.slice_count, &computes);
+        let mut pods = Vec::new();
+        let mut pids = std::collections::BTreeSet::new();
+        for d in &devices {
+            // A process on several of its compute instances counts once.
+            pids.extend(nvml.processes(device.index, &d.uuid)?.into_iter().map(|p| p.pid));
+            for pod in holders(assignments, used, |id| matches_mig_device(id, device, d)) {
+                if !pods.contains(&pod) {
+                    pods.push(pod);
+                }
+            }
         }
+        instance.processes = pids.len() as u32;
+        let mut pods = pods.into_iter();
+        instance.pod = pods.next();
+        instance.shared_with = pods.collect();
         gpu.instances.push(instance);
     }
     gpu.instances.sort_by_key(|i| (i.start, i.gpu_instance_id));
     Ok(gpu)
+}
+
+/// Why a GPU instance of `slices` slices is not one full-size compute instance; `None` when it
+/// is (or has none yet: half-built, which the agent completes).
+fn rebuild_reason(slices: u32, computes: &[ComputeInstanceInfo]) -> Option<String> {
+    match computes {
+        [] => None,
+        [one] if one.slice_count >= slices => None,
+        [one] => Some(format!("its compute instance has {} of its {slices} slices", one.slice_count)),
+        many => Some(format!("it is split into {} compute instances", many.len())),
+    }
 }
 
 /// Marks every assignment of the device (a replica `<id>::<n>` of a shared device included)

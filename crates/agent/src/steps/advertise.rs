@@ -103,6 +103,7 @@ mod tests {
                     pod: None,
                     processes: 0,
                     shared_with: Vec::new(),
+                    rebuild: None,
                 })
                 .collect(),
             pod: None,

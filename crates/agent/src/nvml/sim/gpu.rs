@@ -46,6 +46,10 @@ struct SimInstance {
     size: u8,
     profile_id: NvmlProfileId,
     compute: Option<(u32, String)>,
+    /// One-slice compute instances a test made by hand instead of the full one (a GPU
+    /// instance split into several compute instances, or one smaller than it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    small: Vec<(u32, String)>,
 }
 
 /// What a GPU changes while it runs (MIG mode, instances, processes), as a state file keeps it
@@ -232,7 +236,14 @@ impl SimGpu {
             return Err(Reason::InsufficientResources);
         }
         let id = (1..).find(|id| !self.instances.contains_key(id)).expect("ids are unbounded");
-        let instance = SimInstance { profile, start, size: placement.size as u8, profile_id, compute: None };
+        let instance = SimInstance {
+            profile,
+            start,
+            size: placement.size as u8,
+            profile_id,
+            compute: None,
+            small: Vec::new(),
+        };
         let info = gi_info(id, &instance);
         self.instances.insert(id, instance);
         Ok(info)
@@ -243,7 +254,7 @@ impl SimGpu {
         let instance = self.instances.get(&id).ok_or(Reason::NotFound)?;
         // Another client's handle refuses the destroy with no process showing.
         let busy = self.processes.values().any(|t| *t == ProcessTarget::GpuInstance(id));
-        if instance.compute.is_some() || busy || !self.clients.is_empty() {
+        if instance.compute.is_some() || !instance.small.is_empty() || busy || !self.clients.is_empty() {
             return Err(Reason::InUse);
         }
         self.instances.remove(&id);
@@ -253,16 +264,20 @@ impl SimGpu {
     pub(crate) fn compute_instances(&self, gi: u32) -> Result<Vec<ComputeInstanceInfo>, Reason> {
         self.mig_on()?;
         let instance = self.instances.get(&gi).ok_or(Reason::NotFound)?;
-        Ok(instance
-            .compute
-            .iter()
-            .map(|(id, _)| ComputeInstanceInfo {
-                id: *id,
-                gpu_instance_id: gi,
-                // The simulation gives a compute instance its GPU instance's profile id.
-                profile_id: instance.profile_id.0,
-            })
-            .collect())
+        let full = instance.compute.iter().map(|(id, _)| ComputeInstanceInfo {
+            id: *id,
+            gpu_instance_id: gi,
+            // The simulation gives a full compute instance its GPU instance's profile id.
+            profile_id: instance.profile_id.0,
+            slice_count: self.gi_slices(instance),
+        });
+        let small = instance.small.iter().map(|(id, _)| ComputeInstanceInfo {
+            id: *id,
+            gpu_instance_id: gi,
+            profile_id: 0,
+            slice_count: 1,
+        });
+        Ok(full.chain(small).collect())
     }
 
     pub(crate) fn create_compute_instance(&mut self, gi: u32) -> Result<ComputeInstanceInfo, Reason> {
@@ -270,13 +285,34 @@ impl SimGpu {
         self.serial += 1;
         let name = format!("{}/{}/{}/{}", self.node, self.index, gi, self.serial);
         let instance = self.instances.get_mut(&gi).ok_or(Reason::NotFound)?;
-        if instance.compute.is_some() {
+        if instance.compute.is_some() || !instance.small.is_empty() {
             // The full compute instance takes every slice of the GPU instance.
             return Err(Reason::InsufficientResources);
         }
         let uuid = format!("MIG-{}", Uuid::new_v5(&sim_namespace(), name.as_bytes()));
         instance.compute = Some((0, uuid));
-        Ok(ComputeInstanceInfo { id: 0, gpu_instance_id: gi, profile_id: instance.profile_id.0 })
+        let profile_id = instance.profile_id.0;
+        let slice_count = self.gi_slices(&self.instances[&gi]);
+        Ok(ComputeInstanceInfo { id: 0, gpu_instance_id: gi, profile_id, slice_count })
+    }
+
+    /// A one-slice compute instance in a GPU instance without its full one (the test's hand).
+    pub(crate) fn create_small_compute_instance(&mut self, gi: u32) -> Result<MigDeviceInfo, Reason> {
+        self.mig_on()?;
+        self.serial += 1;
+        let name = format!("{}/{}/{}/{}", self.node, self.index, gi, self.serial);
+        let instance = self.instances.get(&gi).ok_or(Reason::NotFound)?;
+        if instance.compute.is_some() || instance.small.len() as u32 >= self.gi_slices(instance) {
+            return Err(Reason::InsufficientResources);
+        }
+        let id = (1..).find(|id| !instance.small.iter().any(|(c, _)| c == id)).expect("ids are unbounded");
+        let uuid = format!("MIG-{}", Uuid::new_v5(&sim_namespace(), name.as_bytes()));
+        self.instances.get_mut(&gi).ok_or(Reason::NotFound)?.small.push((id, uuid.clone()));
+        Ok(self.mig_devices().into_iter().find(|d| d.uuid == uuid).expect("just created"))
+    }
+
+    fn gi_slices(&self, instance: &SimInstance) -> u32 {
+        self.model.as_ref().map_or(1, |m| m.profiles[instance.profile].compute_slices as u32)
     }
 
     pub(crate) fn destroy_compute_instance(&mut self, gi: u32, ci: u32) -> Result<(), Reason> {
@@ -284,12 +320,20 @@ impl SimGpu {
         let busy =
             self.processes.values().any(|t| *t == ProcessTarget::GpuInstance(gi)) || !self.clients.is_empty();
         let instance = self.instances.get_mut(&gi).ok_or(Reason::NotFound)?;
-        match &instance.compute {
-            Some((id, _)) if *id == ci => {
+        let small = instance.small.iter().position(|(id, _)| *id == ci);
+        match (&instance.compute, small) {
+            (Some((id, _)), _) if *id == ci => {
                 if busy {
                     return Err(Reason::InUse);
                 }
                 instance.compute = None;
+                Ok(())
+            }
+            (_, Some(at)) => {
+                if busy {
+                    return Err(Reason::InUse);
+                }
+                instance.small.remove(at);
                 Ok(())
             }
             _ => Err(Reason::NotFound),
@@ -302,7 +346,9 @@ impl SimGpu {
         }
         self.instances
             .iter()
-            .filter_map(|(&gi, i)| i.compute.as_ref().map(|(ci, uuid)| (gi, *ci, uuid.clone())))
+            .flat_map(|(&gi, i)| {
+                i.compute.iter().chain(&i.small).map(move |(ci, uuid)| (gi, *ci, uuid.clone()))
+            })
             .enumerate()
             .map(|(index, (gi, ci, uuid))| MigDeviceInfo {
                 index: index as u32,
@@ -316,7 +362,7 @@ impl SimGpu {
     pub(crate) fn gpu_instance_of_uuid(&self, uuid: &str) -> Option<u32> {
         self.instances
             .iter()
-            .find(|(_, i)| i.compute.as_ref().is_some_and(|(_, u)| u == uuid))
+            .find(|(_, i)| i.compute.iter().chain(&i.small).any(|(_, u)| u == uuid))
             .map(|(&gi, _)| gi)
     }
 
@@ -397,7 +443,11 @@ impl SimGpu {
     }
 
     pub(crate) fn bare_gpu_instances(&self) -> Vec<u32> {
-        self.instances.iter().filter(|(_, i)| i.compute.is_none()).map(|(&id, _)| id).collect()
+        self.instances
+            .iter()
+            .filter(|(_, i)| i.compute.is_none() && i.small.is_empty())
+            .map(|(&id, _)| id)
+            .collect()
     }
 
     pub(crate) fn override_profile(
