@@ -14,8 +14,15 @@ pub struct NvmlProfile {
     pub info: GpuInstanceProfileInfo,
     pub placements: Vec<Placement>,
     /// Why NVML would not give the placements (the profile is then not used on this GPU).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub placements_error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "as_text")]
+    pub placements_error: Option<NvmlError>,
+}
+
+fn as_text<S: serde::Serializer>(error: &Option<NvmlError>, serializer: S) -> Result<S::Ok, S::Error> {
+    match error {
+        Some(e) => serializer.serialize_str(&e.to_string()),
+        None => serializer.serialize_none(),
+    }
 }
 
 /// Profile info and possible placements of every profile a GPU offers (MIG mode must be on).
@@ -26,7 +33,7 @@ pub fn read_profiles(nvml: &dyn NvmlBackend, gpu: GpuIndex) -> Result<Vec<NvmlPr
     for info in nvml.gpu_instance_profiles(gpu)? {
         let (placements, placements_error) = match nvml.possible_placements(gpu, info.id) {
             Ok(placements) => (placements, None),
-            Err(e) => (Vec::new(), Some(e.to_string())),
+            Err(e) => (Vec::new(), Some(e)),
         };
         out.push(NvmlProfile { info, placements, placements_error });
     }

@@ -189,6 +189,12 @@ impl Agent {
                     tokio::task::spawn_blocking(move || catalog_check::read_profiles(&*nvml, index))
                         .await
                         .map_err(|e| StepError::Task(e.to_string()))??;
+                // The agent acts on these rules, so it does not act on a partial reading: a
+                // profile whose placements NVML would not give fails the round (named, and
+                // retried), where the probe and the published disagreements skip it.
+                if let Some(error) = reported.iter().find_map(|p| p.placements_error.clone()) {
+                    return Err(StepError::Nvml(error));
+                }
                 let rules = GpuRules {
                     model: catalog_check::nvml_model(model, &reported),
                     disagreements: catalog_check::compare(model, index, &reported),
