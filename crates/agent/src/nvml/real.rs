@@ -6,6 +6,7 @@
 //! here panics when the driver is old or absent.
 
 use std::collections::HashMap;
+use std::ffi::CStr;
 use std::ffi::OsStr;
 use std::mem;
 use std::os::raw::{c_char, c_uint};
@@ -51,7 +52,12 @@ impl RealNvml {
     pub fn init_with_library(library: &str) -> Result<RealNvml, NvmlError> {
         let result = Nvml::builder().lib_path(OsStr::new(library)).init();
         match result {
-            Ok(nvml) => Ok(RealNvml { nvml, mig_index: Mutex::new(HashMap::new()) }),
+            Ok(nvml) => {
+                if let Ok(f) = nvml.lib().nvmlErrorString.as_ref() {
+                    *ERROR_STRING.lock().unwrap_or_else(|p| p.into_inner()) = Some(*f);
+                }
+                Ok(RealNvml { nvml, mig_index: Mutex::new(HashMap::new()) })
+            }
             Err(WrapperError::LibloadingError(e)) => {
                 Err(NvmlError::DriverNotFound { library: library.to_string(), detail: e.to_string() })
             }
@@ -639,8 +645,36 @@ pub(crate) fn reason_from_code(code: nvmlReturn_t) -> Reason {
         nvmlReturn_enum_NVML_ERROR_NOT_FOUND => Reason::NotFound,
         nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST => Reason::GpuLost,
         nvmlReturn_enum_NVML_ERROR_RESET_REQUIRED => Reason::ResetRequired,
-        other => Reason::Other(format!("NVML error code {other}")),
+        other => Reason::Other(match error_string(other) {
+            Some(text) => format!("{text} (NVML error code {other})"),
+            None => format!("NVML error code {other}"),
+        }),
     }
+}
+
+/// `nvmlErrorString` of the loaded library, kept while a [`RealNvml`] holds the library (set at
+/// initialisation, cleared on drop, before the library can be unloaded) so that free functions
+/// can describe a return code the way NVML itself does.
+type ErrorStringFn = unsafe extern "C" fn(nvmlReturn_t) -> *const c_char;
+static ERROR_STRING: Mutex<Option<ErrorStringFn>> = Mutex::new(None);
+
+impl Drop for RealNvml {
+    fn drop(&mut self) {
+        *ERROR_STRING.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+fn error_string(code: nvmlReturn_t) -> Option<String> {
+    // Held through the call, so a RealNvml being dropped waits for it.
+    let guard = ERROR_STRING.lock().unwrap_or_else(|p| p.into_inner());
+    let f = (*guard)?;
+    // SAFETY: nvmlErrorString returns a pointer to a static, NUL-terminated string (nvml.h),
+    // or null for a code it does not know.
+    let text = unsafe { f(code) };
+    if text.is_null() {
+        return None;
+    }
+    Some(unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned())
 }
 
 fn reason_from_wrapper(e: WrapperError) -> Reason {
