@@ -4,7 +4,7 @@ use geometer_testkit::agent as agent_support;
 
 use agent_support::{recording_hook, Harness, SimGpuOptions};
 use geometer_agent::nvml::NvmlBackend;
-use geometer_api::{MigNodeStatus, StepAction::*};
+use geometer_api::StepAction::*;
 
 const MIG_OFF: SimGpuOptions = SimGpuOptions::MIG_OFF;
 
@@ -47,12 +47,7 @@ async fn a_mig_mode_pending_a_reset_is_reported_then_picked_up_after_the_reset()
     let agent = h.spawn_agent(h.config(), None);
     let generation = h.set_spec(&[(0, &[("7g.40gb", 0)])]).await;
 
-    let failed = h
-        .wait_for("Failed: MigModePendingReset", |h| {
-            let s = h.mignode().status?;
-            s.conditions.into_iter().find(|c| c.type_ == MigNodeStatus::FAILED && c.status == "True")
-        })
-        .await;
+    let failed = h.wait_for("Failed: MigModePendingReset", Harness::failed_condition).await;
     assert_eq!(failed.reason, "MigModePendingReset");
     assert!(failed.message.contains("nvidia-smi -r -i 0"), "{}", failed.message);
     assert!(
@@ -83,12 +78,7 @@ async fn a_process_outside_kubernetes_keeps_mig_mode_off_until_it_ends() {
     let agent = h.spawn_agent(h.config(), None);
     let generation = h.set_spec(&[(0, &[("7g.80gb", 0)])]).await;
 
-    let failed = h
-        .wait_for("Failed: InstanceInUse", |h| {
-            let s = h.mignode().status?;
-            s.conditions.into_iter().find(|c| c.type_ == MigNodeStatus::FAILED && c.status == "True")
-        })
-        .await;
+    let failed = h.wait_for("Failed: InstanceInUse", Harness::failed_condition).await;
     assert_eq!(failed.reason, "InstanceInUse");
     assert!(failed.message.contains(&format!("pids {pid}")), "{}", failed.message);
     assert!(
@@ -109,12 +99,7 @@ async fn on_hopper_a_client_holding_the_gpu_is_named_and_the_change_completes_on
     let agent = h.spawn_agent(h.config(), None);
     let generation = h.set_spec(&[(0, &[("7g.80gb", 0)])]).await;
 
-    let failed = h
-        .wait_for("Failed: MigModePendingReset", |h| {
-            let s = h.mignode().status?;
-            s.conditions.into_iter().find(|c| c.type_ == MigNodeStatus::FAILED && c.status == "True")
-        })
-        .await;
+    let failed = h.wait_for("Failed: MigModePendingReset", Harness::failed_condition).await;
     assert!(failed.message.contains("another NVML client holds the GPU"), "{}", failed.message);
     assert!(!failed.message.contains("on Ampere"), "{}", failed.message);
 

@@ -7,12 +7,9 @@ use std::time::Duration;
 
 use agent_support::Harness;
 use geometer_agent::pod_resources::DeviceAssignment;
-use geometer_api::MigNodeStatus;
 
 fn failed(h: &Harness) -> Option<(String, String)> {
-    let status = h.mignode().status?;
-    let c = status.conditions.iter().find(|c| c.type_ == MigNodeStatus::FAILED && c.status == "True")?;
-    Some((c.reason.clone(), c.message.clone()))
+    h.failed_condition().map(|c| (c.reason, c.message))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -238,6 +238,15 @@ impl Harness {
         self.server.object::<MigNode>("", NODE).expect("MigNode exists")
     }
 
+    /// The MigNode's `Failed` condition while it is true.
+    pub fn failed_condition(&self) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+        let status = self.mignode().status?;
+        status
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == geometer_api::MigNodeStatus::FAILED && c.status == "True")
+    }
+
     pub fn node(&self) -> Node {
         self.server.object::<Node>("", NODE).expect("node exists")
     }
