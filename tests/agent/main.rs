@@ -6,6 +6,7 @@ mod crash;
 mod deploy;
 mod drain;
 mod mig_mode;
+mod nvml_fake_driver;
 mod nvml_inventory;
 mod nvml_probe;
 mod nvml_real;

@@ -28,6 +28,12 @@ pub(crate) use process::{free_port, Process};
 /// How long the control plane may take to become ready before the test fails.
 const READY_WITHIN: Duration = Duration::from_secs(180);
 
+/// How many ports kube-apiserver is started on before a lost port fails the test.
+const BIND_ATTEMPTS: u32 = 3;
+
+/// kube-apiserver could not bind the port chosen for it.
+struct PortTaken;
+
 pub struct ControlPlane {
     dir: tempfile::TempDir,
     server: String,
@@ -80,13 +86,20 @@ impl ControlPlane {
             ControlPlane { server: String::new(), dir, processes: Vec::new(), startup: Duration::ZERO };
 
         let etcd = cp.start_etcd(bins);
-        let port = free_port();
-        cp.server = format!("https://127.0.0.1:{port}");
-        cp.start_apiserver(bins, &etcd, port);
-        for id in Identity::ALL {
-            identity::write_kubeconfig(cp.dir.path(), &cp.server, id);
+        for attempt in 1..=BIND_ATTEMPTS {
+            let port = free_port();
+            cp.server = format!("https://127.0.0.1:{port}");
+            cp.start_apiserver(bins, &etcd, port);
+            for id in Identity::ALL {
+                identity::write_kubeconfig(cp.dir.path(), &cp.server, id);
+            }
+            if cp.wait_ready().await.is_ok() || attempt == BIND_ATTEMPTS {
+                break;
+            }
+            eprintln!("kube-apiserver lost port {port} before binding it; starting it on another");
+            cp.processes.pop().expect("kube-apiserver").stop();
         }
-        cp.wait_ready().await;
+        cp.check_alive();
         cp.start_scheduler(bins);
         cp.start_controller_manager(bins);
         cp.wait_default_service_account().await;
@@ -251,12 +264,16 @@ impl ControlPlane {
         self.launch("kube-controller-manager", &bins.controller_manager, &args);
     }
 
-    /// The serving certificate exists and `/readyz` answers ok.
-    async fn wait_ready(&mut self) {
+    /// The serving certificate exists and `/readyz` answers ok; `Err` when kube-apiserver
+    /// exited because another process took its port first.
+    async fn wait_ready(&mut self) -> Result<(), PortTaken> {
         let deadline = Instant::now() + READY_WITHIN;
         let cert = self.dir.path().join("certs/apiserver.crt");
         let mut client = None;
         loop {
+            if self.log_tail("kube-apiserver", 5).contains("address already in use") {
+                return Err(PortTaken);
+            }
             self.check_alive();
             if client.is_none() && cert.exists() {
                 client = Some(self.client(Identity::Admin).await);
@@ -264,7 +281,7 @@ impl ControlPlane {
             if let Some(c) = &client {
                 let request = http::Request::get("/readyz").body(Vec::new()).expect("request");
                 if c.request_text(request).await.is_ok_and(|body| body.trim() == "ok") {
-                    return;
+                    return Ok(());
                 }
             }
             assert!(

@@ -4,6 +4,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 pub(crate) struct Process {
@@ -58,7 +59,32 @@ impl Process {
     }
 }
 
-/// A loopback port free now (the kernel's choice; taken again by the component right after).
+/// A loopback port free now, taken again by the component right after. It is drawn below the
+/// kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`): a port from inside it
+/// can be handed to any outgoing connection in the gap before the component binds it, which
+/// once failed a run with "bind: address already in use". Ports are drawn in turn from a start
+/// that depends on the process id, so two tests of one binary never draw the same one.
 pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let (low, high) = (PORTS_FROM, ephemeral_start().max(PORTS_FROM + 1000));
+    let span = u32::from(high - low);
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let port = low + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {low}..{high}")
+}
+
+/// The lowest port drawn: above the registered ports most services listen on.
+const PORTS_FROM: u16 = 20000;
+
+/// Where the kernel's ephemeral ports begin (Linux's default when it cannot be read).
+fn ephemeral_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
 }

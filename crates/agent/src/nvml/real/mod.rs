@@ -44,6 +44,8 @@ pub struct RealNvml {
     /// process query looks its device up by index (checking the UUID) instead of walking every
     /// slot again, so an inventory walks each GPU's MIG devices once.
     mig_index: Mutex<HashMap<(GpuIndex, String), u32>>,
+    /// Its library's `nvmlErrorString` among those [`returns`] keeps.
+    error_strings: Option<u64>,
 }
 
 impl RealNvml {
@@ -57,10 +59,9 @@ impl RealNvml {
         let result = Nvml::builder().lib_path(OsStr::new(library)).init();
         match result {
             Ok(nvml) => {
-                if let Ok(f) = nvml.lib().nvmlErrorString.as_ref() {
-                    returns::remember_error_string(*f);
-                }
-                Ok(RealNvml { nvml, mig_index: Mutex::new(HashMap::new()) })
+                let error_strings =
+                    nvml.lib().nvmlErrorString.as_ref().ok().map(|f| returns::remember_error_string(*f));
+                Ok(RealNvml { nvml, mig_index: Mutex::new(HashMap::new()), error_strings })
             }
             Err(WrapperError::LibloadingError(e)) => {
                 Err(NvmlError::DriverNotFound { library: library.to_string(), detail: e.to_string() })
@@ -609,6 +610,8 @@ impl RealNvml {
 
 impl Drop for RealNvml {
     fn drop(&mut self) {
-        returns::forget_error_string();
+        if let Some(key) = self.error_strings {
+            returns::forget_error_string(key);
+        }
     }
 }

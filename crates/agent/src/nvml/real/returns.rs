@@ -3,6 +3,7 @@
 
 use std::ffi::CStr;
 use std::os::raw::c_char;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use nvml_wrapper::error::NvmlError as WrapperError;
@@ -69,26 +70,31 @@ fn reason_from_code(code: nvmlReturn_t) -> Reason {
     }
 }
 
-/// `nvmlErrorString` of the loaded library, kept while a [`RealNvml`] holds the library (set at
-/// initialisation, cleared on drop, before the library can be unloaded) so that free functions
-/// can describe a return code the way NVML itself does.
+/// `nvmlErrorString` of each loaded library, kept while its [`RealNvml`] holds the library
+/// (added at initialisation, removed on drop, before the library can be unloaded) so that free
+/// functions can describe a return code the way NVML itself does. A process normally holds one;
+/// each has its own entry so that dropping one never leaves another without its strings, nor
+/// with a pointer into a library that is gone. The newest is asked.
 pub(super) type ErrorStringFn = unsafe extern "C" fn(nvmlReturn_t) -> *const c_char;
-static ERROR_STRING: Mutex<Option<ErrorStringFn>> = Mutex::new(None);
+static ERROR_STRINGS: Mutex<Vec<(u64, ErrorStringFn)>> = Mutex::new(Vec::new());
 
-/// Keeps `nvmlErrorString` of a library that was just loaded.
-pub(super) fn remember_error_string(f: ErrorStringFn) {
-    *ERROR_STRING.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+/// Keeps `nvmlErrorString` of a library that was just loaded; the key removes it again.
+pub(super) fn remember_error_string(f: ErrorStringFn) -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let key = NEXT.fetch_add(1, Ordering::Relaxed);
+    ERROR_STRINGS.lock().unwrap_or_else(|p| p.into_inner()).push((key, f));
+    key
 }
 
 /// Forgets it before the library can be unloaded.
-pub(super) fn forget_error_string() {
-    *ERROR_STRING.lock().unwrap_or_else(|p| p.into_inner()) = None;
+pub(super) fn forget_error_string(key: u64) {
+    ERROR_STRINGS.lock().unwrap_or_else(|p| p.into_inner()).retain(|(k, _)| *k != key);
 }
 
 fn error_string(code: nvmlReturn_t) -> Option<String> {
     // Held through the call, so a RealNvml being dropped waits for it.
-    let guard = ERROR_STRING.lock().unwrap_or_else(|p| p.into_inner());
-    let f = (*guard)?;
+    let guard = ERROR_STRINGS.lock().unwrap_or_else(|p| p.into_inner());
+    let &(_, f) = guard.last()?;
     // SAFETY: nvmlErrorString returns a pointer to a static, NUL-terminated string (nvml.h),
     // or null for a code it does not know.
     let text = unsafe { f(code) };
