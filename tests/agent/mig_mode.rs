@@ -42,6 +42,25 @@ async fn mig_mode_is_turned_on_only_after_the_pod_holding_the_gpu_left() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pod_time_sharing_the_whole_gpu_leaves_before_mig_mode_is_turned_on() {
+    let h = Harness::new_with(&[("H100-80GB", &[], MIG_OFF)]).await;
+    let uuid = h.sim.devices().unwrap()[0].uuid.clone();
+    h.run_whole_gpu_pod_as("replica-0", 0, &uuid, &format!("{uuid}::0"));
+    h.run_whole_gpu_pod_as("replica-1", 0, &uuid, &format!("{uuid}::1"));
+    let (hook, steps) = recording_hook(h.server.clone());
+    let agent = h.spawn_agent(h.config(), Some(hook));
+    let generation = h.set_spec(&[(0, &[("7g.80gb", 0)])]).await;
+    h.wait_ready(generation).await;
+    agent.abort();
+
+    assert!(!h.pod_exists("replica-0") && !h.pod_exists("replica-1"));
+    let evictions = steps.lock().unwrap().iter().filter(|s| **s == Evict).count();
+    assert_eq!(evictions, 1, "both replicas are known from the start and drained together");
+    assert!(h.sim.devices().unwrap()[0].mig_mode.unwrap().current);
+    assert_eq!(h.geometry(0), vec!["7g.80gb@0"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mig_mode_pending_a_reset_is_reported_then_picked_up_after_the_reset() {
     let h = Harness::new_with(&[("A100-40GB", &[], MIG_OFF)]).await;
     let agent = h.spawn_agent(h.config(), None);

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use geometer_agent::catalog_check::{self, nvml_model};
-use geometer_agent::nvml::sim::{Fault, SimNvml};
+use geometer_agent::nvml::sim::{Fault, SimGpuOptions, SimNvml};
 use geometer_agent::nvml::{NvmlBackend, NvmlCall, NvmlProfileId, Placement, Reason};
 use geometer_agent::pod_resources::proto::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
@@ -189,6 +189,26 @@ fn replicas_of_a_shared_device_are_matched_and_every_pod_on_it_is_listed() {
     assert_eq!(instance.shared_with, ["ml/b"]);
     assert!(inventory.unmatched.is_empty(), "{:?}", inventory.unmatched);
     assert!(instance.in_use());
+}
+
+#[test]
+fn every_pod_time_sharing_a_whole_gpu_is_listed() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu_with("H100-80GB", SimGpuOptions::MIG_OFF).unwrap();
+    let uuid = sim.devices().unwrap()[0].uuid.clone();
+    let replica = |pod: &str, n: u32| DeviceAssignment {
+        namespace: "ml".into(),
+        pod: pod.into(),
+        container: "main".into(),
+        resource: "nvidia.com/gpu".into(),
+        device_id: format!("{uuid}::{n}"),
+    };
+    let assignments = [replica("a", 0), replica("b", 1), replica("c", 2)];
+    let inventory = read_inventory(&sim, Catalog::builtin(), &assignments).unwrap();
+    let gpu = &inventory.gpus[0];
+    assert_eq!(gpu.pod.as_deref(), Some("ml/a"));
+    assert_eq!(gpu.shared_with, ["ml/b", "ml/c"]);
+    assert!(inventory.unmatched.is_empty() && inventory.in_use());
 }
 
 #[test]

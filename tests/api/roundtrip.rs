@@ -198,6 +198,7 @@ fn node_status_round_trips_and_knows_what_is_in_use() {
             mig_mode: MigModeStatus { current: true, pending: true },
             instances: vec![busy, idle],
             pod: None,
+            shared_with: vec![],
             advertised_as: [("1g.10gb".to_string(), "nvidia.com/mig-1g.10gb".to_string())].into(),
         }],
         gpu_count: 1,

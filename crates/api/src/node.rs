@@ -22,6 +22,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU};
+
+/// The most pods one shared device (a GPU or MIG device with time-slicing or MPS replicas) is
+/// listed with: far above the replica counts NVIDIA's device plugin documents (tens per GPU).
+pub const MAX_PODS_SHARING_A_DEVICE: usize = 1024;
 use super::PlacedInstance;
 
 /// Desired MIG geometry of one node's GPUs.
@@ -162,6 +166,11 @@ pub struct GpuInventory {
     /// `namespace/name` of a pod holding the whole GPU (`nvidia.com/gpu`), when MIG is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// Further pods holding the whole GPU when the device plugin shares it (time-slicing or
+    /// MPS replicas, `<GPU uuid>::<n>`). Each must leave before MIG mode can change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PODS_SHARING_A_DEVICE))]
+    pub shared_with: Vec<String>,
     /// Per catalog profile the GPU offers, the resource the NVIDIA device plugin advertises
     /// its instances as (`nvidia.com/mig-<name>`), computed from NVML's memory figures as the
     /// device plugin computes it; it can differ from the profile name. Empty without MIG mode.
@@ -202,6 +211,7 @@ pub struct MigInstance {
     /// (time-slicing or MPS replicas, advertised as `<device id>::<n>`). Each must leave before
     /// the instance goes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PODS_SHARING_A_DEVICE))]
     pub shared_with: Vec<String>,
     /// Set when the GPU instance is not exactly one compute instance spanning it (several
     /// compute instances, or one smaller than it): why it is rebuilt before use. The device
@@ -212,6 +222,13 @@ pub struct MigInstance {
     /// Kubernetes).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub processes: u32,
+}
+
+impl GpuInventory {
+    /// Every pod the kubelet assigned the whole GPU to.
+    pub fn pods(&self) -> impl Iterator<Item = &String> {
+        self.pod.iter().chain(&self.shared_with)
+    }
 }
 
 impl MigInstance {

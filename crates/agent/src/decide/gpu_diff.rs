@@ -36,8 +36,9 @@ pub(crate) struct GpuWork {
     pub model: String,
     /// MIG mode is off and must be turned on (which resets the GPU).
     pub enable_mig: bool,
-    /// The pod holding the whole GPU, which must leave before MIG mode can change.
-    pub whole_gpu_pod: Option<String>,
+    /// The pods holding the whole GPU (several when the device plugin shares it), which must
+    /// leave before MIG mode can change.
+    pub whole_gpu_pods: Vec<String>,
     /// Instances that stay (some may lack their compute instance: half built).
     pub keep: Vec<MigInstance>,
     /// Instances that go.
@@ -72,7 +73,7 @@ impl GpuWork {
     pub(crate) fn pods_to_evict(&self) -> Vec<String> {
         let mut pods: Vec<String> = self.destroy.iter().flat_map(MigInstance::pods).cloned().collect();
         if self.enable_mig {
-            pods.extend(self.whole_gpu_pod.clone());
+            pods.extend(self.whole_gpu_pods.iter().cloned());
         }
         pods
     }
@@ -187,7 +188,7 @@ fn plan_gpu(want: &GpuGeometry, have: &GpuInventory, model: &GpuModel) -> Result
         index: gpu,
         model: model.key.clone(),
         enable_mig: !have.mig_mode.current,
-        whole_gpu_pod: have.pod.clone(),
+        whole_gpu_pods: have.pods().cloned().collect(),
         keep,
         destroy,
         create: d.create.iter().map(name).collect(),
@@ -244,6 +245,7 @@ mod tests {
             mig_mode: MigModeStatus { current: true, pending: true },
             instances,
             pod: None,
+            shared_with: vec![],
             advertised_as: Default::default(),
         }
     }

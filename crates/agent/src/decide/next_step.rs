@@ -227,6 +227,7 @@ mod tests {
             mig_mode: MigModeStatus { current: true, pending: true },
             instances: have,
             pod: None,
+            shared_with: vec![],
             advertised_as: Default::default(),
         };
         let spec = GpuGeometry {

@@ -26,7 +26,7 @@ pub struct Inventory {
 impl Inventory {
     /// Whether any instance or whole GPU is held by a pod or runs processes.
     pub fn in_use(&self) -> bool {
-        self.gpus.iter().any(|g| g.pod.is_some() || g.instances.iter().any(MigInstance::in_use))
+        self.gpus.iter().any(|g| g.pods().next().is_some() || g.instances.iter().any(MigInstance::in_use))
     }
 }
 
@@ -101,12 +101,13 @@ fn read_gpu(
         mig_mode: MigModeStatus { current: mig.current, pending: mig.pending },
         instances: Vec::new(),
         pod: None,
+        shared_with: Vec::new(),
         advertised_as: Default::default(),
     };
     let index_id = device.index.to_string();
-    if let Some(first) = holders(assignments, used, |id| id == device.uuid || id == index_id).first() {
-        gpu.pod = Some(first.clone());
-    }
+    let mut pods = holders(assignments, used, |id| id == device.uuid || id == index_id).into_iter();
+    gpu.pod = pods.next();
+    gpu.shared_with = pods.collect();
     if !mig.current {
         return Ok(gpu);
     }

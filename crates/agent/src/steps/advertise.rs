@@ -107,6 +107,7 @@ mod tests {
                 })
                 .collect(),
             pod: None,
+            shared_with: vec![],
             advertised_as: Default::default(),
         }
     }

@@ -233,11 +233,12 @@ impl Agent {
     }
 
     async fn enable_mig_mode(&mut self, gpu: u32, cx: &Context) -> Result<NextRound, StepError> {
-        if let Some(pod) = cx.work.gpu(gpu).and_then(|w| w.whole_gpu_pod.clone()) {
+        let pods = cx.work.gpu(gpu).map(|w| w.whole_gpu_pods.clone()).unwrap_or_default();
+        if !pods.is_empty() {
             return Err(StepError::InUse {
                 gpu,
                 instance: "the whole GPU".into(),
-                user: format!("pod {pod}"),
+                user: format!("pod {}", pods.join(", pod ")),
             });
         }
         let processes = self.nvml_call(move |n| n.gpu_processes(gpu)).await?;

@@ -189,6 +189,12 @@ impl Harness {
 
     /// Runs a pod that holds the whole of `gpu` (`nvidia.com/gpu`), with a process on it.
     pub fn run_whole_gpu_pod(&self, name: &str, gpu: GpuIndex, gpu_uuid: &str) {
+        self.run_whole_gpu_pod_as(name, gpu, gpu_uuid, gpu_uuid);
+    }
+
+    /// A pod holding the whole GPU under the device id the device plugin gave it (a
+    /// time-slicing replica `<uuid>::<n>`, for one).
+    pub fn run_whole_gpu_pod_as(&self, name: &str, gpu: GpuIndex, gpu_uuid: &str, device_id: &str) {
         let pod = ready_pod(WORKLOADS, name, json!({}), json!({}), json!({"nvidia.com/gpu": "1"}));
         self.server.seed(&pod).expect("pod");
         let pid = self.sim.start_gpu_process(gpu).expect("process");
@@ -198,7 +204,7 @@ impl Harness {
                 pod: name.into(),
                 container: "main".into(),
                 resource: "nvidia.com/gpu".into(),
-                device_id: gpu_uuid.into(),
+                device_id: device_id.into(),
             })
         });
         let placed = PlacedInstance::new("whole-gpu", 0);
