@@ -16,6 +16,7 @@ use nvml_wrapper::error::NvmlError as WrapperError;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::*;
 
+mod profiles;
 mod returns;
 
 use self::returns::{
@@ -23,8 +24,7 @@ use self::returns::{
 };
 use crate::nvml::{
     ComputeInstanceInfo, DeviceInfo, GpuIndex, GpuInstanceInfo, GpuInstanceProfileInfo, MigDeviceInfo,
-    MigMode, MigModeChange, NvmlBackend, NvmlCall, NvmlError, NvmlProfileId, NvmlProfileIndex, Placement,
-    ProcessInfo, Reason,
+    MigMode, MigModeChange, NvmlBackend, NvmlCall, NvmlError, NvmlProfileId, Placement, ProcessInfo, Reason,
 };
 
 /// The library the driver installs (the unversioned `libnvidia-ml.so` only comes with
@@ -124,82 +124,6 @@ impl RealNvml {
             profile_id: NvmlProfileId(info.profileId),
             placement: Placement { start: info.placement.start, size: info.placement.size },
         })
-    }
-
-    fn profile_info(
-        &self,
-        gpu: GpuIndex,
-        dev: nvmlDevice_t,
-        index: u32,
-    ) -> Result<Option<GpuInstanceProfileInfo>, NvmlError> {
-        let lib = self.lib();
-        if let Ok(f) = lib.nvmlDeviceGetGpuInstanceProfileInfoV.as_ref() {
-            // SAFETY: plain C struct; version field set as nvml.h's NVML_STRUCT_VERSION does.
-            let mut info: nvmlGpuInstanceProfileInfo_v2_t = unsafe { mem::zeroed() };
-            info.version = mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>() as c_uint | (2 << 24);
-            let code = unsafe { f(dev, index, &mut info) };
-            // Drivers that predate the v2 struct answer VERSION_MISMATCH, and some answer
-            // INVALID_ARGUMENT for the version field itself: both fall through to the
-            // unversioned call, whose answer then decides (an absent profile says so there).
-            let unversioned = code == nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-                || code == nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
-            if !unversioned {
-                return match profile_absent(code) {
-                    true => Ok(None),
-                    false => {
-                        check(code).map_err(|reason| NvmlError::ProfileIndex {
-                            gpu,
-                            call: NvmlCall::GpuInstanceProfiles,
-                            index: NvmlProfileIndex(index),
-                            reason,
-                        })?;
-                        let name = c_chars_to_string(&info.name);
-                        Ok(Some(GpuInstanceProfileInfo {
-                            profile_index: NvmlProfileIndex(index),
-                            id: NvmlProfileId(info.id),
-                            name: (!name.is_empty())
-                                .then(|| crate::nvml::strip_mig_prefix(&name).to_string()),
-                            slice_count: info.sliceCount,
-                            instance_count: info.instanceCount,
-                            memory_mib: info.memorySizeMB,
-                            multiprocessor_count: info.multiprocessorCount,
-                            copy_engine_count: info.copyEngineCount,
-                            decoder_count: info.decoderCount,
-                            encoder_count: info.encoderCount,
-                            jpeg_count: info.jpegCount,
-                            ofa_count: info.ofaCount,
-                        }))
-                    }
-                };
-            }
-        }
-        let f = sym(&lib.nvmlDeviceGetGpuInstanceProfileInfo, "nvmlDeviceGetGpuInstanceProfileInfo")?;
-        let mut info: nvmlGpuInstanceProfileInfo_t = unsafe { mem::zeroed() };
-        // SAFETY: valid device handle and out pointer.
-        let code = unsafe { f(dev, index, &mut info) };
-        if profile_absent(code) {
-            return Ok(None);
-        }
-        check(code).map_err(|reason| NvmlError::ProfileIndex {
-            gpu,
-            call: NvmlCall::GpuInstanceProfiles,
-            index: NvmlProfileIndex(index),
-            reason,
-        })?;
-        Ok(Some(GpuInstanceProfileInfo {
-            profile_index: NvmlProfileIndex(index),
-            id: NvmlProfileId(info.id),
-            name: None,
-            slice_count: info.sliceCount,
-            instance_count: info.instanceCount,
-            memory_mib: info.memorySizeMB,
-            multiprocessor_count: info.multiprocessorCount,
-            copy_engine_count: info.copyEngineCount,
-            decoder_count: info.decoderCount,
-            encoder_count: info.encoderCount,
-            jpeg_count: info.jpegCount,
-            ofa_count: info.ofaCount,
-        }))
     }
 
     /// The compute-instance profile that spans a GPU instance of `slices` slices: the largest
