@@ -39,6 +39,15 @@ pub struct ProbeArgs {
     pub output: OutputFormat,
 }
 
+impl AgentArgs {
+    pub(super) fn output_format(&self) -> OutputFormat {
+        match &self.command {
+            AgentCommand::Probe(probe) => probe.output,
+            AgentCommand::Run(_) => OutputFormat::Table,
+        }
+    }
+}
+
 pub fn run(args: AgentArgs) -> Result<(), Failure> {
     match args.command {
         AgentCommand::Probe(args) => run_probe(args),

@@ -64,9 +64,14 @@ pub struct RunArgs {
     pub poll_interval: Duration,
 }
 
+/// A Go duration from 1 second to 24 hours.
 fn duration(text: &str) -> Result<Duration, String> {
-    parse_go_duration(text)
-        .ok_or_else(|| format!("{text:?} is not a duration; write it like 30s, 10m or 1h30m"))
+    let d = parse_go_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration; write it like 30s, 10m or 1h30m"))?;
+    if d < Duration::from_secs(1) || d > Duration::from_secs(24 * 3600) {
+        return Err(format!("{text} is out of range: give 1s to 24h"));
+    }
+    Ok(d)
 }
 
 /// Simulated GPUs for `--simulate` (developer builds only: the operator's image has none).

@@ -25,7 +25,7 @@ pub struct ApiserverArgs {
     pub load: Vec<PathBuf>,
 
     /// How many changes watches can replay before a resourceVersion counts as expired (410).
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = crate::cli::bounds::history)]
     pub history: usize,
 }
 

@@ -48,13 +48,13 @@ pub struct DemoArgs {
     pub seed: u64,
     /// Scenario seconds per wall-clock second (pod run times and arrivals are compressed; the
     /// controller's and agents' own timing is not).
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = crate::cli::bounds::speed)]
     pub speed: f64,
     /// Simulated nodes: odd ones with 8 A100-80GB, even ones with 8 H100-80GB.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::cli::bounds::demo_nodes)]
     pub nodes: usize,
     /// Length of the workload in scenario seconds (at the default speed, 120 takes 40 s).
-    #[arg(long, default_value_t = 120.0)]
+    #[arg(long, default_value_t = 120.0, value_parser = crate::cli::bounds::scenario_seconds)]
     pub duration: f64,
     /// In Approve mode, wait for you to approve each plan with kubectl instead of approving it
     /// after printing the command.
@@ -62,7 +62,7 @@ pub struct DemoArgs {
     pub wait_for_approval: bool,
     /// Milliseconds each NVML call that changes a GPU takes (real GPUs take a while to create
     /// an instance).
-    #[arg(long, default_value_t = 40, value_name = "MS")]
+    #[arg(long, default_value_t = 40, value_name = "MS", value_parser = crate::cli::bounds::nvml_latency_ms)]
     pub nvml_latency_ms: u64,
     /// Where to write the kubeconfig for kubectl [default: a new temporary directory].
     #[arg(long, value_name = "PATH")]
@@ -71,7 +71,7 @@ pub struct DemoArgs {
     #[arg(long)]
     pub keep_serving: bool,
     /// Seconds between progress lines.
-    #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 3.0, value_name = "SECONDS", value_parser = crate::cli::bounds::interval_seconds)]
     pub tick: f64,
     /// Run on the cluster of KUBECONFIG instead of an in-memory API server (a real control
     /// plane with `deploy/base` applied: `make demo-k8s` starts one): the simulated nodes join

@@ -53,6 +53,14 @@ pub enum GeometryCommand {
     },
 }
 
+impl GeometryCommand {
+    pub(super) fn output_format(&self) -> OutputFormat {
+        match self {
+            GeometryCommand::Check { output, .. } | GeometryCommand::Enumerate { output, .. } => *output,
+        }
+    }
+}
+
 pub fn run(args: GeometryArgs) -> Result<(), Failure> {
     let catalog = args.source.load()?;
     match args.command {

@@ -115,7 +115,7 @@ fn read_input(path: &Path) -> Result<String, Failure> {
 
 fn run_export(args: ExportArgs) -> Result<(), Failure> {
     let text = read_input(&args.input)?;
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+    let docs: Vec<Value> = geometer_solver::yaml::from_multiple(&text)
         .with_context(|| format!("{} is not YAML", args.input.display()))
         .map_err(Failure::bad_input)?;
     let docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();

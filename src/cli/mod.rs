@@ -12,6 +12,7 @@ pub mod agent_run;
 #[cfg(feature = "demo")]
 pub mod apiserver;
 pub mod approve;
+mod bounds;
 pub mod catalog;
 pub mod controller;
 pub mod crds;
@@ -69,6 +70,20 @@ pub enum Command {
 }
 
 impl Command {
+    /// The `-o` format the command was asked for, so that its errors come out in it too.
+    fn output_format(&self) -> output::OutputFormat {
+        use output::OutputFormat;
+        match self {
+            Command::Catalog(a) => match &a.command {
+                catalog::CatalogCommand::List { output } | catalog::CatalogCommand::Show { output, .. } => *output,
+            },
+            Command::Geometry(a) => a.command.output_format(),
+            Command::Plan(a) => a.output,
+            Command::Agent(a) => a.output_format(),
+            _ => OutputFormat::Table,
+        }
+    }
+
     /// The demo prints its own progress, so the operator's logs only show when something goes
     /// wrong.
     fn prints_its_own_progress(&self) -> bool {
@@ -94,22 +109,24 @@ pub fn plugin_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 pub fn run(cli: Cli) -> ExitCode {
     // The demo prints its own progress; the operator's logs only when something goes wrong.
     init_logging(cli.log_json, if cli.command.prints_its_own_progress() { "warn" } else { "info" });
-    match cli.command {
-        Command::Catalog(args) => output::finish(catalog::run(args)),
-        Command::Geometry(args) => output::finish(geometry::run(args)),
-        Command::Plan(args) => output::finish(plan::run(args)),
-        Command::Crds(args) => output::finish(crds::run(args)),
-        Command::Controller(args) => output::finish(controller::run(args)),
-        Command::Agent(args) => output::finish(agent::run(args)),
-        Command::Approve(args) => output::finish(approve::run(args)),
+    let format = cli.command.output_format();
+    let result = match cli.command {
+        Command::Catalog(args) => catalog::run(args),
+        Command::Geometry(args) => geometry::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Crds(args) => crds::run(args),
+        Command::Controller(args) => controller::run(args),
+        Command::Agent(args) => agent::run(args),
+        Command::Approve(args) => approve::run(args),
         #[cfg(feature = "demo")]
-        Command::Apiserver(args) => apiserver::run(args),
-        Command::Migparted(args) => output::finish(migparted::run(args)),
+        Command::Apiserver(args) => return apiserver::run(args),
+        Command::Migparted(args) => migparted::run(args),
         #[cfg(feature = "demo")]
-        Command::Simulate(args) => output::finish(simulate::run(*args)),
+        Command::Simulate(args) => simulate::run(*args),
         #[cfg(feature = "demo")]
-        Command::Demo(args) => output::finish(demo::run(args)),
-    }
+        Command::Demo(args) => demo::run(args),
+    };
+    output::finish(result, format)
 }
 
 fn init_logging(json: bool, default_level: &str) {

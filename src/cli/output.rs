@@ -93,15 +93,79 @@ impl Failure {
     }
 }
 
-/// Exit code for a command's result; errors go to stderr with their causes.
-pub fn finish(result: Result<(), Failure>) -> ExitCode {
+/// Exit code for a command's result. Errors go to standard error as one line, each cause
+/// once; under `-o json` as a JSON object on standard output instead (where a script reads
+/// the answer): `{"error": {"message": ..., "causes": [...], "exitCode": N}}`.
+pub fn finish(result: Result<(), Failure>, format: OutputFormat) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             if let Some(error) = failure.error {
-                eprintln!("error: {error:#}");
+                let causes = causes(&error);
+                if format == OutputFormat::Json {
+                    let body = serde_json::json!({"error": {
+                        "message": causes.join(": "),
+                        "causes": causes,
+                        "exitCode": failure.code,
+                    }});
+                    println!("{body:#}");
+                } else {
+                    eprintln!("error: {}", causes.join(": "));
+                }
             }
             ExitCode::from(failure.code)
         }
+    }
+}
+
+/// The error and its causes, outermost first, each said once: a cause whose words the
+/// message before it already contains (a context that quoted it) is not repeated.
+pub fn causes(error: &anyhow::Error) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.iter().any(|said| said.contains(&text)) {
+            continue;
+        }
+        out.push(text);
+    }
+    out
+}
+
+/// A Kubernetes client error in words: the API server's own message for a refusal, and for a
+/// connection that failed, where to look.
+pub fn kube_error(error: &kube::Error) -> String {
+    if let kube::Error::Api(status) = error {
+        return format!("{} (HTTP {} {})", status.message, status.code, status.reason);
+    }
+    let mut parts: Vec<String> = vec![error.to_string()];
+    let mut source = std::error::Error::source(error);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    let text = parts.join(": ");
+    let lower = text.to_lowercase();
+    if lower.contains("connect") || lower.contains("dns error") || lower.contains("timed out") {
+        format!("cannot reach the Kubernetes API server ({text}); is the cluster up, and does KUBECONFIG (or ~/.kube/config) point at it?")
+    } else {
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_said_once() {
+        let inner = anyhow::anyhow!("bad value 7");
+        let outer = inner.context("invalid --snapshot: bad value 7");
+        assert_eq!(causes(&outer), ["invalid --snapshot: bad value 7"]);
+        let chained = anyhow::anyhow!("bad value 7").context("invalid --snapshot");
+        assert_eq!(causes(&chained), ["invalid --snapshot", "bad value 7"]);
     }
 }

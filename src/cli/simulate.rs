@@ -72,58 +72,58 @@ pub struct SimulateArgs {
     pub mapping: String,
     /// Load mode: submit pods in shuffled order until their GPU requests reach this multiple of
     /// the cluster's GPUs (e.g. 1.3), one every --interval-secs; without it, replay timestamps.
-    #[arg(long, value_name = "SHARE")]
+    #[arg(long, value_name = "SHARE", value_parser = crate::cli::bounds::load_share)]
     pub load: Option<f64>,
     /// Load mode: the GPU count the load is a share of (default: the cluster's GPUs). Lets the
     /// same pods run on clusters of different sizes.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::cli::bounds::load_gpus)]
     pub load_gpus: Option<u64>,
     /// Load mode: seconds between two submissions.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::cli::bounds::interval_seconds)]
     pub interval_secs: f64,
     /// Load mode: how long pods run.
     #[arg(long, value_enum, default_value_t = LifetimeArg::Forever)]
     pub lifetime: LifetimeArg,
     /// Modelled drain: seconds to evict pods and see them go (only when a plan evicts).
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = crate::cli::bounds::scenario_seconds)]
     pub drain_secs: f64,
     /// Modelled NVML reconfiguration of a node's GPUs, in seconds.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = crate::cli::bounds::scenario_seconds)]
     pub reconfig_secs: f64,
     /// Modelled device-plugin restart until the new slices are advertised, in seconds.
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(long, default_value_t = 20.0, value_parser = crate::cli::bounds::scenario_seconds)]
     pub plugin_restart_secs: f64,
     /// Batching: plan once demand has been quiet this many seconds...
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = crate::cli::bounds::scenario_seconds)]
     pub batch_idle_secs: f64,
     /// ...or this many seconds after the batch opened.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = crate::cli::bounds::scenario_seconds)]
     pub batch_max_secs: f64,
     /// A node a plan changed is not planned again for this many seconds (MigPolicy
     /// `stabilisationSeconds`; the default is the policy's). 0 lets every batch change any node.
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, default_value_t = 600.0, value_parser = crate::cli::bounds::scenario_seconds)]
     pub stabilisation_secs: f64,
     /// Geometer's forecast (MigPolicy `spec.forecastWindowSeconds`): slices that pods arriving in
     /// the last this many seconds asked for are prepared on free capacity ahead of the next
     /// ones. 0 turns it off. Default: one batch plus one reconfiguration (60 s with the
     /// defaults). The greedy baseline never forecasts.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = crate::cli::bounds::scenario_seconds)]
     pub forecast_secs: Option<f64>,
     /// Time limit for one ILP planning call, in milliseconds.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = crate::cli::bounds::time_limit_ms)]
     pub plan_time_limit_ms: u64,
     /// Write summary.md, summary.csv, timeseries.csv, pods.csv and chart.svg into this directory.
     #[arg(short = 'o', long = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Time buckets in timeseries.csv.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = crate::cli::bounds::buckets)]
     pub buckets: usize,
     /// Chart title (default: the trace file name).
     #[arg(long)]
     pub title: Option<String>,
     /// Instead of simulating, print a synthetic trace of N pods (80 GB A100/H100 profiles) in
     /// Geometer's CSV format.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::cli::bounds::generated_pods)]
     pub generate: Option<usize>,
     #[command(flatten)]
     pub catalog: CatalogSource,

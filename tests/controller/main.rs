@@ -3,6 +3,7 @@
 
 mod approve;
 mod do_not_disrupt;
+mod hostile;
 mod leader;
 mod plan_live;
 mod plans;

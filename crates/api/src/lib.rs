@@ -13,10 +13,13 @@ pub mod node;
 pub mod plan;
 pub mod policy;
 
+pub mod decode;
 pub mod do_not_disrupt;
+pub mod limits;
 pub mod migparted;
 pub mod quantity;
 pub mod resources;
+pub mod schema_bounds;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -93,9 +96,10 @@ impl std::fmt::Display for PlacedInstance {
     }
 }
 
-/// Every Geometer CRD, in the order `geometer crds` prints them.
+/// Every Geometer CRD, in the order `geometer crds` prints them, every open field bounded
+/// ([`schema_bounds`]).
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![MigPolicy::crd(), MigPlan::crd(), MigNode::crd()]
+    [MigPolicy::crd(), MigPlan::crd(), MigNode::crd()].into_iter().map(schema_bounds::bounded).collect()
 }
 
 /// The CRDs as one YAML multi-document stream, exactly what `crds/` holds.

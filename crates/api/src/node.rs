@@ -21,11 +21,8 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::plan::{MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU};
-
-/// The most pods one shared device (a GPU or MIG device with time-slicing or MPS replicas) is
-/// listed with: far above the replica counts NVIDIA's device plugin documents (tens per GPU).
-pub const MAX_PODS_SHARING_A_DEVICE: usize = 1024;
+pub use crate::limits::MAX_PODS_SHARING_A_DEVICE;
+use crate::limits::{MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU};
 use super::PlacedInstance;
 
 /// Desired MIG geometry of one node's GPUs.

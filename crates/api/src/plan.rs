@@ -17,16 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{PlacedInstance, PROFILE_NAME_PATTERN};
 
-/// Most nodes one plan may change.
-pub const MAX_PLAN_NODES: usize = 1000;
-/// Most GPUs per node in a plan.
-pub const MAX_GPUS_PER_NODE: usize = 16;
-/// Most instances in one GPU's geometry (the largest grid has 12 placement units).
-pub const MAX_INSTANCES_PER_GPU: usize = 16;
-/// Most evictions one plan lists.
-pub const MAX_PLAN_EVICTIONS: usize = 1000;
-/// Most met (or unmet) demand entries a plan lists; the summary counts all of them.
-pub const MAX_PLAN_DEMAND_ENTRIES: usize = 2000;
+pub use crate::limits::{
+    MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU, MAX_PLAN_DEMAND_ENTRIES, MAX_PLAN_EVICTIONS, MAX_PLAN_NODES,
+};
 
 /// One planning round: per node and GPU the current and target geometry with the operations
 /// between them, the pods to evict, and which demand it meets and which it cannot.

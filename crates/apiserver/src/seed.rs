@@ -159,11 +159,18 @@ impl ApiServer {
     where
         K: kube::Resource<DynamicType = ()> + DeserializeOwned,
     {
+        serde_json::from_value(self.object_json::<K>(namespace, name)?).ok()
+    }
+
+    /// The stored object of `K`'s kind as JSON, even when it does not decode as a `K`.
+    pub fn object_json<K>(&self, namespace: &str, name: &str) -> Option<Value>
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
         let store = self.inner.store.lock().expect("store lock poisoned");
         let rt = store.registry.by_kind(&K::group(&()), &K::version(&()), &K::kind(&()))?;
         let obj = store.get(&rt.storage, namespace, name)?;
-        let served = super::convert::to_served(&rt, &K::version(&()), obj);
-        serde_json::from_value((*served).clone()).ok()
+        Some((*super::convert::to_served(&rt, &K::version(&()), obj)).clone())
     }
 
     /// Every stored object of a kind, in (namespace, name) order.

@@ -4,8 +4,10 @@
 pub mod agent;
 pub mod control_plane;
 pub mod controller;
+pub mod crd_bounds;
 pub mod deploy;
 pub mod e2e;
+pub mod kubectl_snapshot;
 pub mod real_cluster;
 pub mod simcluster;
 pub mod trace;

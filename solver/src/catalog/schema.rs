@@ -63,7 +63,7 @@ impl At<'_> {
 
 pub(super) fn parse(text: &str) -> Result<(Vec<GpuModel>, Vec<UnplaceableModel>), CatalogError> {
     let raw: CatalogFile =
-        serde_saphyr::from_str(text).map_err(|e| CatalogError::Parse { message: e.to_string() })?;
+        crate::yaml::from_str(text).map_err(|e| CatalogError::Parse { message: e.to_string() })?;
     if raw.models.is_empty() && raw.unplaceable.is_empty() {
         return Err(CatalogError::Empty);
     }

@@ -57,6 +57,6 @@ pub struct PlanArgs {
     pub solver: SolverChoice,
     /// Solver time limit in milliseconds (overrides the policy's); the best plan found by then
     /// is used.
-    #[arg(long, value_name = "MS")]
+    #[arg(long, value_name = "MS", value_parser = crate::cli::bounds::time_limit_ms)]
     pub time_limit_ms: Option<u64>,
 }

@@ -18,6 +18,7 @@ use super::args::PlanArgs;
 use crate::cli::output::{self, Failure};
 use geometer_api::{MigNode, MigPolicy};
 use geometer_controller::round;
+use geometer_controller::Decoded;
 use geometer_controller::round as policy_status;
 
 #[derive(Debug, Serialize)]
@@ -33,17 +34,32 @@ struct PolicyPlan {
     plan: Option<Plan>,
 }
 
+/// Every `K` in the cluster that can be read; one that cannot is named on standard error and
+/// left out, as the controller does.
 async fn list<K>(client: &Client) -> Result<Vec<Arc<K>>, Failure>
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let kind = K::kind(&()).to_string();
-    let list = Api::<K>::all(client.clone()).list(&ListParams::default()).await.map_err(|e| {
+    let api = Api::<Decoded<K>>::all(client.clone());
+    let list = api.list(&ListParams::default()).await.map_err(|e| {
         Failure::internal(anyhow!(
-            "cannot list {kind}s: {e} (is Geometer installed? `geometer crds | kubectl apply -f -`)"
+            "cannot list {kind}s: {} (is Geometer installed? `geometer crds | kubectl apply -f -`)",
+            output::kube_error(&e)
         ))
     })?;
-    Ok(list.items.into_iter().map(Arc::new).collect())
+    let mut read = Vec::new();
+    for item in list.items {
+        match item {
+            Decoded::Read(k) => read.push(k),
+            Decoded::Unreadable(u) => eprintln!(
+                "warning: skipped {kind} {}: cannot be read: {}",
+                u.meta.name.as_deref().unwrap_or("(no name)"),
+                u.error
+            ),
+        }
+    }
+    Ok(read)
 }
 
 pub(super) fn run(args: &PlanArgs, catalog: Catalog) -> Result<(), Failure> {

@@ -54,7 +54,7 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(
     };
     let value = adapter::parse_value(&text).context("invalid --snapshot").map_err(bad)?;
     let (snapshot, warnings) = if is_planner_snapshot(&value) {
-        let mut snapshot: Snapshot = serde_json::from_value(value)
+        let mut snapshot: Snapshot = geometer_api::decode::from_value(&value)
             .context("invalid --snapshot (planner snapshot format)")
             .map_err(bad)?;
         if let Some(p) = policy {
@@ -62,11 +62,14 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(
         }
         (snapshot, Vec::new())
     } else {
-        let objects = adapter::parse_objects(&text).context("invalid --snapshot").map_err(bad)?;
+        let objects = adapter::objects_of(value).context("invalid --snapshot").map_err(bad)?;
         let built = adapter::build_snapshot(&objects, &catalog, policy, jiff::Timestamp::now())
             .context("invalid --snapshot")
             .map_err(bad)?;
-        (built.snapshot, built.warnings)
+        // One object that cannot be read is left out and named; the rest is planned.
+        let skipped = built.skipped.iter().map(|e| format!("skipped {e}"));
+        let warnings = skipped.chain(built.warnings).collect();
+        (built.snapshot, warnings)
     };
     for w in &warnings {
         eprintln!("warning: {w}");
@@ -78,7 +81,7 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(
     let mut plan = args
         .solver
         .plan(&snapshot, &catalog, &options)
-        .context("the snapshot does not fit the catalog")
+        .context("cannot plan this snapshot")
         .map_err(bad)?;
     plan.notes.extend(warnings);
     output::print(args.output, &plan, || plan.render_table())

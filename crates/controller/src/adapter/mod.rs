@@ -12,6 +12,7 @@ pub mod pods;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use geometer_api::decode::{self, DecodeError};
 use geometer_api::{MigNode, MigPolicy};
 use geometer_solver::catalog::Catalog;
 use geometer_solver::snapshot::{Policy, Snapshot};
@@ -23,7 +24,7 @@ use thiserror::Error;
 
 pub use mig_objects::PolicyObject;
 
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum AdapterError {
     #[error("input is neither JSON nor YAML: {0}")]
     Syntax(String),
@@ -49,6 +50,10 @@ pub struct Objects {
     pub policies: Vec<MigPolicy>,
     /// Kinds present but not used, with counts.
     pub ignored: BTreeMap<String, usize>,
+    /// Objects that could not be read, each with why; the rest are read without them.
+    pub skipped: Vec<AdapterError>,
+    /// Nodes whose MigNode could not be read: left out rather than guessed from labels.
+    pub unreadable_inventories: BTreeSet<String>,
 }
 
 /// A snapshot and what the reader should know about how it was made.
@@ -56,6 +61,9 @@ pub struct Objects {
 pub struct Built {
     pub snapshot: Snapshot,
     pub warnings: Vec<String>,
+    /// Objects left out because they could not be read (the input's and the snapshot's), each
+    /// naming the object, field and value.
+    pub skipped: Vec<AdapterError>,
 }
 
 /// Parses JSON or YAML text into a value; JSON first when it looks like JSON.
@@ -65,11 +73,16 @@ pub fn parse_value(text: &str) -> Result<Value, AdapterError> {
             return Ok(v);
         }
     }
-    serde_saphyr::from_str::<Value>(text).map_err(|e| AdapterError::Syntax(e.to_string()))
+    geometer_solver::yaml::from_str::<Value>(text).map_err(|e| AdapterError::Syntax(e.to_string()))
 }
 
 pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
-    let value = parse_value(text)?;
+    objects_of(parse_value(text)?)
+}
+
+/// The objects of a parsed List (or of one object); an item that cannot be read is skipped
+/// and listed in [`Objects::skipped`].
+pub fn objects_of(value: Value) -> Result<Objects, AdapterError> {
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
     // Items of a NodeList/PodList may omit their kind.
     let implied = match kind.as_str() {
@@ -85,7 +98,7 @@ pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
                 return Err(AdapterError::Field {
                     object: kind,
                     field: "items".into(),
-                    value: other.to_string(),
+                    value: geometer_api::limits::quote(&other.to_string()),
                     problem: "expected a list".into(),
                 })
             }
@@ -100,30 +113,40 @@ pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
     for (index, item) in items.into_iter().enumerate() {
         let kind = item.get("kind").and_then(Value::as_str).unwrap_or(implied).to_string();
         let name = item.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-        let bad = |e: serde_json::Error| AdapterError::Object {
+        let bad = |e: DecodeError| AdapterError::Object {
             index,
             kind: kind.clone(),
             name: name.clone(),
             problem: e.to_string(),
         };
-        match kind.as_str() {
-            "Node" => objects.nodes.push(Arc::new(serde_json::from_value(item).map_err(bad)?)),
-            "Pod" => objects.pods.push(Arc::new(serde_json::from_value(item).map_err(bad)?)),
-            "MigNode" => {
-                let node: MigNode = serde_json::from_value(item).map_err(bad)?;
-                objects.inventories.insert(node.name_any(), mig_objects::inventory(&node)?);
-                objects.advertised.extend(mig_objects::advertised(&node));
-            }
-            "MigPolicy" => objects.policies.push(mig_policy_value(item, index)?),
+        let read = match kind.as_str() {
+            "Node" => decode::from_value(&item).map(|n| objects.nodes.push(Arc::new(n))).map_err(bad),
+            "Pod" => decode::from_value(&item).map(|p| objects.pods.push(Arc::new(p))).map_err(bad),
+            "MigNode" => read_mignode(&item, &mut objects).map_err(|e| {
+                objects.unreadable_inventories.insert(name.clone());
+                e.map_err(bad).unwrap_or_else(|e| e)
+            }),
+            "MigPolicy" => mig_policy_value(item, index).map(|p| objects.policies.push(p)),
             _ => {
-                *objects
-                    .ignored
-                    .entry(if kind.is_empty() { "(no kind)".into() } else { kind })
-                    .or_default() += 1
+                let kind = if kind.is_empty() { "(no kind)".into() } else { kind.clone() };
+                *objects.ignored.entry(kind).or_default() += 1;
+                Ok(())
             }
+        };
+        if let Err(e) = read {
+            objects.skipped.push(e);
         }
     }
     Ok(objects)
+}
+
+/// A MigNode's inventory into `objects`; the inner error when the object does not decode.
+fn read_mignode(item: &Value, objects: &mut Objects) -> Result<(), Result<AdapterError, DecodeError>> {
+    let node: MigNode = decode::from_value(item).map_err(Err)?;
+    let gpus = mig_objects::inventory(&node).map_err(Ok)?;
+    objects.inventories.insert(node.name_any(), gpus);
+    objects.advertised.extend(mig_objects::advertised(&node));
+    Ok(())
 }
 
 /// A MigPolicy object, typed. A label map where a LabelSelector belongs would decode as
@@ -136,12 +159,12 @@ fn mig_policy_value(value: Value, index: usize) -> Result<MigPolicy, AdapterErro
             return Err(AdapterError::Field {
                 object: format!("MigPolicy {name}"),
                 field: format!("spec.nodeSelector.{key}"),
-                value: selector[key].to_string(),
+                value: geometer_api::limits::quote(&selector[key].to_string()),
                 problem: "a node selector is a LabelSelector: put labels under matchLabels".into(),
             });
         }
     }
-    serde_json::from_value(value).map_err(|e| AdapterError::Object {
+    decode::from_value(&value).map_err(|e| AdapterError::Object {
         index,
         kind: "MigPolicy".into(),
         name,
@@ -186,20 +209,36 @@ pub fn build_snapshot(
         _ => geometer_api::DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS.iter().map(|s| s.to_string()).collect(),
     };
     let selector = policy.as_ref().map(|p| p.node_selector.clone()).unwrap_or_default();
-    let requests: Vec<BTreeMap<String, u64>> = objects
+    let mut skipped = objects.skipped.clone();
+    // A pod whose requests cannot be read is left out (and said why), not the whole snapshot.
+    let requests: Vec<Option<BTreeMap<String, u64>>> = objects
         .pods
         .iter()
-        .map(|pod| pods::effective_requests(pod).map(|r| pods::as_profiles(r, &objects.advertised)))
-        .collect::<Result<_, _>>()?;
+        .map(|pod| match pods::effective_requests(pod) {
+            Ok(r) => Some(pods::as_profiles(r, &objects.advertised)),
+            Err(e) => {
+                skipped.push(e);
+                None
+            }
+        })
+        .collect();
     let usage = Usage::of(objects, &requests);
 
     let mut snapshot = Snapshot::default();
     let mut sorted_nodes: Vec<&Node> = objects.nodes.iter().map(|n| &**n).collect();
     sorted_nodes.sort_by(|a, b| nodes::name(a).cmp(nodes::name(b)));
     for node in sorted_nodes.iter().filter(|n| selector_matches(&selector, &nodes::labels(n))) {
-        if let Some((facts, inferred)) = node_facts(node, objects, catalog, &usage, &mut warnings)? {
-            snapshot.placements_inferred |= inferred;
-            snapshot.nodes.push(facts);
+        if objects.unreadable_inventories.contains(nodes::name(node)) {
+            warnings.push(format!("node {}: its MigNode cannot be read; not managed", nodes::name(node)));
+            continue;
+        }
+        match node_facts(node, objects, catalog, &usage, &mut warnings) {
+            Ok(Some((facts, inferred))) => {
+                snapshot.placements_inferred |= inferred;
+                snapshot.nodes.push(facts);
+            }
+            Ok(None) => {}
+            Err(e) => skipped.push(e),
         }
     }
     let seen: BTreeSet<&str> = sorted_nodes.iter().map(|n| nodes::name(n)).collect();
@@ -207,11 +246,11 @@ pub fn build_snapshot(
         warnings.push(format!("MigNode {name} has no Node in the input; ignored"));
     }
     let (pending, running) =
-        classify_pods(objects, &requests, &snapshot, &do_not_disrupt, now, &mut warnings)?;
+        classify_pods(objects, &requests, &snapshot, &do_not_disrupt, now, &mut warnings, &mut skipped);
     snapshot.pending = pending;
     snapshot.running = running;
     snapshot.policy = policy.map(|p| p.policy);
-    Ok(Built { snapshot, warnings })
+    Ok(Built { snapshot, warnings, skipped })
 }
 
 /// The `--policy` file's, else the first MigPolicy by name (saying so when there are more).
@@ -238,16 +277,18 @@ struct Usage<'o> {
 }
 
 impl<'o> Usage<'o> {
-    fn of(objects: &'o Objects, requests: &[BTreeMap<String, u64>]) -> Usage<'o> {
+    fn of(objects: &'o Objects, requests: &[Option<BTreeMap<String, u64>>]) -> Usage<'o> {
         let mut usage = Usage { used: BTreeMap::new(), mig_users: BTreeMap::new() };
         for (pod, reqs) in objects.pods.iter().zip(requests) {
+            let Some(reqs) = reqs else { continue };
             let Some(node) = pods::bound_node(pod) else { continue };
             if pods::is_terminal(pod) {
                 continue;
             }
             let used = usage.used.entry(node).or_default();
             for (k, v) in reqs {
-                *used.entry(k.clone()).or_default() += v;
+                let e = used.entry(k.clone()).or_default();
+                *e = e.saturating_add(*v);
             }
             for (profile, count) in pods::mig_requests(reqs) {
                 let list = usage.mig_users.entry(node).or_default().entry(profile).or_default();
@@ -290,15 +331,7 @@ fn node_facts(
         ));
         return Ok(None);
     }
-    let count_label = nodes::labels(node).get(nodes::COUNT_LABEL).cloned();
-    let Some(gpu_count) = count_label.as_deref().and_then(|c| c.parse::<u32>().ok()) else {
-        return Err(AdapterError::Field {
-            object: format!("Node {name}"),
-            field: format!("metadata.labels.{}", nodes::COUNT_LABEL),
-            value: format!("{count_label:?}"),
-            problem: "expected the number of GPUs (GPU Operator label) to infer the geometry".into(),
-        });
-    };
+    let gpu_count = nodes::gpu_count(node)?;
     let users = usage.mig_users.get(name).cloned().unwrap_or_default();
     let (gpus, more) = nodes::infer_gpus(node, model, gpu_count, &counts, &users)?;
     warnings.extend(more);
@@ -310,12 +343,13 @@ fn node_facts(
 /// a pod asking for slices that is not demand (a gang, an init container, ...) is said why.
 fn classify_pods(
     objects: &Objects,
-    requests: &[BTreeMap<String, u64>],
+    requests: &[Option<BTreeMap<String, u64>>],
     snapshot: &Snapshot,
     do_not_disrupt: &[String],
     now: jiff::Timestamp,
     warnings: &mut Vec<String>,
-) -> Result<(Vec<geometer_solver::snapshot::Pod>, Vec<geometer_solver::snapshot::Pod>), AdapterError> {
+    skipped: &mut Vec<AdapterError>,
+) -> (Vec<geometer_solver::snapshot::Pod>, Vec<geometer_solver::snapshot::Pod>) {
     let users: BTreeSet<&PodKey> = snapshot
         .nodes
         .iter()
@@ -327,23 +361,28 @@ fn classify_pods(
     let mut pending = Vec::new();
     let mut running = Vec::new();
     for (pod, reqs) in objects.pods.iter().zip(requests) {
+        let Some(reqs) = reqs else { continue };
         let key = pods::key(pod);
-        match pods::bound_node(pod) {
-            Some(n) if managed.contains(n) && users.contains(&key) && !pods::is_terminal(pod) => {
-                running.push(pods::planner_pod(pod, reqs, do_not_disrupt, now)?);
-            }
-            Some(_) => {}
-            None if pods::mig_requests(reqs).is_empty() => {}
+        let into = match pods::bound_node(pod) {
+            Some(n) if managed.contains(n) && users.contains(&key) && !pods::is_terminal(pod) => &mut running,
+            Some(_) => continue,
+            None if pods::mig_requests(reqs).is_empty() => continue,
             None => match pods::demand_check(pod) {
-                Ok(()) => pending.push(pods::planner_pod(pod, reqs, do_not_disrupt, now)?),
-                Err(why) if !pods::is_terminal(pod) => {
-                    warnings.push(format!("pod {key} requests MIG slices but is not demand: {why}"))
+                Ok(()) => &mut pending,
+                Err(why) => {
+                    if !pods::is_terminal(pod) {
+                        warnings.push(format!("pod {key} requests MIG slices but is not demand: {why}"));
+                    }
+                    continue;
                 }
-                Err(_) => {}
             },
+        };
+        match pods::planner_pod(pod, reqs, do_not_disrupt, now) {
+            Ok(p) => into.push(p),
+            Err(e) => skipped.push(e),
         }
     }
-    Ok((pending, running))
+    (pending, running)
 }
 
 #[cfg(test)]
@@ -426,7 +465,8 @@ items:
             .to_string();
         assert!(err.contains("spec.nodeSelector.pool") && err.contains("matchLabels"), "{err}");
         let in_list = "kind: List\nitems:\n- {apiVersion: geometer.dev/v1alpha1, kind: MigPolicy, metadata: {name: p}, spec: {nodeSelector: {pool: other}}}";
-        let err = parse_objects(in_list).unwrap_err().to_string();
+        let skipped = parse_objects(in_list).unwrap().skipped;
+        let err = skipped[0].to_string();
         assert!(err.contains("spec.nodeSelector.pool"), "the same refusal inside a snapshot List: {err}");
         let policy = parse_policy(
             "kind: MigPolicy\nmetadata: {name: p}\nspec: {nodeSelector: {matchLabels: {pool: other}}}",
@@ -442,17 +482,52 @@ items:
     }
 
     #[test]
-    fn missing_gpu_count_is_named() {
+    fn a_node_without_gpu_count_is_skipped_and_named() {
         let text = LIST.replace("nvidia.com/gpu.count: \"2\", ", "");
-        let err = build_snapshot(
-            &parse_objects(&text).unwrap(),
-            Catalog::builtin(),
-            None,
-            jiff::Timestamp::UNIX_EPOCH,
-        )
-        .unwrap_err()
-        .to_string();
+        let built =
+            build_snapshot(&parse_objects(&text).unwrap(), Catalog::builtin(), None, jiff::Timestamp::UNIX_EPOCH)
+                .unwrap();
+        assert!(built.snapshot.nodes.iter().all(|n| n.name != "n1"));
+        let err = built.skipped[0].to_string();
         assert!(err.contains("nvidia.com/gpu.count") && err.contains("Node n1"), "{err}");
+    }
+
+    #[test]
+    fn hostile_counts_are_refused_by_field_and_never_sized_into_memory() {
+        let huge = LIST.replace("nvidia.com/gpu.count: \"2\"", "nvidia.com/gpu.count: \"4000000000\"");
+        let built =
+            build_snapshot(&parse_objects(&huge).unwrap(), Catalog::builtin(), None, jiff::Timestamp::UNIX_EPOCH)
+                .unwrap();
+        let err = built.skipped[0].to_string();
+        assert!(err.contains("4000000000") && err.contains("at most 16"), "{err}");
+        let pods = r#"
+kind: List
+items:
+- kind: Node
+  metadata: {name: n1, labels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3, nvidia.com/gpu.count: "1", nvidia.com/mig-1g.10gb.count: "7"}}
+  status: {allocatable: {cpu: "8", memory: 64Gi}}
+- kind: Pod
+  metadata: {name: hog, namespace: ml}
+  spec: {nodeName: n1, containers: [{name: c, resources: {limits: {nvidia.com/mig-1g.10gb: "4294967295"}}}]}
+  status: {phase: Running}
+- kind: Pod
+  metadata: {name: half, namespace: ml}
+  spec: {containers: [{name: c, resources: {limits: {nvidia.com/mig-1g.10gb: "1.5"}}}]}
+  status: {phase: Pending, conditions: [{type: PodScheduled, status: "False", reason: Unschedulable}]}
+- kind: Pod
+  metadata: {name: fine, namespace: ml}
+  spec: {containers: [{name: c, resources: {limits: {nvidia.com/mig-3g.40gb: "1"}}}]}
+  status: {phase: Pending, conditions: [{type: PodScheduled, status: "False", reason: Unschedulable}]}
+"#;
+        let built =
+            build_snapshot(&parse_objects(pods).unwrap(), Catalog::builtin(), None, jiff::Timestamp::UNIX_EPOCH)
+                .unwrap();
+        let skipped: Vec<String> = built.skipped.iter().map(|e| e.to_string()).collect();
+        assert_eq!(skipped.len(), 2, "{skipped:?}");
+        assert!(skipped[0].contains("Pod ml/hog") && skipped[0].contains("at most 256"), "{}", skipped[0]);
+        assert!(skipped[1].contains("Pod ml/half") && skipped[1].contains("whole number"), "{}", skipped[1]);
+        let pending: Vec<&str> = built.snapshot.pending.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(pending, ["fine"], "the good pod is still demand");
     }
 
     proptest! {

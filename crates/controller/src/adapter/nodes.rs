@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 
 use crate::adapter::pods::taint_effect;
 use crate::adapter::AdapterError;
+use geometer_api::limits::{quote, MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU};
 use geometer_api::quantity;
 use geometer_api::resources::MIG_RESOURCE_PREFIX;
 
@@ -23,7 +24,7 @@ fn err(node: &str, field: String, value: &str, problem: &str) -> AdapterError {
     AdapterError::Field {
         object: format!("Node {node}"),
         field,
-        value: value.to_string(),
+        value: quote(value),
         problem: problem.to_string(),
     }
 }
@@ -84,15 +85,37 @@ pub fn product_model<'c>(node: &Node, catalog: &'c Catalog) -> Option<(String, O
     Some((product.clone(), catalog.find(base)))
 }
 
+/// Most MIG instances of one profile a node can hold.
+const MAX_INSTANCES_PER_NODE: u32 = (MAX_GPUS_PER_NODE * MAX_INSTANCES_PER_GPU) as u32;
+
+/// A count label or capacity: a whole number up to `max`.
+fn bounded_count(node: &str, field: String, text: &str, n: Option<u64>, max: u32, what: &str) -> Result<u32, AdapterError> {
+    match n {
+        Some(n) if n <= u64::from(max) => Ok(n as u32),
+        Some(_) => Err(err(node, field, text, &format!("more {what} than a node can hold (at most {max})"))),
+        None => Err(err(node, field, text, &format!("expected the number of {what}, a whole number"))),
+    }
+}
+
+/// The node's GPUs as the GPU Operator labels them (`nvidia.com/gpu.count`), needed to infer
+/// the geometry where no MigNode reports it.
+pub fn gpu_count(node: &Node) -> Result<u32, AdapterError> {
+    let field = format!("metadata.labels.{COUNT_LABEL}");
+    let Some(text) = labels(node).get(COUNT_LABEL).cloned() else {
+        return Err(err(name(node), field, "(missing)", "expected the number of GPUs (GPU Operator label) to infer the geometry"));
+    };
+    let n = text.parse::<u64>().ok();
+    bounded_count(name(node), field, &text, n, MAX_GPUS_PER_NODE as u32, "GPUs")
+}
+
 /// MIG instances per profile on the node: `nvidia.com/mig-<p>.count` labels, else capacity.
 pub fn mig_counts(node: &Node) -> Result<BTreeMap<String, u32>, AdapterError> {
     let node_name = name(node);
     let mut counts = BTreeMap::new();
     for (k, v) in labels(node) {
         if let Some(profile) = k.strip_prefix(MIG_RESOURCE_PREFIX).and_then(|r| r.strip_suffix(".count")) {
-            let n = v
-                .parse::<u32>()
-                .map_err(|_| err(node_name, format!("metadata.labels.{k}"), &v, "expected a count"))?;
+            let field = format!("metadata.labels.{k}");
+            let n = bounded_count(node_name, field, &v, v.parse().ok(), MAX_INSTANCES_PER_NODE, "MIG instances")?;
             if n > 0 {
                 counts.insert(profile.to_string(), n);
             }
@@ -102,9 +125,8 @@ pub fn mig_counts(node: &Node) -> Result<BTreeMap<String, u32>, AdapterError> {
         let capacity = node.status.as_ref().and_then(|s| s.capacity.clone()).unwrap_or_default();
         for (k, q) in capacity {
             if let Some(profile) = k.strip_prefix(MIG_RESOURCE_PREFIX) {
-                let n = quantity::units(&q.0).and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-                    err(node_name, format!("status.capacity.{k}"), &q.0, "expected a count")
-                })?;
+                let field = format!("status.capacity.{k}");
+                let n = bounded_count(node_name, field, &q.0, quantity::units(&q.0), MAX_INSTANCES_PER_NODE, "MIG instances")?;
                 if n > 0 {
                     counts.insert(profile.to_string(), n);
                 }

@@ -2,6 +2,7 @@
 //! and whether a pod is demand.
 
 use geometer_api::do_not_disrupt::{self, Verdict};
+use geometer_api::limits::MAX_SLICES_PER_POD;
 use geometer_api::resources::{mig_resource, MIG_RESOURCE_PREFIX};
 use std::collections::BTreeMap;
 
@@ -25,7 +26,7 @@ fn err(pod: &Pod, field: String, value: &str, problem: &str) -> AdapterError {
     AdapterError::Field {
         object: format!("Pod {}", key(pod)),
         field,
-        value: value.to_string(),
+        value: geometer_api::limits::quote(value),
         problem: problem.to_string(),
     }
 }
@@ -37,23 +38,43 @@ fn container_requests(pod: &Pod, c: &Container, at: &str) -> Result<BTreeMap<Str
     let Some(res) = &c.resources else { return Ok(out) };
     for (field, map) in [("limits", &res.limits), ("requests", &res.requests)] {
         for (name, q) in map.iter().flatten() {
+            let at = format!("{at}.resources.{field}.{name}");
             let milli = quantity::parse_scaled(&q.0, 1000.0).ok_or_else(|| {
-                err(
-                    pod,
-                    format!("{at}.resources.{field}.{name}"),
-                    &q.0,
-                    "not a Kubernetes quantity (e.g. 500m, 2, 1Gi)",
-                )
+                err(pod, at.clone(), &q.0, "not a Kubernetes quantity (e.g. 500m, 2, 1Gi)")
             })?;
+            check_mig_request(pod, &at, name, &q.0, milli)?;
             out.insert(name.clone(), milli);
         }
     }
     Ok(out)
 }
 
+/// MIG slices are whole devices, and no node holds more than [`MAX_SLICES_PER_POD`] of one
+/// profile: anything else is refused here instead of being rounded or sized into memory.
+/// (The API server refuses fractional extended resources too: kubernetes/kubernetes,
+/// `pkg/apis/core/validation/validation.go`, `validateResourceQuantityValue`.)
+fn check_mig_request(pod: &Pod, at: &str, name: &str, text: &str, milli: u64) -> Result<(), AdapterError> {
+    if !name.starts_with(MIG_RESOURCE_PREFIX) {
+        return Ok(());
+    }
+    if milli % 1000 != 0 {
+        return Err(err(pod, at.to_string(), text, "MIG slices are whole devices: request a whole number, e.g. 1"));
+    }
+    if milli / 1000 > MAX_SLICES_PER_POD {
+        return Err(err(
+            pod,
+            at.to_string(),
+            text,
+            &format!("more slices of one profile than any node holds (at most {MAX_SLICES_PER_POD})"),
+        ));
+    }
+    Ok(())
+}
+
 fn add(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
     for (k, v) in from {
-        *into.entry(k.clone()).or_default() += v;
+        let e = into.entry(k.clone()).or_default();
+        *e = e.saturating_add(*v);
     }
 }
 
@@ -88,9 +109,15 @@ pub fn effective_requests(pod: &Pod) -> Result<BTreeMap<String, u64>, AdapterErr
     }
     max_into(&mut sum, &init_max);
     for (name, q) in spec.overhead.iter().flatten() {
-        let milli = quantity::parse_scaled(&q.0, 1000.0)
-            .ok_or_else(|| err(pod, format!("spec.overhead.{name}"), &q.0, "not a Kubernetes quantity"))?;
-        *sum.entry(name.clone()).or_default() += milli;
+        let at = format!("spec.overhead.{name}");
+        let milli =
+            quantity::parse_scaled(&q.0, 1000.0).ok_or_else(|| err(pod, at.clone(), &q.0, "not a Kubernetes quantity"))?;
+        check_mig_request(pod, &at, name, &q.0, milli)?;
+        add(&mut sum, &BTreeMap::from([(name.clone(), milli)]));
+    }
+    for (name, &milli) in &sum {
+        let slices = milli / 1000;
+        check_mig_request(pod, "spec.containers[*] (all containers together)", name, &slices.to_string(), milli)?;
     }
     Ok(sum)
 }
@@ -107,7 +134,8 @@ pub fn as_profiles(
     let mut out = BTreeMap::new();
     for (name, value) in requests {
         let name = advertised.get(&name).map_or(name, |profile| mig_resource(profile));
-        *out.entry(name).or_default() += value;
+        let e: &mut u64 = out.entry(name).or_default();
+        *e = e.saturating_add(value);
     }
     out
 }
@@ -118,8 +146,9 @@ pub fn mig_requests(requests: &BTreeMap<String, u64>) -> BTreeMap<String, u32> {
         .iter()
         .filter_map(|(name, milli)| {
             let profile = name.strip_prefix(MIG_RESOURCE_PREFIX)?;
-            let count = milli.div_ceil(1000);
-            (count > 0).then(|| (profile.to_string(), count.min(u32::MAX as u64) as u32))
+            // Bounded again: two advertised names of one profile add up in `as_profiles`.
+            let count = milli.div_ceil(1000).min(MAX_SLICES_PER_POD);
+            (count > 0).then(|| (profile.to_string(), count as u32))
         })
         .collect()
 }

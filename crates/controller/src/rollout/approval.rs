@@ -115,11 +115,15 @@ pub async fn approve(client: Client, plan_name: &str) -> Result<Approved, Approv
     }
 }
 
+/// The newest plan of `policy`; a plan that cannot be read (another policy's, stored by an
+/// older Geometer) does not stop the approval of this one.
 async fn newest_of_policy(plans: &Api<MigPlan>, policy: &str) -> Result<Option<String>, kube::Error> {
+    let plans: Api<crate::Decoded<MigPlan>> = Api::all(plans.clone().into_client());
     let all = plans.list(&Default::default()).await?;
     Ok(all
         .items
-        .into_iter()
+        .iter()
+        .filter_map(|p| p.read())
         .filter(|p| p.spec.policy == policy)
         .max_by_key(|p| (p.creation_timestamp().map(|t| t.0), p.name_any()))
         .map(|p| p.name_any()))

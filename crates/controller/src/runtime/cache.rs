@@ -1,7 +1,8 @@
 //! Watches and caches (kube-runtime reflectors) of everything the controller reads: pods,
 //! nodes, MigNodes, MigPolicies and MigPlans. Every change wakes the controller loop; the loop
 //! then reads whole, consistent-enough copies of the caches. Writes go to the API server and
-//! come back through the watches.
+//! come back through the watches. Objects are cached as [`Decoded`]: one that does not decode
+//! is kept as its name and error instead of failing the whole list.
 
 use std::sync::Arc;
 
@@ -16,14 +17,37 @@ use tokio::task::JoinHandle;
 
 use geometer_api::{MigNode, MigPlan, MigPolicy};
 
+use crate::runtime::decoded::{Decoded, Unreadable};
+
 /// Read handles of the caches.
 #[derive(Clone)]
 pub struct Caches {
-    pub pods: Store<Pod>,
-    pub nodes: Store<Node>,
-    pub mignodes: Store<MigNode>,
-    pub policies: Store<MigPolicy>,
-    pub plans: Store<MigPlan>,
+    pub pods: Store<Decoded<Pod>>,
+    pub nodes: Store<Decoded<Node>>,
+    pub mignodes: Store<Decoded<MigNode>>,
+    pub policies: Store<Decoded<MigPolicy>>,
+    pub plans: Store<Decoded<MigPlan>>,
+}
+
+/// A cache's objects: those read, and those that could not be.
+pub(crate) struct Split<K> {
+    pub(crate) read: Vec<Arc<K>>,
+    pub(crate) unreadable: Vec<Arc<Unreadable>>,
+}
+
+/// Splits a cache into its readable and unreadable objects.
+pub(crate) fn split<K>(store: &Store<Decoded<K>>) -> Split<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let mut out = Split { read: Vec::new(), unreadable: Vec::new() };
+    for object in store.state() {
+        match &*object {
+            Decoded::Read(k) => out.read.push(k.clone()),
+            Decoded::Unreadable(u) => out.unreadable.push(u.clone()),
+        }
+    }
+    out
 }
 
 /// The running watches; dropping it stops them.
@@ -43,11 +67,11 @@ impl Caches {
     /// Starts one watch per kind; each change notifies `changed`.
     pub fn start(client: &Client, changed: Arc<Notify>) -> (Caches, Watches) {
         let mut tasks = Vec::new();
-        let pods = spawn_reflector(Api::<Pod>::all(client.clone()), changed.clone(), &mut tasks);
-        let nodes = spawn_reflector(Api::<Node>::all(client.clone()), changed.clone(), &mut tasks);
-        let mignodes = spawn_reflector(Api::<MigNode>::all(client.clone()), changed.clone(), &mut tasks);
-        let policies = spawn_reflector(Api::<MigPolicy>::all(client.clone()), changed.clone(), &mut tasks);
-        let plans = spawn_reflector(Api::<MigPlan>::all(client.clone()), changed, &mut tasks);
+        let pods = spawn_reflector(client, changed.clone(), &mut tasks);
+        let nodes = spawn_reflector(client, changed.clone(), &mut tasks);
+        let mignodes = spawn_reflector(client, changed.clone(), &mut tasks);
+        let policies = spawn_reflector(client, changed.clone(), &mut tasks);
+        let plans = spawn_reflector(client, changed, &mut tasks);
         (Caches { pods, nodes, mignodes, policies, plans }, Watches { tasks })
     }
 
@@ -63,16 +87,15 @@ impl Caches {
     }
 }
 
-fn spawn_reflector<K>(api: Api<K>, changed: Arc<Notify>, tasks: &mut Vec<JoinHandle<()>>) -> Store<K>
+fn spawn_reflector<K>(client: &Client, changed: Arc<Notify>, tasks: &mut Vec<JoinHandle<()>>) -> Store<Decoded<K>>
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + DeserializeOwned + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
     let kind = K::kind(&()).to_string();
-    let stream = watcher(api, watcher::Config::default())
+    // Managed fields are dropped as each object is decoded (`Decoded`).
+    let stream = watcher(Api::<Decoded<K>>::all(client.clone()), watcher::Config::default())
         .default_backoff()
-        // Managed fields are the bulk of most objects and never read here.
-        .modify(|obj: &mut K| obj.meta_mut().managed_fields = None)
         .reflect(writer);
     tasks.push(tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);

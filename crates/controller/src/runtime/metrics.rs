@@ -31,6 +31,11 @@ struct StateLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: String,
 }
@@ -64,6 +69,7 @@ pub struct Metrics {
     plans: Family<PhaseLabel, Gauge>,
     demand: Family<ProfileLabel, Gauge>,
     gpus: Family<StateLabel, Gauge>,
+    skipped: Family<KindLabel, Gauge>,
     solve_seconds: Histogram,
     rounds: Family<OutcomeLabel, Counter>,
     leader: Gauge,
@@ -92,6 +98,12 @@ impl Metrics {
             "Managed GPUs by state of their node (Ready, Reconfiguring, Failed)",
             gpus.clone(),
         );
+        let skipped = Family::<KindLabel, Gauge>::default();
+        registry.register(
+            "skipped_objects",
+            "Objects left out of planning because they cannot be read or are invalid, by kind (each has a Warning event)",
+            skipped.clone(),
+        );
         // 1 ms .. ~65 s: the solver's time limit is seconds, small clusters solve in milliseconds.
         let solve_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 17));
         registry.register("solve_seconds", "Time the solver took per planning round", solve_seconds.clone());
@@ -99,7 +111,7 @@ impl Metrics {
         registry.register("rounds", "Planning rounds by outcome", rounds.clone());
         let leader = Gauge::default();
         registry.register("leader", "1 while this controller holds the leader lease", leader.clone());
-        Metrics { registry: Mutex::new(registry), plans, demand, gpus, solve_seconds, rounds, leader }
+        Metrics { registry: Mutex::new(registry), plans, demand, gpus, skipped, solve_seconds, rounds, leader }
     }
 
     pub fn set_plans_by_phase(&self, counts: &BTreeMap<String, i64>) {
@@ -120,6 +132,13 @@ impl Metrics {
         self.gpus.clear();
         for (state, n) in counts {
             self.gpus.get_or_create(&StateLabel { state: state.clone() }).set(*n);
+        }
+    }
+
+    pub fn set_skipped_by_kind(&self, counts: &BTreeMap<&'static str, i64>) {
+        self.skipped.clear();
+        for (kind, n) in counts {
+            self.skipped.get_or_create(&KindLabel { kind: kind.to_string() }).set(*n);
         }
     }
 

@@ -3,10 +3,12 @@
 
 pub(crate) mod actions;
 pub(crate) mod cache;
+pub(crate) mod decoded;
 pub(crate) mod execute;
 pub(crate) mod health;
 pub(crate) mod leader;
 pub(crate) mod main_loop;
 pub(crate) mod metrics;
+pub(crate) mod quarantine;
 pub(crate) mod reconcile;
 pub(crate) mod settings;

@@ -9,7 +9,7 @@ use geometer_solver::catalog::Catalog;
 use geometer_solver::GeometryCache;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tokio::time::Instant;
 
 use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPlanPhase, MigPolicy};
@@ -19,7 +19,9 @@ use crate::planning::propose;
 use crate::policy::status as policy_status;
 use crate::policy::validation::{KnownProfiles, PolicyReport};
 use crate::rollout::lifecycle::{reconcile_plan, PlanInputs};
-use crate::runtime::cache::Caches;
+use crate::adapter::{nodes as adapter_nodes, pods as adapter_pods, AdapterError};
+use crate::runtime::cache::{self, Caches};
+use crate::runtime::quarantine::{self, BadObject, Quarantine};
 use crate::runtime::execute::Executor;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::settings::Settings;
@@ -32,6 +34,8 @@ struct Seen {
     mignodes: BTreeMap<String, Arc<MigNode>>,
     policies: Vec<Arc<MigPolicy>>,
     plans: Vec<Arc<MigPlan>>,
+    /// Objects left out of this pass, and why.
+    bad: Vec<BadObject>,
 }
 
 pub(crate) struct Controller {
@@ -45,6 +49,8 @@ pub(crate) struct Controller {
     newest_seen: BTreeMap<String, (String, bool)>,
     /// Geometry searches, kept for the controller's lifetime: every round asks most again.
     geometries: Arc<GeometryCache>,
+    /// Bad objects already reported.
+    quarantine: Quarantine,
 }
 
 impl Controller {
@@ -58,27 +64,40 @@ impl Controller {
             metrics,
             batchers: BTreeMap::new(),
             newest_seen: BTreeMap::new(),
+            quarantine: Quarantine::default(),
         }
     }
 
+    /// The caches as this pass uses them: objects that cannot be read or used are left out
+    /// and listed in `bad`.
     fn read(&self) -> Seen {
-        let mut policies = self.caches.policies.state();
-        policies.sort_by_key(|p| p.name_any());
-        let mut plans = self.caches.plans.state();
-        plans.sort_by_key(|p| (p.creation_timestamp().map(|t| t.0), p.name_any()));
-        Seen {
-            pods: self.caches.pods.state(),
-            nodes: by_name(self.caches.nodes.state()),
-            mignodes: by_name(self.caches.mignodes.state()),
-            policies,
-            plans,
+        let mut bad = Vec::new();
+        let pods = readable(cache::split(&self.caches.pods), &mut bad);
+        let nodes = readable(cache::split(&self.caches.nodes), &mut bad);
+        let mignodes = readable(cache::split(&self.caches.mignodes), &mut bad);
+        let mut policies = readable(cache::split(&self.caches.policies), &mut bad);
+        let mut plans = readable(cache::split(&self.caches.plans), &mut bad);
+        let pods = usable(pods, &mut bad, |p| adapter_pods::effective_requests(p).map(|_| ()));
+        let nodes = usable(nodes, &mut bad, |n| adapter_nodes::planner_node(n, &BTreeMap::new()).map(|_| ()));
+        // A MigNode whose inventory cannot be read stays (its node is left out of each round,
+        // which says why); it is reported here too.
+        for m in &mignodes {
+            if let Err(e) = crate::adapter::mig_objects::inventory(m) {
+                bad.push(BadObject::invalid(&**m, e.to_string()));
+            }
         }
+        policies.sort_by_key(|p| p.name_any());
+        plans.sort_by_key(|p| (p.creation_timestamp().map(|t| t.0), p.name_any()));
+        Seen { pods, nodes: by_name(nodes), mignodes: by_name(mignodes), policies, plans, bad }
     }
 
     /// One pass; returns when the next pass is due even if nothing changes.
     pub(crate) async fn pass(&mut self) -> Instant {
         let now = Timestamp::now();
         let seen = self.read();
+        for group in self.quarantine.report(&seen.bad, now) {
+            self.executor.run_group(group).await;
+        }
         let nodes: Vec<Arc<Node>> = seen.nodes.values().cloned().collect();
         let facts = policy_status::node_facts(&nodes, &seen.mignodes, &self.catalog);
         let reports = policy_status::validate(&seen.policies, &facts, &self.known);
@@ -306,7 +325,30 @@ impl Controller {
             *gpus.entry(state.to_string()).or_default() += status.gpus.len() as i64;
         }
         self.metrics.set_gpus_by_state(&gpus);
+        self.metrics.set_skipped_by_kind(&quarantine::count_by_kind(&seen.bad));
     }
+}
+
+/// The objects of a cache that decoded; the others go to `bad`.
+fn readable<K: Resource<DynamicType = ()>>(split: cache::Split<K>, bad: &mut Vec<BadObject>) -> Vec<Arc<K>> {
+    bad.extend(split.unreadable.iter().map(|u| BadObject::unreadable::<K>(u)));
+    split.read
+}
+
+/// The objects `check` accepts; the others go to `bad` with its error.
+fn usable<K: Resource<DynamicType = ()>>(
+    objects: Vec<Arc<K>>,
+    bad: &mut Vec<BadObject>,
+    check: impl Fn(&K) -> Result<(), AdapterError>,
+) -> Vec<Arc<K>> {
+    let mut out = Vec::with_capacity(objects.len());
+    for object in objects {
+        match check(&object) {
+            Ok(()) => out.push(object),
+            Err(e) => bad.push(BadObject::invalid(&*object, e.to_string())),
+        }
+    }
+    out
 }
 
 fn by_name<K: ResourceExt>(list: Vec<Arc<K>>) -> BTreeMap<String, Arc<K>> {

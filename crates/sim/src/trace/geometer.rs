@@ -173,7 +173,7 @@ struct YamlPod {
 }
 
 pub fn parse_yaml(file: &str, text: &str) -> Result<Trace, TraceError> {
-    let doc: YamlTrace = serde_saphyr::from_str(text)
+    let doc: YamlTrace = geometer_solver::yaml::from_str(text)
         .map_err(|e| TraceError::Yaml { file: file.into(), reason: e.to_string() })?;
     let mut pods = Vec::with_capacity(doc.pods.len());
     for (i, p) in doc.pods.into_iter().enumerate() {

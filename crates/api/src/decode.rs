@@ -1,0 +1,125 @@
+//! One object from JSON into its Rust type, with an error that names the field, quotes the
+//! value (cut to a few dozen characters) and says in words what was expected: the one way
+//! the controller, the agent and the CLI read an object they did not write.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::limits::quote;
+
+/// Why an object did not decode: where, what was there, and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("field `{field}`{}: {problem}", value.as_ref().map(|v| format!(" = {v}")).unwrap_or_default())]
+pub struct DecodeError {
+    /// The field's path, e.g. `spec.solver.timeLimitMs` or `status.gpus[0].instances[2].start`.
+    pub field: String,
+    /// The value found there, quoted and cut; `None` when the field is missing.
+    pub value: Option<String>,
+    pub problem: String,
+}
+
+/// `value` as a `T`, or the field that stopped it.
+pub fn from_value<T: DeserializeOwned>(value: &Value) -> Result<T, DecodeError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let field = e.path().to_string();
+        let found = pointer(value, e.path()).map(|v| match v {
+            Value::String(s) => quote(&format!("{s:?}")),
+            other => quote(&other.to_string()),
+        });
+        let field = if field == "." { "(top level)".to_string() } else { field };
+        DecodeError { field, value: found, problem: in_words(&e.inner().to_string()) }
+    })
+}
+
+fn pointer<'v>(value: &'v Value, path: &serde_path_to_error::Path) -> Option<&'v Value> {
+    use serde_path_to_error::Segment;
+    let mut at = value;
+    for segment in path.iter() {
+        at = match segment {
+            Segment::Seq { index } => at.get(*index)?,
+            Segment::Map { key } => at.get(key)?,
+            Segment::Enum { .. } | Segment::Unknown => return None,
+        };
+    }
+    Some(at)
+}
+
+/// serde's wording ("invalid value: integer `256`, expected u8") in a user's: the position
+/// suffix dropped (the field is named instead), Rust type names as ranges and shapes.
+fn in_words(message: &str) -> String {
+    let message = message.split(" at line ").next().unwrap_or(message);
+    let expected = |ty: &str| -> Option<String> {
+        Some(match ty {
+            "u8" => "a whole number from 0 to 255".into(),
+            "u16" => "a whole number from 0 to 65535".into(),
+            "u32" => format!("a whole number from 0 to {}", u32::MAX),
+            "u64" => format!("a whole number from 0 to {}", u64::MAX),
+            "i32" => format!("a whole number from {} to {}", i32::MIN, i32::MAX),
+            "i64" => format!("a whole number from {} to {}", i64::MIN, i64::MAX),
+            "a sequence" => "a list".into(),
+            "a map" => "an object (key: value)".into(),
+            "a boolean" => "true or false".into(),
+            _ => return None,
+        })
+    };
+    for kind in ["invalid value: ", "invalid type: "] {
+        if let Some(rest) = message.strip_prefix(kind) {
+            if let Some((found, ty)) = rest.rsplit_once(", expected ") {
+                let ty = expected(ty).unwrap_or_else(|| ty.to_string());
+                let found = quote(&found.replace('`', ""));
+                return format!("expected {ty}, found {found}");
+            }
+        }
+    }
+    message.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Inner {
+        start: u8,
+        names: Vec<String>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Outer {
+        items: Vec<Inner>,
+    }
+
+    #[test]
+    fn an_out_of_range_number_is_named_by_its_path_and_value_in_words() {
+        let value = json!({"items": [{"start": 1, "names": []}, {"start": 256, "names": []}]});
+        let e = from_value::<Outer>(&value).unwrap_err();
+        assert_eq!(e.field, "items[1].start");
+        assert_eq!(e.value.as_deref(), Some("256"));
+        assert_eq!(e.to_string(), "field `items[1].start` = 256: expected a whole number from 0 to 255, found integer 256");
+    }
+
+    #[test]
+    fn a_string_where_a_list_belongs_says_so() {
+        let value = json!({"items": [{"start": 1, "names": "a"}]});
+        let e = from_value::<Outer>(&value).unwrap_err();
+        assert_eq!(e.to_string(), "field `items[0].names` = \"a\": expected a list, found string \"a\"");
+    }
+
+    #[test]
+    fn a_huge_value_is_quoted_cut() {
+        let value = json!({"items": [{"start": 1, "names": "x".repeat(1 << 20)}]});
+        let e = from_value::<Outer>(&value).unwrap_err();
+        assert!(e.to_string().len() < 400, "{}", e.to_string().len());
+    }
+
+    #[test]
+    fn a_missing_field_is_named() {
+        let e = from_value::<Outer>(&json!({"items": [{"names": []}]})).unwrap_err();
+        assert_eq!(e.field, "items[0]");
+        assert_eq!(e.problem, "missing field `start`");
+    }
+}

@@ -1,0 +1,85 @@
+//! `kubectl get nodes,pods -A -o yaml` of a large cluster, shaped as kubectl prints it: a `List`
+//! of Nodes with the fields a kubelet reports (labels, addresses, capacity and allocatable,
+//! conditions, node info, images) and Pods with their spec and status. Some nodes carry eight
+//! H100s in MIG mode as the GPU Operator labels them; the rest are CPU nodes. Pods ask for MIG
+//! slices; some are bound and running, some Pending and unschedulable.
+
+use serde_json::{json, Value};
+
+/// The List as YAML, with `nodes` nodes (every `gpu_every`-th one a GPU node) and `pods` pods.
+pub fn kubectl_yaml(nodes: usize, gpu_every: usize, pods: usize) -> String {
+    let mut items: Vec<Value> = (0..nodes).map(|i| node(i, i % gpu_every == 0)).collect();
+    let gpu_nodes: Vec<usize> = (0..nodes).step_by(gpu_every).collect();
+    items.extend((0..pods).map(|i| pod(i, gpu_nodes[i % gpu_nodes.len()])));
+    let list = json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}});
+    serde_saphyr::to_string(&list).expect("YAML")
+}
+
+fn node(i: usize, gpu: bool) -> Value {
+    let name = format!("ip-10-{}-{}-{}.ec2.internal", i / 65536, (i / 256) % 256, i % 256);
+    let mut labels = json!({
+        "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": if gpu { "p5.48xlarge" } else { "m7i.8xlarge" },
+        "topology.kubernetes.io/region": "us-east-1", "topology.kubernetes.io/zone": format!("us-east-1{}", ["a", "b", "c"][i % 3]),
+        "karpenter.sh/nodepool": if gpu { "gpu" } else { "general" },
+    });
+    let mut capacity = json!({"cpu": "32", "ephemeral-storage": "104845292Ki", "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0", "memory": "130451456Ki", "pods": "110"});
+    if gpu {
+        let l = labels.as_object_mut().unwrap();
+        l.insert("nvidia.com/gpu.product".into(), json!("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"));
+        l.insert("nvidia.com/gpu.count".into(), json!("8"));
+        l.insert("nvidia.com/mig.config".into(), json!("all-1g.10gb"));
+        l.insert("nvidia.com/mig-1g.10gb.count".into(), json!("56"));
+        l.insert("nvidia.com/mig.strategy".into(), json!("mixed"));
+        capacity["nvidia.com/mig-1g.10gb"] = json!("56");
+    }
+    let conditions: Vec<Value> = ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+        .iter()
+        .map(|t| json!({"type": t, "status": if *t == "Ready" { "True" } else { "False" },
+            "lastHeartbeatTime": "2026-11-30T10:00:00Z", "lastTransitionTime": "2026-11-01T10:00:00Z",
+            "reason": format!("Kubelet{t}"), "message": format!("kubelet reports {t}")}))
+        .collect();
+    let images: Vec<Value> = (0..8)
+        .map(|k| json!({"names": [format!("registry.example.com/team/image-{k}@sha256:{:064x}", k * 7919 + i),
+            format!("registry.example.com/team/image-{k}:v1.{k}")], "sizeBytes": 100_000_000 + k * 1_000_000}))
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "uid": format!("{:08x}-0000-4000-8000-{:012x}", i, i), "resourceVersion": format!("{}", 100_000 + i),
+            "creationTimestamp": "2026-11-01T10:00:00Z", "labels": labels,
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+        "spec": {"providerID": format!("aws:///us-east-1a/i-{:017x}", i)},
+        "status": {"addresses": [{"type": "InternalIP", "address": format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256)},
+                {"type": "Hostname", "address": name}],
+            "allocatable": capacity.clone(), "capacity": capacity, "conditions": conditions,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}, "images": images,
+            "nodeInfo": {"architecture": "amd64", "bootID": format!("{i:x}"), "containerRuntimeVersion": "containerd://1.7.22",
+                "kernelVersion": "6.1.112", "kubeProxyVersion": "v1.32.0", "kubeletVersion": "v1.32.0",
+                "machineID": format!("{i:032x}"), "operatingSystem": "linux", "osImage": "Amazon Linux 2023", "systemUUID": format!("{i:032x}")}}})
+}
+
+fn pod(i: usize, gpu_node: usize) -> Value {
+    let bound = i % 4 != 0;
+    let node = format!("ip-10-{}-{}-{}.ec2.internal", gpu_node / 65536, (gpu_node / 256) % 256, gpu_node % 256);
+    let mut spec = json!({"containers": [{"name": "main", "image": "registry.example.com/team/infer:v3",
+            "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}, "requests": {"cpu": "1", "memory": "4Gi", "nvidia.com/mig-1g.10gb": "1"}},
+            "env": [{"name": "MODEL", "value": "small"}], "terminationMessagePath": "/dev/termination-log"}],
+        "restartPolicy": "Always", "schedulerName": "default-scheduler", "serviceAccountName": "default",
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]});
+    let status = if bound {
+        spec["nodeName"] = json!(node);
+        json!({"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+            "hostIP": "10.0.0.1", "podIP": format!("100.64.{}.{}", i / 256 % 256, i % 256), "startTime": "2026-11-30T09:00:00Z"})
+    } else {
+        json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/5000 nodes are available: 5000 Insufficient nvidia.com/mig-3g.40gb."}]})
+    };
+    if !bound {
+        spec["containers"][0]["resources"] = json!({"limits": {"nvidia.com/mig-3g.40gb": "1"}});
+    }
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("infer-{i}"), "namespace": format!("team-{}", i % 20), "uid": format!("p{i:07x}"),
+            "labels": {"app": "infer"}, "creationTimestamp": "2026-11-30T09:00:00Z"},
+        "spec": spec, "status": status})
+}
