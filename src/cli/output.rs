@@ -94,8 +94,9 @@ impl Failure {
 }
 
 /// Exit code for a command's result. Errors go to standard error as one line, each cause
-/// once; under `-o json` as a JSON object on standard output instead (where a script reads
-/// the answer): `{"error": {"message": ..., "causes": [...], "exitCode": N}}`.
+/// once; under `-o json` as one JSON object instead,
+/// `{"error": {"message": ..., "causes": [...], "exitCode": N}}` (standard output stays
+/// empty, as kubectl leaves it, so a script never mistakes an error for an answer).
 pub fn finish(result: Result<(), Failure>, format: OutputFormat) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -108,7 +109,7 @@ pub fn finish(result: Result<(), Failure>, format: OutputFormat) -> ExitCode {
                         "causes": causes,
                         "exitCode": failure.code,
                     }});
-                    println!("{body:#}");
+                    eprintln!("{body}");
                 } else {
                     eprintln!("error: {}", causes.join(": "));
                 }

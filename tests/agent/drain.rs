@@ -171,6 +171,30 @@ async fn a_policy_without_evictions_is_obeyed_and_its_drain_timeout_applies() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_cannot_be_read_allows_no_eviction() {
+    let h = Harness::new(&[("H100-80GB", &[("7g.80gb", 0)])]).await;
+    h.run_pod("ordinary", 0, "7g.80gb", 0, &[], &[]);
+    // Stored under an older, looser CRD: a time limit no u32 holds. Its rules cannot be
+    // known, so the agent's own flags (evictions allowed) must not stand in for them.
+    h.server.seed(&geometer_testkit::crd_bounds::looser_crd("MigPolicy", geometer_testkit::crd_bounds::POLICY_TIME_LIMIT)).unwrap();
+    seed_policy(&h, json!({"evictionAllowed": false}));
+    let mut policy = h.server.object_json::<geometer_api::MigPolicy>("", "gpu-pool").unwrap();
+    policy["spec"]["solver"] = json!({"timeLimitMs": 4294967296u64});
+    h.server.seed_value(policy).unwrap();
+    let agent = h.spawn_agent(h.config(), None);
+    h.set_spec(&[(0, &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+
+    let (_, reason, message) = h
+        .wait_for("DrainBlocked", |h| condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.0 == "True"))
+        .await;
+    agent.abort();
+    assert_eq!(reason, "EvictionNotAllowed");
+    assert!(message.contains("MigPolicy gpu-pool (unreadable)"), "{message}");
+    assert_eq!(h.evictions(), 0);
+    assert!(h.pod_exists("ordinary"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_policys_do_not_disrupt_keys_replace_the_agents() {
     let h = Harness::new(&[("H100-80GB", &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
     h.run_pod("custom-protected", 0, "3g.40gb", 0, &[("example.com/keep", "true")], &[]);

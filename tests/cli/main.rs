@@ -3,4 +3,5 @@
 
 mod catalog_geometry;
 mod device_check;
+mod hostile;
 mod plan;

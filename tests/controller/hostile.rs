@@ -7,21 +7,11 @@
 //! `Ready=False` condition on the policy, a gauge in /metrics.
 
 use geometer_testkit::controller::world::{wait_for, World};
+use geometer_testkit::crd_bounds::{looser_crd, POLICY_TIME_LIMIT};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{json, Value};
 
 const SEVEN: &[(&str, u8, Option<&str>)] = &[("7g.80gb", 0, None)];
-
-/// The CRD of `kind` as an older Geometer installed it: without the bound at `pointer` (a
-/// path in its openAPIV3Schema), so the API server stores values the types cannot hold.
-fn looser_crd(kind: &str, pointer: &str) -> CustomResourceDefinition {
-    let crd = geometer_api::crds().into_iter().find(|c| c.spec.names.kind == kind).unwrap();
-    let mut value = serde_json::to_value(crd).unwrap();
-    let field = value.pointer_mut(&format!("/spec/versions/0/schema/openAPIV3Schema{pointer}")).unwrap();
-    field.as_object_mut().unwrap().remove("maximum");
-    serde_json::from_value(value).unwrap()
-}
 
 fn warning_about(world: &World, kind: &str, name: &str) -> Option<Event> {
     world.server.objects::<Event>().into_iter().find(|e| {
@@ -34,7 +24,7 @@ fn warning_about(world: &World, kind: &str, name: &str) -> Option<Event> {
 
 fn hostile_world() -> World {
     let world = World::new();
-    world.server.seed(&looser_crd("MigPolicy", "/properties/spec/properties/solver/properties/timeLimitMs")).unwrap();
+    world.server.seed(&looser_crd("MigPolicy", POLICY_TIME_LIMIT)).unwrap();
     let instance_start =
         "/properties/status/properties/gpus/items/properties/instances/items/properties/start";
     world.server.seed(&looser_crd("MigNode", instance_start)).unwrap();

@@ -190,6 +190,10 @@ fn check_bounds(v: &Value, schema: &Value, path: &str, out: &mut SchemaApplied) 
         if schema["maxLength"].as_u64().is_some_and(|m| len > m) {
             fail(format!("Too long: {path} may not be more than {} bytes", schema["maxLength"]));
         }
+        // kube-apiserver checks string formats it knows (go-openapi/strfmt); RFC 3339 time here.
+        if schema["format"] == "date-time" && s.parse::<jiff::Timestamp>().is_err() {
+            fail(format!("Invalid value: {v}: {path} in body must be of type date-time: {v}"));
+        }
     }
     if let Some(a) = v.as_array() {
         let len = a.len() as u64;

@@ -153,3 +153,23 @@ pub fn examples() -> Vec<(&'static str, Value)> {
                         "uuid": "MIG-1", "pod": "ml/a", "sharedWith": ["ml/a2"], "processes": 1, "rebuild": "two compute instances"}]}]}})),
     ]
 }
+
+/// The CRD of `kind` as an older, looser Geometer installed it: without the `maximum` at
+/// `pointer` (a path in its openAPIV3Schema), so the API server stores values Geometer's
+/// types cannot hold.
+pub fn looser_crd(
+    kind: &str,
+    pointer: &str,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    let crd = geometer_api::crds().into_iter().find(|c| c.spec.names.kind == kind).expect("a Geometer kind");
+    let mut value = serde_json::to_value(crd).expect("CRD");
+    let field = value
+        .pointer_mut(&format!("/spec/versions/0/schema/openAPIV3Schema{pointer}"))
+        .and_then(Value::as_object_mut)
+        .expect("the field's schema");
+    field.remove("maximum");
+    serde_json::from_value(value).expect("CRD")
+}
+
+/// Where a MigPolicy's solver time limit is in its schema.
+pub const POLICY_TIME_LIMIT: &str = "/properties/spec/properties/solver/properties/timeLimitMs";

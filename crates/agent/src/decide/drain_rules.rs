@@ -20,8 +20,10 @@ pub(crate) struct DrainRules {
 }
 
 impl Agent {
-    /// The rules for the change `spec` asks for. A plan or policy that cannot be read (none
-    /// named, deleted, or not readable) leaves the agent's flags in force, said so in the log.
+    /// The rules for the change `spec` asks for. A plan or policy that is not there (none
+    /// named, or deleted) leaves the agent's flags in force, said so in the log; one that is
+    /// there but cannot be read (an API error, or an object Geometer cannot decode) allows no
+    /// eviction until it can be, since the policy might forbid them.
     pub(crate) async fn disruption(&self, spec: &MigNodeSpec) -> DrainRules {
         let flags = DrainRules {
             settings: self.cfg.drain.clone(),
@@ -36,8 +38,8 @@ impl Agent {
                 return flags;
             }
             Err(e) => {
-                tracing::warn!(plan = %plan_name, error = %e, "cannot read the MigPlan; the drain follows the agent's flags");
-                return flags;
+                tracing::warn!(plan = %plan_name, error = %e, "cannot read the MigPlan; no pod is evicted until it can be");
+                return DrainRules { eviction_allowed: false, source: format!("MigPlan {plan_name} (unreadable)"), ..flags };
             }
         };
         let policy_name = plan.spec.policy;
@@ -58,8 +60,8 @@ impl Agent {
                 flags
             }
             Err(e) => {
-                tracing::warn!(policy = %policy_name, error = %e, "cannot read the MigPolicy; the drain follows the agent's flags");
-                flags
+                tracing::warn!(policy = %policy_name, error = %e, "cannot read the MigPolicy; no pod is evicted until it can be");
+                DrainRules { eviction_allowed: false, source: format!("MigPolicy {policy_name} (unreadable)"), ..flags }
             }
         }
     }

@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 use geometer_api::{MigNode, MigPlan, MigPolicy};
 
 use crate::runtime::actions::{Action, EventSpec};
+use crate::runtime::decoded::Decoded;
 use crate::world;
 
 /// Field manager of every write, so `kubectl get --show-managed-fields` names the controller.
@@ -95,19 +96,22 @@ impl Executor {
         match action {
             Action::PlanStatus { plan, resource_version, before, status } => {
                 let patch = status_patch(resource_version, before.as_ref(), &status);
-                Api::<MigPlan>::all(self.client.clone())
+                Api::<Decoded<MigPlan>>::all(self.client.clone())
                     .patch_status(&plan, &params, &Patch::Merge(patch))
                     .await?;
             }
             Action::PolicyStatus { policy, resource_version, before, status } => {
                 let patch = status_patch(resource_version, before.as_ref(), &status);
-                Api::<MigPolicy>::all(self.client.clone())
+                // The answer is read as `Decoded`: a policy that cannot be read is told so too.
+                Api::<Decoded<MigPolicy>>::all(self.client.clone())
                     .patch_status(&policy, &params, &Patch::Merge(patch))
                     .await?;
             }
             Action::NodeSpec { node, resource_version, spec, written_at } => {
                 let patch = node_spec_patch(resource_version, &spec, written_at);
-                Api::<MigNode>::all(self.client.clone()).patch(&node, &params, &Patch::Merge(patch)).await?;
+                Api::<Decoded<MigNode>>::all(self.client.clone())
+                    .patch(&node, &params, &Patch::Merge(patch))
+                    .await?;
             }
             Action::CreatePlan(plan) => {
                 let api = Api::<MigPlan>::all(self.client.clone());
