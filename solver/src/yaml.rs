@@ -14,8 +14,9 @@ use serde_saphyr::{Error, Options};
 
 /// The largest YAML or JSON text Geometer reads.
 pub const MAX_INPUT_BYTES: usize = 1 << 30;
-/// Deepest nesting of lists and maps (Kubernetes objects nest about 15 deep).
-const MAX_DEPTH: usize = 128;
+/// Deepest nesting of lists and maps (Kubernetes objects nest about 15 deep). Reading is
+/// recursive: deeper input would overflow the stack of a 2 MiB thread (found by fuzzing).
+const MAX_DEPTH: usize = 64;
 
 /// Why a YAML text could not be read, in words that say what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,6 +33,7 @@ fn options(text: &str) -> Options {
     budget.max_total_scalar_bytes = room;
     budget.max_documents = room / 4;
     budget.max_depth = MAX_DEPTH;
+    budget.flow_nesting_limit = MAX_DEPTH;
     let mut options = Options::default();
     options.budget = Some(budget);
     options
@@ -112,7 +114,9 @@ mod tests {
         let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
         for i in 1..12 {
             let p = i - 1;
-            bomb.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"));
+            bomb.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
         }
         let e = from_str::<Value>(&bomb).unwrap_err();
         assert!(e.0.starts_with("the YAML "), "{e}");

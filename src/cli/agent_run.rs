@@ -64,12 +64,12 @@ pub struct RunArgs {
     pub poll_interval: Duration,
 }
 
-/// A Go duration from 1 second to 24 hours.
+/// A Go duration from 10 milliseconds to 24 hours.
 fn duration(text: &str) -> Result<Duration, String> {
     let d = parse_go_duration(text)
         .ok_or_else(|| format!("{text:?} is not a duration; write it like 30s, 10m or 1h30m"))?;
-    if d < Duration::from_secs(1) || d > Duration::from_secs(24 * 3600) {
-        return Err(format!("{text} is out of range: give 1s to 24h"));
+    if d < Duration::from_millis(10) || d > Duration::from_secs(24 * 3600) {
+        return Err(format!("{text} is out of range: give 10ms to 24h"));
     }
     Ok(d)
 }
@@ -216,5 +216,6 @@ mod tests {
     fn durations_use_go_syntax() {
         assert_eq!(duration("10m"), Ok(Duration::from_secs(600)));
         assert!(duration("ten minutes").unwrap_err().contains("30s"));
+        assert!(duration("1000000h").unwrap_err().contains("10ms to 24h"));
     }
 }

@@ -75,7 +75,9 @@ impl Command {
         use output::OutputFormat;
         match self {
             Command::Catalog(a) => match &a.command {
-                catalog::CatalogCommand::List { output } | catalog::CatalogCommand::Show { output, .. } => *output,
+                catalog::CatalogCommand::List { output } | catalog::CatalogCommand::Show { output, .. } => {
+                    *output
+                }
             },
             Command::Geometry(a) => a.command.output_format(),
             Command::Plan(a) => a.output,

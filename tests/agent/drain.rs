@@ -176,7 +176,12 @@ async fn a_policy_that_cannot_be_read_allows_no_eviction() {
     h.run_pod("ordinary", 0, "7g.80gb", 0, &[], &[]);
     // Stored under an older, looser CRD: a time limit no u32 holds. Its rules cannot be
     // known, so the agent's own flags (evictions allowed) must not stand in for them.
-    h.server.seed(&geometer_testkit::crd_bounds::looser_crd("MigPolicy", geometer_testkit::crd_bounds::POLICY_TIME_LIMIT)).unwrap();
+    h.server
+        .seed(&geometer_testkit::crd_bounds::looser_crd(
+            "MigPolicy",
+            geometer_testkit::crd_bounds::POLICY_TIME_LIMIT,
+        ))
+        .unwrap();
     seed_policy(&h, json!({"evictionAllowed": false}));
     let mut policy = h.server.object_json::<geometer_api::MigPolicy>("", "gpu-pool").unwrap();
     policy["spec"]["solver"] = json!({"timeLimitMs": 4294967296u64});

@@ -76,7 +76,10 @@ fn every_boundary_value_is_refused_or_read() {
                     Err(_) => refused += 1,
                     Ok(stored) => {
                         if let Err(e) = reads(kind, &stored) {
-                            panic!("{kind} {} = {label}: stored by the API server but unreadable: {e}", field.dotted());
+                            panic!(
+                                "{kind} {} = {label}: stored by the API server but unreadable: {e}",
+                                field.dotted()
+                            );
                         }
                     }
                 }

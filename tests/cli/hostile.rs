@@ -60,10 +60,18 @@ items:
     let out = geometer(&["plan", "--snapshot", &file, "-o", "json"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("skipped") && stderr.contains("Pod ml/hog") && stderr.contains("at most 256"), "{stderr}");
-    assert!(stderr.contains("Node n2") && stderr.contains("99999999999") && stderr.contains("at most 16"), "{stderr}");
     assert!(
-        stderr.contains("MigNode n3") && stderr.contains("status.gpus[0].instances[0].start") && stderr.contains("0 to 255"),
+        stderr.contains("skipped") && stderr.contains("Pod ml/hog") && stderr.contains("at most 256"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("Node n2") && stderr.contains("99999999999") && stderr.contains("at most 16"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("MigNode n3")
+            && stderr.contains("status.gpus[0].instances[0].start")
+            && stderr.contains("0 to 255"),
         "{stderr}"
     );
     let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -113,8 +121,15 @@ fn an_unreachable_cluster_is_said_in_words() {
         "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n\
          contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {}}]\n",
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_geometer")).args(["plan"]).env("KUBECONFIG", &kubeconfig).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_geometer"))
+        .args(["plan"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
-    assert!(stderr.contains("cannot reach the Kubernetes API server") && stderr.contains("KUBECONFIG"), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the Kubernetes API server") && stderr.contains("KUBECONFIG"),
+        "{stderr}"
+    );
 }

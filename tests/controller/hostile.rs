@@ -61,7 +61,9 @@ async fn one_hostile_object_of_each_kind_is_reported_and_the_rest_is_planned() {
     let world = hostile_world();
     let controller = world.start(None);
 
-    let plan = wait_for("a plan for the good pool", || world.plans().into_iter().find(|p| p.spec.policy == "pool")).await;
+    let plan =
+        wait_for("a plan for the good pool", || world.plans().into_iter().find(|p| p.spec.policy == "pool"))
+            .await;
     assert_eq!(plan.spec.demand.met.len(), 1, "{:?}", plan.spec.demand);
     assert_eq!(plan.spec.demand.met[0].pod, "ml/infer-0");
     assert_eq!(plan.spec.demand.met[0].node, "gpu-a");
@@ -72,7 +74,8 @@ async fn one_hostile_object_of_each_kind_is_reported_and_the_rest_is_planned() {
         ("MigNode", "gpu-old", "status.gpus[0].instances[0].start"),
         ("MigPolicy", "other", "spec.solver.timeLimitMs"),
     ] {
-        let event = wait_for(&format!("a warning on {kind} {name}"), || warning_about(&world, kind, name)).await;
+        let event =
+            wait_for(&format!("a warning on {kind} {name}"), || warning_about(&world, kind, name)).await;
         let note = event.note.unwrap_or_default();
         assert!(note.contains(words) && note.contains(name), "{kind} {name}: {note}");
         assert!(note.len() < 1100, "the note quotes the object, not its body: {} bytes", note.len());
@@ -83,7 +86,11 @@ async fn one_hostile_object_of_each_kind_is_reported_and_the_rest_is_planned() {
         Some(ready)
     })
     .await;
-    assert_eq!((other["status"].as_str(), other["reason"].as_str()), (Some("False"), Some("Unreadable")), "{other}");
+    assert_eq!(
+        (other["status"].as_str(), other["reason"].as_str()),
+        (Some("False"), Some("Unreadable")),
+        "{other}"
+    );
     for kind in ["Pod", "Node", "MigNode", "MigPolicy"] {
         let series = format!("geometer_skipped_objects{{kind=\"{kind}\"}}");
         assert_eq!(controller.metric(&series), 1.0, "{series}");

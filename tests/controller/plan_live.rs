@@ -92,5 +92,8 @@ async fn bad_flags_without_a_snapshot_are_refused() {
     let out = geometer(&server, &["plan", "--time-limit-ms", "0"]).await;
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("--time-limit-ms") && stderr.contains("0 is out of range: give 1 to 600000"), "{stderr}");
+    assert!(
+        stderr.contains("--time-limit-ms") && stderr.contains("0 is out of range: give 1 to 600000"),
+        "{stderr}"
+    );
 }

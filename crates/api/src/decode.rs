@@ -99,7 +99,10 @@ mod tests {
         let e = from_value::<Outer>(&value).unwrap_err();
         assert_eq!(e.field, "items[1].start");
         assert_eq!(e.value.as_deref(), Some("256"));
-        assert_eq!(e.to_string(), "field `items[1].start` = 256: expected a whole number from 0 to 255, found integer 256");
+        assert_eq!(
+            e.to_string(),
+            "field `items[1].start` = 256: expected a whole number from 0 to 255, found integer 256"
+        );
     }
 
     #[test]

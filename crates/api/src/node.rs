@@ -21,9 +21,9 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::PlacedInstance;
 pub use crate::limits::MAX_PODS_SHARING_A_DEVICE;
 use crate::limits::{MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU};
-use super::PlacedInstance;
 
 /// Desired MIG geometry of one node's GPUs.
 #[derive(CustomResource, KubeSchema, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -122,7 +122,10 @@ mod tests {
         }});
         bound(&mut schema, "");
         let p = &schema["properties"];
-        assert_eq!((p["count"]["minimum"].clone(), p["count"]["maximum"].clone()), (json!(0), json!(4294967295u32)));
+        assert_eq!(
+            (p["count"]["minimum"].clone(), p["count"]["maximum"].clone()),
+            (json!(0), json!(4294967295u32))
+        );
         assert_eq!(p["atLeastOne"]["minimum"], json!(1));
         assert_eq!(p["small"]["maximum"], json!(12));
         assert_eq!(p["name"]["maxLength"], json!(MAX_NAME_BYTES));

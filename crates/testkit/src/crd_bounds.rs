@@ -54,7 +54,8 @@ fn walk(schema: &Value, example: &Value, path: &mut Vec<String>, out: &mut Vec<F
     }
     if schema["additionalProperties"].is_object() {
         // The example's first key, or a placeholder the test reports as missing.
-        let key = example.as_object().and_then(|m| m.keys().next().cloned()).unwrap_or_else(|| "(key)".into());
+        let key =
+            example.as_object().and_then(|m| m.keys().next().cloned()).unwrap_or_else(|| "(key)".into());
         path.push(key.clone());
         walk(&schema["additionalProperties"], &example[&key], path, out);
         path.pop();
@@ -120,15 +121,20 @@ pub fn examples() -> Vec<(&'static str, Value)> {
         "lastTransitionTime": "2026-12-01T10:00:00Z", "observedGeneration": 1});
     let placed = json!({"profile": "3g.40gb", "start": 4});
     vec![
-        ("MigPolicy", json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy", "metadata": {"name": "bounds"},
+        (
+            "MigPolicy",
+            json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy", "metadata": {"name": "bounds"},
             "spec": {"allowedProfiles": ["1g.10gb"], "batching": {"idleSeconds": 5, "maxSeconds": 30},
                 "disruption": {"doNotDisruptAnnotations": ["geometer.dev/do-not-disrupt"], "drainTimeoutSeconds": 600,
                     "evictionAllowed": true, "maxNodesReconfiguring": 1},
                 "forecastWindowSeconds": 60, "headroom": {"1g.10gb": 1}, "mode": "DryRun",
                 "nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}], "matchLabels": {"pool": "a"}},
                 "solver": {"maxGpusChanged": 4, "maxNodesChanged": 2, "timeLimitMs": 5000}, "stabilisationSeconds": 600},
-            "status": {"conditions": [condition], "lastPlan": "bounds-1", "managedGpus": 8, "managedNodes": 1, "observedGeneration": 1}})),
-        ("MigPlan", json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigPlan", "metadata": {"name": "bounds-1"},
+            "status": {"conditions": [condition], "lastPlan": "bounds-1", "managedGpus": 8, "managedNodes": 1, "observedGeneration": 1}}),
+        ),
+        (
+            "MigPlan",
+            json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigPlan", "metadata": {"name": "bounds-1"},
             "spec": {"approved": false, "bound": 1.0, "objective": 1.0, "policy": "bounds", "solveMs": 12,
                 "demand": {"met": [{"node": "n1", "pod": "ml/a", "profile": "3g.40gb"}],
                     "unmet": [{"pod": "ml/b", "profile": "7g.80gb", "reason": "no room"}]},
@@ -138,8 +144,11 @@ pub fn examples() -> Vec<(&'static str, Value)> {
                 "summary": {"evictions": 1, "gpusChanged": 1, "nodesChanged": 1, "podsHelped": 1, "podsUnmet": 1}},
             "status": {"conditions": [condition], "message": "proposed", "phase": "Proposed",
                 "nodes": [{"node": "n1", "phase": "Pending", "message": "waiting", "startedAt": "2026-12-01T10:00:00Z",
-                    "finishedAt": "2026-12-01T10:05:00Z"}]}})),
-        ("MigNode", json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigNode", "metadata": {"name": "n1"},
+                    "finishedAt": "2026-12-01T10:05:00Z"}]}}),
+        ),
+        (
+            "MigNode",
+            json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigNode", "metadata": {"name": "n1"},
             "spec": {"plan": "bounds-1", "gpus": [{"index": 0, "geometry": [placed]}]},
             "status": {"gpuCount": 1, "observedGeneration": 1, "phase": "Ready", "cordonedByGeometer": false,
                 "conditions": [condition],
@@ -150,7 +159,8 @@ pub fn examples() -> Vec<(&'static str, Value)> {
                     "sharedWith": ["ml/w2"], "advertisedAs": {"nvidia.com/mig-3g.40gb": "3g.40gb"},
                     "migMode": {"current": true, "pending": true},
                     "instances": [{"profile": "3g.40gb", "start": 4, "size": 4, "gpuInstanceId": 1, "computeInstanceId": 0,
-                        "uuid": "MIG-1", "pod": "ml/a", "sharedWith": ["ml/a2"], "processes": 1, "rebuild": "two compute instances"}]}]}})),
+                        "uuid": "MIG-1", "pod": "ml/a", "sharedWith": ["ml/a2"], "processes": 1, "rebuild": "two compute instances"}]}]}}),
+        ),
     ]
 }
 

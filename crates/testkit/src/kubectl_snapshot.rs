@@ -11,7 +11,8 @@ pub fn kubectl_yaml(nodes: usize, gpu_every: usize, pods: usize) -> String {
     let mut items: Vec<Value> = (0..nodes).map(|i| node(i, i % gpu_every == 0)).collect();
     let gpu_nodes: Vec<usize> = (0..nodes).step_by(gpu_every).collect();
     items.extend((0..pods).map(|i| pod(i, gpu_nodes[i % gpu_nodes.len()])));
-    let list = json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}});
+    let list =
+        json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}});
     serde_saphyr::to_string(&list).expect("YAML")
 }
 
@@ -37,13 +38,17 @@ fn node(i: usize, gpu: bool) -> Value {
     }
     let conditions: Vec<Value> = ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
         .iter()
-        .map(|t| json!({"type": t, "status": if *t == "Ready" { "True" } else { "False" },
+        .map(|t| {
+            json!({"type": t, "status": if *t == "Ready" { "True" } else { "False" },
             "lastHeartbeatTime": "2026-11-30T10:00:00Z", "lastTransitionTime": "2026-11-01T10:00:00Z",
-            "reason": format!("Kubelet{t}"), "message": format!("kubelet reports {t}")}))
+            "reason": format!("Kubelet{t}"), "message": format!("kubelet reports {t}")})
+        })
         .collect();
     let images: Vec<Value> = (0..8)
-        .map(|k| json!({"names": [format!("registry.example.com/team/image-{k}@sha256:{:064x}", k * 7919 + i),
-            format!("registry.example.com/team/image-{k}:v1.{k}")], "sizeBytes": 100_000_000 + k * 1_000_000}))
+        .map(|k| {
+            json!({"names": [format!("registry.example.com/team/image-{k}@sha256:{:064x}", k * 7919 + i),
+            format!("registry.example.com/team/image-{k}:v1.{k}")], "sizeBytes": 100_000_000 + k * 1_000_000})
+        })
         .collect();
     json!({"apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "uid": format!("{:08x}-0000-4000-8000-{:012x}", i, i), "resourceVersion": format!("{}", 100_000 + i),
@@ -61,7 +66,8 @@ fn node(i: usize, gpu: bool) -> Value {
 
 fn pod(i: usize, gpu_node: usize) -> Value {
     let bound = i % 4 != 0;
-    let node = format!("ip-10-{}-{}-{}.ec2.internal", gpu_node / 65536, (gpu_node / 256) % 256, gpu_node % 256);
+    let node =
+        format!("ip-10-{}-{}-{}.ec2.internal", gpu_node / 65536, (gpu_node / 256) % 256, gpu_node % 256);
     let mut spec = json!({"containers": [{"name": "main", "image": "registry.example.com/team/infer:v3",
             "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}, "requests": {"cpu": "1", "memory": "4Gi", "nvidia.com/mig-1g.10gb": "1"}},
             "env": [{"name": "MODEL", "value": "small"}], "terminationMessagePath": "/dev/termination-log"}],

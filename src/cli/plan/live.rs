@@ -18,8 +18,8 @@ use super::args::PlanArgs;
 use crate::cli::output::{self, Failure};
 use geometer_api::{MigNode, MigPolicy};
 use geometer_controller::round;
-use geometer_controller::Decoded;
 use geometer_controller::round as policy_status;
+use geometer_controller::Decoded;
 
 #[derive(Debug, Serialize)]
 struct PolicyPlan {

@@ -39,7 +39,11 @@ impl Agent {
             }
             Err(e) => {
                 tracing::warn!(plan = %plan_name, error = %e, "cannot read the MigPlan; no pod is evicted until it can be");
-                return DrainRules { eviction_allowed: false, source: format!("MigPlan {plan_name} (unreadable)"), ..flags };
+                return DrainRules {
+                    eviction_allowed: false,
+                    source: format!("MigPlan {plan_name} (unreadable)"),
+                    ..flags
+                };
             }
         };
         let policy_name = plan.spec.policy;
@@ -61,7 +65,11 @@ impl Agent {
             }
             Err(e) => {
                 tracing::warn!(policy = %policy_name, error = %e, "cannot read the MigPolicy; no pod is evicted until it can be");
-                DrainRules { eviction_allowed: false, source: format!("MigPolicy {policy_name} (unreadable)"), ..flags }
+                DrainRules {
+                    eviction_allowed: false,
+                    source: format!("MigPolicy {policy_name} (unreadable)"),
+                    ..flags
+                }
             }
         }
     }

@@ -98,7 +98,8 @@ fn invalid(path: impl Into<String>, message: impl Into<String>) -> MigPartedErro
 impl MigPartedConfig {
     /// Parses a config file's text (YAML or JSON) with mig-parted's rules.
     pub fn parse(text: &str) -> Result<MigPartedConfig, MigPartedError> {
-        let value: Value = geometer_solver::yaml::from_str(text).map_err(|e| MigPartedError::Yaml(e.to_string()))?;
+        let value: Value =
+            geometer_solver::yaml::from_str(text).map_err(|e| MigPartedError::Yaml(e.to_string()))?;
         Self::from_value(&value)
     }
 

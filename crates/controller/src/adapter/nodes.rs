@@ -89,7 +89,14 @@ pub fn product_model<'c>(node: &Node, catalog: &'c Catalog) -> Option<(String, O
 const MAX_INSTANCES_PER_NODE: u32 = (MAX_GPUS_PER_NODE * MAX_INSTANCES_PER_GPU) as u32;
 
 /// A count label or capacity: a whole number up to `max`.
-fn bounded_count(node: &str, field: String, text: &str, n: Option<u64>, max: u32, what: &str) -> Result<u32, AdapterError> {
+fn bounded_count(
+    node: &str,
+    field: String,
+    text: &str,
+    n: Option<u64>,
+    max: u32,
+    what: &str,
+) -> Result<u32, AdapterError> {
     match n {
         Some(n) if n <= u64::from(max) => Ok(n as u32),
         Some(_) => Err(err(node, field, text, &format!("more {what} than a node can hold (at most {max})"))),
@@ -102,7 +109,12 @@ fn bounded_count(node: &str, field: String, text: &str, n: Option<u64>, max: u32
 pub fn gpu_count(node: &Node) -> Result<u32, AdapterError> {
     let field = format!("metadata.labels.{COUNT_LABEL}");
     let Some(text) = labels(node).get(COUNT_LABEL).cloned() else {
-        return Err(err(name(node), field, "(missing)", "expected the number of GPUs (GPU Operator label) to infer the geometry"));
+        return Err(err(
+            name(node),
+            field,
+            "(missing)",
+            "expected the number of GPUs (GPU Operator label) to infer the geometry",
+        ));
     };
     let n = text.parse::<u64>().ok();
     bounded_count(name(node), field, &text, n, MAX_GPUS_PER_NODE as u32, "GPUs")
@@ -115,7 +127,8 @@ pub fn mig_counts(node: &Node) -> Result<BTreeMap<String, u32>, AdapterError> {
     for (k, v) in labels(node) {
         if let Some(profile) = k.strip_prefix(MIG_RESOURCE_PREFIX).and_then(|r| r.strip_suffix(".count")) {
             let field = format!("metadata.labels.{k}");
-            let n = bounded_count(node_name, field, &v, v.parse().ok(), MAX_INSTANCES_PER_NODE, "MIG instances")?;
+            let n =
+                bounded_count(node_name, field, &v, v.parse().ok(), MAX_INSTANCES_PER_NODE, "MIG instances")?;
             if n > 0 {
                 counts.insert(profile.to_string(), n);
             }
@@ -126,7 +139,14 @@ pub fn mig_counts(node: &Node) -> Result<BTreeMap<String, u32>, AdapterError> {
         for (k, q) in capacity {
             if let Some(profile) = k.strip_prefix(MIG_RESOURCE_PREFIX) {
                 let field = format!("status.capacity.{k}");
-                let n = bounded_count(node_name, field, &q.0, quantity::units(&q.0), MAX_INSTANCES_PER_NODE, "MIG instances")?;
+                let n = bounded_count(
+                    node_name,
+                    field,
+                    &q.0,
+                    quantity::units(&q.0),
+                    MAX_INSTANCES_PER_NODE,
+                    "MIG instances",
+                )?;
                 if n > 0 {
                     counts.insert(profile.to_string(), n);
                 }

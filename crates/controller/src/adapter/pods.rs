@@ -39,9 +39,8 @@ fn container_requests(pod: &Pod, c: &Container, at: &str) -> Result<BTreeMap<Str
     for (field, map) in [("limits", &res.limits), ("requests", &res.requests)] {
         for (name, q) in map.iter().flatten() {
             let at = format!("{at}.resources.{field}.{name}");
-            let milli = quantity::parse_scaled(&q.0, 1000.0).ok_or_else(|| {
-                err(pod, at.clone(), &q.0, "not a Kubernetes quantity (e.g. 500m, 2, 1Gi)")
-            })?;
+            let milli = quantity::parse_scaled(&q.0, 1000.0)
+                .ok_or_else(|| err(pod, at.clone(), &q.0, "not a Kubernetes quantity (e.g. 500m, 2, 1Gi)"))?;
             check_mig_request(pod, &at, name, &q.0, milli)?;
             out.insert(name.clone(), milli);
         }
@@ -58,7 +57,12 @@ fn check_mig_request(pod: &Pod, at: &str, name: &str, text: &str, milli: u64) ->
         return Ok(());
     }
     if milli % 1000 != 0 {
-        return Err(err(pod, at.to_string(), text, "MIG slices are whole devices: request a whole number, e.g. 1"));
+        return Err(err(
+            pod,
+            at.to_string(),
+            text,
+            "MIG slices are whole devices: request a whole number, e.g. 1",
+        ));
     }
     if milli / 1000 > MAX_SLICES_PER_POD {
         return Err(err(
@@ -110,14 +114,20 @@ pub fn effective_requests(pod: &Pod) -> Result<BTreeMap<String, u64>, AdapterErr
     max_into(&mut sum, &init_max);
     for (name, q) in spec.overhead.iter().flatten() {
         let at = format!("spec.overhead.{name}");
-        let milli =
-            quantity::parse_scaled(&q.0, 1000.0).ok_or_else(|| err(pod, at.clone(), &q.0, "not a Kubernetes quantity"))?;
+        let milli = quantity::parse_scaled(&q.0, 1000.0)
+            .ok_or_else(|| err(pod, at.clone(), &q.0, "not a Kubernetes quantity"))?;
         check_mig_request(pod, &at, name, &q.0, milli)?;
         add(&mut sum, &BTreeMap::from([(name.clone(), milli)]));
     }
     for (name, &milli) in &sum {
         let slices = milli / 1000;
-        check_mig_request(pod, "spec.containers[*] (all containers together)", name, &slices.to_string(), milli)?;
+        check_mig_request(
+            pod,
+            "spec.containers[*] (all containers together)",
+            name,
+            &slices.to_string(),
+            milli,
+        )?;
     }
     Ok(sum)
 }

@@ -87,7 +87,11 @@ impl Caches {
     }
 }
 
-fn spawn_reflector<K>(client: &Client, changed: Arc<Notify>, tasks: &mut Vec<JoinHandle<()>>) -> Store<Decoded<K>>
+fn spawn_reflector<K>(
+    client: &Client,
+    changed: Arc<Notify>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Store<Decoded<K>>
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + DeserializeOwned + Send + Sync + 'static,
 {

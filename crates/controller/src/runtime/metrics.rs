@@ -111,7 +111,16 @@ impl Metrics {
         registry.register("rounds", "Planning rounds by outcome", rounds.clone());
         let leader = Gauge::default();
         registry.register("leader", "1 while this controller holds the leader lease", leader.clone());
-        Metrics { registry: Mutex::new(registry), plans, demand, gpus, skipped, solve_seconds, rounds, leader }
+        Metrics {
+            registry: Mutex::new(registry),
+            plans,
+            demand,
+            gpus,
+            skipped,
+            solve_seconds,
+            rounds,
+            leader,
+        }
     }
 
     pub fn set_plans_by_phase(&self, counts: &BTreeMap<String, i64>) {

@@ -157,7 +157,11 @@ mod tests {
     fn bad_policy(uid: &str, field: &str) -> BadObject {
         let u = Unreadable {
             meta: ObjectMeta { name: Some("p".into()), uid: Some(uid.into()), ..ObjectMeta::default() },
-            error: DecodeError { field: field.into(), value: Some("4294967296".into()), problem: "too big".into() },
+            error: DecodeError {
+                field: field.into(),
+                value: Some("4294967296".into()),
+                problem: "too big".into(),
+            },
         };
         BadObject::unreadable::<MigPolicy>(&u)
     }

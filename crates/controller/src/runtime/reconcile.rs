@@ -14,16 +14,16 @@ use tokio::time::Instant;
 
 use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPlanPhase, MigPolicy};
 
+use crate::adapter::{nodes as adapter_nodes, pods as adapter_pods, AdapterError};
 use crate::planning::batching::{BatchWindows, Batcher};
 use crate::planning::propose;
 use crate::policy::status as policy_status;
 use crate::policy::validation::{KnownProfiles, PolicyReport};
 use crate::rollout::lifecycle::{reconcile_plan, PlanInputs};
-use crate::adapter::{nodes as adapter_nodes, pods as adapter_pods, AdapterError};
 use crate::runtime::cache::{self, Caches};
-use crate::runtime::quarantine::{self, BadObject, Quarantine};
 use crate::runtime::execute::Executor;
 use crate::runtime::metrics::Metrics;
+use crate::runtime::quarantine::{self, BadObject, Quarantine};
 use crate::runtime::settings::Settings;
 use crate::world;
 
