@@ -4,25 +4,9 @@
 //! checks the same against kube-apiserver) refuses it, or Geometer reads the object it stored.
 //! Nothing the API server stores is unreadable to the controller.
 
-use geometer_api::decode;
-use geometer_api::{MigNode, MigPlan, MigPolicy};
 use geometer_apiserver::ApiServer;
-use geometer_testkit::crd_bounds::{at, boundary_values, examples, leaf_fields, Field};
+use geometer_testkit::crd_bounds::{at, boundary_values, decodes, examples, leaf_fields, schema_of, Field};
 use serde_json::Value;
-
-fn schema_of(kind: &str) -> Value {
-    let crd = geometer_api::crds().into_iter().find(|c| c.spec.names.kind == kind).unwrap();
-    serde_json::to_value(&crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema).unwrap()
-}
-
-fn reads(kind: &str, object: &Value) -> Result<(), String> {
-    let read = match kind {
-        "MigPolicy" => decode::from_value::<MigPolicy>(object).map(|_| ()),
-        "MigPlan" => decode::from_value::<MigPlan>(object).map(|_| ()),
-        _ => decode::from_value::<MigNode>(object).map(|_| ()),
-    };
-    read.map_err(|e| e.to_string())
-}
 
 fn fields_of(kind: &str, example: &Value) -> Vec<Field> {
     let fields = leaf_fields(&schema_of(kind), example);
@@ -64,7 +48,7 @@ fn every_boundary_value_is_refused_or_read() {
     let mut refused = 0;
     let mut n = 0;
     for (kind, example) in examples() {
-        reads(kind, &example).unwrap_or_else(|e| panic!("the {kind} example does not read: {e}"));
+        decodes(kind, &example).unwrap_or_else(|e| panic!("the {kind} example does not read: {e}"));
         server.seed_value(example.clone()).unwrap_or_else(|e| panic!("the {kind} example is refused: {e}"));
         for field in fields_of(kind, &example) {
             for (label, value) in boundary_values(&field) {
@@ -75,7 +59,7 @@ fn every_boundary_value_is_refused_or_read() {
                 match server.seed_value(object) {
                     Err(_) => refused += 1,
                     Ok(stored) => {
-                        if let Err(e) = reads(kind, &stored) {
+                        if let Err(e) = decodes(kind, &stored) {
                             panic!(
                                 "{kind} {} = {label}: stored by the API server but unreadable: {e}",
                                 field.dotted()

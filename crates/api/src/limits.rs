@@ -36,6 +36,19 @@ pub fn quote(value: &str) -> String {
     format!("{cut}... ({} bytes)", value.len())
 }
 
+/// `text` cut to at most `max_bytes` at a character boundary, ending in `...` when cut: how a
+/// message longer than its field allows (a condition's 32 KiB, an event's 1 KiB) is written.
+pub fn cut(text: &str, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text.to_string();
+    }
+    let mut end = max_bytes.saturating_sub(3);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +61,12 @@ mod tests {
         assert!(quoted.len() < 120, "{quoted}");
         assert!(quoted.ends_with("... (5000000 bytes)"), "{quoted}");
         assert_eq!(quote(&"é".repeat(100)).chars().filter(|c| *c == 'é').count(), MAX_QUOTED_VALUE_CHARS);
+    }
+
+    #[test]
+    fn long_messages_are_cut_at_a_character_boundary() {
+        let cut_text = cut(&"é".repeat(600), 1024);
+        assert!(cut_text.len() <= 1024 && cut_text.ends_with("..."));
+        assert_eq!(cut("short", 1024), "short");
     }
 }

@@ -65,17 +65,21 @@ fn bound(schema: &mut Value, name: &str) {
     }
 }
 
+/// Largest integer a float64 holds exactly (2^53 - 1). kube-apiserver reads a schema's
+/// `maximum` as a float64 and then as an int64: `9223372036854775807` comes back as
+/// `-9223372036854775808` and the CRD is refused. 64-bit fields are bounded by this instead.
+const MAX_EXACT_INTEGER: i64 = (1 << 53) - 1;
+
 fn bound_integer(map: &mut Map<String, Value>) {
-    // Kubernetes integers are int64 on the wire; an unsigned 64-bit type is bounded by that.
     let (min, max): (i64, i64) = match map.get("format").and_then(Value::as_str) {
         Some("uint8") => (0, u8::MAX.into()),
         Some("uint16") => (0, u16::MAX.into()),
         Some("uint32") => (0, u32::MAX.into()),
-        Some("uint64") | Some("uint") => (0, i64::MAX),
+        Some("uint64") | Some("uint") => (0, MAX_EXACT_INTEGER),
         Some("int8") => (i8::MIN.into(), i8::MAX.into()),
         Some("int16") => (i16::MIN.into(), i16::MAX.into()),
         Some("int32") => (i32::MIN.into(), i32::MAX.into()),
-        _ => (i64::MIN, i64::MAX),
+        _ => (-MAX_EXACT_INTEGER, MAX_EXACT_INTEGER),
     };
     let tighter_min = map.get("minimum").and_then(Value::as_f64).map_or(min, |m| (m as i64).max(min));
     let tighter_max = map.get("maximum").and_then(Value::as_f64).map_or(max, |m| (m as i64).min(max));

@@ -26,12 +26,13 @@ pub(crate) fn apply(
     let mut changed = false;
     for d in desired {
         let status = if d.status { "True" } else { "False" };
+        let message = geometer_api::limits::cut(&d.message, geometer_api::limits::MAX_MESSAGE_BYTES);
         match conditions.iter_mut().find(|c| c.type_ == d.type_) {
             Some(c) => {
                 let transition = c.status != status;
                 if transition
                     || c.reason != d.reason
-                    || c.message != d.message
+                    || c.message != message
                     || c.observed_generation != generation
                 {
                     changed = true;
@@ -40,7 +41,7 @@ pub(crate) fn apply(
                     }
                     c.status = status.to_string();
                     c.reason = d.reason.to_string();
-                    c.message = d.message.clone();
+                    c.message = message;
                     c.observed_generation = generation;
                 }
             }
@@ -50,7 +51,7 @@ pub(crate) fn apply(
                     type_: d.type_.to_string(),
                     status: status.to_string(),
                     reason: d.reason.to_string(),
-                    message: d.message.clone(),
+                    message,
                     observed_generation: generation,
                     last_transition_time: Time(now),
                 });

@@ -23,6 +23,13 @@ impl Field {
     }
 }
 
+/// The `openAPIV3Schema` of the Geometer CRD of `kind`, with its bounds.
+pub fn schema_of(kind: &str) -> Value {
+    let crd = geometer_api::crds().into_iter().find(|c| c.spec.names.kind == kind).expect("a Geometer kind");
+    serde_json::to_value(&crd.spec.versions[0].schema.as_ref().expect("a schema").open_api_v3_schema)
+        .expect("schema")
+}
+
 /// Every integer, number and string leaf of `schema` (an `openAPIV3Schema`), map entries at
 /// the key the `example` object uses.
 pub fn leaf_fields(schema: &Value, example: &Value) -> Vec<Field> {
@@ -183,3 +190,15 @@ pub fn looser_crd(
 
 /// Where a MigPolicy's solver time limit is in its schema.
 pub const POLICY_TIME_LIMIT: &str = "/properties/spec/properties/solver/properties/timeLimitMs";
+
+/// Whether Geometer reads `object` as its `kind`, and if not the field that stops it.
+pub fn decodes(kind: &str, object: &Value) -> Result<(), String> {
+    use geometer_api::decode::from_value;
+    let read = match kind {
+        "MigPolicy" => from_value::<geometer_api::MigPolicy>(object).map(|_| ()),
+        "MigPlan" => from_value::<geometer_api::MigPlan>(object).map(|_| ()),
+        "MigNode" => from_value::<geometer_api::MigNode>(object).map(|_| ()),
+        other => panic!("{other} is not a Geometer kind"),
+    };
+    read.map_err(|e| e.to_string())
+}

@@ -272,7 +272,8 @@ impl Agent {
         pod: Option<&Pod>,
     ) {
         let event =
-            Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+            // events.k8s.io/v1 refuses notes over 1 KiB.
+            Event { type_, reason: reason.into(), note: Some(geometer_api::limits::cut(&note, 1024)), action: action.into(), secondary: None };
         if let Some(mignode) = &self.mem.mignode {
             let reference = mignode.object_ref(&());
             if let Err(e) = self.recorder.publish(&event, &reference).await {

@@ -6,9 +6,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use geometer_api::Condition;
 
-/// Longest message the API accepts (`metav1.Condition.message`).
-const MAX_MESSAGE: usize = 32 * 1024;
-
 /// Sets condition `type_`; returns whether anything changed.
 pub(crate) fn set(
     conditions: &mut Vec<Condition>,
@@ -20,15 +17,7 @@ pub(crate) fn set(
     now: Timestamp,
 ) -> bool {
     let status = if status { "True" } else { "False" }.to_string();
-    let mut message = message.into();
-    if message.len() > MAX_MESSAGE {
-        let mut cut = MAX_MESSAGE - 3;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-        message.push_str("...");
-    }
+    let message = geometer_api::limits::cut(&message.into(), geometer_api::limits::MAX_MESSAGE_BYTES);
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(c) => {
             let before = c.clone();

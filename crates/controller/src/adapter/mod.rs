@@ -110,9 +110,27 @@ pub fn objects_of(value: Value) -> Result<Objects, AdapterError> {
         return Err(AdapterError::NotAList { found });
     };
     let mut objects = Objects::default();
+    // (kind, namespace, name) -> the item that had it first: a second one is refused, not
+    // allowed to replace the first without a word.
+    let mut first: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     for (index, item) in items.into_iter().enumerate() {
         let kind = item.get("kind").and_then(Value::as_str).unwrap_or(implied).to_string();
         let name = item.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+        if matches!(kind.as_str(), "Node" | "Pod" | "MigNode" | "MigPolicy") {
+            let namespace =
+                item.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
+            let key = (kind.clone(), namespace, name.clone());
+            if let Some(&earlier) = first.get(&key) {
+                objects.skipped.push(AdapterError::Object {
+                    index,
+                    kind,
+                    name,
+                    problem: format!("a second object of this name (the first is items[{earlier}], which is used); remove one"),
+                });
+                continue;
+            }
+            first.insert(key, index);
+        }
         let bad = |e: DecodeError| AdapterError::Object {
             index,
             kind: kind.clone(),
@@ -494,6 +512,18 @@ items:
         assert!(built.snapshot.nodes.iter().all(|n| n.name != "n1"));
         let err = built.skipped[0].to_string();
         assert!(err.contains("nvidia.com/gpu.count") && err.contains("Node n1"), "{err}");
+    }
+
+    #[test]
+    fn a_second_object_of_the_same_name_is_refused_not_silently_used() {
+        let text = format!("{LIST}- kind: Node\n  metadata: {{name: n1, labels: {{}}}}\n");
+        let objects = parse_objects(&text).unwrap();
+        assert_eq!(objects.nodes.len(), 1);
+        let err = objects.skipped[0].to_string();
+        assert!(
+            err.contains("Node n1") && err.contains("second object") && err.contains("items[0]"),
+            "{err}"
+        );
     }
 
     #[test]
