@@ -223,3 +223,26 @@ fn a_file_can_make_an_unplaceable_gpu_placeable() {
     assert!(cat.find_unplaceable("RTX PRO 5000").is_none());
     assert!(cat.find_unplaceable("RTX-PRO-4500").is_some());
 }
+
+#[test]
+fn a_model_with_more_layouts_than_can_be_searched_is_refused_by_name() {
+    // 32 units, four one-unit profiles that may start anywhere: 5^32 layouts. The geometry
+    // search is exhaustive, so such a model would ignore any time limit; it is refused.
+    let starts: Vec<String> = (0..32).map(|s| s.to_string()).collect();
+    let profiles: String = (1..=4)
+        .map(|i| {
+            format!(
+                "  - {{name: 1g.{i}gb, compute_slices: 1, memory_mib: {}, starts: [{}], size: 1, max_instances: 32, nvml_profile_index: {i}}}\n",
+                1024 * i,
+                starts.join(", ")
+            )
+        })
+        .collect();
+    let text = format!(
+        "models:\n- key: WIDE-1\n  nvml_names: [NVIDIA Wide]\n  device_ids: ['0x1ABD10DE']\n  memory_mib: 65536\n  placement_units: 32\n  compute_slices: 32\n  profiles:\n{profiles}"
+    );
+    let e = Catalog::from_yaml(&text).unwrap_err().to_string();
+    assert_names(&e, &["WIDE-1", "profiles", "32 placement units", "5000000 ways"]);
+    // Every built-in model is within the bound.
+    assert!(Catalog::builtin().models().len() > 5);
+}

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 mod chaos;
+mod crd_bounds;
 mod demand_shift;
 mod demo;
 mod differential;

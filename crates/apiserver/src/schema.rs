@@ -1,7 +1,7 @@
 //! What the API server does to a custom resource with its CRD's structural schema: drop nulls
 //! that are not nullable, fill defaults, prune unknown fields, and validate types, enums,
-//! bounds and required fields. CEL rules (`x-kubernetes-validations`) and `pattern`/`format`
-//! are not checked.
+//! bounds, patterns, `date-time` formats and required fields. CEL rules
+//! (`x-kubernetes-validations`) are not checked.
 
 use serde_json::{Map, Value};
 
@@ -189,6 +189,12 @@ fn check_bounds(v: &Value, schema: &Value, path: &str, out: &mut SchemaApplied) 
         }
         if schema["maxLength"].as_u64().is_some_and(|m| len > m) {
             fail(format!("Too long: {path} may not be more than {} bytes", schema["maxLength"]));
+        }
+        if let Some(pattern) = schema["pattern"].as_str() {
+            // kube-apiserver reads patterns as RE2 (Go's regexp), which Rust's regex follows.
+            if regex::Regex::new(pattern).is_ok_and(|re| !re.is_match(s)) {
+                fail(format!("Invalid value: {v}: {path} in body should match '{pattern}'"));
+            }
         }
         // kube-apiserver checks string formats it knows (go-openapi/strfmt); RFC 3339 time here.
         if schema["format"] == "date-time" && s.parse::<jiff::Timestamp>().is_err() {

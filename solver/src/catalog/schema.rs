@@ -208,6 +208,7 @@ fn convert_model(raw: RawModel) -> Result<GpuModel, CatalogError> {
             product_labels.push(label);
         }
     }
+    check_layouts(&at, placement_units, &profiles)?;
     Ok(GpuModel {
         key: key.clone(),
         description: raw.description,
@@ -225,6 +226,42 @@ fn convert_model(raw: RawModel) -> Result<GpuModel, CatalogError> {
         notes: raw.notes,
         names,
     })
+}
+
+/// Most ways a model's profiles may be laid out on one GPU. Geometer searches layouts
+/// exhaustively (`geometry::search`), which is exact and fast for real MIG GPUs (an H100 has
+/// a few thousand layouts, the 12-unit model of the built-in catalog tens of thousands) but
+/// exponential in the grid: a catalog model with 32 one-unit profiles would take longer than
+/// any time limit. Such a model is refused when the catalog is read.
+pub(super) const MAX_LAYOUTS: u64 = 5_000_000;
+
+/// Refuses a model whose non-overlapping placements (an upper bound on its geometries: the
+/// caps and exclusive groups only remove some) exceed [`MAX_LAYOUTS`]. Counted by dynamic
+/// programming over the units: the layouts from unit `u` on are those leaving `u` empty plus,
+/// for each placement starting at `u`, those from its end on.
+fn check_layouts(at: &At, units: u8, profiles: &[Profile]) -> Result<(), CatalogError> {
+    let units = usize::from(units);
+    let mut from = vec![0u64; units + 2];
+    from[units] = 1;
+    for u in (0..units).rev() {
+        let mut n = from[u + 1];
+        for p in profiles {
+            if p.starts.contains(&(u as u8)) {
+                n = n.saturating_add(from[(u + usize::from(p.size)).min(units)]);
+            }
+        }
+        from[u] = n;
+    }
+    if from[0] > MAX_LAYOUTS {
+        return Err(at.err(
+            "profiles",
+            format!("{} profiles on {units} placement units", profiles.len()),
+            format!(
+                "they can be laid out in more than {MAX_LAYOUTS} ways, too many to search (a real MIG GPU has thousands); use fewer units, profiles or starts"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn engines(at: &At, field: &str, e: &RawEngines) -> Result<Engines, CatalogError> {
