@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 /// The List as YAML, with `nodes` nodes (every `gpu_every`-th one a GPU node) and `pods` pods.
 pub fn kubectl_yaml(nodes: usize, gpu_every: usize, pods: usize) -> String {
-    let mut items: Vec<Value> = (0..nodes).map(|i| node(i, i % gpu_every == 0)).collect();
+    let mut items: Vec<Value> = (0..nodes).map(|i| node(i, i.is_multiple_of(gpu_every))).collect();
     let gpu_nodes: Vec<usize> = (0..nodes).step_by(gpu_every).collect();
     items.extend((0..pods).map(|i| pod(i, gpu_nodes[i % gpu_nodes.len()])));
     let list =
@@ -65,7 +65,7 @@ fn node(i: usize, gpu: bool) -> Value {
 }
 
 fn pod(i: usize, gpu_node: usize) -> Value {
-    let bound = i % 4 != 0;
+    let bound = !i.is_multiple_of(4);
     let node =
         format!("ip-10-{}-{}-{}.ec2.internal", gpu_node / 65536, (gpu_node / 256) % 256, gpu_node % 256);
     let mut spec = json!({"containers": [{"name": "main", "image": "registry.example.com/team/infer:v3",

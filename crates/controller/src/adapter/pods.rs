@@ -56,7 +56,7 @@ fn check_mig_request(pod: &Pod, at: &str, name: &str, text: &str, milli: u64) ->
     if !name.starts_with(MIG_RESOURCE_PREFIX) {
         return Ok(());
     }
-    if milli % 1000 != 0 {
+    if !milli.is_multiple_of(1000) {
         return Err(err(
             pod,
             at.to_string(),
