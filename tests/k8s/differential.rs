@@ -78,6 +78,13 @@ async fn observe(client: kube::Client) -> Vec<(&'static str, String)> {
     pdbs.delete("web", &DeleteParams::default()).await.unwrap();
     let evicted = pods.evict("web", &EvictParams::default()).await;
     steps.push(("evict without a budget", seen(evicted, |s| format!("{:?}", s.code))));
+    let huge: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "huge"}, "data": {"blob": "x".repeat(4 << 20)},
+    }))
+    .unwrap();
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NS);
+    let too_large = configmaps.create(&PostParams::default(), &huge).await;
+    steps.push(("a 4 MiB request body", seen(too_large, |_| String::new())));
     let terminating = pods.get("web").await;
     let marked = |p: Pod| format!("terminating {}", p.metadata.deletion_timestamp.is_some());
     steps.push(("the evicted pod", seen(terminating, marked)));

@@ -17,6 +17,10 @@ pub struct ApiService {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// kube-apiserver's largest request body (`DefaultMaxRequestSizeBytes`, kubernetes
+/// `staging/src/k8s.io/apiserver/pkg/server/config.go`): larger ones get 413.
+const MAX_REQUEST_BODY_BYTES: usize = 3 * 1024 * 1024;
+
 impl<B> tower::Service<http::Request<B>> for ApiService
 where
     B: hyper::body::Body + Send + 'static,
@@ -43,6 +47,14 @@ where
                     return Ok(super::response::error_response(&err));
                 }
             };
+            if bytes.len() > MAX_REQUEST_BODY_BYTES {
+                let err = super::error::ApiError::new(
+                    413,
+                    "RequestEntityTooLarge",
+                    format!("Request entity too large: limit is {MAX_REQUEST_BODY_BYTES}"),
+                );
+                return Ok(super::response::error_response(&err));
+            }
             Ok(router::handle(&inner, http::Request::from_parts(parts, bytes)).await)
         })
     }

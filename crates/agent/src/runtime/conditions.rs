@@ -101,7 +101,17 @@ mod tests {
     #[test]
     fn overlong_messages_are_cut_to_what_the_api_accepts() {
         let mut cs = Vec::new();
-        set(&mut cs, "Failed", true, "NvmlError", "é".repeat(geometer_api::limits::MAX_MESSAGE_BYTES), None, Timestamp::UNIX_EPOCH);
-        assert!(cs[0].message.len() <= geometer_api::limits::MAX_MESSAGE_BYTES && cs[0].message.ends_with("..."));
+        set(
+            &mut cs,
+            "Failed",
+            true,
+            "NvmlError",
+            "é".repeat(geometer_api::limits::MAX_MESSAGE_BYTES),
+            None,
+            Timestamp::UNIX_EPOCH,
+        );
+        assert!(
+            cs[0].message.len() <= geometer_api::limits::MAX_MESSAGE_BYTES && cs[0].message.ends_with("...")
+        );
     }
 }

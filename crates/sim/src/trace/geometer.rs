@@ -41,6 +41,7 @@ pub fn parse(file: &str, text: &str) -> Result<Trace, TraceError> {
 
 pub fn parse_csv(file: &str, text: &str) -> Result<Trace, TraceError> {
     let table = Table::parse(file, text)?;
+    table.only(COLUMNS)?;
     table.require("name")?;
     table.require("arrival_s")?;
     if !table.has("mig") && !table.has("num_gpu") {
@@ -319,6 +320,11 @@ mod tests {
         assert!(e.contains("\"mig\"") && e.contains("1g.10gb*x"), "{e}");
         let e = parse("t.csv", "name,mig\na,1g.10gb\n").unwrap_err().to_string();
         assert!(e.contains("missing column \"arrival_s\""), "{e}");
+        let e = parse("t.csv", "name,arival_s,mig\na,0,1g.10gb\n").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown column \"arival_s\"") && e.contains("arrival_s"),
+            "a misspelt column: {e}"
+        );
         let e = parse("t.csv", "name,arrival_s,mig\na,0\n").unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("2 fields"), "{e}");
         let e = parse("t.yaml", "pods:\n- name: a\n  arrival_s: 0\n  gpus: 1\n").unwrap_err().to_string();

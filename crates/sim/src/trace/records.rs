@@ -61,6 +61,18 @@ impl<'a> Table<'a> {
         }
     }
 
+    /// Refuses a column not in `known`: a misspelt one (`arival_s`) would otherwise be read
+    /// as absent, and its values silently dropped.
+    pub(super) fn only(&self, known: &[&str]) -> Result<(), TraceError> {
+        match self.header.iter().find(|c| !known.contains(c)) {
+            Some(column) => Err(TraceError::Invalid {
+                file: self.file.into(),
+                reason: format!("unknown column {column:?}; the columns are {}", known.join(",")),
+            }),
+            None => Ok(()),
+        }
+    }
+
     pub(super) fn rows(&self) -> impl Iterator<Item = Row<'_, 'a>> {
         self.rows.iter().map(move |(line, fields)| Row { table: self, line: *line, fields })
     }
