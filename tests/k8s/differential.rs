@@ -109,6 +109,24 @@ async fn observe(client: kube::Client) -> Vec<(&'static str, String)> {
     steps.push(("merge patch at the read resourceVersion", seen(first, mode)));
     let stale = policies.patch("rv", &PatchParams::default(), &Patch::Merge(&change("Auto"))).await;
     steps.push(("merge patch at a stale resourceVersion", seen(stale, |_| String::new())));
+    let garbled = json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy", "metadata": {"name": "rv", "resourceVersion": "abc"}, "spec": {"mode": "Auto"}});
+    let garbled =
+        policies.replace("rv", &PostParams::default(), &serde_json::from_value(garbled).unwrap()).await;
+    steps.push(("update with a resourceVersion that is not a number", seen(garbled, |_| String::new())));
+    for (what, query) in [
+        ("list with resourceVersionMatch=Bogus", "resourceVersion=1&resourceVersionMatch=Bogus"),
+        ("list with resourceVersionMatch but no resourceVersion", "resourceVersionMatch=Exact"),
+        ("list with sendInitialEvents", "sendInitialEvents=true"),
+        ("watch with sendInitialEvents but no resourceVersionMatch", "watch=true&sendInitialEvents=true"),
+        (
+            "watch with sendInitialEvents=maybe",
+            "watch=true&sendInitialEvents=maybe&resourceVersionMatch=NotOlderThan",
+        ),
+    ] {
+        let request =
+            http::Request::get(format!("/api/v1/namespaces/{NS}/pods?{query}")).body(Vec::new()).unwrap();
+        steps.push((what, seen(client.request_text(request).await, |_| String::new())));
+    }
 
     let node: Node = serde_json::from_value(json!({"metadata": {"name": "diff-node"}})).unwrap();
     nodes.create(&PostParams::default(), &node).await.unwrap();

@@ -32,6 +32,7 @@ mod fieldset;
 mod http;
 mod jsonpath;
 mod kubeconfig;
+mod list_options;
 mod list_semantics;
 mod managed;
 mod openapi;

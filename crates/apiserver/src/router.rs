@@ -264,6 +264,7 @@ fn list(
     version: &str,
     ns: Option<&str>,
 ) -> ApiResult<http::Response<Body>> {
+    super::list_options::check(&req.query, false)?;
     let filter = Filter::from_query(rt, ns, &req.query)?;
     let page = inner.store.lock().expect("store lock poisoned").list_objects(rt, &filter, &req.query)?;
     let mut meta = json!({"resourceVersion": page.resource_version.to_string()});

@@ -34,6 +34,7 @@ impl Call<'_> {
 
     pub(crate) fn watch(&self) -> Response {
         let req = self.req;
+        super::list_options::check(&req.query, true)?;
         let mut filter = Filter::from_query(&self.rt, self.ns, &req.query)?;
         if !self.name.is_empty() {
             let named = format!("metadata.name={}", self.name);

@@ -305,6 +305,15 @@ impl Store {
             ));
         }
         if let Some(rv) = new["metadata"]["resourceVersion"].as_str().filter(|s| !s.is_empty()) {
+            // kube-apiserver 1.33 answers a resourceVersion that is not a number with a bare 500
+            // (its etcd3 store fails to parse it; tests/k8s/differential.rs), not a 409.
+            if rv.parse::<u64>().is_err() {
+                return Err(ApiError::new(
+                    500,
+                    "",
+                    format!("strconv.ParseUint: parsing \"{rv}\": invalid syntax"),
+                ));
+            }
             if rv.parse::<u64>().ok() != Some(rv_of(old)) {
                 return Err(ApiError::stale(&rt.qualified(), &name));
             }
