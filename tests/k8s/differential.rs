@@ -48,6 +48,20 @@ async fn observe(client: kube::Client) -> Vec<(&'static str, String)> {
     )
     .await;
     let phase = |p: Pod| format!("{:?}", p.status.and_then(|s| s.phase));
+    for (what, resource, value) in [
+        ("a pod whose cpu request is not a quantity", "cpu", "plenty"),
+        ("a pod asking for 1.5 of an extended resource", "example.com/gpu", "1.5"),
+        ("a pod asking for 500m of an extended resource", "example.com/gpu", "500m"),
+    ] {
+        let bad = json!({"metadata": {"name": "bad-quantity"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "main", "image": "busybox:1",
+                "resources": {"limits": {resource: value}, "requests": {resource: value}}}]}});
+        let request = http::Request::post(format!("/api/v1/namespaces/{NS}/pods"))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&bad).unwrap())
+            .unwrap();
+        steps.push((what, seen(client.request_text(request).await, |_| String::new())));
+    }
     steps.push(("create a pod with a status: the status is dropped", phase(created)));
     let running =
         json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});

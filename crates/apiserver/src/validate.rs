@@ -99,6 +99,7 @@ pub(crate) fn builtin(rt: &ResourceType, obj: &Value) -> ApiResult<()> {
                     vec![("spec.containers".into(), "Required value".into())],
                 ));
             }
+            pod_quantities(rt, name, &pod)?;
         }
         Some(Builtin::Node) => {
             decode::<core::Node>(rt, obj)?;
@@ -133,6 +134,48 @@ pub(crate) fn builtin(rt: &ResourceType, obj: &Value) -> ApiResult<()> {
         None => {}
     }
     Ok(())
+}
+
+/// A quantity's form, as apimachinery's parser takes it (kubernetes/apimachinery,
+/// `pkg/api/resource/quantity.go`, `splitREString`).
+const QUANTITY: &str = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$";
+
+/// Container requests and limits: each a quantity (else 400, as the real server fails to
+/// decode the pod), and an extended resource (`example.com/gpu`) a whole number (else 422,
+/// `validateResourceQuantityValue` in kubernetes `pkg/apis/core/validation/validation.go`).
+fn pod_quantities(rt: &ResourceType, name: &str, pod: &k8s_openapi::api::core::v1::Pod) -> ApiResult<()> {
+    let form = regex::Regex::new(QUANTITY).expect("a valid pattern");
+    let spec = pod.spec.as_ref();
+    let containers = spec.map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()));
+    let mut causes = Vec::new();
+    for (i, c) in containers.into_iter().flatten().enumerate() {
+        let Some(res) = &c.resources else { continue };
+        for (field, map) in [("limits", &res.limits), ("requests", &res.requests)] {
+            for (resource, q) in map.iter().flatten() {
+                if !form.is_match(&q.0) {
+                    return Err(ApiError::bad_request(format!(
+                        "{} in version \"v1\" cannot be handled as a {}: quantities must match the regular expression '{QUANTITY}'",
+                        rt.kind, rt.kind
+                    )));
+                }
+                let extended = resource.contains('/') && !resource.contains("kubernetes.io/");
+                let whole = q.0.bytes().all(|b| {
+                    b.is_ascii_digit() || matches!(b, b'k' | b'M' | b'G' | b'T' | b'P' | b'E' | b'i')
+                });
+                if extended && !whole {
+                    causes.push((
+                        format!("spec.containers[{i}].resources.{field}[{resource}]"),
+                        format!("Invalid value: \"{}\": must be an integer", q.0),
+                    ));
+                }
+            }
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid("Pod", name, causes))
+    }
 }
 
 /// Pods are mostly immutable: Kubernetes lets updates change only images, the active
