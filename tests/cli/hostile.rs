@@ -133,3 +133,23 @@ fn an_unreachable_cluster_is_said_in_words() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_misspelt_policy_field_is_refused_by_both_policy_forms() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = write(&dir, "s.yaml", "kind: List\nitems: []\n");
+    for (name, text, field) in [
+        (
+            "object.yaml",
+            "kind: MigPolicy\nmetadata: {name: p}\nspec: {disruption: {evictionAlowed: true}}\n",
+            "spec.disruption.evictionAlowed",
+        ),
+        ("fields.yaml", "evictionAlowed: true\n", "evictionAlowed"),
+    ] {
+        let policy = write(&dir, name, text);
+        let out = geometer(&["plan", "--snapshot", &snapshot, "--policy", &policy]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains(field), "{name}: {stderr}");
+    }
+}

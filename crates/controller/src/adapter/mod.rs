@@ -182,6 +182,14 @@ fn mig_policy_value(value: Value, index: usize) -> Result<MigPolicy, AdapterErro
             });
         }
     }
+    if let Some(field) = decode::unknown_fields("MigPolicy", &value).into_iter().next() {
+        return Err(AdapterError::Field {
+            object: format!("MigPolicy {name}"),
+            field,
+            value: "(present)".into(),
+            problem: "not a MigPolicy field (misspelt?); kubectl apply refuses it too. `kubectl explain migpolicy.spec` lists the fields".into(),
+        });
+    }
     decode::from_value(&value).map_err(|e| AdapterError::Object {
         index,
         kind: "MigPolicy".into(),
