@@ -74,6 +74,49 @@ fn in_words(message: &str) -> String {
     message.to_string()
 }
 
+/// The fields of `value` (a whole object of a Geometer kind) that its CRD schema does not
+/// know, as paths (`spec.disruption.evictionAlowed`): what kube-apiserver refuses under
+/// `fieldValidation=Strict`, kubectl's default. Decoding alone would drop them without a word.
+pub fn unknown_fields(kind: &str, value: &Value) -> Vec<String> {
+    let Some(crd) = crate::crds().into_iter().find(|c| c.spec.names.kind == kind) else { return Vec::new() };
+    let Some(schema) = crd.spec.versions.first().and_then(|v| v.schema.as_ref()) else { return Vec::new() };
+    let schema = serde_json::to_value(&schema.open_api_v3_schema).unwrap_or_default();
+    let mut out = Vec::new();
+    for top in ["spec", "status"] {
+        if let (Some(v), Some(s)) = (value.get(top), schema.pointer(&format!("/properties/{top}"))) {
+            walk_unknown(v, s, top, &mut out);
+        }
+    }
+    out
+}
+
+fn walk_unknown(value: &Value, schema: &Value, path: &str, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (key, child) in map {
+                    match props.get(key) {
+                        Some(s) => walk_unknown(child, s, &format!("{path}.{key}"), out),
+                        None => out.push(format!("{path}.{key}")),
+                    }
+                }
+            } else if let Some(items) = schema.get("additionalProperties").filter(|s| s.is_object()) {
+                for (key, child) in map {
+                    walk_unknown(child, items, &format!("{path}.{key}"), out);
+                }
+            }
+        }
+        Value::Array(list) => {
+            if let Some(items) = schema.get("items") {
+                for (i, child) in list.iter().enumerate() {
+                    walk_unknown(child, items, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,48 +179,5 @@ mod tests {
         let e = from_value::<Outer>(&json!({"items": [{"names": []}]})).unwrap_err();
         assert_eq!(e.field, "items[0]");
         assert_eq!(e.problem, "missing field `start`");
-    }
-}
-
-/// The fields of `value` (a whole object of a Geometer kind) that its CRD schema does not
-/// know, as paths (`spec.disruption.evictionAlowed`): what kube-apiserver refuses under
-/// `fieldValidation=Strict`, kubectl's default. Decoding alone would drop them without a word.
-pub fn unknown_fields(kind: &str, value: &Value) -> Vec<String> {
-    let Some(crd) = crate::crds().into_iter().find(|c| c.spec.names.kind == kind) else { return Vec::new() };
-    let Some(schema) = crd.spec.versions.first().and_then(|v| v.schema.as_ref()) else { return Vec::new() };
-    let schema = serde_json::to_value(&schema.open_api_v3_schema).unwrap_or_default();
-    let mut out = Vec::new();
-    for top in ["spec", "status"] {
-        if let (Some(v), Some(s)) = (value.get(top), schema.pointer(&format!("/properties/{top}"))) {
-            walk_unknown(v, s, top, &mut out);
-        }
-    }
-    out
-}
-
-fn walk_unknown(value: &Value, schema: &Value, path: &str, out: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-                for (key, child) in map {
-                    match props.get(key) {
-                        Some(s) => walk_unknown(child, s, &format!("{path}.{key}"), out),
-                        None => out.push(format!("{path}.{key}")),
-                    }
-                }
-            } else if let Some(items) = schema.get("additionalProperties").filter(|s| s.is_object()) {
-                for (key, child) in map {
-                    walk_unknown(child, items, &format!("{path}.{key}"), out);
-                }
-            }
-        }
-        Value::Array(list) => {
-            if let Some(items) = schema.get("items") {
-                for (i, child) in list.iter().enumerate() {
-                    walk_unknown(child, items, &format!("{path}[{i}]"), out);
-                }
-            }
-        }
-        _ => {}
     }
 }
