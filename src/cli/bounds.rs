@@ -2,6 +2,10 @@
 //! outside it is refused by clap with the flag, the value and the range, instead of sizing
 //! memory or a wait by it (`simulate --buckets 10000000000`, `demo --duration 1e12`).
 
+// Most of these bound the developer tools' flags (demo, simulate, apiserver), which the
+// operator's build (`--no-default-features`) leaves out.
+#![cfg_attr(not(feature = "demo"), allow(dead_code))]
+
 use std::ops::RangeInclusive;
 
 /// A number within `range`, in `unit`s, as clap's value parser.
