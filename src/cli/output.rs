@@ -122,13 +122,15 @@ pub fn finish(result: Result<(), Failure>, format: OutputFormat) -> ExitCode {
 /// The error and its causes, outermost first, each said once: a cause whose words the
 /// message before it already contains (a context that quoted it) is not repeated.
 pub fn causes(error: &anyhow::Error) -> Vec<String> {
+    said_once(error.chain().map(ToString::to_string))
+}
+
+fn said_once(texts: impl Iterator<Item = String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for cause in error.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || out.iter().any(|said| said.contains(&text)) {
-            continue;
+    for text in texts {
+        if !text.is_empty() && !out.iter().any(|said| said.contains(&text)) {
+            out.push(text);
         }
-        out.push(text);
     }
     out
 }
@@ -139,16 +141,8 @@ pub fn kube_error(error: &kube::Error) -> String {
     if let kube::Error::Api(status) = error {
         return format!("{} (HTTP {} {})", status.message, status.code, status.reason);
     }
-    let mut parts: Vec<String> = vec![error.to_string()];
-    let mut source = std::error::Error::source(error);
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = s.source();
-    }
-    let text = parts.join(": ");
+    let chain = std::iter::successors(Some(error as &dyn std::error::Error), |e| e.source());
+    let text = said_once(chain.map(ToString::to_string)).join(": ");
     let lower = text.to_lowercase();
     if lower.contains("connect") || lower.contains("dns error") || lower.contains("timed out") {
         format!("cannot reach the Kubernetes API server ({text}); is the cluster up, and does KUBECONFIG (or ~/.kube/config) point at it?")

@@ -78,9 +78,7 @@ fn in_words(message: &str) -> String {
 /// know, as paths (`spec.disruption.evictionAlowed`): what kube-apiserver refuses under
 /// `fieldValidation=Strict`, kubectl's default. Decoding alone would drop them without a word.
 pub fn unknown_fields(kind: &str, value: &Value) -> Vec<String> {
-    let Some(crd) = crate::crds().into_iter().find(|c| c.spec.names.kind == kind) else { return Vec::new() };
-    let Some(schema) = crd.spec.versions.first().and_then(|v| v.schema.as_ref()) else { return Vec::new() };
-    let schema = serde_json::to_value(&schema.open_api_v3_schema).unwrap_or_default();
+    let Some((_, schema)) = schemas().iter().find(|(k, _)| k == kind) else { return Vec::new() };
     let mut out = Vec::new();
     for top in ["spec", "status"] {
         if let (Some(v), Some(s)) = (value.get(top), schema.pointer(&format!("/properties/{top}"))) {
@@ -88,6 +86,20 @@ pub fn unknown_fields(kind: &str, value: &Value) -> Vec<String> {
         }
     }
     out
+}
+
+/// Each Geometer kind's `openAPIV3Schema`, generated once.
+fn schemas() -> &'static [(String, Value)] {
+    static SCHEMAS: std::sync::OnceLock<Vec<(String, Value)>> = std::sync::OnceLock::new();
+    SCHEMAS.get_or_init(|| {
+        crate::crds()
+            .into_iter()
+            .filter_map(|crd| {
+                let schema = crd.spec.versions.first()?.schema.as_ref()?.open_api_v3_schema.as_ref()?;
+                Some((crd.spec.names.kind.clone(), serde_json::to_value(schema).ok()?))
+            })
+            .collect()
+    })
 }
 
 fn walk_unknown(value: &Value, schema: &Value, path: &str, out: &mut Vec<String>) {

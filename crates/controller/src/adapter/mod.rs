@@ -416,6 +416,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The snapshot of a List's text, with no policy, at the epoch.
+    fn snapshot_of(text: &str) -> Built {
+        build_snapshot(&parse_objects(text).unwrap(), Catalog::builtin(), None, jiff::Timestamp::UNIX_EPOCH)
+            .unwrap()
+    }
+
     const LIST: &str = r#"
 apiVersion: v1
 kind: List
@@ -510,13 +516,7 @@ items:
     #[test]
     fn a_node_without_gpu_count_is_skipped_and_named() {
         let text = LIST.replace("nvidia.com/gpu.count: \"2\", ", "");
-        let built = build_snapshot(
-            &parse_objects(&text).unwrap(),
-            Catalog::builtin(),
-            None,
-            jiff::Timestamp::UNIX_EPOCH,
-        )
-        .unwrap();
+        let built = snapshot_of(&text);
         assert!(built.snapshot.nodes.iter().all(|n| n.name != "n1"));
         let err = built.skipped[0].to_string();
         assert!(err.contains("nvidia.com/gpu.count") && err.contains("Node n1"), "{err}");
@@ -537,13 +537,7 @@ items:
     #[test]
     fn hostile_counts_are_refused_by_field_and_never_sized_into_memory() {
         let huge = LIST.replace("nvidia.com/gpu.count: \"2\"", "nvidia.com/gpu.count: \"4000000000\"");
-        let built = build_snapshot(
-            &parse_objects(&huge).unwrap(),
-            Catalog::builtin(),
-            None,
-            jiff::Timestamp::UNIX_EPOCH,
-        )
-        .unwrap();
+        let built = snapshot_of(&huge);
         let err = built.skipped[0].to_string();
         assert!(err.contains("4000000000") && err.contains("at most 16"), "{err}");
         let pods = r#"
@@ -565,13 +559,7 @@ items:
   spec: {containers: [{name: c, resources: {limits: {nvidia.com/mig-3g.40gb: "1"}}}]}
   status: {phase: Pending, conditions: [{type: PodScheduled, status: "False", reason: Unschedulable}]}
 "#;
-        let built = build_snapshot(
-            &parse_objects(pods).unwrap(),
-            Catalog::builtin(),
-            None,
-            jiff::Timestamp::UNIX_EPOCH,
-        )
-        .unwrap();
+        let built = snapshot_of(pods);
         let skipped: Vec<String> = built.skipped.iter().map(|e| e.to_string()).collect();
         assert_eq!(skipped.len(), 2, "{skipped:?}");
         assert!(skipped[0].contains("Pod ml/hog") && skipped[0].contains("at most 256"), "{}", skipped[0]);
