@@ -94,6 +94,10 @@ pub fn layouts(docs: &[Value], which: Which) -> Result<Found, ExportError> {
                 }
             };
             for layout in layouts {
+                if let Some(why) = layout_problem(&layout) {
+                    skipped.push(format!("node {}: {why}", layout.node));
+                    continue;
+                }
                 if let Some((first, _)) = by_node.get(&layout.node) {
                     return Err(ExportError::DuplicateNode {
                         node: layout.node.clone(),
@@ -114,6 +118,23 @@ pub fn layouts(docs: &[Value], which: Which) -> Result<Found, ExportError> {
         return Err(ExportError::Empty(why));
     }
     Ok(Found { layouts: by_node.into_values().map(|(_, layout)| layout).collect(), skipped })
+}
+
+/// Why a node's layout would make a config that import (or mig-parted) refuses, if it would:
+/// the same checks as [`MigPartedConfig::parse`], so what export writes, import reads.
+fn layout_problem(layout: &NodeLayout) -> Option<String> {
+    let max = crate::limits::MAX_GPUS_PER_NODE;
+    layout.gpus.iter().find_map(|gpu| {
+        let problem = if gpu.index as usize >= max {
+            Some(format!("a GPU index is at most {}", max - 1))
+        } else {
+            gpu.profiles
+                .iter()
+                .find_map(|p| super::profile_problem(p))
+                .or_else(|| super::counts_problem(&gpu.counts()))
+        };
+        problem.map(|why| format!("GPU {}: {why}", gpu.index))
+    })
 }
 
 /// `kind: List` (and `MigNodeList`, ...) holds its objects in `items`.
@@ -277,6 +298,53 @@ pub fn to_config(layouts: &[NodeLayout], name: impl Fn(&str) -> String) -> MigPa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn mig_node(name: &str, gpu: serde_json::Value) -> Value {
+        serde_json::json!({
+            "apiVersion": "geometer.dev/v1alpha1", "kind": "MigNode", "metadata": {"name": name},
+            "spec": {}, "status": {"gpus": [gpu]}
+        })
+    }
+
+    fn gpu(index: u32, profiles: &[&str]) -> Value {
+        let instances: Vec<Value> = profiles
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                serde_json::json!({"profile": p, "start": 0, "size": 1, "gpuInstanceId": i,
+                    "computeInstanceId": 0, "uuid": format!("MIG-{index}-{i}")})
+            })
+            .collect();
+        serde_json::json!({"index": index, "uuid": format!("GPU-{index}"), "model": "A100-SXM4-40GB",
+            "pciDeviceId": "0x20B010DE", "migMode": {"current": true, "pending": true}, "instances": instances})
+    }
+
+    #[test]
+    fn export_leaves_out_what_import_would_refuse_and_says_why() {
+        let docs = vec![
+            mig_node("good", gpu(0, &["3g.20gb", "1g.5gb"])),
+            mig_node("compute", gpu(0, &["1c.3g.20gb"])),
+            mig_node("crowded", gpu(0, &["1g.5gb"; 17])),
+            mig_node("far", gpu(16, &["1g.5gb"])),
+        ];
+        let found = layouts(&docs, Which::Current).unwrap();
+        assert_eq!(found.layouts.iter().map(|l| l.node.as_str()).collect::<Vec<_>>(), ["good"]);
+        assert_eq!(found.skipped.len(), 3, "{:?}", found.skipped);
+        assert!(
+            found.skipped[0].starts_with("node compute: GPU 0: \"1c.3g.20gb\" splits"),
+            "{:?}",
+            found.skipped
+        );
+        assert_eq!(
+            found.skipped[1],
+            "node crowded: GPU 0: 17 instances on one GPU; a MIG GPU holds at most 16"
+        );
+        assert_eq!(found.skipped[2], "node far: GPU 16: a GPU index is at most 15");
+        // What is written reads back, with the same counts.
+        let cfg = to_config(&found.layouts, str::to_string);
+        let back = MigPartedConfig::parse(&cfg.to_yaml()).unwrap();
+        assert_eq!(back, cfg);
+    }
 
     #[test]
     fn gpus_with_equal_counts_share_an_entry_whatever_the_placements() {

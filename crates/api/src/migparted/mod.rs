@@ -226,12 +226,15 @@ fn parse_entry(path: &str, value: &Value) -> Result<DeviceEntry, MigPartedError>
             items
                 .iter()
                 .map(|item| {
-                    item.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-                        invalid(
-                            format!("{path}.devices"),
-                            format!("{item} is not a GPU index (a whole number from 0)"),
-                        )
-                    })
+                    let max = crate::limits::MAX_GPUS_PER_NODE;
+                    item.as_u64().filter(|n| *n < max as u64).and_then(|n| u32::try_from(n).ok()).ok_or_else(
+                        || {
+                            invalid(
+                                format!("{path}.devices"),
+                                format!("{item} is not a GPU index (a whole number from 0 to {})", max - 1),
+                            )
+                        },
+                    )
                 })
                 .collect::<Result<_, _>>()?,
         ),
@@ -287,27 +290,40 @@ fn parse_counts(
     let mut out = BTreeMap::new();
     for (profile, count) in counts {
         let here = format!("{path}.\"{profile}\"");
-        if let Some((ci, gi)) = compute_instance_profile(profile) {
-            return Err(invalid(
-                here,
-                format!("{profile:?} splits a {gi} GPU instance into {ci} compute instances; Geometer creates one compute instance per GPU instance and cannot express it"),
-            ));
-        }
-        if !crate::is_profile_name(profile) {
-            return Err(invalid(
-                here,
-                format!("{profile:?} is not a MIG profile name such as 1g.10gb, 3g.40gb or 1g.10gb+me"),
-            ));
+        if let Some(problem) = profile_problem(profile) {
+            return Err(invalid(here, problem));
         }
         let n = count.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-            invalid(
-                format!("{path}.\"{profile}\""),
-                format!("{count} is not an instance count (a whole number from 0)"),
-            )
+            invalid(&here, format!("{count} is not an instance count (a whole number from 0)"))
         })?;
         out.insert(profile.clone(), n);
     }
+    if let Some(problem) = counts_problem(&out) {
+        return Err(invalid(path, problem));
+    }
     Ok(out)
+}
+
+/// Why `profile` cannot stand in a config Geometer reads, if it cannot. Export asks the same
+/// question, so it never writes a config that import refuses.
+pub(crate) fn profile_problem(profile: &str) -> Option<String> {
+    if let Some((ci, gi)) = compute_instance_profile(profile) {
+        return Some(format!("{profile:?} splits a {gi} GPU instance into {ci} compute instances; Geometer creates one compute instance per GPU instance and cannot express it"));
+    }
+    (!crate::is_profile_name(profile)).then(|| {
+        format!(
+            "{:?} is not a MIG profile name such as 1g.10gb, 3g.40gb or 1g.10gb+me",
+            crate::limits::quote(profile)
+        )
+    })
+}
+
+/// Why one GPU's instance counts cannot be real, if they cannot: no MIG GPU holds more than
+/// [`MAX_INSTANCES_PER_GPU`](crate::limits::MAX_INSTANCES_PER_GPU) instances.
+pub(crate) fn counts_problem(counts: &BTreeMap<String, u32>) -> Option<String> {
+    let total = counts.values().fold(0u64, |sum, n| sum.saturating_add(u64::from(*n)));
+    let max = crate::limits::MAX_INSTANCES_PER_GPU;
+    (total > max as u64).then(|| format!("{total} instances on one GPU; a MIG GPU holds at most {max}"))
 }
 
 /// `1c.3g.20gb` (compute-instance profile `1c` of GPU instance `3g.20gb`) -> ("1c", "3g.20gb").
@@ -338,6 +354,21 @@ mod tests {
     }
 
     #[test]
+    fn counts_a_gpu_cannot_hold_and_indices_past_the_node_are_refused() {
+        assert_eq!(
+            err("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: {1g.10gb: 4294967295}}]}"),
+            "mig-configs.a[0].mig-devices: 4294967295 instances on one GPU; a MIG GPU holds at most 16"
+        );
+        assert_eq!(
+            err("version: v1\nmig-configs: {a: [{devices: [0, 16], mig-enabled: false}]}"),
+            "mig-configs.a[0].devices: 16 is not a GPU index (a whole number from 0 to 15)"
+        );
+        let seven =
+            "version: v1\nmig-configs: {a: [{devices: [15], mig-enabled: true, mig-devices: {1g.10gb: 7}}]}";
+        assert!(MigPartedConfig::parse(seven).is_ok());
+    }
+
+    #[test]
     fn errors_name_the_field_and_the_value() {
         assert_eq!(
             err("version: v2\nmig-configs: {a: [{devices: all, mig-enabled: false}]}"),
@@ -350,7 +381,7 @@ mod tests {
         );
         assert_eq!(
             err("version: v1\nmig-configs:\n  a:\n    - devices: [0, -1]\n      mig-enabled: false\n"),
-            "mig-configs.a[0].devices: -1 is not a GPU index (a whole number from 0)"
+            "mig-configs.a[0].devices: -1 is not a GPU index (a whole number from 0 to 15)"
         );
         assert!(err("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n")
             .starts_with("mig-configs.a[0].mig-devices: required"));
