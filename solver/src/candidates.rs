@@ -11,10 +11,11 @@
 //! GPUs with the same model, geometry and pattern of use share one candidate list (a "base
 //! class"), so enumeration runs once per distinct GPU state, not once per GPU.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use crate::catalog::{GpuModel, ProfileId};
-use crate::geometry::{maximal_extensions_cached, Geometry, GeometryCache};
+use crate::geometry::{maximal_extensions_until, Geometry, GeometryCache};
 use crate::plan::prepare::{Problem, User};
 
 /// Who holds an instance, with evictable pods numbered per GPU (first instance first).
@@ -50,6 +51,9 @@ pub(crate) struct Candidates {
     pub class_of_gpu: Vec<usize>,
     /// Per GPU: running pod index of each evictable number.
     pub evictable: Vec<Vec<usize>>,
+    /// Models whose geometry search the plan's deadline stopped (their candidates are the
+    /// layouts found by then).
+    pub cut_short: BTreeSet<String>,
 }
 
 /// Evicting every subset is exponential; above this many evictable pods on one GPU only
@@ -61,7 +65,8 @@ pub(crate) fn build(problem: &Problem, cache: &GeometryCache) -> Candidates {
     let mut classes: Vec<(BaseKey, Vec<Candidate>)> = Vec::new();
     let mut class_of_gpu = Vec::with_capacity(problem.gpus.len());
     let mut evictable = Vec::with_capacity(problem.gpus.len());
-    for (g, gpu) in problem.gpus.iter().enumerate() {
+    let mut cut_short = BTreeSet::new();
+    for gpu in &problem.gpus {
         let mut pods: Vec<usize> = Vec::new();
         let holders: Vec<Holder> = gpu
             .users
@@ -82,24 +87,23 @@ pub(crate) fn build(problem: &Problem, cache: &GeometryCache) -> Candidates {
         let class = match index.get(&key) {
             Some(&c) => c,
             None => {
-                let cands = generate(
-                    problem.models[gpu.model],
-                    &key,
-                    &problem.allowed[gpu.model],
-                    &problem.pid_to_key[gpu.model],
-                    problem.profiles.len(),
-                    cache,
-                );
+                let model = problem.models[gpu.model];
+                let search =
+                    Search { allowed: &problem.allowed[gpu.model], cache, deadline: problem.deadline };
+                let (cands, complete) =
+                    generate(model, &key, &search, &problem.pid_to_key[gpu.model], problem.profiles.len());
+                if !complete {
+                    cut_short.insert(model.key.clone());
+                }
                 index.insert(key.clone(), classes.len());
                 classes.push((key, cands));
                 classes.len() - 1
             }
         };
-        let _ = g;
         class_of_gpu.push(class);
         evictable.push(pods);
     }
-    Candidates { classes, class_of_gpu, evictable }
+    Candidates { classes, class_of_gpu, evictable, cut_short }
 }
 
 fn eviction_sets(pods: u32) -> Vec<u32> {
@@ -115,15 +119,22 @@ fn eviction_sets(pods: u32) -> Vec<u32> {
     sets
 }
 
-/// Candidates of one base class, pruned.
+/// How geometries are searched: the profiles a policy allows, the memo, and when to stop.
+pub(crate) struct Search<'a> {
+    pub allowed: &'a [ProfileId],
+    pub cache: &'a GeometryCache,
+    pub deadline: Instant,
+}
+
+/// Candidates of one base class, pruned, and whether the geometry search finished in time.
 pub(crate) fn generate(
     model: &GpuModel,
     key: &BaseKey,
-    allowed: &[ProfileId],
+    search: &Search<'_>,
     pid_to_key: &[Option<usize>],
     keys: usize,
-    cache: &GeometryCache,
-) -> Vec<Candidate> {
+) -> (Vec<Candidate>, bool) {
+    let mut complete = true;
     let instances = key.current.instances();
     let pods = key
         .holders
@@ -141,7 +152,10 @@ pub(crate) fn generate(
         let fixed = Geometry::new(
             instances.iter().zip(&key.holders).filter(|(_, h)| held(h)).map(|(p, _)| *p).collect(),
         );
-        let mut geometries = maximal_extensions_cached(model, &fixed, allowed, cache);
+        let found_in_time =
+            maximal_extensions_until(model, &fixed, search.allowed, search.cache, Some(search.deadline));
+        complete &= found_in_time.complete;
+        let mut geometries = found_in_time.geometries;
         if evicts == 0 {
             geometries.push(key.current.clone());
         }
@@ -201,7 +215,7 @@ pub(crate) fn generate(
             &b.geometry,
         ))
     });
-    kept
+    (kept, complete)
 }
 
 #[cfg(test)]
@@ -212,6 +226,17 @@ mod tests {
 
     fn a100() -> &'static GpuModel {
         Catalog::builtin().find("A100-40GB").expect("A100-40GB in the built-in catalog")
+    }
+
+    /// Candidates with every standard profile allowed and time to finish.
+    fn candidates(m: &GpuModel, key: &BaseKey, names: &[&str]) -> Vec<Candidate> {
+        let allowed = m.standard_profiles();
+        let cache = GeometryCache::new();
+        let deadline = Instant::now() + std::time::Duration::from_secs(3600);
+        let search = Search { allowed: &allowed, cache: &cache, deadline };
+        let (cands, complete) = generate(m, key, &search, &keys(m, names), names.len());
+        assert!(complete);
+        cands
     }
 
     fn keys(model: &GpuModel, names: &[&str]) -> Vec<Option<usize>> {
@@ -227,7 +252,7 @@ mod tests {
         let m = a100();
         let key = BaseKey { model: 0, current: Geometry::empty(), holders: vec![] };
         let names = ["1g.5gb", "3g.20gb"];
-        let cands = generate(m, &key, &m.standard_profiles(), &keys(m, &names), 2, &GeometryCache::new());
+        let cands = candidates(m, &key, &names);
         assert_eq!(cands[0].geometry, Geometry::empty(), "current geometry first: it changes nothing");
         assert!(cands.iter().any(|c| c.free == vec![7, 0]), "seven 1g.5gb: {cands:?}");
         assert!(cands.iter().any(|c| c.free == vec![0, 2]), "two 3g.20gb");
@@ -252,7 +277,7 @@ mod tests {
         let names = ["1g.5gb"];
         let pinned =
             BaseKey { model: 0, current: current.clone(), holders: vec![Holder::Pinned, Holder::Free] };
-        let cands = generate(m, &pinned, &m.standard_profiles(), &keys(m, &names), 1, &GeometryCache::new());
+        let cands = candidates(m, &pinned, &names);
         assert!(cands.iter().all(|c| c.geometry.contains(&Placed::new(p3, 0))));
         assert!(cands
             .iter()
@@ -260,8 +285,7 @@ mod tests {
                 && c.geometry.instances().iter().filter(|p| p.profile == p1).count() == 3));
 
         let evictable = BaseKey { model: 0, current, holders: vec![Holder::Evictable(0), Holder::Free] };
-        let cands =
-            generate(m, &evictable, &m.standard_profiles(), &keys(m, &names), 1, &GeometryCache::new());
+        let cands = candidates(m, &evictable, &names);
         let best = cands.iter().find(|c| c.evicts == 1).expect("a candidate evicting pod 0");
         assert_eq!(best.free, vec![7]);
         assert!(cands.iter().all(|c| c.evicts == 0 || !c.geometry.contains(&Placed::new(p3, 0))));

@@ -19,7 +19,9 @@ use crate::catalog::{GpuModel, ProfileId};
 pub use cache::GeometryCache;
 pub use diff::{diff, GeometryDiff};
 pub use error::GeometryError;
-pub use search::{enumerate, maximal_extensions, maximal_extensions_cached, place};
+pub use search::{
+    enumerate, maximal_extensions, maximal_extensions_cached, maximal_extensions_until, place, Extensions,
+};
 pub use spec::{parse_spec, GeometrySpec};
 
 /// One GPU instance: a profile at a start unit. Ordered by `(start, profile)`.

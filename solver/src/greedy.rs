@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use crate::catalog::Catalog;
-use crate::geometry::{maximal_extensions, Geometry};
+use crate::geometry::{maximal_extensions_until, Geometry, GeometryCache};
 use crate::plan::prepare::{Problem, User};
 use crate::plan::realize::{realize, Decision};
 use crate::plan::{Plan, PlanError, PlanOptions, SolverUsed};
@@ -31,6 +31,7 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
         problem.plannable().filter(|(i, _)| !problem.is_expected(*i)).map(|(i, _)| i).collect();
     let mut left = unserved.len();
     let mut extensions: BTreeMap<(usize, Geometry), Vec<Geometry>> = BTreeMap::new();
+    let cache = GeometryCache::new();
     let (mut gpus_changed, mut nodes_changed) = (0u32, 0u32);
     let mut node_pods: Vec<Vec<usize>> = vec![Vec::new(); problem.nodes.len()];
     for &i in &unserved {
@@ -83,7 +84,10 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
                     .collect(),
             );
             let options = extensions.entry((gpu.model, fixed.clone())).or_insert_with(|| {
-                maximal_extensions(problem.models[gpu.model], &fixed, &problem.allowed[gpu.model])
+                // Bounded by the plan's deadline like the ILP's search; a cut-short search
+                // leaves the greedy plan fewer layouts to choose from (the ILP's plan says so).
+                let (model, allowed) = (problem.models[gpu.model], &problem.allowed[gpu.model]);
+                maximal_extensions_until(model, &fixed, allowed, &cache, Some(problem.deadline)).geometries
             });
             let mut current_free = vec![0i64; keys];
             add_free(problem, g, &gpu.current, &mut current_free, 1);

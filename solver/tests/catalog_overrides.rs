@@ -3,7 +3,11 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use geometer_solver::catalog::{Catalog, CatalogError, CatalogFile, GpuModel};
-use geometer_solver::geometry::{parse_spec, validate};
+use std::time::{Duration, Instant};
+
+use geometer_solver::geometry::{maximal_extensions_until, parse_spec, validate, Geometry, GeometryCache};
+use geometer_solver::plan::PlanOptions;
+use geometer_solver::snapshot::Snapshot;
 use proptest::prelude::*;
 
 const NEW_GPU: &str = r#"
@@ -224,25 +228,58 @@ fn a_file_can_make_an_unplaceable_gpu_placeable() {
     assert!(cat.find_unplaceable("RTX-PRO-4500").is_some());
 }
 
-#[test]
-fn a_model_with_more_layouts_than_can_be_searched_is_refused_by_name() {
-    // 32 units, four one-unit profiles that may start anywhere: 5^32 layouts. The geometry
-    // search is exhaustive, so such a model would ignore any time limit; it is refused.
-    let starts: Vec<String> = (0..32).map(|s| s.to_string()).collect();
-    let profiles: String = (1..=4)
+/// A catalog model of `units` placement units and `profiles` one-unit profiles that may start
+/// anywhere: (profiles + 1)^units layouts.
+fn wide_model(units: u8, profiles: u32) -> String {
+    let starts: Vec<String> = (0..units).map(|s| s.to_string()).collect();
+    let profiles: String = (1..=profiles)
         .map(|i| {
             format!(
-                "  - {{name: 1g.{i}gb, compute_slices: 1, memory_mib: {}, starts: [{}], size: 1, max_instances: 32, nvml_profile_index: {i}}}\n",
+                "  - {{name: 1g.{i}gb, compute_slices: 1, memory_mib: {}, starts: [{}], size: 1, max_instances: {units}, nvml_profile_index: {i}}}\n",
                 1024 * i,
                 starts.join(", ")
             )
         })
         .collect();
-    let text = format!(
-        "models:\n- key: WIDE-1\n  nvml_names: [NVIDIA Wide]\n  device_ids: ['0x1ABD10DE']\n  memory_mib: 65536\n  placement_units: 32\n  compute_slices: 32\n  profiles:\n{profiles}"
-    );
-    let e = Catalog::from_yaml(&text).unwrap_err().to_string();
+    format!(
+        "models:\n- key: WIDE-1\n  nvml_names: [NVIDIA Wide]\n  device_ids: ['0x1ABD10DE']\n  memory_mib: 65536\n  placement_units: {units}\n  compute_slices: {units}\n  profiles:\n{profiles}"
+    )
+}
+
+#[test]
+fn a_model_with_more_layouts_than_can_be_searched_is_refused_by_name() {
+    // 32 units, four one-unit profiles that may start anywhere: 5^32 layouts. The geometry
+    // search is exhaustive, so such a model would ignore any time limit; it is refused.
+    let e = Catalog::from_yaml(&wide_model(32, 4)).unwrap_err().to_string();
     assert_names(&e, &["WIDE-1", "profiles", "32 placement units", "5000000 ways"]);
     // Every built-in model is within the bound.
     assert!(Catalog::builtin().models().len() > 5);
+}
+
+#[test]
+fn the_geometry_search_of_a_model_within_the_bound_stops_at_the_plans_deadline() {
+    // 11 units, three profiles: 4^11 (4.2 million) layouts, within the catalog's bound but
+    // seconds of search. A plan's time limit covers the search too.
+    let catalog = Catalog::from_yaml(&wide_model(11, 3)).unwrap();
+    let model = catalog.find("WIDE-1").unwrap();
+    let all = model.all_profiles();
+    let cache = GeometryCache::new();
+    let cut = maximal_extensions_until(model, &Geometry::empty(), &all, &cache, Some(Instant::now()));
+    assert!(!cut.complete, "a deadline already past stops the search");
+    assert!(!cut.geometries.is_empty() && cut.geometries.len() < 3usize.pow(11));
+    assert!(cut.geometries.iter().all(|g| validate(model, g).is_ok()));
+    assert!(cache.is_empty(), "an answer cut short is never remembered as the answer");
+
+    let snapshot: Snapshot = serde_saphyr::from_str(
+        "nodes:\n- name: a\n  gpus: [{index: 0, model: WIDE-1}]\npending:\n- {namespace: ml, name: p, requests: {1g.2gb: 3}}\n",
+    )
+    .unwrap();
+    let options = PlanOptions { time_limit: Some(Duration::from_millis(1)) };
+    let plan = geometer_solver::plan(&snapshot, &catalog, &options).unwrap();
+    assert!(
+        plan.notes.iter().any(|n| n.contains("geometry search for WIDE-1 stopped at the time limit")),
+        "{:?}",
+        plan.notes
+    );
+    assert_eq!(plan.objective.pods_met, 1, "the layouts found in time still serve the pod: {:?}", plan.notes);
 }

@@ -13,6 +13,7 @@ use super::catalog::CatalogSource;
 use super::output::Failure;
 use geometer_api::migparted::export::{self, Which};
 use geometer_api::migparted::{import, MigPartedConfig};
+use geometer_api::names;
 use geometer_api::PolicyMode;
 
 #[derive(Debug, Args)]
@@ -175,7 +176,7 @@ fn run_import(args: ImportArgs) -> Result<(), Failure> {
         .map_err(Failure::bad_input)?;
     let name = match (&args.name, &args.config) {
         (Some(name), _) => name.clone(),
-        (None, Some(config)) if is_object_name(config) => config.clone(),
+        (None, Some(config)) if names::object_name_problem(config).is_none() => config.clone(),
         (None, Some(config)) => {
             return Err(Failure::bad_input(anyhow!(
                 "--config {config:?} is not a valid MigPolicy name (lowercase letters, digits, '-' and '.'); give one with --name"
@@ -183,9 +184,10 @@ fn run_import(args: ImportArgs) -> Result<(), Failure> {
         }
         (None, None) => "mig-parted".to_string(),
     };
-    if !is_object_name(&name) {
+    if let Some(problem) = names::object_name_problem(&name) {
         return Err(Failure::bad_input(anyhow!(
-            "--name {name:?} is not a valid MigPolicy name: use lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters"
+            "--name {}: not a valid MigPolicy name: {problem}",
+            quoted(&name)
         )));
     }
     let mode = match args.mode {
@@ -223,21 +225,30 @@ fn parse_selector(pairs: &[String]) -> Result<BTreeMap<String, String>, Failure>
     for pair in pairs {
         let (key, value) = pair.split_once('=').filter(|(k, _)| !k.is_empty()).ok_or_else(|| {
             Failure::bad_input(anyhow!(
-                "--node-selector {pair:?}: expected KEY=VALUE, e.g. nvidia.com/mig.config=all-balanced"
+                "--node-selector {}: expected KEY=VALUE, e.g. nvidia.com/mig.config=all-balanced",
+                quoted(pair)
             ))
         })?;
-        out.insert(key.to_string(), value.to_string());
+        // The API server stores a MigPolicy whatever its selector holds, and a key or value no
+        // node label can have would select nothing: refuse it here, as kubectl label would.
+        let problem =
+            names::label_key_problem(key).map(|p| format!("label key {}: {p}", quoted(key))).or_else(|| {
+                names::label_value_problem(value).map(|p| format!("label value {}: {p}", quoted(value)))
+            });
+        if let Some(problem) = problem {
+            return Err(Failure::bad_input(anyhow!("--node-selector {}: {problem}", quoted(pair))));
+        }
+        if out.insert(key.to_string(), value.to_string()).is_some() {
+            return Err(Failure::bad_input(anyhow!(
+                "--node-selector: label key {} given twice; a node has one value per label",
+                quoted(key)
+            )));
+        }
     }
     Ok(out)
 }
 
-/// A Kubernetes object name (RFC 1123 subdomain).
-fn is_object_name(name: &str) -> bool {
-    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
-    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    !name.is_empty()
-        && name.len() <= 253
-        && name.chars().all(ok_char)
-        && alnum(name.chars().next())
-        && alnum(name.chars().last())
+/// A value as an error message quotes it: in quotes, cut when long.
+fn quoted(value: &str) -> String {
+    format!("{:?}", geometer_api::limits::quote(value))
 }

@@ -14,3 +14,4 @@ mod nvml_sim;
 mod requests;
 mod shared_devices;
 mod steps;
+mod unreadable;

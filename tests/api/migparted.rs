@@ -169,6 +169,39 @@ fn import_refuses_a_config_without_instances_and_an_unknown_config() {
     assert!(stderr(&out).contains("--node-selector \"novalue\": expected KEY=VALUE"), "{}", stderr(&out));
 }
 
+/// The API server stores a MigPolicy whatever its selector holds; a selector no node label can
+/// match would manage nothing, silently. Import refuses it, naming the key or value and the rule.
+#[test]
+fn import_refuses_a_node_selector_no_label_can_match() {
+    let path = fixture("nvidia-config-default-excerpt.yaml");
+    let import = |selectors: &[&str]| {
+        let mut args = vec!["migparted", "import", path.to_str().unwrap(), "--config", "all-1g.10gb"];
+        for s in selectors {
+            args.extend(["--node-selector", s]);
+        }
+        geometer(&args)
+    };
+    for (selector, expected) in [
+        ("bad key=x", "label key \"bad key\": name part must consist of alphanumeric characters"),
+        ("Nvidia.com/mig.config=x", "label key \"Nvidia.com/mig.config\": prefix part a lowercase RFC 1123"),
+        ("pool=all balanced", "label value \"all balanced\": a valid label must be an empty string"),
+        ("pool=-x", "label value \"-x\""),
+    ] {
+        let out = import(&[selector]);
+        assert_eq!(out.status.code(), Some(2), "{selector}: {}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{selector}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{selector}: no policy is printed");
+    }
+    let out = import(&["pool=a", "pool=b"]);
+    assert!(stderr(&out).contains("label key \"pool\" given twice"), "{}", stderr(&out));
+    // Valid keys with a prefix, and an empty value, are labels a node can carry.
+    let text = stdout(&import(&["nvidia.com/mig.config=all-1g.10gb", "team="]));
+    let policy: MigPolicy = serde_saphyr::from_str(&text).unwrap();
+    let labels = policy.spec.node_selector.match_labels.unwrap();
+    assert_eq!(labels.get("nvidia.com/mig.config").map(String::as_str), Some("all-1g.10gb"));
+    assert_eq!(labels.get("team").map(String::as_str), Some(""));
+}
+
 #[test]
 fn export_writes_each_node_current_geometry_grouped_by_identical_gpus() {
     let out = geometer(&[

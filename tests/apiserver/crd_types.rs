@@ -7,7 +7,7 @@ use geometer_api::*;
 use geometer_apiserver::ApiServer;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn server_with_crds() -> ApiServer {
     let server = ApiServer::new();
@@ -82,6 +82,39 @@ async fn an_unknown_mode_is_rejected_by_the_schema() {
     .unwrap();
     let err = raw.create(&PostParams::default(), &bad).await.unwrap_err().to_string();
     assert!(err.contains("mode") && err.contains("Yolo"), "{err}");
+}
+
+/// The one cause of a 422, as `field reason message`.
+fn only_cause<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
+    let e = match result {
+        Err(kube::Error::Api(e)) => e,
+        other => panic!("not refused by the API: {other:?}"),
+    };
+    assert_eq!(e.code, 422, "{e:?}");
+    let causes = e.details.map(|d| d.causes).unwrap_or_default();
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    format!("{} {} {}", causes[0].field, causes[0].reason, causes[0].message)
+}
+
+#[tokio::test]
+async fn a_repeated_set_item_or_map_list_key_is_refused_with_its_field() {
+    let server = server_with_crds();
+    let raw = Api::<DynamicObject>::all_with(server.client(), &ApiResource::erase::<MigPolicy>(&()));
+    let policy = |name: &str, profiles: Value| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy",
+            "metadata": {"name": name}, "spec": {"allowedProfiles": profiles}}))
+        .unwrap()
+    };
+    let twice = raw.create(&PostParams::default(), &policy("twice", json!(["1g.10gb", "1g.10gb"]))).await;
+    let expected = "spec.allowedProfiles[1] FieldValueDuplicate Duplicate value: \"1g.10gb\"";
+    assert_eq!(only_cause(twice), expected);
+    raw.create(&PostParams::default(), &policy("once", json!(["1g.10gb", "2g.20gb"]))).await.unwrap();
+    let ready = json!({"type": "Ready", "status": "True", "reason": "Checked", "message": "",
+        "lastTransitionTime": "2024-01-01T00:00:00Z"});
+    let status = Patch::Merge(json!({"status": {"conditions": [ready.clone(), ready]}}));
+    let written = raw.patch_status("once", &PatchParams::default(), &status).await;
+    let expected = "status.conditions[1] FieldValueDuplicate Duplicate value: map[string]interface {}{\"type\":\"Ready\"}";
+    assert_eq!(only_cause(written), expected);
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! The same requests against the in-memory API server and the real kube-apiserver: the answers
 //! Geometer relies on (status codes, eviction answers, PDB status, graceful deletion, optimistic
-//! concurrency, server-side apply ownership, CRD validation) must agree. Each step records what
-//! a client observes; the two records are compared step by step.
+//! concurrency, server-side apply ownership, CRD validation, list-type uniqueness) must agree.
+//! Each step records what a client observes; the two records are compared step by step.
 
 use std::fmt::Debug;
 
@@ -160,6 +160,41 @@ async fn observe(client: kube::Client) -> Vec<(&'static str, String)> {
     let bad: kube::api::DynamicObject = serde_json::from_value(bad).unwrap();
     let created = policies.create(&PostParams::default(), &bad).await;
     steps.push(("create a MigPolicy with mode Sometimes", seen(created, |_| String::new())));
+    steps.extend(list_type_steps(&policies).await);
+    steps
+}
+
+/// A refusal with its causes (field, type, message), for steps where what is wrong matters.
+fn refusal<T: Debug>(result: Result<T, kube::Error>) -> String {
+    match result {
+        Err(kube::Error::Api(e)) => {
+            let causes = e.details.iter().flat_map(|d| &d.causes);
+            let mut causes: Vec<String> =
+                causes.map(|c| format!("{} {} {}", c.field, c.reason, c.message)).collect();
+            causes.sort();
+            format!("error {} {} {}", e.code, e.reason, causes.join("; "))
+        }
+        other => seen(other, |_| String::new()),
+    }
+}
+
+/// `x-kubernetes-list-type` rules: a `set` list with an item twice, a `map` list with a key twice.
+async fn list_type_steps(policies: &Api<kube::api::DynamicObject>) -> Vec<(&'static str, String)> {
+    let mut steps = Vec::new();
+    let twice = json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy", "metadata": {"name": "twice"}, "spec": {"allowedProfiles": ["1g.10gb", "1g.10gb"]}});
+    let created = policies.create(&PostParams::default(), &serde_json::from_value(twice).unwrap()).await;
+    steps.push(("create a MigPolicy allowing a profile twice (a set)", refusal(created)));
+    // `status.conditions` is the map list (keyed by type). A create drops the status (status
+    // subresource), so the repeated condition is refused only when the status is written.
+    let condition = |status: &str| json!({"type": "Ready", "status": status, "reason": "Checked", "message": "", "lastTransitionTime": "2024-01-01T00:00:00Z"});
+    let status = json!({"conditions": [condition("True"), condition("False")]});
+    let policy = json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy", "metadata": {"name": "conditions"}, "spec": {}, "status": status.clone()});
+    let created = policies.create(&PostParams::default(), &serde_json::from_value(policy).unwrap()).await;
+    let kept = |p: kube::api::DynamicObject| format!("status {:?}", p.data.get("status"));
+    steps.push(("create a MigPolicy whose status has a condition twice", seen(created, kept)));
+    let patch = Patch::Merge(json!({"status": status}));
+    let written = policies.patch_status("conditions", &PatchParams::default(), &patch).await;
+    steps.push(("write a status with a condition type twice (a map list)", refusal(written)));
     steps
 }
 

@@ -14,9 +14,11 @@ pub mod plan;
 pub mod policy;
 
 pub mod decode;
+pub mod decoded;
 pub mod do_not_disrupt;
 pub mod limits;
 pub mod migparted;
+pub mod names;
 pub mod quantity;
 pub mod resources;
 pub mod schema_bounds;

@@ -63,7 +63,7 @@ impl ApiError {
         let message = format!("{kind} \"{name}\" is invalid: {}", summary.join(", "));
         let causes: Vec<Value> = causes
             .into_iter()
-            .map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f}))
+            .map(|(f, m)| json!({"reason": cause_reason(&m), "message": m, "field": f}))
             .collect();
         Self::new(422, "Invalid", message).with_details(json!({"name": name, "kind": kind, "causes": causes}))
     }
@@ -112,6 +112,24 @@ impl ApiError {
         }
         status
     }
+}
+
+/// The cause type of a field error, from the words its message starts with (Go's
+/// `field.ErrorType.String()`, kubernetes/kubernetes
+/// `staging/src/k8s.io/apimachinery/pkg/util/validation/field/errors.go`). A wrong type reads
+/// "Invalid value" too and so is reported as `FieldValueInvalid`, not `FieldValueTypeInvalid`.
+fn cause_reason(message: &str) -> &'static str {
+    const TYPES: &[(&str, &str)] = &[
+        ("Required value", "FieldValueRequired"),
+        ("Duplicate value", "FieldValueDuplicate"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Forbidden", "FieldValueForbidden"),
+        ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
+        ("Not found", "FieldValueNotFound"),
+        ("Internal error", "InternalError"),
+    ];
+    TYPES.iter().find(|(words, _)| message.starts_with(words)).map_or("FieldValueInvalid", |(_, t)| t)
 }
 
 fn kind_part(qualified: &str) -> &str {

@@ -1,7 +1,7 @@
 //! Fault injection for tests: make chosen requests slow or fail, and cut open watches.
 //!
 //! ```
-//! # use geometer::apiserver::{ApiServer, Fault, Verb};
+//! # use geometer_apiserver::{ApiServer, Fault, Verb};
 //! let server = ApiServer::new();
 //! // The next two evictions of pod "train-0" are refused as if a budget said no.
 //! server.faults().inject(Fault::error(429).verb(Verb::Create).resource("pods/eviction").name("train-0").times(2));

@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
-//! use geometer::apiserver::{ApiServer, Fault, Verb};
+//! use geometer_apiserver::{ApiServer, Fault, Verb};
 //! use k8s_openapi::api::core::v1::Node;
 //!
 //! let server = ApiServer::new();
@@ -34,6 +34,7 @@ mod jsonpath;
 mod kubeconfig;
 mod list_options;
 mod list_semantics;
+mod list_type;
 mod managed;
 mod openapi;
 mod patch;

@@ -1,7 +1,8 @@
 //! What the API server does to a custom resource with its CRD's structural schema: drop nulls
 //! that are not nullable, fill defaults, prune unknown fields, and validate types, enums,
 //! bounds, patterns, `date-time` formats and required fields. CEL rules
-//! (`x-kubernetes-validations`) are not checked.
+//! (`x-kubernetes-validations`) are not checked; the uniqueness rules of `x-kubernetes-list-type`
+//! are, after this, by `list_type`.
 
 use serde_json::{Map, Value};
 

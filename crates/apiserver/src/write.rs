@@ -12,6 +12,7 @@ use super::crd;
 use super::error::{ApiError, ApiResult};
 use super::fieldset::Scope;
 use super::list_semantics::ListSemantics;
+use super::list_type;
 use super::managed::{self, Writer};
 use super::resource::{Builtin, ResourceRef, ResourceType};
 use super::schema;
@@ -89,13 +90,21 @@ fn finalizers(obj: &Value) -> Vec<String> {
 }
 
 impl Store {
-    /// Type checks, schema defaulting/pruning, and type-specific rules shared by create and update.
-    fn admit(&self, rt: &ResourceType, obj: &mut Value, opts: &WriteOpts) -> ApiResult<()> {
+    /// Type checks, schema defaulting/pruning, and type-specific rules shared by create and update
+    /// (`old` is the stored object an update replaces).
+    fn admit(
+        &self,
+        rt: &ResourceType,
+        obj: &mut Value,
+        old: Option<&Value>,
+        opts: &WriteOpts,
+    ) -> ApiResult<()> {
         validate::metadata(rt, obj)?;
         if rt.builtin.is_some() {
             validate::builtin(rt, obj)?;
         } else if let Some(schema) = rt.version(rt.preferred_version()).and_then(|v| v.schema.as_ref()) {
-            let outcome = schema::apply(obj, schema);
+            let mut outcome = schema::apply(obj, schema);
+            outcome.errors.extend(list_type::on_write(obj, old, schema));
             let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
             if opts.strict && !outcome.pruned.is_empty() {
                 let causes: Vec<(String, String)> = outcome
@@ -218,7 +227,7 @@ impl Store {
             obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
             obj["status"]["phase"] = json!("Active");
         }
-        self.admit(rt, &mut obj, opts)?;
+        self.admit(rt, &mut obj, None, opts)?;
         if self.get(&rt.storage, &ns, &name).is_some() {
             return Err(ApiError::already_exists(&rt.qualified(), &name));
         }
@@ -375,7 +384,7 @@ impl Store {
         if rt.is(Builtin::Pod) && scope != Scope::StatusOnly && !opts.keep_status {
             validate::pod_spec_update(&name, old, &new)?;
         }
-        self.admit(rt, &mut new, opts)?;
+        self.admit(rt, &mut new, Some(&**old), opts)?;
         if rt.is(Builtin::CustomResourceDefinition) && scope == Scope::StatusOnly {
             // The server owns a CRD's status; keep what it computed.
             new["status"] = old["status"].clone();

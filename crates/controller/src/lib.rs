@@ -26,10 +26,10 @@ pub(crate) mod world;
 #[cfg(test)]
 mod fixtures;
 
+pub use geometer_api::decoded::{Decoded, Unreadable};
 pub use rollout::approval::{approve, ApprovalError, Approved};
 pub use runtime::actions::{Action, EventSpec};
 pub use runtime::cache::Caches;
-pub use runtime::decoded::{Decoded, Unreadable};
 pub use runtime::execute::Executor;
 pub use runtime::health::{serve as serve_health, Health};
 pub use runtime::leader::{Leadership, LeaseSettings};

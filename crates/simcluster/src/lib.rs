@@ -10,7 +10,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
-//! use geometer::apiserver::ApiServer;
+//! use geometer_apiserver::ApiServer;
 //! use geometer::simcluster::{ClusterSpec, MigPod, SimCluster};
 //!
 //! let server = ApiServer::new();

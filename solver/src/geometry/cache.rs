@@ -72,20 +72,25 @@ impl GeometryCache {
     }
 
     /// The memoized answer for (model, fixed, allowed), computing it on a miss. `allowed` must
-    /// be normalized (sorted, no repeats) so equal questions share an entry.
+    /// be normalized (sorted, no repeats) so equal questions share an entry. `compute` says
+    /// whether its answer is complete; only complete answers are kept.
     pub(crate) fn get_or_compute(
         &self,
         model: &GpuModel,
         fixed: &Geometry,
         allowed: &[ProfileId],
-        compute: impl FnOnce() -> Vec<Geometry>,
-    ) -> Vec<Geometry> {
+        compute: impl FnOnce() -> (Vec<Geometry>, bool),
+    ) -> (Vec<Geometry>, bool) {
         let key: Key = (ModelRules::of(model), fixed.instances().to_vec(), allowed.to_vec());
         if let Some(hit) = self.lock().entries.get(&key) {
-            return hit.as_ref().clone();
+            return (hit.as_ref().clone(), true);
         }
         // Computed outside the lock: other threads may search meanwhile; both store equal values.
-        let value = Arc::new(compute());
+        let (value, complete) = compute();
+        if !complete {
+            return (value, false);
+        }
+        let value = Arc::new(value);
         let mut memo = self.lock();
         if memo.geometries + value.len() > MAX_GEOMETRIES {
             memo.entries.clear();
@@ -95,7 +100,7 @@ impl GeometryCache {
         if let Some(old) = memo.entries.insert(key, Arc::clone(&value)) {
             memo.geometries -= old.len();
         }
-        value.as_ref().clone()
+        (value.as_ref().clone(), true)
     }
 
     /// How many answers are held (for tests and benchmarks).
@@ -129,7 +134,7 @@ mod tests {
         let ask = |model: &GpuModel| {
             cache.get_or_compute(model, &fixed, &[], || {
                 computed.set(computed.get() + 1);
-                Vec::new()
+                (Vec::new(), true)
             })
         };
         ask(&model);
@@ -140,6 +145,11 @@ mod tests {
         overridden.profiles[0].starts.pop();
         ask(&overridden);
         assert_eq!(computed.get(), 2);
+        assert_eq!(cache.len(), 2);
+        // An answer cut short by a deadline is returned but never kept.
+        let cut = cache
+            .get_or_compute(&model, &Geometry::new(vec![Placed::new(0, 0)]), &[], || (Vec::new(), false));
+        assert!(!cut.1);
         assert_eq!(cache.len(), 2);
     }
 }

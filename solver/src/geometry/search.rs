@@ -2,6 +2,9 @@
 //! and maximal geometries. Placement grids have at most 32 units and a handful of profiles, so
 //! an exhaustive depth-first search over bitmasks is exact and fast.
 
+use std::ops::ControlFlow;
+use std::time::Instant;
+
 use crate::catalog::{GpuModel, ProfileId};
 
 use super::rules::{self, Rules, State};
@@ -59,23 +62,73 @@ pub fn maximal_extensions_cached(
     allowed: &[ProfileId],
     cache: &GeometryCache,
 ) -> Vec<Geometry> {
+    maximal_extensions_until(model, fixed, allowed, cache, None).geometries
+}
+
+/// What a search bounded by a deadline found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extensions {
+    /// Sorted; every one valid and maximal. Only some of them when `complete` is false.
+    pub geometries: Vec<Geometry>,
+    /// False when the deadline stopped the search first (such an answer is never cached).
+    pub complete: bool,
+}
+
+/// [`maximal_extensions_cached`], stopped at `deadline`: a catalog model may have millions of
+/// layouts (up to the catalog's bound), and a plan's time limit covers its search too.
+pub fn maximal_extensions_until(
+    model: &GpuModel,
+    fixed: &Geometry,
+    allowed: &[ProfileId],
+    cache: &GeometryCache,
+    deadline: Option<Instant>,
+) -> Extensions {
     if validate(model, fixed).is_err() {
-        return Vec::new();
+        return Extensions { geometries: Vec::new(), complete: true };
     }
     let allowed = normalized(model, allowed);
-    cache.get_or_compute(model, fixed, &allowed, || {
+    let (geometries, complete) = cache.get_or_compute(model, fixed, &allowed, || {
         let rules = Rules::new(model);
         let choices = choices(&rules, &allowed);
         let state = state_of(&rules, fixed);
         let mut out = Vec::new();
-        walk(&rules, &choices, state, &mut |addable, chosen| {
+        let mut clock = Clock::new(deadline);
+        let complete = walk(&rules, &choices, state, &mut |addable, chosen| {
             if addable.is_empty() {
                 out.push(with_chosen(fixed, &choices, chosen));
             }
+            clock.tick()
         });
         out.sort();
-        out
-    })
+        (out, complete)
+    });
+    Extensions { geometries, complete }
+}
+
+/// Checks a deadline every [`Clock::EVERY`] steps of a search (reading the time is dearer than
+/// a step).
+struct Clock {
+    deadline: Option<Instant>,
+    steps: u32,
+}
+
+impl Clock {
+    const EVERY: u32 = 1024;
+
+    fn new(deadline: Option<Instant>) -> Clock {
+        Clock { deadline, steps: 0 }
+    }
+
+    fn tick(&mut self) -> ControlFlow<()> {
+        self.steps = self.steps.wrapping_add(1);
+        let due =
+            self.steps.is_multiple_of(Self::EVERY) && self.deadline.is_some_and(|d| Instant::now() >= d);
+        if due {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
 }
 
 /// Every valid geometry built from `allowed` (the empty one included), or only the maximal
@@ -89,6 +142,7 @@ pub fn enumerate(model: &GpuModel, allowed: &[ProfileId], maximal_only: bool) ->
         if !maximal_only || addable.is_empty() {
             out.push(with_chosen(&empty, &choices, chosen));
         }
+        ControlFlow::Continue(())
     });
     out.sort();
     out
@@ -105,49 +159,58 @@ fn normalized(model: &GpuModel, allowed: &[ProfileId]) -> Vec<ProfileId> {
 /// Visits every set of choices that keeps the rules, each set once (choices join in increasing
 /// index order), with the choices that could still be added to it. Every rule is monotone (an
 /// instance that cannot join a set cannot join a superset either), so each node only rechecks
-/// what its parent could still add; a set is maximal when that list is empty.
-fn walk(rules: &Rules, choices: &[Choice], mut state: State, visit: &mut dyn FnMut(&[usize], &[usize])) {
+/// what its parent could still add; a set is maximal when that list is empty. Returns false when
+/// `visit` stopped the walk.
+fn walk(rules: &Rules, choices: &[Choice], mut state: State, visit: &mut Visit<'_>) -> bool {
     // One stack holds the addable list of every level of the current path, so the search
     // allocates nothing per node.
     let mut stack: Vec<usize> =
         (0..choices.len()).filter(|&i| state.can_add(rules, choices[i].profile, choices[i].mask)).collect();
     let mut chosen = Vec::new();
     let len = stack.len();
-    descend(rules, choices, 0, 0..len, &mut stack, &mut state, &mut chosen, visit);
+    let mut search =
+        Walk { rules, choices, stack: &mut stack, state: &mut state, chosen: &mut chosen, visit };
+    search.descend(0, 0..len).is_continue()
 }
 
-#[allow(clippy::too_many_arguments)]
-fn descend(
-    rules: &Rules,
-    choices: &[Choice],
-    from: usize,
-    level: std::ops::Range<usize>,
-    stack: &mut Vec<usize>,
-    state: &mut State,
-    chosen: &mut Vec<usize>,
-    visit: &mut dyn FnMut(&[usize], &[usize]),
-) {
-    visit(&stack[level.clone()], chosen);
-    for k in level.clone() {
-        let i = stack[k];
-        if i < from {
-            continue;
-        }
-        let c = choices[i];
-        state.add(rules, c.profile, c.mask);
-        chosen.push(i);
-        let child_start = stack.len();
-        for m in level.clone() {
-            let j = stack[m];
-            if j != i && state.can_add(rules, choices[j].profile, choices[j].mask) {
-                stack.push(j);
+/// Called at every node of the walk with the choices still addable and the ones chosen.
+type Visit<'a> = dyn FnMut(&[usize], &[usize]) -> ControlFlow<()> + 'a;
+
+struct Walk<'a, 'v> {
+    rules: &'a Rules,
+    choices: &'a [Choice],
+    stack: &'a mut Vec<usize>,
+    state: &'a mut State,
+    chosen: &'a mut Vec<usize>,
+    visit: &'a mut Visit<'v>,
+}
+
+impl Walk<'_, '_> {
+    fn descend(&mut self, from: usize, level: std::ops::Range<usize>) -> ControlFlow<()> {
+        (self.visit)(&self.stack[level.clone()], self.chosen)?;
+        for k in level.clone() {
+            let i = self.stack[k];
+            if i < from {
+                continue;
             }
+            let c = self.choices[i];
+            self.state.add(self.rules, c.profile, c.mask);
+            self.chosen.push(i);
+            let child_start = self.stack.len();
+            for m in level.clone() {
+                let j = self.stack[m];
+                if j != i && self.state.can_add(self.rules, self.choices[j].profile, self.choices[j].mask) {
+                    self.stack.push(j);
+                }
+            }
+            let child_end = self.stack.len();
+            let flow = self.descend(i + 1, child_start..child_end);
+            self.stack.truncate(child_start);
+            self.chosen.pop();
+            self.state.remove(self.rules, c.profile, c.mask);
+            flow?;
         }
-        let child_end = stack.len();
-        descend(rules, choices, i + 1, child_start..child_end, stack, state, chosen, visit);
-        stack.truncate(child_start);
-        chosen.pop();
-        state.remove(rules, c.profile, c.mask);
+        ControlFlow::Continue(())
     }
 }
 

@@ -43,7 +43,7 @@ pub fn plan_cached(
 ) -> Result<Plan, PlanError> {
     let started = Instant::now();
     let problem = Problem::new(snapshot, catalog, options)?;
-    let deadline = started + problem.time_limit;
+    let deadline = problem.deadline;
     if problem.running.is_empty() {
         return Ok(solve(&problem, started, deadline, cache));
     }
@@ -77,7 +77,9 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
     let candidates = candidates::build(problem, cache);
     let agg = aggregate::aggregate(problem, &candidates);
     let model = model::build(problem, &agg);
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = candidates.cut_short.iter().map(|model| format!(
+        "the geometry search for {model} stopped at the time limit: only the layouts found by then were considered (raise spec.solver.timeLimitMs or --time-limit-ms)"
+    )).collect();
     let bound = if model.levels[0].coefs.is_empty() {
         Some(0.0)
     } else {

@@ -2,11 +2,14 @@
 //! that must leave, the device plugin), publish the inventory, and decide the next step.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ListParams, PostParams};
+use kube::runtime::events::EventType;
+use kube::{Api, Resource};
 
 use crate::decide::drain_rules::DrainRules;
 use crate::decide::gpu_diff::{model_of, GpuModels, NodeWork};
@@ -18,6 +21,7 @@ use crate::runtime::conditions;
 use crate::steps::advertise;
 use crate::steps::cordon::CordonState;
 use crate::steps::eviction::{classify, PodDrain};
+use geometer_api::decoded::Decoded;
 use geometer_api::{
     AgentStep, CatalogDisagreement, MigNode, MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction,
 };
@@ -47,7 +51,7 @@ impl Agent {
             .get_opt(&self.cfg.node)
             .await?
             .ok_or_else(|| StepError::NoNode { node: self.cfg.node.clone() })?;
-        let mignode = match self.mignodes().get_opt(&self.cfg.node).await? {
+        let mignode = match self.read_mignode().await? {
             Some(mignode) => mignode,
             None => self.create_mignode(&node).await?,
         };
@@ -117,6 +121,30 @@ impl Agent {
             disruption,
         };
         self.take(next, cx).await
+    }
+
+    /// This node's MigNode, if it exists. One the agent cannot decode (stored under an older,
+    /// looser CRD, or written by hand) stops the round: the agent never acts on a spec it
+    /// could not read. It is reported once per version with a Warning event on the object
+    /// naming the field and value (the log line names them too, never the body).
+    async fn read_mignode(&mut self) -> Result<Option<MigNode>, StepError> {
+        let api: Api<Decoded<MigNode>> = Api::all(self.client.clone());
+        let unreadable = match api.get_opt(&self.cfg.node).await? {
+            None => return Ok(None),
+            Some(Decoded::Read(mignode)) => return Ok(Some(Arc::unwrap_or_clone(mignode))),
+            Some(Decoded::Unreadable(unreadable)) => unreadable,
+        };
+        self.mem.mignode = None;
+        let error =
+            StepError::UnreadableMigNode { node: self.cfg.node.clone(), error: unreadable.error.clone() };
+        let seen =
+            (unreadable.meta.resource_version.clone().unwrap_or_default(), unreadable.error.field.clone());
+        if self.mem.unreadable_reported.as_ref() != Some(&seen) {
+            let reference = Decoded::<MigNode>::Unreadable(unreadable).object_ref(&());
+            self.publish(EventType::Warning, error.reason(), "Read", error.to_string(), &reference).await;
+            self.mem.unreadable_reported = Some(seen);
+        }
+        Err(error)
     }
 
     /// The agent creates its node's MigNode (empty spec: nothing to change) so that the

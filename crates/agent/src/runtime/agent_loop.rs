@@ -93,6 +93,8 @@ pub enum StepError {
     Placement { gpu: u32, what: String },
     #[error("verification failed: {0}")]
     Verify(String),
+    #[error("MigNode {node} cannot be read: {error}. Nothing on the node changes until it can; fix or delete the MigNode (the agent creates a new one)")]
+    UnreadableMigNode { node: String, error: geometer_api::decode::DecodeError },
     #[error("an NVML call did not complete: {0}")]
     Task(String),
 }
@@ -117,6 +119,7 @@ impl StepError {
             StepError::Placement { .. } => "PlacementUnknown",
             StepError::Verify(_) => "VerifyFailed",
             StepError::Task(_) => "NvmlError",
+            StepError::UnreadableMigNode { .. } => "Unreadable",
         }
     }
 }
@@ -162,6 +165,9 @@ pub(crate) struct Memory {
     pub restarted_plugin: Option<BTreeSet<String>>,
     /// The MigNode as last read or written.
     pub mignode: Option<MigNode>,
+    /// The unreadable MigNode last reported (resource version and field), so that each is
+    /// reported once, not on every retry.
+    pub unreadable_reported: Option<(String, String)>,
 }
 
 /// The node agent.
@@ -271,20 +277,28 @@ impl Agent {
         note: String,
         pod: Option<&Pod>,
     ) {
-        let event =
-            // events.k8s.io/v1 refuses notes over 1 KiB.
-            Event { type_, reason: reason.into(), note: Some(geometer_api::limits::cut(&note, 1024)), action: action.into(), secondary: None };
         if let Some(mignode) = &self.mem.mignode {
-            let reference = mignode.object_ref(&());
-            if let Err(e) = self.recorder.publish(&event, &reference).await {
-                tracing::warn!(error = %e, reason, "could not publish event");
-            }
+            self.publish(type_, reason, action, note.clone(), &mignode.object_ref(&())).await;
         }
         if let Some(pod) = pod {
-            let reference: ObjectReference = pod.object_ref(&());
-            if let Err(e) = self.recorder.publish(&event, &reference).await {
-                tracing::warn!(error = %e, reason, "could not publish event on pod");
-            }
+            self.publish(type_, reason, action, note, &pod.object_ref(&())).await;
+        }
+    }
+
+    /// Publishes one event about `reference`, best effort.
+    pub(crate) async fn publish(
+        &self,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+        reference: &ObjectReference,
+    ) {
+        // events.k8s.io/v1 refuses notes over 1 KiB.
+        let note = Some(geometer_api::limits::cut(&note, 1024));
+        let event = Event { type_, reason: reason.into(), note, action: action.into(), secondary: None };
+        if let Err(e) = self.recorder.publish(&event, reference).await {
+            tracing::warn!(error = %e, reason, kind = ?reference.kind, "could not publish event");
         }
     }
 
@@ -292,6 +306,10 @@ impl Agent {
     /// wrong, when the retry comes, and (if it is ours) why the node stays cordoned.
     async fn report_failure(&mut self, error: &StepError, retry_in: Duration) {
         tracing::warn!(node = %self.cfg.node, error = %error, retry_in = ?retry_in, "reconfiguration step failed");
+        if let StepError::UnreadableMigNode { .. } = error {
+            // Reported on the object itself when it was read; its status cannot be trusted.
+            return;
+        }
         if self.mem.mignode.is_none() {
             match self.mignodes().get_opt(&self.cfg.node).await {
                 Ok(found) => self.mem.mignode = found,

@@ -9,36 +9,63 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use geometer_api::{limits, names};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::core::{Expression, Selector};
 use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("spec.nodeSelector.matchExpressions[{index}]: {problem}")]
+#[error("spec.nodeSelector.{field}: {problem}")]
 pub(crate) struct SelectorError {
-    pub index: usize,
+    /// Where under `spec.nodeSelector`: `matchExpressions[1]`, `matchLabels["pool"]`.
+    pub field: String,
     pub problem: String,
 }
 
-/// The selector as a matcher. Errors name the expression and what to write instead.
+/// The selector as a matcher. Errors name the expression or label and what to write instead.
 pub(crate) fn parse(selector: &LabelSelector) -> Result<Selector, SelectorError> {
-    for (index, req) in selector.match_expressions.iter().flatten().enumerate() {
-        let has_values = req.values.as_ref().is_some_and(|v| !v.is_empty());
-        let problem = match req.operator.as_str() {
-            "In" | "NotIn" if !has_values => {
-                Some(format!("operator {} on key {:?} needs at least one value", req.operator, req.key))
-            }
-            "Exists" | "DoesNotExist" if has_values => {
-                Some(format!("operator {} on key {:?} takes no values; remove them", req.operator, req.key))
-            }
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => None,
-            other => Some(format!("unknown operator {other:?}; use In, NotIn, Exists or DoesNotExist")),
-        };
-        if let Some(problem) = problem {
-            return Err(SelectorError { index, problem });
+    for (key, value) in selector.match_labels.iter().flatten() {
+        if let Some(problem) = label_problem(key, [value]) {
+            return Err(SelectorError { field: format!("matchLabels[{}]", quoted(key)), problem });
         }
     }
-    Selector::try_from(selector.clone()).map_err(|e| SelectorError { index: 0, problem: e.to_string() })
+    for (index, req) in selector.match_expressions.iter().flatten().enumerate() {
+        if let Some(problem) = expression_problem(req) {
+            return Err(SelectorError { field: format!("matchExpressions[{index}]"), problem });
+        }
+    }
+    Selector::try_from(selector.clone())
+        .map_err(|e| SelectorError { field: "matchExpressions".into(), problem: e.to_string() })
+}
+
+fn expression_problem(req: &LabelSelectorRequirement) -> Option<String> {
+    let has_values = req.values.as_ref().is_some_and(|v| !v.is_empty());
+    match req.operator.as_str() {
+        "In" | "NotIn" if !has_values => {
+            Some(format!("operator {} on key {:?} needs at least one value", req.operator, req.key))
+        }
+        "Exists" | "DoesNotExist" if has_values => {
+            Some(format!("operator {} on key {:?} takes no values; remove them", req.operator, req.key))
+        }
+        "In" | "NotIn" | "Exists" | "DoesNotExist" => label_problem(&req.key, req.values.iter().flatten()),
+        other => Some(format!("unknown operator {other:?}; use In, NotIn, Exists or DoesNotExist")),
+    }
+}
+
+/// Why no node label could have this key or one of these values: the API server stores a
+/// MigPolicy whatever its selector holds, and such a selector would silently match nothing.
+fn label_problem<'a>(key: &str, values: impl IntoIterator<Item = &'a String>) -> Option<String> {
+    if let Some(problem) = names::label_key_problem(key) {
+        return Some(format!("{} is not a label key: {problem}", quoted(key)));
+    }
+    values.into_iter().find_map(|value| {
+        names::label_value_problem(value)
+            .map(|problem| format!("{} is not a label value: {problem}", quoted(value)))
+    })
+}
+
+fn quoted(value: &str) -> String {
+    format!("{:?}", limits::quote(value))
 }
 
 /// What one key must satisfy, from all requirements on it.
@@ -187,5 +214,27 @@ mod tests {
         );
         let err = parse(&sel(&[], &[("pool", "Equals", &["a"])])).unwrap_err();
         assert!(err.to_string().contains("unknown operator \"Equals\""), "{err}");
+    }
+
+    #[test]
+    fn keys_and_values_no_node_label_can_have_are_named() {
+        let err = parse(&sel(&[("pool", "a"), ("bad key", "x")], &[])).unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "spec.nodeSelector.matchLabels[\"bad key\"]: \"bad key\" is not a label key: name part"
+            ),
+            "{err}"
+        );
+        let err = parse(&sel(&[("pool", "all balanced")], &[])).unwrap_err();
+        assert!(err.to_string().contains("\"all balanced\" is not a label value"), "{err}");
+        let err = parse(&sel(&[], &[("pool", "In", &["a", "b/c"])])).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("spec.nodeSelector.matchExpressions[0]: \"b/c\" is not a label value"),
+            "{err}"
+        );
+        let err = parse(&sel(&[], &[("Nvidia.com/x", "Exists", &[])])).unwrap_err();
+        assert!(err.to_string().contains("prefix part"), "{err}");
+        assert!(parse(&sel(&[("nvidia.com/mig.config", "")], &[("team", "NotIn", &["x_1"])])).is_ok());
     }
 }

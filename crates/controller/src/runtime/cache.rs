@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use geometer_api::{MigNode, MigPlan, MigPolicy};
 
-use crate::runtime::decoded::{Decoded, Unreadable};
+use geometer_api::decoded::{Decoded, Unreadable};
 
 /// Read handles of the caches.
 #[derive(Clone)]

@@ -15,8 +15,8 @@ use serde_json::{json, Map, Value};
 use geometer_api::{MigNode, MigPlan, MigPolicy};
 
 use crate::runtime::actions::{Action, EventSpec};
-use crate::runtime::decoded::Decoded;
 use crate::world;
+use geometer_api::decoded::Decoded;
 
 /// Field manager of every write, so `kubectl get --show-managed-fields` names the controller.
 pub(crate) const FIELD_MANAGER: &str = "geometer-controller";

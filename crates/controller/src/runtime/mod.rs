@@ -3,7 +3,6 @@
 
 pub(crate) mod actions;
 pub(crate) mod cache;
-pub(crate) mod decoded;
 pub(crate) mod execute;
 pub(crate) mod health;
 pub(crate) mod leader;

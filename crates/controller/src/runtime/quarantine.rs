@@ -17,7 +17,7 @@ use kube::Resource;
 use geometer_api::MigPolicyStatus;
 
 use crate::runtime::actions::{Action, EventSpec};
-use crate::runtime::decoded::Unreadable;
+use geometer_api::decoded::Unreadable;
 
 /// One object left out, and why.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::catalog::{Catalog, GpuModel, ProfileId};
 use crate::geometry::{Geometry, Placed};
@@ -110,7 +110,9 @@ pub(crate) struct Problem<'a> {
     pub running: Vec<RunningInfo>,
     pub max_gpus_changed: Option<u32>,
     pub max_nodes_changed: Option<u32>,
-    pub time_limit: Duration,
+    /// When planning must stop: the time limit after the problem was read. Geometry searches
+    /// stop there too.
+    pub deadline: Instant,
     pub placements_inferred: bool,
     pub notes: Vec<String>,
     /// Per node, per profile key: free instances not yet reserved (while preparing).
@@ -167,6 +169,10 @@ impl<'a> Problem<'a> {
     ) -> Result<Self, PlanError> {
         snapshot.validate(catalog)?;
         let policy = snapshot.policy.clone().unwrap_or_default();
+        let time_limit = options
+            .time_limit
+            .or(policy.time_limit_ms.map(Duration::from_millis))
+            .unwrap_or(DEFAULT_TIME_LIMIT);
         let mut node_order: Vec<&Node> = snapshot.nodes.iter().collect();
         node_order.sort_by(|a, b| a.name.cmp(&b.name));
 
@@ -200,10 +206,7 @@ impl<'a> Problem<'a> {
             running,
             max_gpus_changed: policy.max_gpus_changed,
             max_nodes_changed: policy.max_nodes_changed,
-            time_limit: options
-                .time_limit
-                .or(policy.time_limit_ms.map(Duration::from_millis))
-                .unwrap_or(DEFAULT_TIME_LIMIT),
+            deadline: Instant::now() + time_limit,
             placements_inferred: snapshot.placements_inferred,
             notes,
             existing_free: Vec::new(),

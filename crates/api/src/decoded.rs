@@ -1,4 +1,4 @@
-//! A watched object as the controller read it: typed, or, when it does not decode, its
+//! An object as the controller or the agent read it: typed, or, when it does not decode, its
 //! metadata and the field that stopped it. kube-runtime decodes a whole list page at once, so
 //! with plain types one object the controller cannot read (stored under an older, looser
 //! CRD, or written by a newer Geometer) would make every list fail and nothing be planned;
@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use geometer_api::decode::{self, DecodeError};
+use crate::decode::{self, DecodeError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::de::{DeserializeOwned, Deserializer};
@@ -98,7 +98,7 @@ impl<K: Resource<DynamicType = ()> + Clone> Resource for Decoded<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use geometer_api::MigPolicy;
+    use crate::MigPolicy;
     use serde_json::json;
 
     #[test]
