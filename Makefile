@@ -23,5 +23,8 @@ demo: setup
 demo-k8s: setup
 	bash scripts/demo-k8s.sh $(ARGS)
 
+# The benchmarks, and the planner against the exact optimiser on thousands of random clusters
+# (CI runs a few hundred: solver/tests/planner_optimal.rs).
 bench: setup
 	cargo bench --workspace
+	GEOMETER_OPTIMAL_CASES=5000 cargo test --release --workspace --test planner_optimal

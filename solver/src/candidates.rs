@@ -54,11 +54,15 @@ pub(crate) struct Candidates {
     /// Models whose geometry search the plan's deadline stopped (their candidates are the
     /// layouts found by then).
     pub cut_short: BTreeSet<String>,
+    /// GPUs with more evictable pods than every subset of them can be tried for.
+    pub evictions_cut: usize,
 }
 
 /// Evicting every subset is exponential; above this many evictable pods on one GPU only
-/// "none", "each alone" and "all" are tried.
-const ALL_SUBSETS_UP_TO: u32 = 4;
+/// "none", "each alone" and "all" are tried, and the plan says so. Seven covers every GPU NVIDIA
+/// makes (at most seven compute instances, so seven pods); only a catalog model of more can
+/// exceed it.
+pub(crate) const ALL_SUBSETS_UP_TO: usize = 7;
 
 pub(crate) fn build(problem: &Problem, cache: &GeometryCache) -> Candidates {
     let mut index: BTreeMap<BaseKey, usize> = BTreeMap::new();
@@ -66,6 +70,7 @@ pub(crate) fn build(problem: &Problem, cache: &GeometryCache) -> Candidates {
     let mut class_of_gpu = Vec::with_capacity(problem.gpus.len());
     let mut evictable = Vec::with_capacity(problem.gpus.len());
     let mut cut_short = BTreeSet::new();
+    let mut evictions_cut = 0;
     for gpu in &problem.gpus {
         let mut pods: Vec<usize> = Vec::new();
         let holders: Vec<Holder> = gpu
@@ -101,16 +106,19 @@ pub(crate) fn build(problem: &Problem, cache: &GeometryCache) -> Candidates {
             }
         };
         class_of_gpu.push(class);
+        if pods.len() > ALL_SUBSETS_UP_TO {
+            evictions_cut += 1;
+        }
         evictable.push(pods);
     }
-    Candidates { classes, class_of_gpu, evictable, cut_short }
+    Candidates { classes, class_of_gpu, evictable, cut_short, evictions_cut }
 }
 
 fn eviction_sets(pods: u32) -> Vec<u32> {
     if pods == 0 {
         return vec![0];
     }
-    if pods <= ALL_SUBSETS_UP_TO {
+    if pods as usize <= ALL_SUBSETS_UP_TO {
         return (0..(1u32 << pods)).collect();
     }
     let mut sets = vec![0];
@@ -160,17 +168,8 @@ pub(crate) fn generate(
             geometries.push(key.current.clone());
         }
         for geometry in geometries {
-            // Evicting a pod whose instances all stay in place buys nothing.
-            let pointless = (0..pods).any(|s| {
-                evicts & (1 << s) != 0
-                    && instances
-                        .iter()
-                        .zip(&key.holders)
-                        .all(|(p, h)| *h != Holder::Evictable(s as u8) || geometry.contains(p))
-            });
-            if pointless {
-                continue;
-            }
+            // A pod evicted while its instance stays is kept as a candidate: the instance goes
+            // to another pod (one that may only use this node) while the evicted one moves.
             let mut free = vec![0u16; keys];
             let mut free_ranges = 0u32;
             for p in geometry.instances() {

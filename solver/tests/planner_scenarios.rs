@@ -49,7 +49,7 @@ pending:
 }
 
 #[test]
-fn a_pod_that_fits_free_slices_is_not_demand() {
+fn a_pod_that_fits_free_slices_takes_them_and_changes_nothing() {
     let s = snapshot(
         r#"
 nodes:
@@ -67,7 +67,8 @@ pending:
         assert_eq!(p.placement, SliceSource::ExistingSlices);
         assert_eq!(p.node.as_deref(), Some("a"));
         assert!(!plan.gpus[0].changed, "nothing to change: {}", plan.render_table());
-        assert_eq!(plan.objective.demand_met, 0, "not demand for new slices");
+        assert_eq!(plan.objective.demand_met, 1, "served, on the slice already there");
+        assert_eq!(plan.objective.pods_met, 1);
     }
 }
 
@@ -292,4 +293,44 @@ nodes:
 fn unknown_snapshot_fields_are_rejected_by_name() {
     let err = serde_saphyr::from_str::<Snapshot>("nodes: [{name: a, gpuz: []}]").unwrap_err().to_string();
     assert!(err.contains("gpuz"), "{err}");
+}
+
+/// Free slices already there are the solver's to use or to repartition: handing them to pods
+/// before solving (the first free 2g.20gb to the first 2g.20gb pod) pinned A's 2g.20gb and kept
+/// A from becoming the 7g.80gb the low-priority pod needed.
+#[test]
+fn free_slices_already_there_are_a_choice_of_the_solver_not_a_reservation() {
+    let s = snapshot(
+        r#"
+nodes:
+- name: a
+  gpus: [{index: 0, model: H100-80GB, instances: [{profile: 4g.40gb, start: 0}, {profile: 2g.20gb, start: 4}]}]
+- name: b
+  gpus: [{index: 0, model: H100-80GB}]
+- name: c
+  gpus: [{index: 0, model: H100-80GB, instances: [{profile: 1g.20gb, start: 4}, {profile: 2g.20gb, start: 0}]}]
+pending:
+- {namespace: ml, name: high-2g, priority: 100, requests: {2g.20gb: 1}}
+- {namespace: ml, name: high-7g, priority: 100, requests: {7g.80gb: 1}}
+- {namespace: ml, name: low-2g, priority: 0, requests: {2g.20gb: 1}}
+- {namespace: ml, name: low-7g, priority: 0, requests: {7g.80gb: 1}}
+"#,
+    );
+    let plan = ilp(&s);
+    assert_eq!(plan.objective.pods_met, 4, "{}", plan.render_table());
+    assert_eq!(plan.objective.demand_met, 2 + 2 + 1 + 1);
+    assert!(plan.evictions.is_empty());
+    assert_eq!(plan.gap, 0.0, "{}", plan.render_table());
+    for pod in ["ml/high-7g", "ml/low-7g"] {
+        assert_eq!(outcome(&plan, pod).placement, SliceSource::NewSlices, "{pod}");
+    }
+    // A stays a 7g.80gb-to-be (its 2g.20gb is not handed out first); B or C is the other.
+    let sevens: Vec<&str> = plan
+        .gpus
+        .iter()
+        .filter(|g| g.to.iter().any(|p| p.profile == "7g.80gb"))
+        .map(|g| g.node.as_str())
+        .collect();
+    assert_eq!(sevens.len(), 2, "{}", plan.render_table());
+    assert!(sevens.contains(&"a"), "{}", plan.render_table());
 }

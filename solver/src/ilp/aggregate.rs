@@ -10,7 +10,7 @@
 //!
 //! So the model grows with distinct classes, not with GPUs or pods.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::candidates::Candidates;
@@ -61,6 +61,9 @@ pub(crate) struct Aggregate {
     /// Per node; `usize::MAX` where no demand may land.
     pub node_group: Vec<usize>,
     pub classes: Vec<GpuClass>,
+    /// Nodes where pods of several slices may land that were left pooled (too many to give
+    /// each its own group): the plan may then miss the optimum, and says so.
+    pub pooled_multi_slice: Option<usize>,
 }
 
 pub(crate) fn aggregate(problem: &Problem, candidates: &Candidates) -> Aggregate {
@@ -103,15 +106,18 @@ pub(crate) fn aggregate(problem: &Problem, candidates: &Candidates) -> Aggregate
             per_node[n].push(d);
         }
     }
+    let split = nodes_on_their_own(&demand, &per_node);
+    let on_their_own = split.clone().unwrap_or_default();
     let mut groups: Vec<Group> = Vec::new();
-    let mut group_index: BTreeMap<Vec<usize>, usize> = BTreeMap::new();
+    let mut group_index: BTreeMap<(Vec<usize>, Option<usize>), usize> = BTreeMap::new();
     let mut node_group = vec![usize::MAX; problem.nodes.len()];
     for (n, sig) in per_node.into_iter().enumerate() {
         if sig.is_empty() {
             continue;
         }
         let node = &problem.nodes[n];
-        let g = *group_index.entry(sig.clone()).or_insert_with(|| {
+        let alone = on_their_own.contains(&n).then_some(n);
+        let g = *group_index.entry((sig.clone(), alone)).or_insert_with(|| {
             groups.push(Group { nodes: Vec::new(), demand: sig, cpu: Some(0), memory: Some(0) });
             groups.len() - 1
         });
@@ -154,7 +160,27 @@ pub(crate) fn aggregate(problem: &Problem, candidates: &Candidates) -> Aggregate
         }
         class.max_per_node = per_node.values().copied().max().unwrap_or(0);
     }
-    Aggregate { demand, pending_class, running_class, groups, node_group, classes }
+    let pooled_multi_slice = split.err();
+    Aggregate { demand, pending_class, running_class, groups, node_group, classes, pooled_multi_slice }
+}
+
+/// Most nodes given a group of their own (see [`nodes_on_their_own`]): each adds its GPU classes
+/// to the model.
+const MAX_NODES_ON_THEIR_OWN: usize = 256;
+
+/// Nodes where a pod of several slices may land. Pooling slices over a group counts a pod's
+/// slices on different nodes, so such nodes each form a group of their own and the model holds
+/// exactly what one node can; beyond [`MAX_NODES_ON_THEIR_OWN`] they stay pooled (`Err` with
+/// their number) and the plan says so.
+fn nodes_on_their_own(demand: &[DemandClass], per_node: &[Vec<usize>]) -> Result<BTreeSet<usize>, usize> {
+    let several = |d: &usize| demand[*d].needs.slices.iter().map(|s| s.1).sum::<u32>() > 1;
+    let nodes: BTreeSet<usize> =
+        per_node.iter().enumerate().filter(|(_, sig)| sig.iter().any(several)).map(|(n, _)| n).collect();
+    if nodes.len() > MAX_NODES_ON_THEIR_OWN {
+        Err(nodes.len())
+    } else {
+        Ok(nodes)
+    }
 }
 
 /// Entries sorted into a canonical order, and the candidate index behind each.

@@ -6,6 +6,7 @@
 mod aggregate;
 mod backend;
 mod model;
+mod placement;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -77,9 +78,12 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
     let candidates = candidates::build(problem, cache);
     let agg = aggregate::aggregate(problem, &candidates);
     let model = model::build(problem, &agg);
-    let mut notes: Vec<String> = candidates.cut_short.iter().map(|model| format!(
-        "the geometry search for {model} stopped at the time limit: only the layouts found by then were considered (raise spec.solver.timeLimitMs or --time-limit-ms)"
-    )).collect();
+    let mut notes = cut_notes(&candidates);
+    if let Some(nodes) = agg.pooled_multi_slice {
+        notes.push(format!(
+            "pods of several slices may land on {nodes} nodes, too many to model one by one: their slices were counted per node group, so the plan may fall short of its bound"
+        ));
+    }
     let bound = if model.levels[0].coefs.is_empty() {
         Some(0.0)
     } else {
@@ -89,7 +93,10 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
         }
     };
     let solved = solve_stages(&model, deadline, &mut notes);
-    let bound = bound.unwrap_or_else(|| problem.trivial_bound() as f64);
+    // The LP bound holds for the real problem only when no candidate was left out; otherwise
+    // all plannable demand is the honest bound.
+    let complete = candidates.cut_short.is_empty() && candidates.evictions_cut == 0;
+    let bound = bound.filter(|_| complete).unwrap_or_else(|| problem.trivial_bound() as f64);
     let greedy = realize(problem, greedy, SolverUsed::GreedyFallback, bound, started, Vec::new());
     let Some(values) = solved else {
         let mut plan = greedy;
@@ -102,14 +109,26 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
         return plan;
     };
     let decision = disaggregate(problem, &candidates, &agg, &model, &values);
-    let ilp = realize(problem, decision, SolverUsed::Ilp, bound, started, notes.clone());
+    let mut ilp = realize(problem, decision.clone(), SolverUsed::Ilp, bound, started, notes.clone());
+    // Pods placed in priority order may fall short of what the model met where it pooled slices,
+    // CPU or memory over nodes; then each node is counted on its own.
+    let met_by_model = objective_value(&model.levels[0].coefs, &values).round() as u64;
+    if ilp.objective.demand_met < met_by_model {
+        if let Some(exact) = placed_exactly(problem, &agg, decision, deadline) {
+            let again = realize(problem, exact, SolverUsed::Ilp, bound, started, notes.clone());
+            if again.objective.better(&ilp.objective) == std::cmp::Ordering::Greater {
+                ilp = again;
+            }
+        }
+    }
     // The greedy plan is always at hand: never return anything worse (the ILP can lose a little
     // when disaggregating, or stop at the time limit with a weak incumbent).
     let mut plan = if greedy.objective.better(&ilp.objective) == std::cmp::Ordering::Greater {
         let mut plan = greedy;
+        let (level, ilp_value, greedy_value) =
+            ilp.objective.first_difference(&plan.objective).unwrap_or(("demand met", 0, 0));
         let note = format!(
-            "the ILP plan scored below the greedy plan (demand met {} vs {}); using the greedy plan",
-            ilp.objective.demand_met, plan.objective.demand_met
+            "the ILP plan scored below the greedy plan ({level} {ilp_value} vs {greedy_value}); using the greedy plan"
         );
         plan.notes.splice(0..0, notes.into_iter().chain([note]));
         plan
@@ -118,6 +137,33 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
     };
     plan.solve_ms = started.elapsed().as_millis() as u64;
     plan
+}
+
+/// `decision` with each pod's node chosen by [`placement::node_quotas`].
+fn placed_exactly(
+    problem: &Problem,
+    agg: &Aggregate,
+    mut decision: Decision,
+    deadline: Instant,
+) -> Option<Decision> {
+    let quotas = placement::node_quotas(problem, agg, &decision.targets, &decision.evicted, deadline)?;
+    decision.hints.as_mut()?.node_quota = Some(quotas);
+    Some(decision)
+}
+
+/// What the candidates left out, for the plan's notes.
+fn cut_notes(candidates: &Candidates) -> Vec<String> {
+    let mut notes: Vec<String> = candidates.cut_short.iter().map(|model| format!(
+        "the geometry search for {model} stopped at the time limit: only the layouts found by then were considered (raise spec.solver.timeLimitMs or --time-limit-ms); the bound is all plannable demand"
+    )).collect();
+    if candidates.evictions_cut > 0 {
+        notes.push(format!(
+            "{} GPU(s) hold more than {} evictable pods: only evicting none, each alone or all of them was considered there; the bound is all plannable demand",
+            candidates.evictions_cut,
+            candidates::ALL_SUBSETS_UP_TO
+        ));
+    }
+    notes
 }
 
 fn remaining(deadline: Instant) -> Duration {
@@ -261,6 +307,7 @@ fn disaggregate(
         running_class: agg.running_class.clone(),
         node_group: agg.node_group.clone(),
         quota,
+        node_quota: None,
     };
     Decision { targets, evicted, hints: Some(hints) }
 }

@@ -16,12 +16,22 @@ pub(crate) struct Slot {
 }
 
 /// Preferred node groups per pod class, from the ILP's aggregated answer.
+#[derive(Clone)]
 pub(crate) struct Hints {
     pub pending_class: Vec<usize>,
     pub running_class: BTreeMap<usize, usize>,
     pub node_group: Vec<usize>,
     /// `(pod class, node group) -> pods`.
     pub quota: BTreeMap<(usize, usize), u32>,
+    /// `(pod class, node) -> pods`, where an exact placement was solved for (see
+    /// `ilp::placement`): each pod of the class takes a node with pods left in its quota.
+    pub node_quota: Option<BTreeMap<(usize, usize), u32>>,
+}
+
+/// What is left of the hints' quotas while pods are placed.
+struct Quotas {
+    group: BTreeMap<(usize, usize), u32>,
+    node: Option<BTreeMap<(usize, usize), u32>>,
 }
 
 pub(crate) struct Assignment {
@@ -88,7 +98,10 @@ pub(crate) fn assign(
     }
     let mut cpu: Vec<Option<u64>> = problem.nodes.iter().map(|n| n.free_cpu).collect();
     let mut memory: Vec<Option<u64>> = problem.nodes.iter().map(|n| n.free_memory).collect();
-    let mut quota = hints.map(|h| h.quota.clone()).unwrap_or_default();
+    let mut quota = Quotas {
+        group: hints.map(|h| h.quota.clone()).unwrap_or_default(),
+        node: hints.and_then(|h| h.node_quota.clone()),
+    };
 
     let mut state = State {
         problem,
@@ -142,20 +155,33 @@ impl State<'_, '_> {
         eligible: &[usize],
         class: Option<usize>,
         hints: Option<&Hints>,
-        quota: &mut BTreeMap<(usize, usize), u32>,
+        quota: &mut Quotas,
     ) -> Option<Slot> {
-        // Nodes of a group the ILP meant for this class first, then any eligible node.
-        let hinted = |n: usize, quota: &BTreeMap<(usize, usize), u32>| match (class, hints) {
-            (Some(c), Some(h)) => quota.get(&(c, h.node_group[n])).is_some_and(|&q| q > 0),
+        // The node an exact placement chose, else nodes of a group the ILP meant for this
+        // class, then any eligible node.
+        let exact = |n: usize, quota: &Quotas| match (class, &quota.node) {
+            (Some(c), Some(nodes)) => nodes.get(&(c, n)).is_some_and(|&q| q > 0),
             _ => false,
         };
-        let node = eligible
-            .iter()
-            .copied()
-            .find(|&n| hinted(n, quota) && self.fits(n, needs))
-            .or_else(|| eligible.iter().copied().find(|&n| self.fits(n, needs)))?;
+        let hinted = |n: usize, quota: &Quotas| match (class, hints) {
+            (Some(c), Some(h)) => quota.group.get(&(c, h.node_group[n])).is_some_and(|&q| q > 0),
+            _ => false,
+        };
+        let chosen = eligible.iter().copied().find(|&n| exact(n, quota) && self.fits(n, needs));
+        // An exact placement is the whole answer: a pod it left out would only take room it
+        // gave another pod.
+        let node = if quota.node.is_some() {
+            chosen?
+        } else {
+            chosen
+                .or_else(|| eligible.iter().copied().find(|&n| hinted(n, quota) && self.fits(n, needs)))
+                .or_else(|| eligible.iter().copied().find(|&n| self.fits(n, needs)))?
+        };
         if let (Some(c), Some(h)) = (class, hints) {
-            if let Some(q) = quota.get_mut(&(c, h.node_group[node])) {
+            if let Some(q) = quota.group.get_mut(&(c, h.node_group[node])) {
+                *q = q.saturating_sub(1);
+            }
+            if let Some(q) = quota.node.as_mut().and_then(|nodes| nodes.get_mut(&(c, node))) {
                 *q = q.saturating_sub(1);
             }
         }

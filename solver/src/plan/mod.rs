@@ -153,13 +153,34 @@ pub struct Objective {
 impl Objective {
     /// Lexicographic order of the planner's goals: `Greater` means better.
     pub fn better(&self, other: &Objective) -> std::cmp::Ordering {
-        self.demand_met
-            .cmp(&other.demand_met)
-            .then(other.evictions.cmp(&self.evictions))
-            .then(self.expected.cmp(&other.expected))
-            .then(other.gpus_changed.cmp(&self.gpus_changed))
-            .then(self.headroom.cmp(&other.headroom))
-            .then(self.free_ranges.cmp(&other.free_ranges))
+        self.levels()
+            .iter()
+            .zip(other.levels())
+            .map(|(a, b)| a.1.cmp(&b.1))
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+    }
+
+    /// The first level, in the objective's order, where two plans differ: its name and both
+    /// values (this plan's first).
+    pub fn first_difference(&self, other: &Objective) -> Option<(&'static str, i64, i64)> {
+        self.levels()
+            .iter()
+            .zip(other.levels())
+            .find(|(a, b)| a.1 != b.1)
+            .map(|(a, b)| (a.0, a.1.abs(), b.1.abs()))
+    }
+
+    /// The levels in order, each as a number to maximise (minimised ones negated).
+    fn levels(&self) -> [(&'static str, i64); 6] {
+        [
+            ("demand met", self.demand_met as i64),
+            ("evictions", -(self.evictions as i64)),
+            ("expected pods given room", self.expected as i64),
+            ("GPUs changed", -(self.gpus_changed as i64)),
+            ("headroom", self.headroom as i64),
+            ("free ranges", self.free_ranges as i64),
+        ]
     }
 }
 

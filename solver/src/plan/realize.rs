@@ -8,12 +8,13 @@ use std::time::Instant;
 
 use crate::geometry::{self, Geometry, Placed};
 
-use super::assign::{assign, Assignment, Hints};
+use super::assign::{assign, Assignment, Hints, Slot};
 use super::prepare::{PodStatus, Problem, User};
 use super::{
     Eviction, GpuPlan, Objective, PlacedName, Plan, PodOutcome, SliceSource, SolverUsed, UnmetReason,
 };
 
+#[derive(Clone)]
 pub(crate) struct Decision {
     pub targets: Vec<Geometry>,
     pub evicted: BTreeSet<usize>,
@@ -86,12 +87,12 @@ pub(crate) fn realize(
             continue;
         }
         let (node, placement, reason) = match (&p.status, &assignment.pending[i]) {
-            (PodStatus::Existing(n), _) => (Some(*n), SliceSource::ExistingSlices, None),
             (PodStatus::Unmet(reason), _) => (None, SliceSource::Unmet, Some(reason.clone())),
             (PodStatus::Plannable, Some(slot)) => {
+                // Every pod the plan serves counts, on slices already there or on new ones.
                 objective.demand_met += p.weight;
                 objective.pods_met += 1;
-                (Some(slot.node), SliceSource::NewSlices, None)
+                (Some(slot.node), source(problem, &decision.targets, slot), None)
             }
             (PodStatus::Plannable, None) => {
                 (None, SliceSource::Unmet, Some(unmet_reason(problem, i, limit_hit.as_deref())))
@@ -137,6 +138,18 @@ pub(crate) fn realize(
     }
 }
 
+/// Whether a pod's slices are all instances that exist now (the scheduler can place it before
+/// any change) or some are created by the plan.
+fn source(problem: &Problem, targets: &[Geometry], slot: &Slot) -> SliceSource {
+    let existing =
+        slot.instances.iter().all(|&(g, i)| problem.gpus[g].current.contains(&targets[g].instances()[i]));
+    if existing {
+        SliceSource::ExistingSlices
+    } else {
+        SliceSource::NewSlices
+    }
+}
+
 /// A target that is invalid or drops an instance in use (by a pod not evicted) is replaced by
 /// the current geometry. Planners never do this; the check makes it impossible by construction.
 fn enforce_rules(problem: &Problem, decision: &mut Decision, notes: &mut Vec<String>) {
@@ -158,21 +171,6 @@ fn enforce_rules(problem: &Problem, decision: &mut Decision, notes: &mut Vec<Str
             ));
             revert(problem, decision, g);
         }
-    }
-    // An evicted pod whose instances all stay was evicted for nothing.
-    let pointless: Vec<usize> = decision
-        .evicted
-        .iter()
-        .copied()
-        .filter(|&r| {
-            let gpu = &problem.gpus[problem.running[r].gpu];
-            gpu.current.instances().iter().zip(&gpu.users).all(|(p, u)| {
-                *u != User::Evictable(r) || decision.targets[problem.running[r].gpu].contains(p)
-            })
-        })
-        .collect();
-    for r in pointless {
-        decision.evicted.remove(&r);
     }
 }
 
@@ -210,13 +208,29 @@ fn enforce_limits(problem: &Problem, decision: &mut Decision) {
     }
 }
 
-/// Assigns pods; reverts GPUs whose evicted pods find no new home and changed GPUs whose new
-/// instances nobody takes; repeats until nothing changes. Every round reverts at least one GPU,
-/// so it ends.
+/// Assigns pods; reverts GPUs whose evicted pods find no new home, evictions that freed
+/// nothing anyone takes, and changed GPUs whose new instances nobody takes; repeats until
+/// nothing changes. Every round undoes at least one GPU or eviction, so it ends.
 fn settle(problem: &Problem, decision: &mut Decision) -> Assignment {
     loop {
         let a = assign(problem, &decision.targets, &decision.evicted, decision.hints.as_ref());
         let mut reverted = false;
+        // An evicted pod whose instances all stay and go to nobody was evicted for nothing. (One
+        // whose instance stays for another pod is not: that is how a pod that may move makes
+        // way on a node only the other may use.)
+        let idle: Vec<usize> = decision
+            .evicted
+            .iter()
+            .copied()
+            .filter(|&r| freed_for_nobody(problem, decision, &a, r))
+            .collect();
+        for r in idle {
+            decision.evicted.remove(&r);
+            reverted = true;
+        }
+        if reverted {
+            continue;
+        }
         for (&r, slot) in &a.evicted {
             if slot.is_none() {
                 revert(problem, decision, problem.running[r].gpu);
@@ -244,6 +258,15 @@ fn settle(problem: &Problem, decision: &mut Decision) -> Assignment {
             return a;
         }
     }
+}
+
+/// Whether every instance evicted pod `r` held stays in its GPU's target unused.
+fn freed_for_nobody(problem: &Problem, decision: &Decision, a: &Assignment, r: usize) -> bool {
+    let g = problem.running[r].gpu;
+    let (gpu, target) = (&problem.gpus[g], &decision.targets[g]);
+    gpu.current.instances().iter().zip(&gpu.users).all(|(p, u)| {
+        *u != User::Evictable(r) || target.instances().binary_search(p).is_ok_and(|i| !a.used[g][i])
+    })
 }
 
 fn unmet_reason(problem: &Problem, i: usize, limit: Option<&str>) -> UnmetReason {

@@ -1,6 +1,5 @@
 //! Snapshot -> [`Problem`]: names resolved to ids, pods sorted and weighted, eligibility
-//! computed, pods that already fit on existing free slices set aside (their slices reserved),
-//! and pods that cannot be planned at all given their reason. Both planners start from here.
+//! computed, and pods that cannot be planned at all given their reason. Both planners start from here.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -42,7 +41,7 @@ pub(crate) struct GpuInfo {
 pub(crate) struct NodeInfo<'a> {
     pub name: &'a str,
     pub gpus: Vec<usize>,
-    /// After pods expected on existing slices; `None`: not limiting.
+    /// `None`: not limiting.
     pub free_cpu: Option<u64>,
     pub free_memory: Option<u64>,
 }
@@ -60,8 +59,6 @@ pub(crate) struct Needs {
 pub(crate) enum PodStatus {
     /// For the planners.
     Plannable,
-    /// Fits on existing free slices of this node (reserved).
-    Existing(usize),
     Unmet(UnmetReason),
 }
 
@@ -115,8 +112,6 @@ pub(crate) struct Problem<'a> {
     pub deadline: Instant,
     pub placements_inferred: bool,
     pub notes: Vec<String>,
-    /// Per node, per profile key: free instances not yet reserved (while preparing).
-    existing_free: Vec<Vec<u32>>,
 }
 
 /// Eligibility is the same for pods with the same constraints.
@@ -209,26 +204,10 @@ impl<'a> Problem<'a> {
             deadline: Instant::now() + time_limit,
             placements_inferred: snapshot.placements_inferred,
             notes,
-            existing_free: Vec::new(),
         };
-        problem.count_existing_free();
         let mut ctx = PendingContext { nodes: &node_order, key_index: &key_index, cache: BTreeMap::new() };
         problem.add_pending(snapshot, &mut ctx);
         Ok(problem)
-    }
-
-    /// Free instances per node and profile key, before any pending pod takes one.
-    fn count_existing_free(&mut self) {
-        self.existing_free = vec![vec![0; self.profiles.len()]; self.nodes.len()];
-        for gpu in &self.gpus {
-            for (i, placed) in gpu.current.instances().iter().enumerate() {
-                if let (User::Free, Some(k)) =
-                    (gpu.users[i], self.pid_to_key[gpu.model].get(placed.profile).copied().flatten())
-                {
-                    self.existing_free[gpu.node][k] += 1;
-                }
-            }
-        }
     }
 
     /// Pending pods by descending priority, weighted by their priority's rank; then the
@@ -291,15 +270,9 @@ impl<'a> Problem<'a> {
             let computed = self.eligible_nodes(pod, &info.needs, ctx.nodes);
             ctx.cache.insert(cache_key.clone(), computed);
         }
-        let (passing, outcome) = &ctx.cache[&cache_key];
-        // An expected pod reserves nothing: it is not there yet, and a slice it pinned could be
-        // one a real pod needs repartitioned. The planners count existing free slices anyway.
-        let reservation = if weight > 0 { self.reserve_existing(&info.needs, passing) } else { None };
-        if let Some(node) = reservation {
-            info.status = PodStatus::Existing(node);
-            info.eligible = Arc::from(vec![node]);
-            return info;
-        }
+        // A pod that fits free slices already there is planned like any other: whether it takes
+        // them, or they are repartitioned for a pod that needs them more, is the solver's choice.
+        let (_, outcome) = &ctx.cache[&cache_key];
         match outcome {
             Ok(eligible) => info.eligible = eligible.clone(),
             Err(reason) => info.status = PodStatus::Unmet(reason.clone()),
@@ -364,36 +337,6 @@ impl<'a> Problem<'a> {
             return (passing, Err(UnmetReason::ProfileNotAllowed { profile }));
         }
         (passing, Ok(Arc::from(eligible)))
-    }
-
-    /// First node (name order) whose free instances and CPU/memory cover `needs`; reserves them.
-    fn reserve_existing(&mut self, needs: &Needs, nodes: &[usize]) -> Option<usize> {
-        let n = nodes.iter().copied().find(|&n| {
-            let node = &self.nodes[n];
-            needs.slices.iter().all(|&(k, c)| self.existing_free[n][k] >= c)
-                && node.free_cpu.is_none_or(|c| c >= needs.cpu)
-                && node.free_memory.is_none_or(|m| m >= needs.memory)
-        })?;
-        for &(k, count) in &needs.slices {
-            let mut left = count;
-            for &g in &self.nodes[n].gpus {
-                let gpu = &mut self.gpus[g];
-                for (i, placed) in gpu.current.instances().iter().enumerate() {
-                    if left > 0
-                        && gpu.users[i] == User::Free
-                        && self.pid_to_key[gpu.model].get(placed.profile).copied().flatten() == Some(k)
-                    {
-                        gpu.users[i] = User::Pinned;
-                        left -= 1;
-                    }
-                }
-            }
-            self.existing_free[n][k] -= count;
-        }
-        let node = &mut self.nodes[n];
-        node.free_cpu = node.free_cpu.map(|c| c - needs.cpu);
-        node.free_memory = node.free_memory.map(|m| m - needs.memory);
-        Some(n)
     }
 
     /// Pending pods the planners work on, in priority order, then the expected pods.
