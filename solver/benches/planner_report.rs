@@ -4,7 +4,8 @@
 //!
 //! `cargo bench -p geometer-solver --bench planner_report` prints a Markdown table. Each row
 //! runs in a child process of this binary so that peak memory is per row. Environment:
-//! `PLANNER_REPORT_REPS` (plans per row, default 5; the time is their median).
+//! `PLANNER_REPORT_REPS` (plans per row, default 5; the time is their median),
+//! `PLANNER_REPORT_PLANNERS` (default `ilp,greedy`).
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 mod common;
@@ -65,7 +66,7 @@ fn child(scenario: &str, gpus: usize, pods: usize, planner: &str, evict: bool, r
         "RESULT {median:.1} {:.1} {} {} {existing} {} {} {:.1} {:.2}% {:.1} {:?}",
         times[0],
         o.demand_met,
-        o.pods_met,
+        o.pods_met as usize - existing,
         o.gpus_changed,
         o.evictions,
         plan.bound,
@@ -95,6 +96,12 @@ fn main() {
     let columns = COLUMNS.split(" | ").count();
     println!("| scenario | GPUs | pending pods | eviction | planner | {COLUMNS} |");
     println!("|---|---:|---:|---|---|{}", "---:|".repeat(columns - 1) + "---|");
+    // `PLANNER_REPORT_PLANNERS=greedy` reruns one planner's rows only.
+    let planners: Vec<String> = std::env::var("PLANNER_REPORT_PLANNERS")
+        .unwrap_or_else(|_| "ilp,greedy".into())
+        .split(',')
+        .map(str::to_string)
+        .collect();
     let mut runs: Vec<(&str, usize, usize)> =
         common::SIZES.iter().map(|&(g, p)| ("half-busy", g, p)).collect();
     runs.extend(common::BUSY_SIZES.iter().map(|&(g, p)| ("90%-busy", g, p)));
@@ -103,7 +110,7 @@ fn main() {
     }
     for (scenario, gpus, pods) in runs {
         for evict in [false, true] {
-            for planner in ["ilp", "greedy"] {
+            for planner in planners.iter().map(String::as_str) {
                 let mode = if evict { "evict" } else { "keep" };
                 let out = Command::new(&me)
                     .args(["--child", scenario, &gpus.to_string(), &pods.to_string(), planner, mode])

@@ -24,11 +24,19 @@ pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Re
 }
 
 pub(crate) fn decide(problem: &Problem) -> Decision {
+    // As a scheduler would, pods first take free slices already there, in priority order; those
+    // slices then stay, and the rest of the pods are what the baseline repartitions for.
+    let mut own = problem.clone();
+    let taken = take_existing(&mut own);
+    let problem = &own;
     let keys = problem.profiles.len();
     let mut targets: Vec<Geometry> = problem.gpus.iter().map(|g| g.current.clone()).collect();
     // Pending pods only: the baseline plans for no forecast.
-    let unserved: Vec<usize> =
-        problem.plannable().filter(|(i, _)| !problem.is_expected(*i)).map(|(i, _)| i).collect();
+    let unserved: Vec<usize> = problem
+        .plannable()
+        .filter(|(i, _)| !problem.is_expected(*i) && !taken.contains(i))
+        .map(|(i, _)| i)
+        .collect();
     let mut left = unserved.len();
     let mut extensions: BTreeMap<(usize, Geometry), Vec<Geometry>> = BTreeMap::new();
     let cache = GeometryCache::new();
@@ -132,6 +140,52 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
         }
     }
     Decision { targets, evicted: BTreeSet::new(), hints: None }
+}
+
+/// Each pending pod, by priority, onto the first eligible node whose free instances, CPU and
+/// memory cover it: those instances become pinned and the node's CPU and memory less. Returns
+/// the pods placed so.
+fn take_existing(problem: &mut Problem) -> BTreeSet<usize> {
+    let mut free = vec![vec![0i64; problem.profiles.len()]; problem.nodes.len()];
+    for (g, gpu) in problem.gpus.iter().enumerate() {
+        add_free(problem, g, &gpu.current, &mut free[gpu.node], 1);
+    }
+    let mut taken = BTreeSet::new();
+    let pods: Vec<usize> =
+        problem.plannable().filter(|(i, _)| !problem.is_expected(*i)).map(|(i, _)| i).collect();
+    for i in pods {
+        let (needs, eligible) = (problem.pending[i].needs.clone(), problem.pending[i].eligible.clone());
+        let fits = |n: usize| {
+            let node = &problem.nodes[n];
+            needs.slices.iter().all(|&(k, c)| free[n][k] >= c as i64)
+                && node.free_cpu.is_none_or(|c| c >= needs.cpu)
+                && node.free_memory.is_none_or(|m| m >= needs.memory)
+        };
+        let Some(n) = eligible.iter().copied().find(|&n| fits(n)) else { continue };
+        for &(k, count) in &needs.slices {
+            free[n][k] -= count as i64;
+            pin_free(problem, n, k, count);
+        }
+        let node = &mut problem.nodes[n];
+        node.free_cpu = node.free_cpu.map(|c| c - needs.cpu);
+        node.free_memory = node.free_memory.map(|m| m - needs.memory);
+        taken.insert(i);
+    }
+    taken
+}
+
+/// Pins `count` free instances of profile key `k` on node `n`.
+fn pin_free(problem: &mut Problem, n: usize, k: usize, count: u32) {
+    let mut left = count;
+    for g in problem.nodes[n].gpus.clone() {
+        for at in 0..problem.gpus[g].users.len() {
+            let placed = problem.gpus[g].current.instances()[at];
+            if left > 0 && problem.gpus[g].users[at] == User::Free && problem.key_of(g, &placed) == Some(k) {
+                problem.gpus[g].users[at] = User::Pinned;
+                left -= 1;
+            }
+        }
+    }
 }
 
 /// Adds `sign` times the instances of `target` that no pod holds, per profile key.

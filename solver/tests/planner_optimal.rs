@@ -19,6 +19,8 @@ use geometer_solver::PodKey;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
+mod support;
+
 const MODEL: &str = "A100-40GB";
 /// The profiles pods ask for.
 const PROFILES: [&str; 4] = ["1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb"];
@@ -254,17 +256,7 @@ fn cluster() -> impl Strategy<Value = Snapshot> {
             snapshot.nodes.push(node);
         }
         for (i, (profile, count, priority, zone)) in pods.into_iter().enumerate() {
-            let mut pod = Pod {
-                namespace: "ml".into(),
-                name: format!("p{i}"),
-                priority: priority * 100,
-                requests: BTreeMap::from([(PROFILES[profile].to_string(), count)]),
-                ..Pod::default()
-            };
-            if zone < 2 {
-                pod.node_selector.insert("zone".into(), format!("z{zone}"));
-            }
-            snapshot.pending.push(pod);
+            snapshot.pending.push(support::pending_pod(i, PROFILES[profile], count, priority, zone));
         }
         snapshot.policy = Some(Policy { eviction_allowed: evict, ..Policy::default() });
         snapshot

@@ -10,6 +10,8 @@ use geometer_solver::plan::{Plan, PlanOptions};
 use geometer_solver::snapshot::{Gpu, Instance, Node, Pod, Policy, Snapshot};
 use proptest::prelude::*;
 
+mod support;
+
 const MODELS: [&str; 3] = ["A100-40GB", "H100-80GB", "A30"];
 const PROFILES: [&str; 8] =
     ["1g.5gb", "1g.10gb", "2g.10gb", "2g.20gb", "3g.20gb", "3g.40gb", "1g.6gb", "7g.80gb"];
@@ -85,17 +87,7 @@ fn cluster() -> impl Strategy<Value = Snapshot> {
             snapshot.nodes.push(node);
         }
         for (i, (profile, count, priority, zone)) in pods.into_iter().enumerate() {
-            let mut pod = Pod {
-                namespace: "ml".into(),
-                name: format!("p{i}"),
-                priority: priority * 100,
-                requests: BTreeMap::from([(PROFILES[profile].to_string(), count)]),
-                ..Pod::default()
-            };
-            if zone < 2 {
-                pod.node_selector.insert("zone".into(), format!("z{zone}"));
-            }
-            snapshot.pending.push(pod);
+            snapshot.pending.push(support::pending_pod(i, PROFILES[profile], count, priority, zone));
         }
         snapshot.policy =
             Some(Policy { eviction_allowed: evict, max_gpus_changed: max_gpus, ..Policy::default() });
