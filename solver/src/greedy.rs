@@ -39,7 +39,6 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
         .collect();
     let mut left = unserved.len();
     let mut extensions: BTreeMap<(usize, Geometry), Vec<Geometry>> = BTreeMap::new();
-    let cache = GeometryCache::new();
     let (mut gpus_changed, mut nodes_changed) = (0u32, 0u32);
     let mut node_pods: Vec<Vec<usize>> = vec![Vec::new(); problem.nodes.len()];
     for &i in &unserved {
@@ -95,7 +94,9 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
                 // Bounded by the plan's deadline like the ILP's search; a cut-short search
                 // leaves the greedy plan fewer layouts to choose from (the ILP's plan says so).
                 let (model, allowed) = (problem.models[gpu.model], &problem.allowed[gpu.model]);
-                maximal_extensions_until(model, &fixed, allowed, &cache, Some(problem.deadline)).geometries
+                // `extensions` is the memo; the search's own cache has nothing to add.
+                let once = GeometryCache::new();
+                maximal_extensions_until(model, &fixed, allowed, &once, Some(problem.deadline)).geometries
             });
             let mut current_free = vec![0i64; keys];
             add_free(problem, g, &gpu.current, &mut current_free, 1);

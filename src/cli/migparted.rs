@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::catalog::CatalogSource;
 use super::output::Failure;
+use geometer_api::limits::quoted;
 use geometer_api::migparted::export::{self, Which};
 use geometer_api::migparted::{import, MigPartedConfig};
 use geometer_api::names;
@@ -246,9 +247,4 @@ fn parse_selector(pairs: &[String]) -> Result<BTreeMap<String, String>, Failure>
         }
     }
     Ok(out)
-}
-
-/// A value as an error message quotes it: in quotes, cut when long.
-fn quoted(value: &str) -> String {
-    format!("{:?}", geometer_api::limits::quote(value))
 }

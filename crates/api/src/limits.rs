@@ -36,6 +36,11 @@ pub fn quote(value: &str) -> String {
     format!("{cut}... ({} bytes)", value.len())
 }
 
+/// `value` as a message quotes a string: [`quote`]d, in double quotes with Rust's escapes.
+pub fn quoted(value: &str) -> String {
+    format!("{:?}", quote(value))
+}
+
 /// `text` cut to at most `max_bytes` at a character boundary, ending in `...` when cut: how a
 /// message longer than its field allows (a condition's 32 KiB, an event's 1 KiB) is written.
 pub fn cut(text: &str, max_bytes: usize) -> String {

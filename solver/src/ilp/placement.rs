@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use crate::geometry::Geometry;
-use crate::plan::prepare::{Problem, User};
+use crate::plan::assign::held_in_target;
+use crate::plan::prepare::Problem;
 
 use super::aggregate::Aggregate;
 use super::backend::Lp;
@@ -73,15 +74,8 @@ pub(crate) fn node_quotas(
 fn free_slices(problem: &Problem, targets: &[Geometry], evicted: &BTreeSet<usize>) -> Vec<Vec<u32>> {
     let mut free = vec![vec![0u32; problem.profiles.len()]; problem.nodes.len()];
     for (g, gpu) in problem.gpus.iter().enumerate() {
-        for p in targets[g].instances() {
-            let held = gpu.current.instances().iter().zip(&gpu.users).any(|(q, u)| {
-                q == p
-                    && match u {
-                        User::Free => false,
-                        User::Pinned => true,
-                        User::Evictable(r) => !evicted.contains(r),
-                    }
-            });
+        let held = held_in_target(problem, g, &targets[g], evicted);
+        for (p, held) in targets[g].instances().iter().zip(held) {
             if let (false, Some(k)) = (held, problem.key_of(g, p)) {
                 free[gpu.node][k] += 1;
             }

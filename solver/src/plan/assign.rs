@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::geometry::Geometry;
 
-use super::prepare::{Needs, Problem, User};
+use super::prepare::{Needs, Problem};
 
 /// Where a pod lands: a node and `(gpu, instance index in the target)` per slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,18 +61,7 @@ pub(crate) fn assign(
     let mut free: Vec<Vec<FreeSlice>> = Vec::with_capacity(targets.len());
     for (g, target) in targets.iter().enumerate() {
         let gpu = &problem.gpus[g];
-        for (i, placed) in gpu.current.instances().iter().enumerate() {
-            let stays = match gpu.users[i] {
-                User::Free => false,
-                User::Pinned => true,
-                User::Evictable(r) => !evicted.contains(&r),
-            };
-            if stays {
-                let at =
-                    target.instances().binary_search(placed).expect("planners keep every instance in use");
-                used[g][at] = true;
-            }
-        }
+        used[g] = held_in_target(problem, g, target, evicted);
         let mut slices: Vec<FreeSlice> = target
             .instances()
             .iter()
@@ -131,6 +120,25 @@ pub(crate) fn assign(
         pending[i] = state.place(&pod.needs, &pod.eligible, class, hints, &mut quota);
     }
     Assignment { pending, evicted: evicted_out, used }
+}
+
+/// Per instance of GPU `g`'s `target`: held by a pod that stays (every pod but those in
+/// `evicted`).
+pub(crate) fn held_in_target(
+    problem: &Problem,
+    g: usize,
+    target: &Geometry,
+    evicted: &BTreeSet<usize>,
+) -> Vec<bool> {
+    let gpu = &problem.gpus[g];
+    let mut held = vec![false; target.len()];
+    for (placed, user) in gpu.current.instances().iter().zip(&gpu.users) {
+        if user.stays(evicted) {
+            let at = target.instances().binary_search(placed).expect("planners keep every instance in use");
+            held[at] = true;
+        }
+    }
+    held
 }
 
 struct State<'s, 'p> {

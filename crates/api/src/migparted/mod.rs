@@ -312,8 +312,8 @@ pub(crate) fn profile_problem(profile: &str) -> Option<String> {
     }
     (!crate::is_profile_name(profile)).then(|| {
         format!(
-            "{:?} is not a MIG profile name such as 1g.10gb, 3g.40gb or 1g.10gb+me",
-            crate::limits::quote(profile)
+            "{} is not a MIG profile name such as 1g.10gb, 3g.40gb or 1g.10gb+me",
+            crate::limits::quoted(profile)
         )
     })
 }

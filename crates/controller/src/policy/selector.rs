@@ -9,7 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use geometer_api::{limits, names};
+use geometer_api::limits::quoted;
+use geometer_api::names;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::core::{Expression, Selector};
 use thiserror::Error;
@@ -62,10 +63,6 @@ fn label_problem<'a>(key: &str, values: impl IntoIterator<Item = &'a String>) ->
         names::label_value_problem(value)
             .map(|problem| format!("{} is not a label value: {problem}", quoted(value)))
     })
-}
-
-fn quoted(value: &str) -> String {
-    format!("{:?}", limits::quote(value))
 }
 
 /// What one key must satisfy, from all requirements on it.

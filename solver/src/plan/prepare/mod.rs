@@ -1,7 +1,7 @@
 //! Snapshot -> [`Problem`]: names resolved to ids, pods sorted and weighted, eligibility
 //! computed, and pods that cannot be planned at all given their reason. Both planners start from here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,17 @@ pub(crate) enum User {
     Pinned,
     /// A running pod the policy lets us evict (index into `Problem::running`).
     Evictable(usize),
+}
+
+impl User {
+    /// Whether the instance stays held when the pods in `evicted` leave.
+    pub(crate) fn stays(self, evicted: &BTreeSet<usize>) -> bool {
+        match self {
+            User::Free => false,
+            User::Pinned => true,
+            User::Evictable(r) => !evicted.contains(&r),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -138,8 +149,8 @@ impl ConstraintKey {
     }
 }
 
-/// Nodes passing the constraints, and the eligible ones (or why none is).
-type EligibleNodes = (Arc<[usize]>, Result<Arc<[usize]>, UnmetReason>);
+/// The nodes eligible for a pod, or why none is.
+type EligibleNodes = Result<Arc<[usize]>, UnmetReason>;
 
 struct PendingContext<'c, 'a> {
     nodes: &'c [&'a Node],
@@ -272,8 +283,7 @@ impl<'a> Problem<'a> {
         }
         // A pod that fits free slices already there is planned like any other: whether it takes
         // them, or they are repartitioned for a pod that needs them more, is the solver's choice.
-        let (_, outcome) = &ctx.cache[&cache_key];
-        match outcome {
+        match &ctx.cache[&cache_key] {
             Ok(eligible) => info.eligible = eligible.clone(),
             Err(reason) => info.status = PodStatus::Unmet(reason.clone()),
         }
@@ -299,7 +309,7 @@ impl<'a> Problem<'a> {
         let passing: Arc<[usize]> = Arc::from(passing);
         if passing.is_empty() {
             let detail = exclusion_detail(node_order.len(), &excluded);
-            return (passing, Err(UnmetReason::NoEligibleNode { detail }));
+            return Err(UnmetReason::NoEligibleNode { detail });
         }
         let offers = |n: usize, k: usize, allowed_only: bool| {
             self.nodes[n].gpus.iter().any(|&g| {
@@ -319,7 +329,7 @@ impl<'a> Problem<'a> {
                 passing.len(),
                 wanted.join(" and ")
             );
-            return (passing, Err(UnmetReason::NoEligibleNode { detail }));
+            return Err(UnmetReason::NoEligibleNode { detail });
         }
         let eligible: Vec<usize> = offering
             .iter()
@@ -334,9 +344,9 @@ impl<'a> Problem<'a> {
                 .find(|&k| !offering.iter().any(|&n| offers(n, k, true)))
                 .map(|k| self.profiles[k].clone())
                 .unwrap_or_default();
-            return (passing, Err(UnmetReason::ProfileNotAllowed { profile }));
+            return Err(UnmetReason::ProfileNotAllowed { profile });
         }
-        (passing, Ok(Arc::from(eligible)))
+        Ok(Arc::from(eligible))
     }
 
     /// Pending pods the planners work on, in priority order, then the expected pods.
