@@ -1,6 +1,7 @@
 //! `geometer agent run`: the node agent's daemon. Watches its MigNode and Node, and carries
 //! out the MigNode's desired geometry on this node's GPUs (see `geometer_agent::Agent`).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,9 +15,12 @@ use geometer_agent::nvml::real::{RealNvml, NVML_LIBRARY};
 use geometer_agent::nvml::NvmlBackend;
 use geometer_agent::pod_resources::DEFAULT_SOCKET;
 use geometer_agent::DEFAULT_DEVICE_PLUGIN_SELECTOR;
-use geometer_agent::{Agent, AgentConfig, DeviceAssignments, KubeletPodResources, SharedAssignments};
+use geometer_agent::{
+    Agent, AgentConfig, AgentMetrics, DeviceAssignments, KubeletPodResources, SharedAssignments,
+};
 use geometer_api::do_not_disrupt::parse_go_duration;
 use geometer_api::DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS as DEFAULT_KEYS;
+use geometer_controller::{serve_health, Health, MetricsText};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -62,6 +66,10 @@ pub struct RunArgs {
     /// How often the GPUs and the kubelet are read again when nothing watched changes.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     pub poll_interval: Duration,
+    /// Serve `/metrics` and `/healthz` on this address (the DaemonSet gives 0.0.0.0:8080)
+    /// [default: not served].
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// A Go duration from 10 milliseconds to 24 hours.
@@ -169,7 +177,11 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     runtime.block_on(async move {
         let client = agent_client().await.map_err(Failure::internal)?;
         tracing::info!(node = %cfg.node, simulated = !sims.is_empty(), "geometer agent starting");
-        let agent = Agent::new(cfg, client, nvml, devices);
+        let metrics = Arc::new(AgentMetrics::new());
+        if let Some(addr) = args.metrics_addr {
+            serve_metrics(addr, metrics.clone()).await?;
+        }
+        let agent = Agent::new(cfg, client, nvml, devices).with_metrics(metrics);
         tokio::select! {
             _ = agent.run() => Ok(()),
             _ = shutdown() => {
@@ -178,6 +190,18 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             }
         }
     })
+}
+
+/// Serves the agent's `/metrics` and `/healthz` until the process ends.
+async fn serve_metrics(addr: SocketAddr, metrics: Arc<AgentMetrics>) -> Result<(), Failure> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::bad_input(anyhow!("--metrics-addr {addr}: cannot listen: {e}")))?;
+    let health = Arc::new(Health::default());
+    health.set_ready(true);
+    let text: MetricsText = Arc::new(move || metrics.encode());
+    tokio::spawn(serve_health(listener, text, health, std::future::pending()));
+    Ok(())
 }
 
 /// SIGTERM (the kubelet stopping the pod) or Ctrl-C. Stopping between awaits is safe: every

@@ -12,7 +12,7 @@ use super::output::Failure;
 use geometer_controller::LeaseSettings;
 use geometer_controller::Metrics;
 use geometer_controller::{self as controller, RunError, Settings};
-use geometer_controller::{serve_health, Health};
+use geometer_controller::{serve_health, Health, MetricsText};
 
 #[derive(Debug, Args)]
 pub struct ControllerArgs {
@@ -60,7 +60,11 @@ pub fn run(args: ControllerArgs) -> Result<(), Failure> {
         let metrics = Arc::new(Metrics::new());
         let health = Arc::new(Health::default());
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let endpoint = tokio::spawn(serve_health(listener, metrics.clone(), health.clone(), wait(stopped)));
+        let text: MetricsText = {
+            let metrics = metrics.clone();
+            Arc::new(move || metrics.encode())
+        };
+        let endpoint = tokio::spawn(serve_health(listener, text, health.clone(), wait(stopped)));
         tracing::info!(metrics = %args.metrics_addr, leader_election = !args.no_leader_election, "geometer controller starting");
         let result = controller::run(client, settings, metrics, health.clone(), super::agent_run::shutdown()).await;
         if let Err(e) = &result {
@@ -76,6 +80,6 @@ pub fn run(args: ControllerArgs) -> Result<(), Failure> {
     })
 }
 
-async fn wait(mut stopped: tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn wait(mut stopped: tokio::sync::watch::Receiver<bool>) {
     let _ = stopped.wait_for(|s| *s).await;
 }

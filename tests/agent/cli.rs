@@ -69,8 +69,10 @@ async fn agent_run_with_simulated_gpus_carries_out_a_spec() {
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig).unwrap();
 
+    let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let mut agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_geometer"))
         .args(["agent", "run", "--node", NODE, "--simulate", "H100-80GB:2", "--poll-interval", "50ms"])
+        .arg(format!("--metrics-addr={metrics_addr}"))
         .env("KUBECONFIG", &kubeconfig)
         .env("GEOMETER_LOG", "warn")
         .kill_on_drop(true)
@@ -112,9 +114,24 @@ async fn agent_run_with_simulated_gpus_carries_out_a_spec() {
     let node = server.object::<Node>("", NODE).unwrap();
     let alloc = node.status.unwrap().allocatable.unwrap();
     assert_eq!(alloc["nvidia.com/mig-3g.40gb"].0, "2");
+    // The agent's /metrics counts the steps it took.
+    let scrape = http_get(metrics_addr, "/metrics").await;
+    assert!(scrape.contains("geometer_agent_steps_total{action=\"CreateGpuInstance\"} 2"), "{scrape}");
+    assert!(scrape.contains("geometer_agent_unreadable_objects{kind=\"MigNode\"} 0"), "{scrape}");
 
     agent.kill().await.unwrap();
     plugin.abort();
+}
+
+/// The body of a plain HTTP/1.1 GET.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    raw.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
 }
 
 #[test]

@@ -26,6 +26,7 @@ pub use observe::sources::{
 pub use observe::{catalog_check, pod_resources};
 pub use runtime::agent_loop::{Agent, AgentConfig, StepError};
 pub use runtime::backoff::Backoff;
+pub use runtime::metrics::AgentMetrics;
 pub use runtime::status::half_built_summary;
 pub use steps::advertise::{plugin_ready, DEFAULT_DEVICE_PLUGIN_SELECTOR};
 pub use steps::cordon::{cordon, uncordon, Applied};

@@ -31,7 +31,7 @@ pub use rollout::approval::{approve, ApprovalError, Approved};
 pub use runtime::actions::{Action, EventSpec};
 pub use runtime::cache::Caches;
 pub use runtime::execute::Executor;
-pub use runtime::health::{serve as serve_health, Health};
+pub use runtime::health::{serve as serve_health, Health, MetricsText};
 pub use runtime::leader::{Leadership, LeaseSettings};
 pub use runtime::main_loop::{run, RunError, Settings};
 pub use runtime::metrics::Metrics;

@@ -98,6 +98,7 @@ impl RealCluster {
             self.sim.pod_resources_socket(node).unwrap().display()
         ));
         args.push(format!("--device-plugin-namespace={DEVICE_PLUGIN_NAMESPACE}"));
+        args.push(format!("--metrics-addr=127.0.0.1:{}", free_port()));
         for flag in ["--poll-interval=1s", "--drain-timeout=2m", "--advertise-timeout=1m"] {
             args.push(flag.into());
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource};
 
@@ -17,7 +17,7 @@ use crate::decide::next_step::{self, Facts};
 use crate::observe::catalog_check;
 use crate::observe::inventory::{read_inventory, Inventory};
 use crate::runtime::agent_loop::{Agent, GpuRules, NextRound, StepError};
-use crate::runtime::conditions;
+use crate::runtime::{conditions, status};
 use crate::steps::advertise;
 use crate::steps::cordon::CordonState;
 use crate::steps::eviction::{classify, PodDrain};
@@ -125,11 +125,14 @@ impl Agent {
 
     /// This node's MigNode, if it exists. One the agent cannot decode (stored under an older,
     /// looser CRD, or written by hand) stops the round: the agent never acts on a spec it
-    /// could not read. It is reported once per version with a Warning event on the object
-    /// naming the field and value (the log line names them too, never the body).
+    /// could not read. It is reported once per generation and field with a Warning event on
+    /// the object and a `Ready=False` condition (reason `Unreadable`), both naming the field
+    /// and value (the log line names them too, never the body).
     async fn read_mignode(&mut self) -> Result<Option<MigNode>, StepError> {
         let api: Api<Decoded<MigNode>> = Api::all(self.client.clone());
-        let unreadable = match api.get_opt(&self.cfg.node).await? {
+        let found = api.get_opt(&self.cfg.node).await?;
+        self.metrics.set_unreadable("MigNode", matches!(found, Some(Decoded::Unreadable(_))));
+        let unreadable = match found {
             None => return Ok(None),
             Some(Decoded::Read(mignode)) => return Ok(Some(Arc::unwrap_or_clone(mignode))),
             Some(Decoded::Unreadable(unreadable)) => unreadable,
@@ -137,14 +140,43 @@ impl Agent {
         self.mem.mignode = None;
         let error =
             StepError::UnreadableMigNode { node: self.cfg.node.clone(), error: unreadable.error.clone() };
-        let seen =
-            (unreadable.meta.resource_version.clone().unwrap_or_default(), unreadable.error.field.clone());
+        // Keyed on the generation, not the resource version: writing the condition below
+        // changes the resource version, and must not make the object look new.
+        let seen = (
+            unreadable.meta.uid.clone().unwrap_or_default(),
+            unreadable.meta.generation.unwrap_or_default(),
+            unreadable.error.field.clone(),
+        );
         if self.mem.unreadable_reported.as_ref() != Some(&seen) {
             let reference = Decoded::<MigNode>::Unreadable(unreadable).object_ref(&());
             self.publish(EventType::Warning, error.reason(), "Read", error.to_string(), &reference).await;
-            self.mem.unreadable_reported = Some(seen);
+            match self.mark_unreadable(error.to_string()).await {
+                Ok(()) => self.mem.unreadable_reported = Some(seen),
+                Err(e) => {
+                    tracing::warn!(node = %self.cfg.node, error = %e, "cannot set the Ready condition of an unreadable MigNode")
+                }
+            }
         }
         Err(error)
+    }
+
+    /// Sets `Ready=False` (reason `Unreadable`) on a MigNode that does not decode. A merge
+    /// patch replaces the conditions list whole, so the list is read raw first and every
+    /// condition in it that still reads is kept; the patch carries the resource version read,
+    /// so a concurrent write makes it fail (409) and it is tried again next round.
+    async fn mark_unreadable(&self, message: String) -> Result<(), kube::Error> {
+        let resource = ApiResource::erase::<MigNode>(&());
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let raw = api.get(&self.cfg.node).await?;
+        let mut conditions = status::readable_conditions(raw.data.pointer("/status/conditions"));
+        let now = self.clock.now();
+        conditions::set(&mut conditions, MigNodeStatus::READY, false, "Unreadable", message, None, now);
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": raw.metadata.resource_version},
+            "status": {"conditions": conditions},
+        });
+        api.patch_status(&self.cfg.node, &PatchParams::default(), &Patch::Merge(patch)).await?;
+        Ok(())
     }
 
     /// The agent creates its node's MigNode (empty spec: nothing to change) so that the

@@ -18,6 +18,7 @@ use crate::observe::sources::{Clock, DeviceAssignments, StepHook};
 use crate::observe::watch::{self, Wake};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::conditions;
+use crate::runtime::metrics::AgentMetrics;
 use crate::runtime::status::status_patch;
 use crate::steps::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR;
 use crate::steps::eviction::DrainSettings;
@@ -165,9 +166,9 @@ pub(crate) struct Memory {
     pub restarted_plugin: Option<BTreeSet<String>>,
     /// The MigNode as last read or written.
     pub mignode: Option<MigNode>,
-    /// The unreadable MigNode last reported (resource version and field), so that each is
+    /// The unreadable MigNode last reported (uid, generation and field), so that each is
     /// reported once, not on every retry.
-    pub unreadable_reported: Option<(String, String)>,
+    pub unreadable_reported: Option<(String, i64, String)>,
 }
 
 /// The node agent.
@@ -179,6 +180,7 @@ pub struct Agent {
     pub(crate) hook: Option<StepHook>,
     pub(crate) recorder: Recorder,
     pub(crate) clock: Clock,
+    pub(crate) metrics: Arc<AgentMetrics>,
     pub(crate) mem: Memory,
 }
 
@@ -199,6 +201,7 @@ impl Agent {
             hook: None,
             recorder,
             clock: Clock::start(),
+            metrics: Arc::new(AgentMetrics::new()),
             mem: Memory::default(),
         }
     }
@@ -206,6 +209,12 @@ impl Agent {
     /// Runs `hook` at every step boundary (see [`StepHook`]).
     pub fn with_hook(mut self, hook: StepHook) -> Agent {
         self.hook = Some(hook);
+        self
+    }
+
+    /// Counts into `metrics` (served by `geometer agent run` on `/metrics`).
+    pub fn with_metrics(mut self, metrics: Arc<AgentMetrics>) -> Agent {
+        self.metrics = metrics;
         self
     }
 
@@ -230,6 +239,7 @@ impl Agent {
                 Err(error) => {
                     self.mem.failures += 1;
                     self.mem.last_round_ok = false;
+                    self.metrics.failed(error.reason());
                     let delay = self.cfg.backoff.delay(self.mem.failures);
                     self.report_failure(&error, delay).await;
                     // Only a new spec cuts the backoff short: our own status writes and the

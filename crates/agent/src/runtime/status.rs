@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use geometer_api::{MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction};
+use geometer_api::{Condition, MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction};
 
 /// The phase a step belongs to.
 pub(crate) fn phase_of(action: StepAction) -> MigNodePhase {
@@ -45,6 +45,13 @@ pub(crate) fn merge_patch(old: &Value, new: &Value) -> Value {
         }
         _ => new.clone(),
     }
+}
+
+/// The conditions of a status read raw (a MigNode that does not decode as a whole) that still
+/// read one by one; anything else in the list (or a list that is not one) is dropped.
+pub(crate) fn readable_conditions(raw: Option<&Value>) -> Vec<Condition> {
+    let items = raw.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    items.iter().filter_map(|c| serde_json::from_value(c.clone()).ok()).collect()
 }
 
 /// The patch for the status subresource, or `None` when nothing changed.
@@ -108,6 +115,19 @@ mod tests {
         let old = json!({"conditions": [{"type": "Ready"}, {"type": "Failed"}]});
         let new = json!({"conditions": [{"type": "Ready"}]});
         assert_eq!(merge_patch(&old, &new), json!({"conditions": [{"type": "Ready"}]}));
+    }
+
+    #[test]
+    fn conditions_that_read_are_kept_and_the_rest_dropped() {
+        let raw = json!([
+            {"type": "Ready", "status": "True", "reason": "Converged", "message": "",
+             "lastTransitionTime": "2025-01-01T00:00:00Z"},
+            {"type": 7},
+        ]);
+        let kept = readable_conditions(Some(&raw));
+        assert_eq!(kept.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>(), ["Ready"]);
+        assert!(readable_conditions(Some(&json!("not a list"))).is_empty());
+        assert!(readable_conditions(None).is_empty());
     }
 
     #[test]

@@ -33,6 +33,7 @@ impl Agent {
         }
         let (step, new) = self.record(&next, &mut cx).await?;
         if new {
+            self.metrics.step_started(step.action);
             self.hook(StepPoint::Recorded(step.clone())).await;
         }
         let outcome = self.act(&next, &mut cx).await?;

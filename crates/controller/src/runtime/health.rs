@@ -1,5 +1,6 @@
-//! The controller's HTTP endpoints: `/metrics` (Prometheus), `/healthz` (liveness) and
-//! `/readyz` (readiness: the caches are filled and the controller can act or stand by).
+//! The HTTP endpoints of the controller and of each agent: `/metrics` (Prometheus), `/healthz`
+//! (liveness) and `/readyz` (readiness: for the controller, the caches are filled and it can
+//! act or stand by).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -15,7 +16,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::runtime::metrics::Metrics;
+/// The OpenMetrics text served on `/metrics`, read at each scrape.
+pub type MetricsText = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Health as the probes see it. Not ready until [`Health::set_ready`]; unhealthy once
 /// [`Health::set_failed`] says why (the kubelet then restarts the pod).
@@ -47,7 +49,7 @@ impl Health {
 /// only ends its own connection.
 pub async fn serve(
     listener: TcpListener,
-    metrics: Arc<Metrics>,
+    metrics: MetricsText,
     health: Arc<Health>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
@@ -70,13 +72,13 @@ pub async fn serve(
     }
 }
 
-fn respond(req: &Request<Incoming>, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
+fn respond(req: &Request<Incoming>, metrics: &MetricsText, health: &Health) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".to_string());
     }
     match req.uri().path() {
         "/metrics" => {
-            let mut response = text(StatusCode::OK, metrics.encode());
+            let mut response = text(StatusCode::OK, metrics());
             response.headers_mut().insert(
                 http::header::CONTENT_TYPE,
                 http::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
@@ -127,11 +129,12 @@ mod tests {
     async fn probes_and_metrics_answer_over_http() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(crate::runtime::metrics::Metrics::new());
         metrics.set_leader(true);
         let health = Arc::new(Health::default());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, metrics, health.clone(), async {
+        let text: MetricsText = Arc::new(move || metrics.encode());
+        let server = tokio::spawn(serve(listener, text, health.clone(), async {
             let _ = stopped.await;
         }));
 
