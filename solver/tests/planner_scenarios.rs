@@ -334,3 +334,20 @@ pending:
     assert_eq!(sevens.len(), 2, "{}", plan.render_table());
     assert!(sevens.contains(&"a"), "{}", plan.render_table());
 }
+
+#[test]
+fn cpu_left_over_on_each_node_is_not_pooled_into_a_pod_in_the_bound() {
+    // Three nodes with 3 cores free each: 9 cores in all, but one 2-core pod per node. Pooled
+    // CPU would let the bound count four pods; per node, three is the most any plan places.
+    let node = |name: &str| {
+        format!("- name: {name}\n  freeCpuMillis: 3000\n  gpus: [{{index: 0, model: A100-40GB}}]\n")
+    };
+    let pods: String = (0..6)
+        .map(|i| format!("- {{namespace: ml, name: p{i}, requests: {{1g.5gb: 1}}, cpuMillis: 2000}}\n"))
+        .collect();
+    let s = snapshot(&format!("nodes:\n{}{}{}pending:\n{pods}", node("a"), node("b"), node("c")));
+    let plan = ilp(&s);
+    assert_eq!(plan.objective.pods_met, 3, "{}", plan.render_table());
+    assert_eq!(plan.bound, 3.0, "the bound counts what fits on each node");
+    assert_eq!(plan.gap, 0.0);
+}

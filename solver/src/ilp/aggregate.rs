@@ -183,7 +183,7 @@ fn nodes_on_their_own(demand: &[DemandClass], per_node: &[Vec<usize>]) -> Result
     }
 }
 
-/// Entries sorted into a canonical order, and the candidate index behind each.
+/// Entries sorted into a canonical order, each once, and the candidate index behind each.
 fn describe(cands: &[crate::candidates::Candidate], shapes: &[usize]) -> (Arc<Vec<Entry>>, Arc<Vec<usize>>) {
     let mut tagged: Vec<(Entry, usize)> = cands
         .iter()
@@ -205,6 +205,9 @@ fn describe(cands: &[crate::candidates::Candidate], shapes: &[usize]) -> (Arc<Ve
         })
         .collect();
     tagged.sort();
+    // Candidates that differ only in which pods of one demand class they evict (pod 1 or pod 2
+    // of the same template) are the same to the model: one column each, not one per choice.
+    tagged.dedup_by(|later, first| later.0 == first.0);
     let order = tagged.iter().map(|t| t.1).collect();
     let entries = tagged.into_iter().map(|t| t.0).collect();
     (Arc::new(entries), Arc::new(order))

@@ -70,6 +70,13 @@ fn fixed_free_slices(problem: &Problem, agg: &Aggregate) -> (Vec<Vec<f64>>, Vec<
     (fixed_free, fixed_total)
 }
 
+/// A node's free CPU (millicores) and memory (bytes); 0 where not limited (only called for
+/// groups whose nodes all limit it).
+fn problem_free(problem: &Problem, node: usize) -> (u64, u64) {
+    let n = &problem.nodes[node];
+    (n.free_cpu.unwrap_or(0), n.free_memory.unwrap_or(0))
+}
+
 /// The program as it is built, section by section.
 struct Builder<'p> {
     problem: &'p Problem<'p>,
@@ -201,6 +208,36 @@ impl<'p> Builder<'p> {
                 .map(|&d| (self.y[&(d, f)], agg.demand[d].needs.memory as f64 / 1048576.0))
                 .collect();
             self.lp.row(row, f64::NEG_INFINITY, mem as f64 / 1048576.0);
+        }
+        if group.cpu.is_some_and(|c| c < demand_cpu) {
+            self.per_node_rows(f, &|d| agg.demand[d].needs.cpu, &|n| problem_free(self.problem, n).0);
+        }
+        if group.memory.is_some_and(|m| m < demand_mem) {
+            self.per_node_rows(f, &|d| agg.demand[d].needs.memory, &|n| problem_free(self.problem, n).1);
+        }
+    }
+
+    /// Pooled CPU (or memory) counts a pod's need against the sum over the group's nodes, as if
+    /// a pod could take a little from each. For each size `s` a pod of the group asks for, the
+    /// pods asking for at least `s` fit at most `free / s` (rounded down) on each node, so at
+    /// most the sum of those over the nodes: a row that holds for every plan and closes the
+    /// gap pooling leaves where nodes' leftovers are too small for a pod. Added only where it
+    /// cuts below what the pooled row allows.
+    fn per_node_rows(&mut self, f: usize, need: &dyn Fn(usize) -> u64, free: &dyn Fn(usize) -> u64) {
+        let (agg, group) = (self.agg, &self.agg.groups[f]);
+        let sizes: std::collections::BTreeSet<u64> =
+            group.demand.iter().map(|&d| need(d)).filter(|&s| s > 0).collect();
+        let pooled: u64 = group.nodes.iter().map(|&n| free(n)).sum();
+        for s in sizes {
+            let fits: u64 = group.nodes.iter().map(|&n| free(n) / s).sum();
+            let asking: Vec<usize> = group.demand.iter().copied().filter(|&d| need(d) >= s).collect();
+            let pods: u64 =
+                asking.iter().map(|&d| (agg.demand[d].pending + self.running_count[d]) as u64).sum();
+            if fits >= pooled / s || pods <= fits {
+                continue;
+            }
+            let row = asking.iter().map(|&d| (self.y[&(d, f)], 1.0)).collect();
+            self.lp.row(row, f64::NEG_INFINITY, fits as f64);
         }
     }
 
