@@ -351,3 +351,46 @@ fn cpu_left_over_on_each_node_is_not_pooled_into_a_pod_in_the_bound() {
     assert_eq!(plan.bound, 3.0, "the bound counts what fits on each node");
     assert_eq!(plan.gap, 0.0);
 }
+
+#[test]
+fn an_eviction_whose_instance_goes_to_another_pod_survives_undoing_an_unused_change() {
+    // The optimum moves the 3g pod off node-0 so that p0 (zone z0 only) takes its instance,
+    // and moves the 7g pod to node-0 so that node-1 can make a 1g.5gb for p1. The 3g pod's
+    // GPU gets no new instance anyone uses; undoing that change must not undo its eviction.
+    let s = snapshot(
+        r#"
+nodes:
+- name: node-0
+  labels: {zone: z0}
+  gpus:
+  - index: 0
+    model: A100-40GB
+    instances: [{profile: 3g.20gb, start: 4, pod: batch/mover}, {profile: 1g.5gb, start: 0, pod: batch/small}]
+  - {index: 1, model: A100-40GB}
+- name: node-1
+  labels: {zone: z1}
+  gpus:
+  - index: 0
+    model: A100-40GB
+    instances: [{profile: 7g.40gb, start: 0, pod: batch/whole}]
+pending:
+- {namespace: ml, name: p0, requests: {3g.20gb: 1}, nodeSelector: {zone: z0}}
+- {namespace: ml, name: p1, requests: {1g.5gb: 1}, nodeSelector: {zone: z1}}
+running:
+- {namespace: batch, name: mover, requests: {3g.20gb: 1}, node: node-0}
+- {namespace: batch, name: small, requests: {1g.5gb: 1}, node: node-0}
+- {namespace: batch, name: whole, requests: {7g.40gb: 1}, node: node-1}
+policy: {evictionAllowed: true}
+"#,
+    );
+    let plan = ilp(&s);
+    assert_eq!(plan.objective.pods_met, 2, "{}", plan.render_table());
+    assert_eq!(plan.evictions.len(), 2);
+    assert_eq!(outcome(&plan, "ml/p0").node.as_deref(), Some("node-0"));
+    assert!(!plan.gpus.iter().any(|g| g.node == "node-0" && g.index == 0 && g.changed));
+    // The review draws each changed GPU as its placement units, before and after.
+    let review = plan.render_table();
+    let whole = format!("[{:^70}]", "7g.40gb");
+    assert!(review.contains(&format!("before: {whole}")), "{review}");
+    assert!(review.contains(&format!("after:  {whole}")), "{review}");
+}

@@ -6,6 +6,7 @@ pub(crate) mod assign;
 pub(crate) mod prepare;
 pub(crate) mod realize;
 mod render;
+pub mod slots;
 
 use std::time::Duration;
 
@@ -211,8 +212,15 @@ impl Plan {
         self.gpus.iter().filter(|g| g.changed)
     }
 
-    /// A terraform-plan-like text for people to review.
+    /// A terraform-plan-like text for people to review, each changed GPU drawn before and
+    /// after as a row of its placement units (models of the built-in catalog; see
+    /// [`Plan::render_table_with`]).
     pub fn render_table(&self) -> String {
-        render::table(self)
+        render::table(self, crate::catalog::Catalog::builtin())
+    }
+
+    /// [`Plan::render_table`] with the GPU models of `catalog` (the one the plan was made with).
+    pub fn render_table_with(&self, catalog: &crate::catalog::Catalog) -> String {
+        render::table(self, catalog)
     }
 }

@@ -250,7 +250,16 @@ fn settle(problem: &Problem, decision: &mut Decision) -> Assignment {
             let uses_new =
                 target.instances().iter().enumerate().any(|(i, p)| a.used[g][i] && !current.contains(p));
             if !uses_new {
+                // Its new instances go unused: it keeps its geometry. An eviction on it whose
+                // instance another pod takes stays (that instance is in the current geometry).
+                let keep: BTreeSet<usize> = decision
+                    .evicted
+                    .iter()
+                    .copied()
+                    .filter(|&r| problem.running[r].gpu == g && !freed_for_nobody(problem, decision, &a, r))
+                    .collect();
                 revert(problem, decision, g);
+                decision.evicted.extend(keep);
                 reverted = true;
             }
         }

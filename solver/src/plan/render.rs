@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use super::{PlacedName, Plan, SliceSource, SolverUsed};
+use super::{slots, GpuPlan, PlacedName, Plan, SliceSource, SolverUsed};
+use crate::catalog::Catalog;
 
 fn names(list: &[PlacedName]) -> String {
     if list.is_empty() {
@@ -13,7 +14,18 @@ fn names(list: &[PlacedName]) -> String {
     list.iter().map(|p| format!("{}@{}", p.profile, p.start)).collect::<Vec<_>>().join(",")
 }
 
-pub(super) fn table(plan: &Plan) -> String {
+/// The GPU before and after: rows of placement units where the catalog knows the model and the
+/// instances fit it, else the lists.
+fn before_after(gpu: &GpuPlan, catalog: &Catalog) -> String {
+    let model = catalog.find(&gpu.model);
+    let rows = model.and_then(|m| Some((slots::row(m, &gpu.from)?, slots::row(m, &gpu.to)?)));
+    match rows {
+        Some((from, to)) => format!("      before: {from}\n      after:  {to}\n"),
+        None => format!("      from: {}\n      to:   {}\n", names(&gpu.from), names(&gpu.to)),
+    }
+}
+
+pub(super) fn table(plan: &Plan, catalog: &Catalog) -> String {
     let mut out = String::new();
     let solver = match plan.solver {
         SolverUsed::Ilp => "ilp",
@@ -37,8 +49,7 @@ pub(super) fn table(plan: &Plan) -> String {
     }
     for gpu in &changed {
         let _ = writeln!(out, "  ~ {} gpu {} ({})", gpu.node, gpu.index, gpu.model);
-        let _ = writeln!(out, "      from: {}", names(&gpu.from));
-        let _ = writeln!(out, "      to:   {}", names(&gpu.to));
+        out.push_str(&before_after(gpu, catalog));
         for p in &gpu.destroy {
             let _ = writeln!(out, "      - {}@{}", p.profile, p.start);
         }

@@ -85,7 +85,7 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog) -> Result<(), Failure> {
             "no MigPolicy in the cluster, so no node is managed; create one (see examples/policy-*.yaml)"
         )));
     }
-    output::print(args.output, &results, || render(&results))
+    output::print(args.output, &results, || render(&results, &catalog))
 }
 
 fn plan_all(
@@ -142,7 +142,7 @@ fn plan_all(
     out
 }
 
-fn render(results: &[PolicyPlan]) -> String {
+fn render(results: &[PolicyPlan], catalog: &Catalog) -> String {
     let mut text = String::new();
     for r in results {
         text.push_str(&format!("== MigPolicy {} ({}) ==\n", r.policy, r.mode));
@@ -153,7 +153,7 @@ fn render(results: &[PolicyPlan]) -> String {
             text.push_str(&format!("left out: node {node}: {why}\n"));
         }
         if let Some(plan) = &r.plan {
-            text.push_str(&plan.render_table());
+            text.push_str(&plan.render_table_with(catalog));
         }
         text.push('\n');
     }

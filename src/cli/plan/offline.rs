@@ -81,5 +81,5 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(
     let mut plan =
         args.solver.plan(&snapshot, &catalog, &options).context("cannot plan this snapshot").map_err(bad)?;
     plan.notes.extend(warnings);
-    output::print(args.output, &plan, || plan.render_table())
+    output::print(args.output, &plan, || plan.render_table_with(&catalog))
 }
