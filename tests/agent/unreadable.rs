@@ -9,6 +9,7 @@ use std::time::Duration;
 use geometer_agent::AgentMetrics;
 
 use geometer_api::MigNode;
+use geometer_apiserver::{Fault, Verb};
 use geometer_testkit::agent::{Harness, NODE};
 use geometer_testkit::crd_bounds::looser_crd;
 use k8s_openapi::api::events::v1::Event;
@@ -45,6 +46,8 @@ async fn an_unreadable_mignode_changes_nothing_is_reported_on_it_and_a_fixed_one
             "status": {"conditions": [{"type": "CatalogMismatch", "status": "False", "reason": "Agrees",
                 "message": "", "lastTransitionTime": "2025-01-01T00:00:00Z"}]}}))
         .unwrap();
+    // The first writes of the condition fail: it is retried on its own, the event is not.
+    h.server.faults().inject(Fault::error(500).verb(Verb::Patch).resource("mignodes/status").times(3));
     let metrics = Arc::new(AgentMetrics::new());
     let agent = h.agent(h.config(), Arc::new(h.sim.clone())).with_metrics(metrics.clone());
     let agent = tokio::spawn(agent.run());
@@ -59,14 +62,13 @@ async fn an_unreadable_mignode_changes_nothing_is_reported_on_it_and_a_fixed_one
     let message = ready["message"].as_str().unwrap_or_default();
     assert!(message.contains("spec.gpus[0].geometry[0].start") && message.contains("300"), "{message}");
     assert!(raw_condition(&h, "CatalogMismatch").is_some(), "the conditions already there are kept");
+    assert_eq!(h.server.faults().hits(), 3, "the condition was written after three failed tries");
     assert!(metrics.encode().contains(UNREADABLE_GAUGE_SET), "{}", metrics.encode());
     // The agent keeps retrying; the same object is not reported again, and nothing changes.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        unreadable_events(&h).len(),
-        1,
-        "one report per generation of the object, not per write of its status"
-    );
+    let events = unreadable_events(&h);
+    assert_eq!(events.len(), 1, "one report per generation of the object, not per write of its status");
+    assert!(events[0].series.is_none(), "published once, not repeated into a series: {:?}", events[0].series);
     assert_eq!(h.geometry(0), vec!["7g.80gb@0"]);
     assert_eq!(h.cordon_state(), (false, false), "the node is not cordoned for a spec it cannot read");
 

@@ -150,8 +150,13 @@ impl Agent {
         if self.mem.unreadable_reported.as_ref() != Some(&seen) {
             let reference = Decoded::<MigNode>::Unreadable(unreadable).object_ref(&());
             self.publish(EventType::Warning, error.reason(), "Read", error.to_string(), &reference).await;
+            self.mem.unreadable_reported = Some(seen);
+            self.mem.unreadable_marked = false;
+        }
+        // The condition is retried on its own: a failed write must not repeat the event.
+        if !self.mem.unreadable_marked {
             match self.mark_unreadable(error.to_string()).await {
-                Ok(()) => self.mem.unreadable_reported = Some(seen),
+                Ok(()) => self.mem.unreadable_marked = true,
                 Err(e) => {
                     tracing::warn!(node = %self.cfg.node, error = %e, "cannot set the Ready condition of an unreadable MigNode")
                 }

@@ -169,6 +169,8 @@ pub(crate) struct Memory {
     /// The unreadable MigNode last reported (uid, generation and field), so that each is
     /// reported once, not on every retry.
     pub unreadable_reported: Option<(String, i64, String)>,
+    /// Whether that MigNode's `Ready=False, Unreadable` condition is written.
+    pub unreadable_marked: bool,
 }
 
 /// The node agent.
