@@ -7,7 +7,7 @@ use std::sync::Arc;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource};
 
@@ -180,7 +180,7 @@ impl Agent {
             "metadata": {"resourceVersion": raw.metadata.resource_version},
             "status": {"conditions": conditions},
         });
-        api.patch_status(&self.cfg.node, &PatchParams::default(), &Patch::Merge(patch)).await?;
+        api.patch_status(&self.cfg.node, &crate::patch_params(), &Patch::Merge(patch)).await?;
         Ok(())
     }
 
