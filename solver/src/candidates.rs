@@ -6,7 +6,9 @@
 //! objective: free slices per demanded profile, which pods go, whether the GPU changes. Equal
 //! descriptions collapse (keeping the larger free ranges), and a candidate is dropped when
 //! another has at least as many free slices of every profile at no more cost (subset of the
-//! evictions, no change where it changes).
+//! evictions, no change where it changes). Where the node's CPU or memory could bind and
+//! evicted pods would give some back, evicting more is not a cost only: there a candidate
+//! is dropped only for one with the same evictions.
 //!
 //! GPUs with the same model, geometry and pattern of use share one candidate list (a "base
 //! class"), so enumeration runs once per distinct GPU state, not once per GPU.
@@ -31,6 +33,8 @@ pub(crate) struct BaseKey {
     pub model: usize,
     pub current: Geometry,
     pub holders: Vec<Holder>,
+    /// Evicting its pods gives back CPU or memory that could bind on the node.
+    pub frees_resources: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +92,9 @@ pub(crate) fn build(problem: &Problem, cache: &GeometryCache) -> Candidates {
                 }
             })
             .collect();
-        let key = BaseKey { model: gpu.model, current: gpu.current.clone(), holders };
+        let frees_resources = problem.pressed[gpu.node]
+            && pods.iter().any(|&r| problem.running[r].needs.cpu > 0 || problem.running[r].needs.memory > 0);
+        let key = BaseKey { model: gpu.model, current: gpu.current.clone(), holders, frees_resources };
         let class = match index.get(&key) {
             Some(&c) => c,
             None => {
@@ -199,6 +205,7 @@ pub(crate) fn generate(
         all.iter().any(|a| {
             a != b
                 && a.evicts & !b.evicts == 0
+                && (a.evicts == b.evicts || !key.frees_resources)
                 && a.changed <= b.changed
                 && a.free.iter().zip(&b.free).all(|(x, y)| x >= y)
                 && (a.evicts != b.evicts || a.changed != b.changed || a.free != b.free)
@@ -249,7 +256,7 @@ mod tests {
     #[test]
     fn empty_gpu_offers_the_pareto_front_of_free_slices() {
         let m = a100();
-        let key = BaseKey { model: 0, current: Geometry::empty(), holders: vec![] };
+        let key = BaseKey { model: 0, current: Geometry::empty(), holders: vec![], frees_resources: false };
         let names = ["1g.5gb", "3g.20gb"];
         let cands = candidates(m, &key, &names);
         assert_eq!(cands[0].geometry, Geometry::empty(), "current geometry first: it changes nothing");
@@ -274,8 +281,12 @@ mod tests {
         let p1 = m.profile("1g.5gb").unwrap();
         let current = Geometry::new(vec![Placed::new(p3, 0), Placed::new(p3, 4)]);
         let names = ["1g.5gb"];
-        let pinned =
-            BaseKey { model: 0, current: current.clone(), holders: vec![Holder::Pinned, Holder::Free] };
+        let pinned = BaseKey {
+            model: 0,
+            current: current.clone(),
+            holders: vec![Holder::Pinned, Holder::Free],
+            frees_resources: false,
+        };
         let cands = candidates(m, &pinned, &names);
         assert!(cands.iter().all(|c| c.geometry.contains(&Placed::new(p3, 0))));
         assert!(cands
@@ -283,7 +294,12 @@ mod tests {
             .any(|c| c.free == vec![3]
                 && c.geometry.instances().iter().filter(|p| p.profile == p1).count() == 3));
 
-        let evictable = BaseKey { model: 0, current, holders: vec![Holder::Evictable(0), Holder::Free] };
+        let evictable = BaseKey {
+            model: 0,
+            current,
+            holders: vec![Holder::Evictable(0), Holder::Free],
+            frees_resources: false,
+        };
         let cands = candidates(m, &evictable, &names);
         let best = cands.iter().find(|c| c.evicts == 1).expect("a candidate evicting pod 0");
         assert_eq!(best.free, vec![7]);

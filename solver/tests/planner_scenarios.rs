@@ -353,6 +353,83 @@ fn cpu_left_over_on_each_node_is_not_pooled_into_a_pod_in_the_bound() {
 }
 
 #[test]
+fn an_evicted_pod_gives_its_cpu_back_to_its_node() {
+    // One core free on the node, and the 1g pod on GPU 0 holds another. Moving it to GPU 1 lets
+    // GPU 0 become the 7g.40gb: the moved pod needs its core again and the new pod one more,
+    // which fits only if evicting the pod gives its core back.
+    let s = snapshot(
+        r#"
+nodes:
+- name: a
+  freeCpuMillis: 1000
+  freeMemoryBytes: 1073741824
+  gpus:
+  - index: 0
+    model: A100-40GB
+    instances: [{profile: 1g.5gb, start: 0, pod: batch/small}]
+  - index: 1
+    model: A100-40GB
+    instances: [{profile: 1g.5gb, start: 6, pod: batch/pinned}]
+pending:
+- {namespace: ml, name: big, requests: {7g.40gb: 1}, cpuMillis: 1000, memoryBytes: 1073741824}
+running:
+- {namespace: batch, name: small, requests: {1g.5gb: 1}, node: a, cpuMillis: 1000, memoryBytes: 1073741824}
+- {namespace: batch, name: pinned, requests: {1g.5gb: 1}, node: a, cpuMillis: 1000, doNotDisrupt: true}
+policy: {evictionAllowed: true}
+"#,
+    );
+    let plan = ilp(&s);
+    assert_eq!(plan.objective.pods_met, 1, "{}", plan.render_table());
+    assert_eq!(outcome(&plan, "ml/big").node.as_deref(), Some("a"));
+    let moved: Vec<&str> = plan.evictions.iter().map(|e| e.pod.as_str()).collect();
+    assert_eq!(moved, ["batch/small"]);
+    assert_eq!((plan.bound, plan.gap), (1.0, 0.0));
+}
+
+#[test]
+fn moving_a_pod_off_a_node_makes_room_for_one_that_asks_more_cpu_than_is_free() {
+    // node-0 has 1 core free; p0 asks 2 and may only run there. Moving the 1-core pod to
+    // node-1 frees the second core, even though its instance stays (found by the exact-optimiser
+    // property test: the node used to count as ineligible and the eviction as needless).
+    let s = snapshot(
+        r#"
+nodes:
+- name: node-0
+  labels: {zone: z1}
+  freeCpuMillis: 1000
+  gpus:
+  - index: 0
+    model: A100-40GB
+    instances: [{profile: 1g.10gb, start: 6, pod: batch/mover}]
+- name: node-1
+  labels: {zone: z0}
+  gpus: [{index: 0, model: A100-40GB}]
+pending:
+- {namespace: ml, name: p0, requests: {1g.5gb: 1}, cpuMillis: 2000, nodeSelector: {zone: z1}}
+running:
+- {namespace: batch, name: mover, requests: {1g.10gb: 1}, cpuMillis: 1000, node: node-0}
+policy: {evictionAllowed: true}
+"#,
+    );
+    let plan = ilp(&s);
+    assert_eq!(plan.objective.pods_met, 1, "{}", plan.render_table());
+    assert_eq!(outcome(&plan, "ml/p0").node.as_deref(), Some("node-0"));
+    let moved: Vec<(&str, &str)> =
+        plan.evictions.iter().map(|e| (e.pod.as_str(), e.rescheduled_to.as_str())).collect();
+    assert_eq!(moved, [("batch/mover", "node-1")]);
+    // Without eviction the node has too little CPU, and the plan says so.
+    let mut kept = s.clone();
+    kept.policy = None;
+    let plan = ilp(&kept);
+    assert_eq!(plan.objective.pods_met, 0);
+    assert!(
+        matches!(outcome(&plan, "ml/p0").reason, Some(UnmetReason::NoEligibleNode { .. })),
+        "{}",
+        plan.render_table()
+    );
+}
+
+#[test]
 fn an_eviction_whose_instance_goes_to_another_pod_survives_undoing_an_unused_change() {
     // The optimum moves the 3g pod off node-0 so that p0 (zone z0 only) takes its instance,
     // and moves the 7g pod to node-0 so that node-1 can make a 1g.5gb for p1. The 3g pod's

@@ -64,6 +64,8 @@ pub(crate) struct Aggregate {
     /// Nodes where pods of several slices may land that were left pooled (too many to give
     /// each its own group): the plan may then miss the optimum, and says so.
     pub pooled_multi_slice: Option<usize>,
+    /// Nodes whose CPU or memory may run out that were left pooled (likewise).
+    pub pooled_resources: Option<usize>,
 }
 
 pub(crate) fn aggregate(problem: &Problem, candidates: &Candidates) -> Aggregate {
@@ -106,18 +108,21 @@ pub(crate) fn aggregate(problem: &Problem, candidates: &Candidates) -> Aggregate
             per_node[n].push(d);
         }
     }
-    let split = nodes_on_their_own(&demand, &per_node);
-    let on_their_own = split.clone().unwrap_or_default();
+    let split = Split::new(problem, &demand, &per_node);
     let mut groups: Vec<Group> = Vec::new();
-    let mut group_index: BTreeMap<(Vec<usize>, Option<usize>), usize> = BTreeMap::new();
+    // Nodes that limit CPU (or memory) never share a group with nodes that do not: the group's
+    // pooled amount would be unlimited, and the limit lost.
+    #[allow(clippy::type_complexity)] // (demand classes, node on its own, limits CPU, limits memory)
+    let mut group_index: BTreeMap<(Vec<usize>, Option<usize>, bool, bool), usize> = BTreeMap::new();
     let mut node_group = vec![usize::MAX; problem.nodes.len()];
     for (n, sig) in per_node.into_iter().enumerate() {
         if sig.is_empty() {
             continue;
         }
         let node = &problem.nodes[n];
-        let alone = on_their_own.contains(&n).then_some(n);
-        let g = *group_index.entry((sig.clone(), alone)).or_insert_with(|| {
+        let alone = split.alone.contains(&n).then_some(n);
+        let key = (sig.clone(), alone, node.free_cpu.is_some(), node.free_memory.is_some());
+        let g = *group_index.entry(key).or_insert_with(|| {
             groups.push(Group { nodes: Vec::new(), demand: sig, cpu: Some(0), memory: Some(0) });
             groups.len() - 1
         });
@@ -160,26 +165,57 @@ pub(crate) fn aggregate(problem: &Problem, candidates: &Candidates) -> Aggregate
         }
         class.max_per_node = per_node.values().copied().max().unwrap_or(0);
     }
-    let pooled_multi_slice = split.err();
-    Aggregate { demand, pending_class, running_class, groups, node_group, classes, pooled_multi_slice }
+    Aggregate {
+        demand,
+        pending_class,
+        running_class,
+        groups,
+        node_group,
+        classes,
+        pooled_multi_slice: split.pooled_multi_slice,
+        pooled_resources: split.pooled_resources,
+    }
 }
 
-/// Most nodes given a group of their own (see [`nodes_on_their_own`]): each adds its GPU classes
-/// to the model.
+/// Most nodes given a group of their own (see [`Split`]): each adds its GPU classes to the
+/// model.
 const MAX_NODES_ON_THEIR_OWN: usize = 256;
 
-/// Nodes where a pod of several slices may land. Pooling slices over a group counts a pod's
-/// slices on different nodes, so such nodes each form a group of their own and the model holds
-/// exactly what one node can; beyond [`MAX_NODES_ON_THEIR_OWN`] they stay pooled (`Err` with
-/// their number) and the plan says so.
-fn nodes_on_their_own(demand: &[DemandClass], per_node: &[Vec<usize>]) -> Result<BTreeSet<usize>, usize> {
-    let several = |d: &usize| demand[*d].needs.slices.iter().map(|s| s.1).sum::<u32>() > 1;
-    let nodes: BTreeSet<usize> =
-        per_node.iter().enumerate().filter(|(_, sig)| sig.iter().any(several)).map(|(n, _)| n).collect();
-    if nodes.len() > MAX_NODES_ON_THEIR_OWN {
-        Err(nodes.len())
-    } else {
-        Ok(nodes)
+/// Nodes that form a group of their own, so that the model holds exactly what one node can.
+/// Pooling over a group counts a pod's slices (or its CPU and memory) as if they could come
+/// from several nodes: first the nodes where a pod of several slices may land, then those
+/// whose CPU or memory may run out, up to [`MAX_NODES_ON_THEIR_OWN`] in all. Those beyond stay
+/// pooled (their number is kept) and the plan says so; the bound stays honest either way,
+/// pooling only loosens it.
+struct Split {
+    alone: BTreeSet<usize>,
+    pooled_multi_slice: Option<usize>,
+    pooled_resources: Option<usize>,
+}
+
+impl Split {
+    fn new(problem: &Problem, demand: &[DemandClass], per_node: &[Vec<usize>]) -> Split {
+        let several = |d: &usize| demand[*d].needs.slices.iter().map(|s| s.1).sum::<u32>() > 1;
+        let multi: BTreeSet<usize> =
+            per_node.iter().enumerate().filter(|(_, sig)| sig.iter().any(several)).map(|(n, _)| n).collect();
+        let bound: BTreeSet<usize> = per_node
+            .iter()
+            .enumerate()
+            .filter(|&(n, sig)| !sig.is_empty() && problem.pressed[n])
+            .map(|(n, _)| n)
+            .collect();
+        let mut alone = BTreeSet::new();
+        let take = |set: BTreeSet<usize>, alone: &mut BTreeSet<usize>| -> Option<usize> {
+            let new: Vec<usize> = set.difference(alone).copied().collect();
+            if alone.len() + new.len() > MAX_NODES_ON_THEIR_OWN {
+                return Some(set.len());
+            }
+            alone.extend(new);
+            None
+        };
+        let pooled_multi_slice = take(multi, &mut alone);
+        let pooled_resources = take(bound, &mut alone);
+        Split { alone, pooled_multi_slice, pooled_resources }
     }
 }
 

@@ -84,6 +84,11 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
             "pods of several slices may land on {nodes} nodes, too many to model one by one: their slices were counted per node group, so the plan may fall short of its bound"
         ));
     }
+    if let Some(nodes) = agg.pooled_resources {
+        notes.push(format!(
+            "CPU or memory may run out on {nodes} nodes, too many to model one by one: it was counted per node group, so the plan may fall short of its bound"
+        ));
+    }
     let bound = if model.levels[0].coefs.is_empty() {
         Some(0.0)
     } else {

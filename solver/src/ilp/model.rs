@@ -183,60 +183,80 @@ impl<'p> Builder<'p> {
         }
     }
 
-    /// CPU and memory of group `f`, where its demand could exceed them.
+    /// CPU and memory of group `f`, where its demand could exceed them. An entry that evicts
+    /// pods gives their requests back to the group (they ran on its nodes).
     fn resource_rows(&mut self, f: usize) {
-        let (agg, group) = (self.agg, &self.agg.groups[f]);
-        let total = |per_pod: &dyn Fn(usize) -> u64| -> u64 {
-            group
-                .demand
-                .iter()
-                .map(|&d| per_pod(d) * (agg.demand[d].pending + self.running_count[d]) as u64)
-                .sum()
-        };
-        let demand_cpu = total(&|d| agg.demand[d].needs.cpu);
-        if let Some(cpu) = group.cpu.filter(|&c| c < demand_cpu) {
-            let row =
-                group.demand.iter().map(|&d| (self.y[&(d, f)], agg.demand[d].needs.cpu as f64)).collect();
-            self.lp.row(row, f64::NEG_INFINITY, cpu as f64);
+        let agg = self.agg;
+        let cpu = |d: usize| agg.demand[d].needs.cpu;
+        // Memory in MiB keeps coefficients in a range solvers handle well.
+        let mib = |d: usize| agg.demand[d].needs.memory as f64 / 1048576.0;
+        let group = &agg.groups[f];
+        if let Some(free) = group.cpu.filter(|&c| c < self.demand_of(f, &|d| cpu(d) as f64) as u64) {
+            self.pooled_row(f, &|d| cpu(d) as f64, free as f64);
+            self.per_node_rows(f, &cpu, &|n| problem_free(self.problem, n).0);
         }
-        let demand_mem = total(&|d| agg.demand[d].needs.memory);
-        if let Some(mem) = group.memory.filter(|&m| m < demand_mem) {
-            // Memory in MiB keeps coefficients in a range solvers handle well.
-            let row = group
-                .demand
-                .iter()
-                .map(|&d| (self.y[&(d, f)], agg.demand[d].needs.memory as f64 / 1048576.0))
-                .collect();
-            self.lp.row(row, f64::NEG_INFINITY, mem as f64 / 1048576.0);
-        }
-        if group.cpu.is_some_and(|c| c < demand_cpu) {
-            self.per_node_rows(f, &|d| agg.demand[d].needs.cpu, &|n| problem_free(self.problem, n).0);
-        }
-        if group.memory.is_some_and(|m| m < demand_mem) {
+        if let Some(free) = group.memory.filter(|&m| (m as f64 / 1048576.0) < self.demand_of(f, &mib)) {
+            self.pooled_row(f, &mib, free as f64 / 1048576.0);
             self.per_node_rows(f, &|d| agg.demand[d].needs.memory, &|n| problem_free(self.problem, n).1);
         }
+    }
+
+    /// What every pod of group `f`'s demand (pending and evictable) asks in all.
+    fn demand_of(&self, f: usize, per_pod: &dyn Fn(usize) -> f64) -> f64 {
+        let agg = self.agg;
+        agg.groups[f]
+            .demand
+            .iter()
+            .map(|&d| per_pod(d) * (agg.demand[d].pending + self.running_count[d]) as f64)
+            .sum()
+    }
+
+    /// Pods placed in group `f` ask at most its free amount plus what its evictions free.
+    fn pooled_row(&mut self, f: usize, per_pod: &dyn Fn(usize) -> f64, free: f64) {
+        let mut row: Vec<(usize, f64)> =
+            self.agg.groups[f].demand.iter().map(|&d| (self.y[&(d, f)], per_pod(d))).collect();
+        row.extend(self.freed(f, per_pod).into_iter().map(|(v, a)| (v, -a)));
+        self.lp.row(row, f64::NEG_INFINITY, free);
+    }
+
+    /// Per entry of group `f`'s GPU classes that evicts pods: what those pods ask in all.
+    fn freed(&self, f: usize, per_pod: &dyn Fn(usize) -> f64) -> Vec<(usize, f64)> {
+        let mut out = Vec::new();
+        for &c in &self.class_by_group[f] {
+            for (i, e) in self.agg.classes[c].entries.iter().enumerate() {
+                let amount: f64 = e.evicted.iter().map(|&(d, n)| per_pod(d) * n as f64).sum();
+                if amount > 0.0 {
+                    out.push((self.x[c][i], amount));
+                }
+            }
+        }
+        out
     }
 
     /// Pooled CPU (or memory) counts a pod's need against the sum over the group's nodes, as if
     /// a pod could take a little from each. For each size `s` a pod of the group asks for, the
     /// pods asking for at least `s` fit at most `free / s` (rounded down) on each node, so at
     /// most the sum of those over the nodes: a row that holds for every plan and closes the
-    /// gap pooling leaves where nodes' leftovers are too small for a pod. Added only where it
-    /// cuts below what the pooled row allows.
+    /// gap pooling leaves where nodes' leftovers are too small for a pod. An entry evicting pods
+    /// that ask `a` in all adds at most `a / s` rounded up (however evictions on one node
+    /// combine, `floor((free + a1 + a2) / s)` gains at most `ceil(a1 / s) + ceil(a2 / s)`).
+    /// Added only where it cuts below what the pooled row allows.
     fn per_node_rows(&mut self, f: usize, need: &dyn Fn(usize) -> u64, free: &dyn Fn(usize) -> u64) {
         let (agg, group) = (self.agg, &self.agg.groups[f]);
         let sizes: std::collections::BTreeSet<u64> =
             group.demand.iter().map(|&d| need(d)).filter(|&s| s > 0).collect();
         let pooled: u64 = group.nodes.iter().map(|&n| free(n)).sum();
+        let freed = self.freed(f, &|d| need(d) as f64);
         for s in sizes {
             let fits: u64 = group.nodes.iter().map(|&n| free(n) / s).sum();
             let asking: Vec<usize> = group.demand.iter().copied().filter(|&d| need(d) >= s).collect();
             let pods: u64 =
                 asking.iter().map(|&d| (agg.demand[d].pending + self.running_count[d]) as u64).sum();
-            if fits >= pooled / s || pods <= fits {
+            if fits * s >= pooled || pods <= fits {
                 continue;
             }
-            let row = asking.iter().map(|&d| (self.y[&(d, f)], 1.0)).collect();
+            let mut row: Vec<(usize, f64)> = asking.iter().map(|&d| (self.y[&(d, f)], 1.0)).collect();
+            row.extend(freed.iter().map(|&(v, a)| (v, -(a / s as f64).ceil())));
             self.lp.row(row, f64::NEG_INFINITY, fits as f64);
         }
     }

@@ -47,7 +47,8 @@ pub(crate) fn node_quotas(
             }
         }
     }
-    capacity_rows(problem, agg, &free, &z, &mut lp);
+    let resources = problem.free_after(evicted);
+    capacity_rows(agg, &free, &resources, &z, &mut lp);
     // Evicted pods must land again; pending pods up to their number.
     let mut objective = Vec::new();
     let expected_weight = 1.0;
@@ -86,9 +87,9 @@ fn free_slices(problem: &Problem, targets: &[Geometry], evicted: &BTreeSet<usize
 
 /// Each node's slices per profile, CPU and memory.
 fn capacity_rows(
-    problem: &Problem,
     agg: &Aggregate,
     free: &[Vec<u32>],
+    (cpu, memory): &(Vec<Option<u64>>, Vec<Option<u64>>),
     z: &BTreeMap<(usize, usize), usize>,
     lp: &mut Lp,
 ) {
@@ -108,12 +109,11 @@ fn capacity_rows(
                 lp.row(row, f64::NEG_INFINITY, cap as f64);
             }
         }
-        let node = &problem.nodes[n];
-        if let Some(cpu) = node.free_cpu {
+        if let Some(cpu) = cpu[n] {
             let row = vars.iter().map(|&(d, v)| (v, agg.demand[d].needs.cpu as f64)).collect();
             lp.row(row, f64::NEG_INFINITY, cpu as f64);
         }
-        if let Some(memory) = node.free_memory {
+        if let Some(memory) = memory[n] {
             // In MiB, as the aggregated model, so coefficients stay in a range solvers handle.
             let row = vars.iter().map(|&(d, v)| (v, agg.demand[d].needs.memory as f64 / 1048576.0)).collect();
             lp.row(row, f64::NEG_INFINITY, memory as f64 / 1048576.0);

@@ -85,8 +85,7 @@ pub(crate) fn assign(
             node_free[problem.gpus[g].node][s.key] += 1;
         }
     }
-    let mut cpu: Vec<Option<u64>> = problem.nodes.iter().map(|n| n.free_cpu).collect();
-    let mut memory: Vec<Option<u64>> = problem.nodes.iter().map(|n| n.free_memory).collect();
+    let (mut cpu, mut memory) = problem.free_after(evicted);
     let mut quota = Quotas {
         group: hints.map(|h| h.quota.clone()).unwrap_or_default(),
         node: hints.and_then(|h| h.node_quota.clone()),

@@ -217,18 +217,25 @@ fn settle(problem: &Problem, decision: &mut Decision) -> Assignment {
         let mut reverted = false;
         // An evicted pod whose instances all stay and go to nobody was evicted for nothing. (One
         // whose instance stays for another pod is not: that is how a pod that may move makes
-        // way on a node only the other may use.)
+        // way on a node only the other may use.) Nor is one whose CPU or memory another pod
+        // needs: those are undone one at a time, each only where the pods still fit without.
         let idle: Vec<usize> = decision
             .evicted
             .iter()
             .copied()
             .filter(|&r| freed_for_nobody(problem, decision, &a, r))
             .collect();
-        for r in idle {
+        let (plain, freeing): (Vec<usize>, Vec<usize>) =
+            idle.into_iter().partition(|&r| !frees_resources(problem, r));
+        for r in plain {
             decision.evicted.remove(&r);
             reverted = true;
         }
         if reverted {
+            continue;
+        }
+        if let Some(r) = freeing.into_iter().find(|&r| fits_without(problem, decision, &a, r)) {
+            decision.evicted.remove(&r);
             continue;
         }
         for (&r, slot) in &a.evicted {
@@ -256,7 +263,10 @@ fn settle(problem: &Problem, decision: &mut Decision) -> Assignment {
                     .evicted
                     .iter()
                     .copied()
-                    .filter(|&r| problem.running[r].gpu == g && !freed_for_nobody(problem, decision, &a, r))
+                    .filter(|&r| {
+                        problem.running[r].gpu == g
+                            && (!freed_for_nobody(problem, decision, &a, r) || frees_resources(problem, r))
+                    })
                     .collect();
                 revert(problem, decision, g);
                 decision.evicted.extend(keep);
@@ -267,6 +277,24 @@ fn settle(problem: &Problem, decision: &mut Decision) -> Assignment {
             return a;
         }
     }
+}
+
+/// Whether evicting running pod `r` gives back CPU or memory that could bind on its node.
+fn frees_resources(problem: &Problem, r: usize) -> bool {
+    let pod = &problem.running[r];
+    problem.pressed[pod.node] && (pod.needs.cpu > 0 || pod.needs.memory > 0)
+}
+
+/// Whether the pods placed in `a` are placed as well with running pod `r` left in place.
+fn fits_without(problem: &Problem, decision: &Decision, a: &Assignment, r: usize) -> bool {
+    let mut evicted = decision.evicted.clone();
+    evicted.remove(&r);
+    let b = assign(problem, &decision.targets, &evicted, decision.hints.as_ref());
+    let served = |x: &Assignment| -> (u64, usize) {
+        let placed = x.pending.iter().enumerate().filter(|(_, s)| s.is_some());
+        (placed.clone().map(|(i, _)| problem.pending[i].weight).sum(), placed.count())
+    };
+    b.evicted.values().all(Option::is_some) && served(&b) >= served(a)
 }
 
 /// Whether every instance evicted pod `r` held stays in its GPU's target unused.

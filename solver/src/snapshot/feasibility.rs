@@ -70,6 +70,20 @@ impl fmt::Display for Ineligible {
 
 /// Whether `pod` may be scheduled on `node`, MIG slices aside.
 pub fn eligibility(pod: &Pod, node: &Node) -> Result<(), Ineligible> {
+    eligibility_after_evictions(pod, node, Freeable::default())
+}
+
+/// CPU (millicores) and memory (bytes) that evicting pods could free on a node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Freeable {
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+}
+
+/// [`eligibility`] where evictions could give `freeable` back to the node: a planner that may
+/// move pods off a node counts what they request as free there (whether it moves them is
+/// its decision).
+pub fn eligibility_after_evictions(pod: &Pod, node: &Node, freeable: Freeable) -> Result<(), Ineligible> {
     if node.unschedulable && !tolerates(&pod.tolerations, &cordon_taint()) {
         return Err(Ineligible::Unschedulable);
     }
@@ -86,12 +100,12 @@ pub fn eligibility(pod: &Pod, node: &Node) -> Result<(), Ineligible> {
             return Err(Ineligible::Taint(taint.clone()));
         }
     }
-    if let Some(free) = node.free_cpu_millis {
+    if let Some(free) = node.free_cpu_millis.map(|f| f + freeable.cpu_millis) {
         if pod.cpu_millis > free {
             return Err(Ineligible::Cpu { requested: pod.cpu_millis, free });
         }
     }
-    if let Some(free) = node.free_memory_bytes {
+    if let Some(free) = node.free_memory_bytes.map(|f| f + freeable.memory_bytes) {
         if pod.memory_bytes > free {
             return Err(Ineligible::Memory { requested: pod.memory_bytes, free });
         }

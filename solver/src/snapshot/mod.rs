@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use feasibility::{eligibility, Ineligible};
+pub use feasibility::{eligibility, eligibility_after_evictions, Freeable, Ineligible};
 pub use pod_key::{PodKey, PodKeyError};
 pub use validate::SnapshotError;
 

@@ -1,12 +1,14 @@
 //! The running pods a plan may evict: allowed by policy (the caller checks), known, not
 //! do-not-disrupt, on one GPU of the node they are bound to. Their instances become
 //! `User::Evictable`; the others stay pinned, with a note where the reason is not obvious.
+//! What they request is freeable on their node: a pod may count on it to fit there, and so
+//! may an evicted pod to land on its own node again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::catalog::GpuModel;
-use crate::snapshot::{eligibility, Node, Pod, PodKey, Snapshot};
+use crate::snapshot::{eligibility_after_evictions, Freeable, Node, Pod, PodKey, Snapshot};
 
 use super::layout::Layout;
 use super::{snapshot_gpu_sorted, ConstraintKey, Needs, RunningInfo, User};
@@ -18,10 +20,10 @@ pub(super) fn evictable_pods<'a>(
     pid_to_key: &[Vec<Option<usize>>],
     layout: &mut Layout<'a>,
     notes: &mut Vec<String>,
-) -> Vec<RunningInfo> {
+) -> (Vec<RunningInfo>, Vec<Freeable>) {
     let running_by_key: BTreeMap<PodKey, &Pod> = snapshot.running.iter().map(|p| (p.key(), p)).collect();
     let mut running = Vec::new();
-    let mut running_eligible: BTreeMap<ConstraintKey, Arc<[usize]>> = BTreeMap::new();
+    let mut pods: Vec<&Pod> = Vec::new();
     for (key, gpu_set) in &layout.pod_gpus {
         let Some(pod) = running_by_key.get(*key) else { continue };
         if pod.do_not_disrupt {
@@ -64,21 +66,10 @@ pub(super) fn evictable_pods<'a>(
         }
         let needs =
             Needs { slices: slices.into_iter().collect(), cpu: pod.cpu_millis, memory: pod.memory_bytes };
-        // Pods from one template share one list (and so one demand class in the ILP).
-        let eligible = running_eligible
-            .entry(ConstraintKey::of(pod, Vec::new()))
-            .or_insert_with(|| {
-                let nodes: Vec<usize> = node_order
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, n)| eligibility(pod, n).is_ok())
-                    .map(|(i, _)| i)
-                    .collect();
-                Arc::from(nodes)
-            })
-            .clone();
         let idx = running.len();
+        let eligible = Arc::from(Vec::new()); // Once every pod's freeable resources are known.
         running.push(RunningInfo { key: (*key).clone(), node: gpu.node, gpu: g, needs, eligible });
+        pods.push(pod);
         let gpu = &mut layout.gpus[g];
         for (i, inst) in snapshot_gpu_sorted(snapshot_gpu, model).iter().enumerate() {
             if *inst == Some(*key) {
@@ -86,5 +77,24 @@ pub(super) fn evictable_pods<'a>(
             }
         }
     }
-    running
+    let mut freeable = vec![Freeable::default(); node_order.len()];
+    for info in &running {
+        let room = &mut freeable[info.node];
+        room.cpu_millis += info.needs.cpu;
+        room.memory_bytes += info.needs.memory;
+    }
+    // Pods from one template share one list (and so one demand class in the ILP).
+    let mut by_template: BTreeMap<ConstraintKey, Arc<[usize]>> = BTreeMap::new();
+    for (info, pod) in running.iter_mut().zip(pods) {
+        info.eligible = by_template
+            .entry(ConstraintKey::of(pod, Vec::new()))
+            .or_insert_with(|| {
+                let nodes: Vec<usize> = (0..node_order.len())
+                    .filter(|&n| eligibility_after_evictions(pod, node_order[n], freeable[n]).is_ok())
+                    .collect();
+                Arc::from(nodes)
+            })
+            .clone();
+    }
+    (running, freeable)
 }

@@ -7,12 +7,15 @@ use std::time::{Duration, Instant};
 
 use crate::catalog::{Catalog, GpuModel, ProfileId};
 use crate::geometry::{Geometry, Placed};
-use crate::snapshot::{eligibility, Node, NodeSelectorTerm, Pod, PodKey, Snapshot, Toleration};
+use crate::snapshot::{
+    eligibility_after_evictions, Freeable, Node, NodeSelectorTerm, Pod, PodKey, Snapshot, Toleration,
+};
 
 use super::{PlanError, PlanOptions, UnmetReason};
 
 mod evictable;
 mod layout;
+mod pressure;
 mod tables;
 
 const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(10);
@@ -116,6 +119,10 @@ pub(crate) struct Problem<'a> {
     pub pending: Vec<PendingInfo<'a>>,
     /// Only the evictable ones.
     pub running: Vec<RunningInfo>,
+    /// Per node: what its evictable pods request (pods' eligibility counts it as free).
+    pub freeable: Vec<Freeable>,
+    /// Per node: whether its CPU or memory could bind a plan (see [`pressure`]).
+    pub pressed: Vec<bool>,
     pub max_gpus_changed: Option<u32>,
     pub max_nodes_changed: Option<u32>,
     /// When planning must stop: the time limit after the problem was read. Geometry searches
@@ -194,10 +201,10 @@ impl<'a> Problem<'a> {
 
         let mut layout = layout::layout(&node_order, &models, catalog);
         let mut notes = Vec::new();
-        let running = if policy.eviction_allowed {
+        let (running, freeable) = if policy.eviction_allowed {
             evictable::evictable_pods(snapshot, &node_order, &models, &pid_to_key, &mut layout, &mut notes)
         } else {
-            Vec::new()
+            (Vec::new(), vec![Freeable::default(); node_order.len()])
         };
         let mut problem = Problem {
             models,
@@ -210,6 +217,8 @@ impl<'a> Problem<'a> {
             gpus: layout.gpus,
             pending: Vec::new(),
             running,
+            freeable,
+            pressed: Vec::new(),
             max_gpus_changed: policy.max_gpus_changed,
             max_nodes_changed: policy.max_nodes_changed,
             deadline: Instant::now() + time_limit,
@@ -218,6 +227,7 @@ impl<'a> Problem<'a> {
         };
         let mut ctx = PendingContext { nodes: &node_order, key_index: &key_index, cache: BTreeMap::new() };
         problem.add_pending(snapshot, &mut ctx);
+        problem.pressed = pressure::resources_may_bind(&problem);
         Ok(problem)
     }
 
@@ -296,7 +306,7 @@ impl<'a> Problem<'a> {
         let mut excluded: BTreeMap<&'static str, (usize, String)> = BTreeMap::new();
         let mut passing = Vec::new();
         for (n, node) in node_order.iter().enumerate() {
-            match eligibility(pod, node) {
+            match eligibility_after_evictions(pod, node, self.freeable[n]) {
                 Ok(()) => passing.push(n),
                 Err(why) => {
                     let entry = excluded
@@ -365,6 +375,19 @@ impl<'a> Problem<'a> {
             }
         }
         keep
+    }
+
+    /// Per node, free CPU (millicores) and memory (bytes) once the `evicted` running pods have
+    /// gone: an evicted pod gives back what it requested on its node. `None` where not limited.
+    pub(crate) fn free_after(&self, evicted: &BTreeSet<usize>) -> (Vec<Option<u64>>, Vec<Option<u64>>) {
+        let mut cpu: Vec<Option<u64>> = self.nodes.iter().map(|n| n.free_cpu).collect();
+        let mut memory: Vec<Option<u64>> = self.nodes.iter().map(|n| n.free_memory).collect();
+        for &r in evicted {
+            let pod = &self.running[r];
+            cpu[pod.node] = cpu[pod.node].map(|c| c + pod.needs.cpu);
+            memory[pod.node] = memory[pod.node].map(|m| m + pod.needs.memory);
+        }
+        (cpu, memory)
     }
 
     /// Whether a pending entry stands for an expected pod, not a real one.
