@@ -374,6 +374,8 @@ impl<'a> Problem<'a> {
                 *user = User::Pinned;
             }
         }
+        keep.freeable = vec![Freeable::default(); keep.nodes.len()];
+        keep.pressed = pressure::resources_may_bind(&keep);
         keep
     }
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Problem;
+use super::{Problem, User};
 
 /// What the pods of one eligibility list ask: in all, and the most one pod asks.
 #[derive(Default, Clone, Copy)]
@@ -31,8 +31,8 @@ impl Asked {
 
 /// Per node: whether its free CPU or memory is less than what the pods that may land there
 /// (pending and evictable) could ask together. At most one pod lands per placement unit of the
-/// node's GPUs (every instance takes one at least), each asking at most the most any of them
-/// asks.
+/// node's GPUs that no pinned pod holds (every instance takes one unit at least), each asking
+/// at most the most any of them asks. (Evictions only add to what is free.)
 pub(crate) fn resources_may_bind(problem: &Problem) -> Vec<bool> {
     // Pods of one template share one eligibility list: sum per list, then per node.
     let mut per_list: BTreeMap<usize, (&[usize], Asked, Asked)> = BTreeMap::new();
@@ -61,10 +61,24 @@ pub(crate) fn resources_may_bind(problem: &Problem) -> Vec<bool> {
         .iter()
         .zip(per_node)
         .map(|(node, (cpu, memory))| {
-            let units: u64 =
-                node.gpus.iter().map(|&g| problem.models[problem.gpus[g].model].placement_units as u64).sum();
+            let units: u64 = node.gpus.iter().map(|&g| open_units(problem, g)).sum();
             node.free_cpu.is_some_and(|free| free < cpu.at_most(units))
                 || node.free_memory.is_some_and(|free| free < memory.at_most(units))
         })
         .collect()
+}
+
+/// Placement units of GPU `g` that no pinned pod holds.
+fn open_units(problem: &Problem, g: usize) -> u64 {
+    let gpu = &problem.gpus[g];
+    let model = problem.models[gpu.model];
+    let pinned: u64 = gpu
+        .current
+        .instances()
+        .iter()
+        .zip(&gpu.users)
+        .filter(|(_, u)| **u == User::Pinned)
+        .map(|(p, _)| model.profile_info(p.profile).memory_slices as u64)
+        .sum();
+    (model.placement_units as u64).saturating_sub(pinned)
 }
