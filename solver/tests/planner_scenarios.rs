@@ -430,6 +430,41 @@ policy: {evictionAllowed: true}
 }
 
 #[test]
+fn past_32_nodes_short_of_cpu_the_bound_still_counts_what_evictions_give_back() {
+    // The scenario above on 34 nodes: too many to model one by one, so the plan's program pools
+    // them and leaves out the CPU evictions give back. The bound must still count it, and the
+    // plan must say what it did.
+    let mut yaml = String::from("nodes:\n- name: spare\n  gpus:\n");
+    for g in 0..9 {
+        yaml += &format!("  - {{index: {g}, model: A100-40GB}}\n");
+    }
+    let (mut pending, mut running) = (String::new(), String::new());
+    for i in 0..34 {
+        yaml += &format!(
+            "- name: n{i}\n  labels: {{zone: z{i}}}\n  freeCpuMillis: 1000\n  gpus:\n  - {{index: 0, model: A100-40GB, instances: [{{profile: 1g.10gb, start: 6, pod: batch/m{i}}}]}}\n"
+        );
+        pending += &format!(
+            "- {{namespace: ml, name: p{i}, requests: {{1g.5gb: 1}}, cpuMillis: 2000, nodeSelector: {{zone: z{i}}}}}\n"
+        );
+        running += &format!(
+            "- {{namespace: batch, name: m{i}, requests: {{1g.10gb: 1}}, cpuMillis: 1000, node: n{i}}}\n"
+        );
+    }
+    let s =
+        snapshot(&format!("{yaml}pending:\n{pending}running:\n{running}policy: {{evictionAllowed: true}}\n"));
+    let plan = ilp(&s);
+    assert_eq!(plan.bound, 34.0, "{}", plan.render_table());
+    assert!(plan.objective.pods_met <= 34);
+    assert!(
+        plan.notes
+            .iter()
+            .any(|n| n.contains("CPU or memory may run out on 34 nodes") && n.contains("the bound does")),
+        "{:?}",
+        plan.notes
+    );
+}
+
+#[test]
 fn an_eviction_whose_instance_goes_to_another_pod_survives_undoing_an_unused_change() {
     // The optimum moves the 3g pod off node-0 so that p0 (zone z0 only) takes its instance,
     // and moves the 7g pod to node-0 so that node-1 can make a 1g.5gb for p1. The 3g pod's

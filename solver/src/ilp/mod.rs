@@ -77,7 +77,11 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
 
     let candidates = candidates::build(problem, cache);
     let agg = aggregate::aggregate(problem, &candidates);
-    let model = model::build(problem, &agg);
+    // With CPU or memory pooled over many nodes, the plan's program does not count what
+    // evictions give back (a restriction: its plans hold); the bound's program does.
+    let restricted = agg.pooled_resources.is_some() && !problem.running.is_empty();
+    let model = model::build(problem, &agg, !restricted);
+    let bound_model = restricted.then(|| model::build(problem, &agg, true));
     let mut notes = cut_notes(&candidates);
     if let Some(nodes) = agg.pooled_multi_slice {
         notes.push(format!(
@@ -86,17 +90,11 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
     }
     if let Some(nodes) = agg.pooled_resources {
         notes.push(format!(
-            "CPU or memory may run out on {nodes} nodes, too many to model one by one: it was counted per node group, so the plan may fall short of its bound"
+            "CPU or memory may run out on {nodes} nodes, too many to model one by one: it was counted per node group{}, so the plan may fall short of its bound",
+            if restricted { " and the plan does not count on what evicted pods give back (the bound does)" } else { "" }
         ));
     }
-    let bound = if model.levels[0].coefs.is_empty() {
-        Some(0.0)
-    } else {
-        match model.lp.maximise(&model.levels[0].coefs, true, None, remaining(deadline)) {
-            Ok(s) if !s.timed_out => Some(objective_value(&model.levels[0].coefs, &s.values)),
-            _ => None,
-        }
-    };
+    let bound = lp_bound(bound_model.as_ref().unwrap_or(&model), deadline);
     let solved = solve_stages(&model, deadline, &mut notes);
     // The LP bound holds for the real problem only when no candidate was left out; otherwise
     // all plannable demand is the honest bound.
@@ -142,6 +140,18 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
     };
     plan.solve_ms = started.elapsed().as_millis() as u64;
     plan
+}
+
+/// The LP relaxation's demand met: an upper bound of every plan the program allows.
+fn lp_bound(model: &Model, deadline: Instant) -> Option<f64> {
+    let level = &model.levels[0].coefs;
+    if level.is_empty() {
+        return Some(0.0);
+    }
+    match model.lp.maximise(level, true, None, remaining(deadline)) {
+        Ok(s) if !s.timed_out => Some(objective_value(level, &s.values)),
+        _ => None,
+    }
 }
 
 /// `decision` with each pod's node chosen by [`placement::node_quotas`].
