@@ -31,6 +31,23 @@ pub fn from_value<T: DeserializeOwned>(value: &Value) -> Result<T, DecodeError> 
     })
 }
 
+/// [`from_value`] straight from JSON text: no value tree is built unless decoding fails (then
+/// one is, to quote what the field held).
+pub fn from_json_str<T: DeserializeOwned>(text: &str) -> Result<T, DecodeError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    match serde_path_to_error::deserialize(&mut de) {
+        Ok(value) => Ok(value),
+        Err(_) => {
+            let value: Value = serde_json::from_str(text).map_err(|e| DecodeError {
+                field: "(top level)".into(),
+                value: None,
+                problem: in_words(&e.to_string()),
+            })?;
+            from_value(&value)
+        }
+    }
+}
+
 fn pointer<'v>(value: &'v Value, path: &serde_path_to_error::Path) -> Option<&'v Value> {
     use serde_path_to_error::Segment;
     let mut at = value;

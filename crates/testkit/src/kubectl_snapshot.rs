@@ -6,14 +6,24 @@
 
 use serde_json::{json, Value};
 
-/// The List as YAML, with `nodes` nodes (every `gpu_every`-th one a GPU node) and `pods` pods.
+/// The List as YAML, with `nodes` nodes (every `gpu_every`-th one a GPU node) and `pods` pods
+/// (one in four Pending, the rest Running).
 pub fn kubectl_yaml(nodes: usize, gpu_every: usize, pods: usize) -> String {
+    let bound = |i: usize| !i.is_multiple_of(4);
+    serde_saphyr::to_string(&list(nodes, gpu_every, pods, bound)).expect("YAML")
+}
+
+/// The List with `running` Running pods and then `pending` Pending ones (as `kubectl get -o
+/// json` would parse).
+pub fn kubectl_list(nodes: usize, gpu_every: usize, running: usize, pending: usize) -> Value {
+    list(nodes, gpu_every, running + pending, |i| i < running)
+}
+
+fn list(nodes: usize, gpu_every: usize, pods: usize, bound: impl Fn(usize) -> bool) -> Value {
     let mut items: Vec<Value> = (0..nodes).map(|i| node(i, i.is_multiple_of(gpu_every))).collect();
     let gpu_nodes: Vec<usize> = (0..nodes).step_by(gpu_every).collect();
-    items.extend((0..pods).map(|i| pod(i, gpu_nodes[i % gpu_nodes.len()])));
-    let list =
-        json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}});
-    serde_saphyr::to_string(&list).expect("YAML")
+    items.extend((0..pods).map(|i| pod(i, gpu_nodes[i % gpu_nodes.len()], bound(i))));
+    json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}})
 }
 
 fn node(i: usize, gpu: bool) -> Value {
@@ -64,8 +74,7 @@ fn node(i: usize, gpu: bool) -> Value {
                 "machineID": format!("{i:032x}"), "operatingSystem": "linux", "osImage": "Amazon Linux 2023", "systemUUID": format!("{i:032x}")}}})
 }
 
-fn pod(i: usize, gpu_node: usize) -> Value {
-    let bound = !i.is_multiple_of(4);
+fn pod(i: usize, gpu_node: usize, bound: bool) -> Value {
     let node =
         format!("ip-10-{}-{}-{}.ec2.internal", gpu_node / 65536, (gpu_node / 256) % 256, gpu_node % 256);
     let mut spec = json!({"containers": [{"name": "main", "image": "registry.example.com/team/infer:v3",
@@ -82,7 +91,14 @@ fn pod(i: usize, gpu_node: usize) -> Value {
             "message": "0/5000 nodes are available: 5000 Insufficient nvidia.com/mig-3g.40gb."}]})
     };
     if !bound {
-        spec["containers"][0]["resources"] = json!({"limits": {"nvidia.com/mig-3g.40gb": "1"}});
+        // Pending: mostly 3g.40gb (no GPU offers one yet), some 1g.10gb and 2g.20gb; one in four
+        // tied to a zone.
+        let profile = ["3g.40gb", "3g.40gb", "1g.10gb", "2g.20gb"][i % 4];
+        spec["containers"][0]["resources"] = json!({"limits": {format!("nvidia.com/mig-{profile}"): "1"}, "requests": {"cpu": "2", "memory": "8Gi"}});
+        if i.is_multiple_of(4) {
+            spec["nodeSelector"] =
+                json!({"topology.kubernetes.io/zone": format!("us-east-1{}", ["a", "b", "c"][i / 4 % 3])});
+        }
     }
     json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": format!("infer-{i}"), "namespace": format!("team-{}", i % 20), "uid": format!("p{i:07x}"),

@@ -10,6 +10,7 @@ use anyhow::Context;
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::PlanOptions;
 use geometer_solver::snapshot::Snapshot;
+use serde_json::Value;
 
 use super::args::PlanArgs;
 use crate::cli::output::{self, Failure};
@@ -31,7 +32,7 @@ fn read_input(path: &str) -> Result<String, Failure> {
 }
 
 /// A planner snapshot has `nodes` and no `kind`; anything else goes through the adapter.
-fn is_planner_snapshot(value: &serde_json::Value) -> bool {
+fn is_planner_snapshot(value: &Value) -> bool {
     value.get("kind").is_none() && value.get("nodes").is_some()
 }
 
@@ -52,8 +53,13 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(
         }
         None => None,
     };
-    let value = adapter::parse_value(&text).context("invalid --snapshot").map_err(bad)?;
-    let (snapshot, warnings) = if is_planner_snapshot(&value) {
+    // A JSON List (kubectl get -o json) is read item by item, straight into its types.
+    let (objects, value) = match adapter::json_list(&text) {
+        Some(objects) => (Some(objects), Value::Null),
+        None => (None, adapter::parse_value(&text).context("invalid --snapshot").map_err(bad)?),
+    };
+    drop(text);
+    let (snapshot, warnings) = if objects.is_none() && is_planner_snapshot(&value) {
         let mut snapshot: Snapshot = geometer_api::decode::from_value(&value)
             .context("invalid --snapshot (planner snapshot format)")
             .map_err(bad)?;
@@ -62,7 +68,10 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(
         }
         (snapshot, Vec::new())
     } else {
-        let objects = adapter::objects_of(value).context("invalid --snapshot").map_err(bad)?;
+        let objects = match objects {
+            Some(objects) => objects,
+            None => adapter::objects_of(value).context("invalid --snapshot").map_err(bad)?,
+        };
         let built = adapter::build_snapshot(&objects, &catalog, policy, jiff::Timestamp::now())
             .context("invalid --snapshot")
             .map_err(bad)?;

@@ -19,6 +19,7 @@ use geometer_solver::snapshot::{Policy, Snapshot};
 use geometer_solver::PodKey;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use thiserror::Error;
 
@@ -77,22 +78,94 @@ pub fn parse_value(text: &str) -> Result<Value, AdapterError> {
 }
 
 pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
+    if let Some(objects) = json_list(text) {
+        return Ok(objects);
+    }
     objects_of(parse_value(text)?)
+}
+
+/// A JSON List read item by item from its text, each decoded straight into its type (no value
+/// tree for the whole, nor for an item unless it fails to decode); `None` when `text` is not
+/// a JSON List whose `items` is a list.
+pub fn json_list(text: &str) -> Option<Objects> {
+    #[derive(serde::Deserialize)]
+    struct RawList<'t> {
+        kind: String,
+        #[serde(borrow)]
+        items: Vec<&'t RawValue>,
+    }
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let list: RawList = serde_json::from_str(text).ok()?;
+    if !list.kind.ends_with("List") {
+        return None;
+    }
+    Some(read_items(&list.kind, list.items.into_iter().map(Item::Raw)))
+}
+
+/// One item of a List: a value (YAML, or JSON read whole), or its JSON text.
+enum Item<'t> {
+    Value(Value),
+    Raw(&'t RawValue),
+}
+
+/// What an item is, read before the item itself.
+#[derive(serde::Deserialize, Default)]
+struct Header {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    metadata: HeaderMetadata,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct HeaderMetadata {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+impl Item<'_> {
+    /// Its header; an item whose header does not read as strings becomes a value, so that
+    /// decoding it names the field.
+    fn header(self) -> (Header, Self) {
+        if let Item::Raw(raw) = &self {
+            if let Ok(header) = serde_json::from_str::<Header>(raw.get()) {
+                return (header, self);
+            }
+        }
+        let value = self.into_value();
+        let text = |pointer: &str| value.pointer(pointer).and_then(Value::as_str).map(str::to_string);
+        let metadata =
+            HeaderMetadata { name: text("/metadata/name"), namespace: text("/metadata/namespace") };
+        (Header { kind: text("/kind"), metadata }, Item::Value(value))
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, DecodeError> {
+        match self {
+            Item::Value(value) => decode::from_value(value),
+            Item::Raw(raw) => decode::from_json_str(raw.get()),
+        }
+    }
+
+    fn into_value(self) -> Value {
+        match self {
+            Item::Value(value) => value,
+            // Already parsed once as JSON (it is a slice of a List that parsed).
+            Item::Raw(raw) => serde_json::from_str(raw.get()).unwrap_or(Value::Null),
+        }
+    }
 }
 
 /// The objects of a parsed List (or of one object); an item that cannot be read is skipped
 /// and listed in [`Objects::skipped`].
-pub fn objects_of(value: Value) -> Result<Objects, AdapterError> {
+pub fn objects_of(mut value: Value) -> Result<Objects, AdapterError> {
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
-    // Items of a NodeList/PodList may omit their kind.
-    let implied = match kind.as_str() {
-        "NodeList" => "Node",
-        "PodList" => "Pod",
-        _ => "",
-    };
     let items: Vec<Value> = if kind == "List" || kind.ends_with("List") {
-        match value.get("items") {
-            Some(Value::Array(items)) => items.clone(),
+        match value.get_mut("items").map(Value::take) {
+            Some(Value::Array(items)) => items,
             None | Some(Value::Null) => Vec::new(),
             Some(other) => {
                 return Err(AdapterError::Field {
@@ -109,16 +182,27 @@ pub fn objects_of(value: Value) -> Result<Objects, AdapterError> {
         let found = if kind.is_empty() { "document without `kind`".to_string() } else { kind };
         return Err(AdapterError::NotAList { found });
     };
+    Ok(read_items(&kind, items.into_iter().map(Item::Value)))
+}
+
+/// Each item by its kind into `Objects`, skipping (and naming) those that cannot be read.
+fn read_items<'t>(list_kind: &str, items: impl Iterator<Item = Item<'t>>) -> Objects {
+    // Items of a NodeList/PodList may omit their kind.
+    let implied = match list_kind {
+        "NodeList" => "Node",
+        "PodList" => "Pod",
+        _ => "",
+    };
     let mut objects = Objects::default();
     // (kind, namespace, name) -> the item that had it first: a second one is refused, not
     // allowed to replace the first without a word.
     let mut first: BTreeMap<(String, String, String), usize> = BTreeMap::new();
-    for (index, item) in items.into_iter().enumerate() {
-        let kind = item.get("kind").and_then(Value::as_str).unwrap_or(implied).to_string();
-        let name = item.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    for (index, item) in items.enumerate() {
+        let (header, item) = item.header();
+        let kind = header.kind.unwrap_or_else(|| implied.to_string());
+        let name = header.metadata.name.unwrap_or_default();
         if matches!(kind.as_str(), "Node" | "Pod" | "MigNode" | "MigPolicy") {
-            let namespace =
-                item.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
+            let namespace = header.metadata.namespace.unwrap_or_default();
             let key = (kind.clone(), namespace, name.clone());
             if let Some(&earlier) = first.get(&key) {
                 objects.skipped.push(AdapterError::Object {
@@ -138,13 +222,13 @@ pub fn objects_of(value: Value) -> Result<Objects, AdapterError> {
             problem: e.to_string(),
         };
         let read = match kind.as_str() {
-            "Node" => decode::from_value(&item).map(|n| objects.nodes.push(Arc::new(n))).map_err(bad),
-            "Pod" => decode::from_value(&item).map(|p| objects.pods.push(Arc::new(p))).map_err(bad),
-            "MigNode" => read_mignode(&item, &mut objects).map_err(|e| {
+            "Node" => item.decode().map(|n| objects.nodes.push(Arc::new(n))).map_err(bad),
+            "Pod" => item.decode().map(|p| objects.pods.push(Arc::new(p))).map_err(bad),
+            "MigNode" => read_mignode(&item.into_value(), &mut objects).map_err(|e| {
                 objects.unreadable_inventories.insert(name.clone());
                 e.map_err(bad).unwrap_or_else(|e| e)
             }),
-            "MigPolicy" => mig_policy_value(item, index).map(|p| objects.policies.push(p)),
+            "MigPolicy" => mig_policy_value(item.into_value(), index).map(|p| objects.policies.push(p)),
             _ => {
                 let kind = if kind.is_empty() { "(no kind)".into() } else { kind.clone() };
                 *objects.ignored.entry(kind).or_default() += 1;
@@ -155,7 +239,7 @@ pub fn objects_of(value: Value) -> Result<Objects, AdapterError> {
             objects.skipped.push(e);
         }
     }
-    Ok(objects)
+    objects
 }
 
 /// A MigNode's inventory into `objects`; the inner error when the object does not decode.
@@ -520,6 +604,30 @@ items:
         assert!(built.snapshot.nodes.iter().all(|n| n.name != "n1"));
         let err = built.skipped[0].to_string();
         assert!(err.contains("nvidia.com/gpu.count") && err.contains("Node n1"), "{err}");
+    }
+
+    #[test]
+    fn a_json_list_is_read_item_by_item_as_its_yaml_form_is() {
+        let bad = "- kind: Pod\n  metadata: {name: broken, namespace: ml}\n  spec: {containers: [{name: c, resources: {limits: {nvidia.com/mig-1g.5gb: [1]}}}]}\n- kind: Pod\n  metadata: {name: 7, namespace: ml}\n  spec: {containers: oops}\n";
+        let yaml = format!("{LIST}{bad}");
+        let value = parse_value(&yaml).unwrap();
+        let json = serde_json::to_string(&value).unwrap();
+        let fast = json_list(&json).expect("a JSON List takes the item-by-item path");
+        let whole = objects_of(value).unwrap();
+        assert_eq!((fast.nodes.len(), fast.pods.len()), (1, 3));
+        assert_eq!((fast.nodes.len(), fast.pods.len()), (whole.nodes.len(), whole.pods.len()));
+        let errors = |o: &Objects| o.skipped.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        assert_eq!(errors(&fast), errors(&whole));
+        assert!(
+            errors(&fast)[0].contains("items[5] (Pod broken)") && errors(&fast)[0].contains("[1]"),
+            "{:?}",
+            errors(&fast)
+        );
+        assert!(errors(&fast)[1].contains("metadata.name` = 7"), "{:?}", errors(&fast));
+        assert_eq!(fast.ignored, whole.ignored);
+        // Not a List, or not JSON: the whole-value path reads it.
+        assert!(json_list(&yaml).is_none());
+        assert!(json_list(r#"{"kind": "Node", "metadata": {"name": "n"}}"#).is_none());
     }
 
     #[test]

@@ -1,0 +1,112 @@
+//! `geometer plan --snapshot` at the size of large clusters: a kubectl-style List (GPU nodes
+//! of eight H100s with the GPU Operator's labels, running and pending pods with requests,
+//! tolerations and zone selectors; `geometer_testkit::kubectl_snapshot`) written as JSON and
+//! as YAML, then planned by one child process per row, phase by phase as the CLI does it:
+//! read, parse, snapshot, solve, render. Prints a Markdown table with each phase's time and
+//! the child's peak RSS (VmHWM: the whole planning process, not the generator).
+//!
+//! Run: `cargo bench --bench plan_snapshot` (`cargo test --all-targets` runs the smallest row
+//! once as a smoke test). Env `PLAN_SNAPSHOT_ROWS=1000x5000,5000x20000` picks the rows
+//! (GPU nodes x pending pods; as many pods run as are pending).
+#![allow(clippy::unwrap_used)] // benchmark code: a failed unwrap is a failed run
+
+use std::process::Command;
+use std::time::Instant;
+
+use geometer_controller::adapter;
+use geometer_solver::catalog::Catalog;
+use geometer_solver::plan::PlanOptions;
+
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Plans `file` as `geometer plan --snapshot file -o json` does; prints one RESULT line.
+fn child(file: &str) {
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
+    let start = Instant::now();
+    let text = std::fs::read_to_string(file).unwrap();
+    let read = ms(start);
+    let t = Instant::now();
+    let objects = adapter::parse_objects(&text).unwrap();
+    drop(text);
+    let parse = ms(t);
+    let t = Instant::now();
+    let catalog = Catalog::builtin();
+    let built = adapter::build_snapshot(&objects, catalog, None, jiff::Timestamp::now()).unwrap();
+    drop(objects);
+    let snapshot = ms(t);
+    let t = Instant::now();
+    let plan = geometer_solver::plan(&built.snapshot, catalog, &PlanOptions::default()).unwrap();
+    let solve = ms(t);
+    let t = Instant::now();
+    let json = serde_json::to_string(&plan).unwrap();
+    let table = plan.render_table_with(catalog);
+    let render = ms(t);
+    let total = ms(start);
+    let placed = plan.pods.iter().filter(|p| p.node.is_some()).count();
+    println!(
+        "RESULT {read:.0} {parse:.0} {snapshot:.0} {solve:.0} {render:.0} {total:.0} {:.0} {placed} {}",
+        peak_rss_mib(),
+        json.len() + table.len()
+    );
+}
+
+fn rows(smoke: bool) -> Vec<(usize, usize)> {
+    if smoke {
+        return vec![(50, 200)];
+    }
+    let spec = std::env::var("PLAN_SNAPSHOT_ROWS").unwrap_or_else(|_| "1000x5000,5000x20000".into());
+    spec.split(',')
+        .map(|r| {
+            let (n, p) = r.split_once('x').expect("rows look like 1000x5000");
+            (n.parse().unwrap(), p.parse().unwrap())
+        })
+        .collect()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(pos) = args.iter().position(|a| a == "--child") {
+        child(&args[pos + 1]);
+        return;
+    }
+    if args.iter().any(|a| a == "--list") {
+        return;
+    }
+    // Cargo passes `--bench` only under `cargo bench`.
+    let smoke = !args.iter().any(|a| a == "--bench");
+    let dir = tempfile::tempdir().unwrap();
+    let me = std::env::current_exe().unwrap();
+    println!("| GPU nodes (x 8 H100) | pending pods | running pods | format | input MB | read ms | parse ms | snapshot ms | solve ms | render ms | total ms | peak RSS MiB | pods placed |");
+    println!("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (nodes, pending) in rows(smoke) {
+        let list = geometer_testkit::kubectl_snapshot::kubectl_list(nodes, 1, pending, pending);
+        let formats = [
+            ("JSON", serde_json::to_string(&list).unwrap()),
+            ("YAML", serde_saphyr::to_string(&list).unwrap()),
+        ];
+        drop(list);
+        for (format, text) in formats {
+            let path = dir.path().join(format!("cluster.{}", format.to_lowercase()));
+            std::fs::write(&path, &text).unwrap();
+            let out = Command::new(&me).args(["--child", path.to_str().unwrap()]).output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let Some(line) = stdout.lines().find_map(|l| l.strip_prefix("RESULT ")) else {
+                panic!("child failed: {}", String::from_utf8_lossy(&out.stderr));
+            };
+            let f: Vec<&str> = line.split(' ').collect();
+            let mb = text.len() as f64 / 1e6;
+            println!(
+                "| {nodes} | {pending} | {pending} | {format} | {mb:.0} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
+            );
+            assert!(f[7].parse::<usize>().unwrap() > 0, "no pending pod placed");
+        }
+    }
+}
