@@ -7,7 +7,8 @@
 //!
 //! Run: `cargo bench --bench plan_snapshot` (`cargo test --all-targets` runs the smallest row
 //! once as a smoke test). Env `PLAN_SNAPSHOT_ROWS=1000x5000,5000x20000` picks the rows
-//! (GPU nodes x pending pods; as many pods run as are pending).
+//! (GPU nodes x pending pods; as many pods run as are pending); `PLAN_SNAPSHOT_DIR` keeps the
+//! generated files.
 #![allow(clippy::unwrap_used)] // benchmark code: a failed unwrap is a failed run
 
 use std::process::Command;
@@ -81,7 +82,10 @@ fn main() {
     }
     // Cargo passes `--bench` only under `cargo bench`.
     let smoke = !args.iter().any(|a| a == "--bench");
-    let dir = tempfile::tempdir().unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    // `PLAN_SNAPSHOT_DIR` keeps the generated Lists there (to profile `geometer plan` on them).
+    let dir =
+        std::env::var("PLAN_SNAPSHOT_DIR").map(std::path::PathBuf::from).unwrap_or(temp.path().to_path_buf());
     let me = std::env::current_exe().unwrap();
     println!("| GPU nodes (x 8 H100) | pending pods | running pods | format | input MB | read ms | parse ms | snapshot ms | solve ms | render ms | total ms | peak RSS MiB | pods placed |");
     println!("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -93,7 +97,7 @@ fn main() {
         ];
         drop(list);
         for (format, text) in formats {
-            let path = dir.path().join(format!("cluster.{}", format.to_lowercase()));
+            let path = dir.join(format!("cluster.{}", format.to_lowercase()));
             std::fs::write(&path, &text).unwrap();
             let out = Command::new(&me).args(["--child", path.to_str().unwrap()]).output().unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);

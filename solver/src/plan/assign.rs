@@ -2,7 +2,7 @@
 //! is expected to land on and which instances it takes. Both planners end here, so their plans
 //! are scored the same way.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::geometry::Geometry;
 
@@ -98,6 +98,7 @@ pub(crate) fn assign(
         cpu: &mut cpu,
         memory: &mut memory,
         used: &mut used,
+        cursors: HashMap::new(),
     };
     let mut evicted_out = BTreeMap::new();
     for &r in evicted {
@@ -147,6 +148,12 @@ struct State<'s, 'p> {
     cpu: &'s mut Vec<Option<u64>>,
     memory: &'s mut Vec<Option<u64>>,
     used: &'s mut Vec<Vec<bool>>,
+    /// Per kind of pod (class, eligible list, needs): how far each of the three scans of
+    /// [`State::place`] got. Nodes only fill up and quotas only fall while pods are placed, so
+    /// a node a scan passed over never suits that kind of pod again: the next pod of the kind
+    /// starts where the last one stopped, and placing every pod costs each node once per kind,
+    /// not once per pod.
+    cursors: HashMap<(Option<usize>, usize, Needs), [usize; 3]>,
 }
 
 impl State<'_, '_> {
@@ -174,16 +181,30 @@ impl State<'_, '_> {
             (Some(c), Some(h)) => quota.group.get(&(c, h.node_group[n])).is_some_and(|&q| q > 0),
             _ => false,
         };
-        let chosen = eligible.iter().copied().find(|&n| exact(n, quota) && self.fits(n, needs));
+        let key = (class, eligible.as_ptr() as usize, needs.clone());
+        let mut at = self.cursors.get(&key).copied().unwrap_or_default();
+        let scan = |from: &mut usize, suits: &dyn Fn(usize) -> bool| -> Option<usize> {
+            while let Some(&n) = eligible.get(*from) {
+                if suits(n) {
+                    return Some(n);
+                }
+                *from += 1;
+            }
+            None
+        };
+        let [first, second, third] = &mut at;
+        let chosen = scan(first, &|n| exact(n, quota) && self.fits(n, needs));
         // An exact placement is the whole answer: a pod it left out would only take room it
         // gave another pod.
         let node = if quota.node.is_some() {
-            chosen?
+            chosen
         } else {
             chosen
-                .or_else(|| eligible.iter().copied().find(|&n| hinted(n, quota) && self.fits(n, needs)))
-                .or_else(|| eligible.iter().copied().find(|&n| self.fits(n, needs)))?
+                .or_else(|| scan(second, &|n| hinted(n, quota) && self.fits(n, needs)))
+                .or_else(|| scan(third, &|n| self.fits(n, needs)))
         };
+        self.cursors.insert(key, at);
+        let node = node?;
         if let (Some(c), Some(h)) = (class, hints) {
             if let Some(q) = quota.group.get_mut(&(c, h.node_group[node])) {
                 *q = q.saturating_sub(1);
