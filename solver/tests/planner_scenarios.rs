@@ -465,6 +465,42 @@ fn past_32_nodes_short_of_cpu_the_bound_still_counts_what_evictions_give_back() 
 }
 
 #[test]
+fn a_node_that_limits_memory_never_pools_with_one_that_does_not() {
+    // node-0 has memory for one pod; node-1 has no limit but its GPU is a whole 7g.80gb in use.
+    // Pooled together, the group would have no memory limit and the plan would count both pods
+    // on node-0 (node-0 is modelled alone here; past 32 such nodes it would pool, but only with
+    // nodes that limit memory too). The optimum moves the 7g pod to node-0 and makes node-1's
+    // GPU 1g slices.
+    let s = snapshot(
+        r#"
+nodes:
+- name: node-0
+  labels: {zone: z0}
+  freeMemoryBytes: 1073741824
+  gpus: [{index: 0, model: H100-80GB}]
+- name: node-1
+  labels: {zone: z0}
+  gpus:
+  - index: 0
+    model: H100-80GB
+    instances: [{profile: 7g.80gb, start: 0, pod: batch/whole}]
+pending:
+- {namespace: ml, name: p0, requests: {1g.10gb: 1}, memoryBytes: 1073741824}
+- {namespace: ml, name: p1, requests: {1g.10gb: 1}, memoryBytes: 1073741824, nodeSelector: {zone: z0}}
+running:
+- {namespace: batch, name: whole, requests: {7g.80gb: 1}, node: node-1}
+policy: {evictionAllowed: true}
+"#,
+    );
+    let plan = ilp(&s);
+    assert_eq!(plan.objective.pods_met, 2, "{}", plan.render_table());
+    let moved: Vec<(&str, &str)> =
+        plan.evictions.iter().map(|e| (e.pod.as_str(), e.rescheduled_to.as_str())).collect();
+    assert_eq!(moved, [("batch/whole", "node-0")]);
+    assert_eq!(plan.gap, 0.0);
+}
+
+#[test]
 fn an_eviction_whose_instance_goes_to_another_pod_survives_undoing_an_unused_change() {
     // The optimum moves the 3g pod off node-0 so that p0 (zone z0 only) takes its instance,
     // and moves the 7g pod to node-0 so that node-1 can make a 1g.5gb for p1. The 3g pod's
