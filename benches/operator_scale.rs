@@ -20,6 +20,10 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::PostParams;
 use kube::Api;
 
+#[path = "support/proc_memory.rs"]
+mod proc_memory;
+use proc_memory::memory;
+
 const GPUS_PER_NODE: usize = 8;
 const SEVEN_SMALL: &[(&str, u8)] = &[
     ("1g.10gb", 0),
@@ -52,20 +56,6 @@ fn policy() -> MigPolicy {
             solver: SolverLimits { time_limit_ms: 10_000, ..SolverLimits::default() },
         },
     )
-}
-
-/// `VmHWM` and `VmRSS` of a process, in MiB.
-fn memory(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
-    };
-    (field("VmHWM:"), field("VmRSS:"))
 }
 
 struct Controller(Child);

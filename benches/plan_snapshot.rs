@@ -18,14 +18,8 @@ use geometer_controller::adapter;
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::PlanOptions;
 
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
-}
+#[path = "support/proc_memory.rs"]
+mod proc_memory;
 
 /// Plans `file` as `geometer plan --snapshot file -o json` does; prints one RESULT line.
 fn child(file: &str) {
@@ -53,7 +47,7 @@ fn child(file: &str) {
     let placed = plan.pods.iter().filter(|p| p.node.is_some()).count();
     println!(
         "RESULT {read:.0} {parse:.0} {snapshot:.0} {solve:.0} {render:.0} {total:.0} {:.0} {placed} {}",
-        peak_rss_mib(),
+        proc_memory::memory(std::process::id()).0,
         json.len() + table.len()
     );
 }

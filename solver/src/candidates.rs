@@ -92,8 +92,7 @@ pub(crate) fn build(problem: &Problem, cache: &GeometryCache) -> Candidates {
                 }
             })
             .collect();
-        let frees_resources = problem.pressed[gpu.node]
-            && pods.iter().any(|&r| problem.running[r].needs.cpu > 0 || problem.running[r].needs.memory > 0);
+        let frees_resources = pods.iter().any(|&r| problem.eviction_frees_resources(r));
         let key = BaseKey { model: gpu.model, current: gpu.current.clone(), holders, frees_resources };
         let class = match index.get(&key) {
             Some(&c) => c,

@@ -30,8 +30,7 @@ pub(crate) struct Model {
 /// group (exact; left out, the program is a restriction: see [`Builder::freed`]).
 pub(crate) fn build(problem: &Problem, agg: &Aggregate, count_freed: bool) -> Model {
     let (fixed_free, fixed_total) = fixed_free_slices(problem, agg);
-    let mut b = Builder::with_variables(problem, agg);
-    b.count_freed = count_freed;
+    let mut b = Builder::with_variables(problem, agg, count_freed);
     b.placement_rows();
     b.capacity_rows(&fixed_free);
     let changed = b.changed_terms();
@@ -101,7 +100,7 @@ struct Builder<'p> {
 
 impl<'p> Builder<'p> {
     /// The variables: x (entries per GPU class, summing to the class's size), met, y.
-    fn with_variables(problem: &'p Problem<'p>, agg: &'p Aggregate) -> Builder<'p> {
+    fn with_variables(problem: &'p Problem<'p>, agg: &'p Aggregate, count_freed: bool) -> Builder<'p> {
         let mut lp = Lp::default();
         let mut x = Vec::with_capacity(agg.classes.len());
         for class in &agg.classes {
@@ -133,7 +132,7 @@ impl<'p> Builder<'p> {
             class_by_group[gc.group].push(c);
         }
         let keys = problem.profiles.len();
-        Builder { problem, agg, keys, lp, x, y, met, running_count, class_by_group, count_freed: true }
+        Builder { problem, agg, keys, lp, x, y, met, running_count, class_by_group, count_freed }
     }
 
     /// Every pending pod placed counts as met; every evicted pod must be placed again.

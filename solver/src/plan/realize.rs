@@ -226,7 +226,7 @@ fn settle(problem: &Problem, decision: &mut Decision) -> Assignment {
             .filter(|&r| freed_for_nobody(problem, decision, &a, r))
             .collect();
         let (plain, freeing): (Vec<usize>, Vec<usize>) =
-            idle.into_iter().partition(|&r| !frees_resources(problem, r));
+            idle.into_iter().partition(|&r| !problem.eviction_frees_resources(r));
         for r in plain {
             decision.evicted.remove(&r);
             reverted = true;
@@ -265,7 +265,8 @@ fn settle(problem: &Problem, decision: &mut Decision) -> Assignment {
                     .copied()
                     .filter(|&r| {
                         problem.running[r].gpu == g
-                            && (!freed_for_nobody(problem, decision, &a, r) || frees_resources(problem, r))
+                            && (!freed_for_nobody(problem, decision, &a, r)
+                                || problem.eviction_frees_resources(r))
                     })
                     .collect();
                 revert(problem, decision, g);
@@ -277,12 +278,6 @@ fn settle(problem: &Problem, decision: &mut Decision) -> Assignment {
             return a;
         }
     }
-}
-
-/// Whether evicting running pod `r` gives back CPU or memory that could bind on its node.
-fn frees_resources(problem: &Problem, r: usize) -> bool {
-    let pod = &problem.running[r];
-    problem.pressed[pod.node] && (pod.needs.cpu > 0 || pod.needs.memory > 0)
 }
 
 /// Whether the pods placed in `a` are placed as well with running pod `r` left in place.

@@ -392,6 +392,12 @@ impl<'a> Problem<'a> {
         (cpu, memory)
     }
 
+    /// Whether evicting running pod `r` gives back CPU or memory that could bind on its node.
+    pub(crate) fn eviction_frees_resources(&self, r: usize) -> bool {
+        let pod = &self.running[r];
+        self.pressed[pod.node] && (pod.needs.cpu > 0 || pod.needs.memory > 0)
+    }
+
     /// Whether a pending entry stands for an expected pod, not a real one.
     pub(crate) fn is_expected(&self, i: usize) -> bool {
         self.pending[i].weight == 0

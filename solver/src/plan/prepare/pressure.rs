@@ -13,8 +13,8 @@ struct Asked {
 }
 
 impl Asked {
-    fn add(&mut self, amount: u64, pods: u64) {
-        self.total += amount * pods;
+    fn add(&mut self, amount: u64) {
+        self.total += amount;
         self.most = self.most.max(amount);
     }
 
@@ -46,8 +46,8 @@ pub(crate) fn resources_may_bind(problem: &Problem) -> Vec<bool> {
             Asked::default(),
             Asked::default(),
         ));
-        entry.1.add(needs.cpu, 1);
-        entry.2.add(needs.memory, 1);
+        entry.1.add(needs.cpu);
+        entry.2.add(needs.memory);
     }
     let mut per_node = vec![(Asked::default(), Asked::default()); problem.nodes.len()];
     for (nodes, cpu, memory) in per_list.into_values() {
