@@ -17,14 +17,14 @@ test: setup control-plane
 	GEOMETER_REQUIRE_CONTROL_PLANE=1 cargo test --workspace --all-targets
 
 demo: setup
-	cargo run --release -- demo
+	cargo run -- demo
 
 # The demo on the real control plane (built on first use), for watching with the real kubectl.
 demo-k8s: setup
 	bash scripts/demo-k8s.sh $(ARGS)
 
 # The benchmarks, and the planner against the exact optimiser on thousands of random clusters
-# (CI runs a few hundred: solver/tests/planner_optimal.rs).
+# (CI runs a few hundred: solver/tests/planner/optimal.rs).
 bench: setup
 	cargo bench --workspace
-	GEOMETER_OPTIMAL_CASES=5000 cargo test --release --workspace --test planner_optimal
+	GEOMETER_OPTIMAL_CASES=5000 cargo test --release --workspace --test planner optimal

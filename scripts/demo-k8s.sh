@@ -6,8 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/k8s-control-plane.sh >/dev/null
-# GEOMETER_DEMO_PROFILE=debug reuses the test build instead of a release build.
-profile="${GEOMETER_DEMO_PROFILE:-release}"
+# The dev profile make demo and make test share; GEOMETER_DEMO_PROFILE=release for a release build.
+profile="${GEOMETER_DEMO_PROFILE:-debug}"
 # One build of both, so that the solver gets geometer's backend feature in testkit's build too.
 flags=(-q -p geometer -p geometer-testkit --bin geometer --bin control-plane)
 if [ "$profile" = release ]; then cargo build --release "${flags[@]}"; else cargo build "${flags[@]}"; fi

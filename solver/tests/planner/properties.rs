@@ -10,7 +10,7 @@ use geometer_solver::plan::{Plan, PlanOptions};
 use geometer_solver::snapshot::{Gpu, Instance, Node, Pod, Policy, Snapshot};
 use proptest::prelude::*;
 
-mod support;
+use crate::support;
 
 const MODELS: [&str; 3] = ["A100-40GB", "H100-80GB", "A30"];
 const PROFILES: [&str; 8] =

@@ -20,7 +20,7 @@ use geometer_solver::PodKey;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
-mod support;
+use crate::support;
 
 /// The GPU models of the generated clusters.
 const MODELS: [&str; 2] = ["A100-40GB", "H100-80GB"];

@@ -1,0 +1,8 @@
+//! The planner: scenarios with known answers, expected pods, properties of every plan, and the
+//! exact optimiser it is checked against.
+
+mod expected;
+mod optimal;
+mod properties;
+mod scenarios;
+mod support;
