@@ -222,9 +222,13 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         kinds.len(),
         started.elapsed().as_secs_f64()
     ));
+    let bound = geometer_sim::bound::served_bound(&cluster, &workload);
+    notes.push(format!(
+        "upper bound (capacity): no strategy could serve more than {bound} pods here; pods that never finish counted by the memory and compute slices of the models they may use, smallest first, ignoring placements, nodes, CPU and memory (crates/sim/src/bound.rs)"
+    ));
     let name = trace_path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let setup = describe(&args, &cluster, &workload, &name, forecast);
-    let mut markdown = format!("{setup}\n\n{}", report::markdown_table(&summaries));
+    let mut markdown = format!("{setup}\n\n{}", report::markdown_table(&summaries, Some(bound)));
     markdown.push_str("\nNotes:\n");
     for note in &notes {
         markdown.push_str(&format!("- {note}\n"));

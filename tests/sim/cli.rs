@@ -103,3 +103,35 @@ fn bad_input_exits_2_naming_the_problem() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("\"arrival_s\"") && stderr.contains("\"soon\""), "{stderr}");
 }
+
+/// Column 2 (pods served) of the table row whose first cell is `name`.
+fn served(stdout: &str, name: &str) -> usize {
+    let row = stdout.lines().find(|l| l.starts_with(&format!("| {name} |"))).unwrap_or_else(|| panic!("{stdout}"));
+    row.split('|').nth(2).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn the_table_ends_with_a_bound_no_strategy_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = generated_trace(dir.path(), 200);
+    let out = geometer()
+        .args(["simulate", "--trace"])
+        .arg(&trace)
+        .args(["--cluster", "1xA100-80GB:4,1xH100-80GB:4", "--load", "1.3", "--seed", "5"])
+        .args(["--strategy", "whole-gpu", "--strategy", "greedy", "--strategy", "geometer"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bound = served(&stdout, "upper bound (capacity)");
+    let submitted: usize = stdout
+        .lines()
+        .find_map(|l| l.split(" of ").next()?.strip_prefix("- load mode (seed 5): ")?.parse().ok())
+        .unwrap_or_else(|| panic!("no load-mode line: {stdout}"));
+    // At 130% of capacity, not every submitted pod can fit.
+    assert!(bound < submitted, "bound {bound} of {submitted} submitted\n{stdout}");
+    for strategy in ["whole-gpu", "greedy", "geometer"] {
+        assert!(served(&stdout, strategy) <= bound, "{strategy} beats the bound\n{stdout}");
+    }
+    assert!(served(&stdout, "geometer") > 0, "{stdout}");
+}

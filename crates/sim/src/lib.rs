@@ -5,6 +5,7 @@
 //! Data flows one way: a trace (`trace`) and a cluster (`cluster`) become a `workload`; the
 //! `engine` runs each `strategy` over it and records `metrics`; `report` renders the summaries.
 
+pub mod bound;
 pub mod cluster;
 pub mod engine;
 pub mod mapping;

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use feasibility::first_failure;
 pub use feasibility::{eligibility, eligibility_after_evictions, Freeable, Ineligible};
 pub use pod_key::{PodKey, PodKeyError};
 pub use validate::SnapshotError;

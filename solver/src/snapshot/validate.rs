@@ -1,11 +1,11 @@
 //! Snapshot checks against the catalog. Every error names the field (as a path into the
 //! snapshot), the value found, and what to do; nothing is planned from a snapshot that fails.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use thiserror::Error;
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, GpuModel};
 use crate::geometry::{self, Geometry, Placed};
 
 use super::{Operator, Pod, Requirement, Snapshot};
@@ -25,105 +25,59 @@ fn err(field: impl Into<String>, value: impl Into<String>, problem: impl Into<St
 }
 
 impl Snapshot {
-    /// Checks names, references and every current geometry against `catalog`.
+    /// Checks names, references and every current geometry against `catalog`. Linear in the
+    /// snapshot: field paths are only written out for an error, and a model or geometry shared
+    /// by many GPUs is looked up and checked once.
     pub fn validate(&self, catalog: &Catalog) -> Result<(), SnapshotError> {
-        let mut node_names = BTreeSet::new();
-        for (i, node) in self.nodes.iter().enumerate() {
-            let at = format!("nodes[{i}]");
-            if node.name.is_empty() {
-                return Err(err(format!("{at}.name"), "", "every node needs a name"));
-            }
-            if !node_names.insert(node.name.as_str()) {
-                return Err(err(format!("{at}.name"), &node.name, "node listed twice; list each node once"));
-            }
-            let mut indexes = BTreeSet::new();
-            for (j, gpu) in node.gpus.iter().enumerate() {
-                let at = format!("{at}.gpus[{j}]");
-                if !indexes.insert(gpu.index) {
-                    return Err(err(
-                        format!("{at}.index"),
-                        gpu.index.to_string(),
-                        "GPU index used twice on this node",
-                    ));
-                }
-                let Some(model) = catalog.find(&gpu.model) else {
-                    return Err(err(
-                        format!("{at}.model"),
-                        &gpu.model,
-                        "no GPU model in the catalog matches (key, PCI device id, NVML name or gpu.product \
-                         label); add it with a catalog file (--catalog FILE)",
-                    ));
-                };
-                let mut placed = Vec::with_capacity(gpu.instances.len());
-                for (k, inst) in gpu.instances.iter().enumerate() {
-                    let at = format!("{at}.instances[{k}]");
-                    let Some(profile) = model.profile(&inst.profile) else {
-                        let known: Vec<&str> = model.profiles.iter().map(|p| p.name.as_str()).collect();
-                        return Err(err(
-                            format!("{at}.profile"),
-                            &inst.profile,
-                            format!("not a profile of {}; known: {}", model.key, known.join(", ")),
-                        ));
-                    };
-                    placed.push(Placed::new(profile, inst.start));
-                }
-                let current = Geometry::new(placed);
-                if let Err(e) = geometry::validate(model, &current) {
-                    return Err(err(
-                        format!("{at}.instances"),
-                        current.display(model),
-                        format!(
-                            "not a valid geometry on {}: {e}; fix the snapshot or the catalog",
-                            model.key
-                        ),
-                    ));
-                }
-            }
-        }
-        let mut pods = BTreeSet::new();
+        let node_names = self.validate_nodes(catalog)?;
+        let mut pods: HashSet<(&str, &str)> = HashSet::with_capacity(self.pending.len() + self.running.len());
         for (i, pod) in self.pending.iter().enumerate() {
-            let at = format!("pending[{i}]");
-            check_pod(&at, pod, catalog)?;
+            let at = || format!("pending[{i}]");
+            check_pod(&at, pod)?;
             if pod.requests.is_empty() {
                 return Err(err(
-                    format!("{at}.requests"),
+                    format!("{}.requests", at()),
                     "{}",
                     "a pending pod is demand only when it requests MIG profiles; drop it from the snapshot",
                 ));
             }
             if let Some(node) = &pod.node {
                 return Err(err(
-                    format!("{at}.node"),
+                    format!("{}.node", at()),
                     node,
                     "a pending pod is not bound; move it to `running`",
                 ));
             }
-            if !pods.insert(pod.key()) {
-                return Err(err(format!("{at}.name"), pod.key().to_string(), "pod listed twice"));
+            if !pods.insert((&pod.namespace, &pod.name)) {
+                return Err(err(format!("{}.name", at()), pod.key().to_string(), "pod listed twice"));
             }
         }
         for (i, pod) in self.running.iter().enumerate() {
-            let at = format!("running[{i}]");
-            check_pod(&at, pod, catalog)?;
+            let at = || format!("running[{i}]");
+            check_pod(&at, pod)?;
             match &pod.node {
                 None => {
-                    return Err(err(format!("{at}.node"), "", "a running pod needs the node it is bound to"))
+                    return Err(err(
+                        format!("{}.node", at()),
+                        "",
+                        "a running pod needs the node it is bound to",
+                    ))
                 }
                 Some(node) if !node_names.contains(node.as_str()) => {
-                    return Err(err(format!("{at}.node"), node, "not a node of this snapshot"));
+                    return Err(err(format!("{}.node", at()), node, "not a node of this snapshot"));
                 }
                 Some(_) => {}
             }
-            if !pods.insert(pod.key()) {
-                return Err(err(format!("{at}.name"), pod.key().to_string(), "pod listed twice"));
+            if !pods.insert((&pod.namespace, &pod.name)) {
+                return Err(err(format!("{}.name", at()), pod.key().to_string(), "pod listed twice"));
             }
         }
         for (i, pod) in self.expected.iter().enumerate() {
-            let at = format!("expected[{i}]");
-            check_pod(&at, pod, catalog)?;
+            let at = || format!("expected[{i}]");
+            check_pod(&at, pod)?;
             if let Some(node) = &pod.node {
                 return Err(err(
-                    format!("{at}.node"),
+                    format!("{}.node", at()),
                     node,
                     "an expected pod is not bound yet; leave `node` out",
                 ));
@@ -142,34 +96,108 @@ impl Snapshot {
         }
         Ok(())
     }
+
+    /// Node names unique and present, GPU indexes unique per node, every GPU's model in the
+    /// catalog and its current geometry valid there. Returns the node names.
+    fn validate_nodes<'s>(&'s self, catalog: &'s Catalog) -> Result<HashSet<&'s str>, SnapshotError> {
+        let mut node_names = HashSet::with_capacity(self.nodes.len());
+        let mut models: HashMap<&str, &GpuModel> = HashMap::new();
+        let mut valid: HashSet<(&str, Geometry)> = HashSet::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let at = || format!("nodes[{i}]");
+            if node.name.is_empty() {
+                return Err(err(format!("{}.name", at()), "", "every node needs a name"));
+            }
+            if !node_names.insert(node.name.as_str()) {
+                return Err(err(
+                    format!("{}.name", at()),
+                    &node.name,
+                    "node listed twice; list each node once",
+                ));
+            }
+            let mut indexes = BTreeSet::new();
+            for (j, gpu) in node.gpus.iter().enumerate() {
+                let at = || format!("nodes[{i}].gpus[{j}]");
+                if !indexes.insert(gpu.index) {
+                    return Err(err(
+                        format!("{}.index", at()),
+                        gpu.index.to_string(),
+                        "GPU index used twice on this node",
+                    ));
+                }
+                let model = match models.get(gpu.model.as_str()) {
+                    Some(model) => *model,
+                    None => {
+                        let Some(model) = catalog.find(&gpu.model) else {
+                            return Err(err(
+                                format!("{}.model", at()),
+                                &gpu.model,
+                                "no GPU model in the catalog matches (key, PCI device id, NVML name or gpu.product \
+                                 label); add it with a catalog file (--catalog FILE)",
+                            ));
+                        };
+                        models.insert(&gpu.model, model);
+                        model
+                    }
+                };
+                let mut placed = Vec::with_capacity(gpu.instances.len());
+                for (k, inst) in gpu.instances.iter().enumerate() {
+                    let Some(profile) = model.profile(&inst.profile) else {
+                        let known: Vec<&str> = model.profiles.iter().map(|p| p.name.as_str()).collect();
+                        return Err(err(
+                            format!("{}.instances[{k}].profile", at()),
+                            &inst.profile,
+                            format!("not a profile of {}; known: {}", model.key, known.join(", ")),
+                        ));
+                    };
+                    placed.push(Placed::new(profile, inst.start));
+                }
+                let current = (model.key.as_str(), Geometry::new(placed));
+                if valid.contains(&current) {
+                    continue;
+                }
+                if let Err(e) = geometry::validate(model, &current.1) {
+                    return Err(err(
+                        format!("{}.instances", at()),
+                        current.1.display(model),
+                        format!(
+                            "not a valid geometry on {}: {e}; fix the snapshot or the catalog",
+                            model.key
+                        ),
+                    ));
+                }
+                valid.insert(current);
+            }
+        }
+        Ok(node_names)
+    }
 }
 
-fn check_pod(at: &str, pod: &Pod, catalog: &Catalog) -> Result<(), SnapshotError> {
+fn check_pod(at: &dyn Fn() -> String, pod: &Pod) -> Result<(), SnapshotError> {
     if pod.namespace.is_empty() {
-        return Err(err(format!("{at}.namespace"), "", "every pod needs a namespace"));
+        return Err(err(format!("{}.namespace", at()), "", "every pod needs a namespace"));
     }
     if pod.name.is_empty() || pod.name.contains('/') {
-        return Err(err(format!("{at}.name"), &pod.name, "a pod name is not empty and has no '/'"));
+        return Err(err(format!("{}.name", at()), &pod.name, "a pod name is not empty and has no '/'"));
     }
     for (profile, &count) in &pod.requests {
         if count == 0 {
             return Err(err(
-                format!("{at}.requests.{profile}"),
+                format!("{}.requests.{profile}", at()),
                 "0",
                 "a request counts at least 1 slice; drop it",
             ));
         }
         if profile.is_empty() {
-            return Err(err(format!("{at}.requests"), "", "a profile name is not empty"));
+            return Err(err(format!("{}.requests", at()), "", "a profile name is not empty"));
         }
     }
-    let _ = catalog;
     for (t, term) in pod.affinity.iter().enumerate() {
         for (r, req) in term.match_expressions.iter().enumerate() {
-            check_requirement(&format!("{at}.affinity[{t}].matchExpressions[{r}]"), req)?;
+            check_requirement(&format!("{}.affinity[{t}].matchExpressions[{r}]", at()), req)?;
         }
         for (r, req) in term.match_fields.iter().enumerate() {
-            let field = format!("{at}.affinity[{t}].matchFields[{r}]");
+            let field = format!("{}.affinity[{t}].matchFields[{r}]", at());
             if req.key != "metadata.name" {
                 return Err(err(
                     format!("{field}.key"),
@@ -191,16 +219,16 @@ fn check_pod(at: &str, pod: &Pod, catalog: &Catalog) -> Result<(), SnapshotError
 }
 
 fn check_requirement(field: &str, req: &Requirement) -> Result<(), SnapshotError> {
-    let values = format!("{:?}", req.values);
+    let values = || format!("{:?}", req.values);
     match req.operator {
         Operator::In | Operator::NotIn if req.values.is_empty() => {
-            Err(err(format!("{field}.values"), values, "In and NotIn need at least one value"))
+            Err(err(format!("{field}.values"), values(), "In and NotIn need at least one value"))
         }
         Operator::Exists | Operator::DoesNotExist if !req.values.is_empty() => {
-            Err(err(format!("{field}.values"), values, "Exists and DoesNotExist take no values"))
+            Err(err(format!("{field}.values"), values(), "Exists and DoesNotExist take no values"))
         }
         Operator::Gt | Operator::Lt if req.values.len() != 1 || req.values[0].parse::<i64>().is_err() => {
-            Err(err(format!("{field}.values"), values, "Gt and Lt take exactly one integer value"))
+            Err(err(format!("{field}.values"), values(), "Gt and Lt take exactly one integer value"))
         }
         _ => Ok(()),
     }

@@ -10,8 +10,9 @@ fn percent(value: Option<f64>) -> String {
     value.map_or_else(|| "-".into(), |v| format!("{:.1}%", v * 100.0))
 }
 
-/// The comparison table printed on stdout.
-pub fn markdown_table(summaries: &[Summary]) -> String {
+/// The comparison table printed on stdout; its last row is `bound`, the most pods any strategy
+/// could have served (`crate::bound`), when given.
+pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
     let mut out = String::from(
         "| strategy | pods served | not served | wait p50 (s) | wait p95 (s) | wait p99 (s) | memory slices allocated (mean) | memory slices allocated while demand > capacity | compute slices allocated (mean) | GPUs reconfigured | pods evicted | planner calls | planner time total / max (ms) |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
@@ -42,6 +43,13 @@ pub fn markdown_table(summaries: &[Summary]) -> String {
             s.evictions,
             s.planner_calls,
             planner,
+        );
+    }
+    if let (Some(bound), Some(first)) = (bound, summaries.first()) {
+        let _ = writeln!(
+            out,
+            "| upper bound (capacity) | {bound} | {} | - | - | - | - | - | - | - | - | - | - |",
+            first.pods.saturating_sub(bound)
         );
     }
     out

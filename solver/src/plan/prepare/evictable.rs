@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::catalog::GpuModel;
-use crate::snapshot::{eligibility_after_evictions, Freeable, Node, Pod, PodKey, Snapshot};
+use crate::snapshot::{first_failure, Freeable, Node, Pod, PodKey, Snapshot};
 
 use super::layout::Layout;
 use super::{snapshot_gpu_sorted, ConstraintKey, Needs, RunningInfo, User};
@@ -90,7 +90,7 @@ pub(super) fn evictable_pods<'a>(
             .entry(ConstraintKey::of(pod, Vec::new()))
             .or_insert_with(|| {
                 let nodes: Vec<usize> = (0..node_order.len())
-                    .filter(|&n| eligibility_after_evictions(pod, node_order[n], freeable[n]).is_ok())
+                    .filter(|&n| first_failure(pod, node_order[n], freeable[n]).is_none())
                     .collect();
                 Arc::from(nodes)
             })

@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::catalog::{Catalog, GpuModel, ProfileId};
 use crate::geometry::{Geometry, Placed};
-use crate::snapshot::{
-    eligibility_after_evictions, Freeable, Node, NodeSelectorTerm, Pod, PodKey, Snapshot, Toleration,
-};
+use crate::snapshot::{first_failure, Freeable, Node, NodeSelectorTerm, Pod, PodKey, Snapshot, Toleration};
 
 use super::{PlanError, PlanOptions, UnmetReason};
 
@@ -306,12 +304,12 @@ impl<'a> Problem<'a> {
         let mut excluded: BTreeMap<&'static str, (usize, String)> = BTreeMap::new();
         let mut passing = Vec::new();
         for (n, node) in node_order.iter().enumerate() {
-            match eligibility_after_evictions(pod, node, self.freeable[n]) {
-                Ok(()) => passing.push(n),
-                Err(why) => {
+            match first_failure(pod, node, self.freeable[n]) {
+                None => passing.push(n),
+                Some(why) => {
                     let entry = excluded
                         .entry(why.constraint())
-                        .or_insert_with(|| (0, format!("{}: {why}", node.name)));
+                        .or_insert_with(|| (0, format!("{}: {}", node.name, why.owned())));
                     entry.0 += 1;
                 }
             }
