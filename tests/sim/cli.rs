@@ -106,7 +106,8 @@ fn bad_input_exits_2_naming_the_problem() {
 
 /// Column 2 (pods served) of the table row whose first cell is `name`.
 fn served(stdout: &str, name: &str) -> usize {
-    let row = stdout.lines().find(|l| l.starts_with(&format!("| {name} |"))).unwrap_or_else(|| panic!("{stdout}"));
+    let row =
+        stdout.lines().find(|l| l.starts_with(&format!("| {name} |"))).unwrap_or_else(|| panic!("{stdout}"));
     row.split('|').nth(2).unwrap().trim().parse().unwrap()
 }
 

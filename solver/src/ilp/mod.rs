@@ -17,7 +17,7 @@ use crate::geometry::Geometry;
 use crate::geometry::GeometryCache;
 use crate::plan::assign::Hints;
 use crate::plan::prepare::Problem;
-use crate::plan::realize::{realize, Decision};
+use crate::plan::realize::{score, Decision};
 use crate::plan::{Plan, PlanError, PlanOptions, SolverUsed};
 use crate::snapshot::Snapshot;
 
@@ -100,9 +100,11 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
     // all plannable demand is the honest bound.
     let complete = candidates.cut_short.is_empty() && candidates.evictions_cut == 0;
     let bound = bound.filter(|_| complete).unwrap_or_else(|| problem.trivial_bound() as f64);
-    let greedy = realize(problem, greedy, SolverUsed::GreedyFallback, bound, started, Vec::new());
+    // Decisions are scored first and only the one kept is written out as a plan.
+    let mut greedy_notes = Vec::new();
+    let greedy = score(problem, greedy, &mut greedy_notes);
     let Some(values) = solved else {
-        let mut plan = greedy;
+        let mut plan = greedy.into_plan(SolverUsed::GreedyFallback, bound, started, greedy_notes);
         notes.push(format!(
             "the {} solver found no plan in time; using the greedy plan",
             backend::backend_name()
@@ -112,31 +114,33 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
         return plan;
     };
     let decision = disaggregate(problem, &candidates, &agg, &model, &values);
-    let mut ilp = realize(problem, decision.clone(), SolverUsed::Ilp, bound, started, notes.clone());
+    let mut ilp_notes = notes.clone();
+    let mut ilp = score(problem, decision.clone(), &mut ilp_notes);
     // Pods placed in priority order may fall short of what the model met where it pooled slices,
     // CPU or memory over nodes; then each node is counted on its own.
     let met_by_model = objective_value(&model.levels[0].coefs, &values).round() as u64;
     if ilp.objective.demand_met < met_by_model {
         if let Some(exact) = placed_exactly(problem, &agg, decision, deadline) {
-            let again = realize(problem, exact, SolverUsed::Ilp, bound, started, notes.clone());
+            let mut again_notes = notes.clone();
+            let again = score(problem, exact, &mut again_notes);
             if again.objective.better(&ilp.objective) == std::cmp::Ordering::Greater {
-                ilp = again;
+                (ilp, ilp_notes) = (again, again_notes);
             }
         }
     }
     // The greedy plan is always at hand: never return anything worse (the ILP can lose a little
     // when disaggregating, or stop at the time limit with a weak incumbent).
     let mut plan = if greedy.objective.better(&ilp.objective) == std::cmp::Ordering::Greater {
-        let mut plan = greedy;
         let (level, ilp_value, greedy_value) =
-            ilp.objective.first_difference(&plan.objective).unwrap_or(("demand met", 0, 0));
+            ilp.objective.first_difference(&greedy.objective).unwrap_or(("demand met", 0, 0));
         let note = format!(
             "the ILP plan scored below the greedy plan ({level} {ilp_value} vs {greedy_value}); using the greedy plan"
         );
+        let mut plan = greedy.into_plan(SolverUsed::GreedyFallback, bound, started, greedy_notes);
         plan.notes.splice(0..0, notes.into_iter().chain([note]));
         plan
     } else {
-        ilp
+        ilp.into_plan(SolverUsed::Ilp, bound, started, ilp_notes)
     };
     plan.solve_ms = started.elapsed().as_millis() as u64;
     plan

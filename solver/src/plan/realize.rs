@@ -23,89 +23,56 @@ pub(crate) struct Decision {
 
 pub(crate) fn realize(
     problem: &Problem,
-    mut decision: Decision,
+    decision: Decision,
     solver: SolverUsed,
     bound: f64,
     started: Instant,
     mut notes: Vec<String>,
 ) -> Plan {
-    enforce_rules(problem, &mut decision, &mut notes);
+    score(problem, decision, &mut notes).into_plan(solver, bound, started, notes)
+}
+
+/// A decision settled and scored, not yet written out: planners compare several (the ILP's
+/// against the greedy baseline's) and write out only the one they keep, which on the largest
+/// clusters saves a GPU plan per GPU for each discarded one.
+pub(crate) struct Scored<'p, 'a> {
+    problem: &'p Problem<'a>,
+    decision: Decision,
+    assignment: Assignment,
+    limit_hit: Option<String>,
+    pub(crate) objective: Objective,
+}
+
+/// Enforces the rules and limits, assigns pods and scores the result.
+pub(crate) fn score<'p, 'a>(
+    problem: &'p Problem<'a>,
+    mut decision: Decision,
+    notes: &mut Vec<String>,
+) -> Scored<'p, 'a> {
+    enforce_rules(problem, &mut decision, notes);
     enforce_limits(problem, &mut decision);
     let assignment = settle(problem, &mut decision);
-
-    let names = |g: usize, geometry: &[Placed]| -> Vec<PlacedName> {
-        let model = problem.model_of(g);
-        geometry
-            .iter()
-            .map(|p| PlacedName { profile: model.profile_info(p.profile).name.clone(), start: p.start })
-            .collect()
-    };
-    let mut gpus = Vec::with_capacity(problem.gpus.len());
-    for (g, gpu) in problem.gpus.iter().enumerate() {
-        let target = &decision.targets[g];
-        let d = geometry::diff(&gpu.current, target, problem.model_of(g));
-        gpus.push(GpuPlan {
-            node: problem.nodes[gpu.node].name.to_string(),
-            index: gpu.index,
-            model: problem.model_of(g).key.clone(),
-            from: names(g, gpu.current.instances()),
-            to: names(g, target.instances()),
-            destroy: names(g, &d.destroy),
-            create: names(g, &d.create),
-            changed: !d.is_empty(),
-        });
-    }
-    let evictions: Vec<Eviction> = assignment
-        .evicted
-        .iter()
-        .map(|(&r, slot)| {
-            let pod = &problem.running[r];
-            Eviction {
-                pod: pod.key.clone(),
-                node: problem.nodes[pod.node].name.to_string(),
-                gpu: problem.gpus[pod.gpu].index,
-                rescheduled_to: problem.nodes[slot.as_ref().expect("settled").node].name.to_string(),
-            }
-        })
-        .collect();
-
-    let gpus_changed = gpus.iter().filter(|g| g.changed).count() as u32;
+    let gpus_changed =
+        problem.gpus.iter().enumerate().filter(|(g, gpu)| decision.targets[*g] != gpu.current).count() as u32;
     let nodes_changed = changed_nodes(problem, &decision.targets).len() as u32;
     let limit_hit = match (problem.max_gpus_changed, problem.max_nodes_changed) {
         (Some(m), _) if gpus_changed >= m => Some(format!("maxGpusChanged={m}")),
         (_, Some(m)) if nodes_changed >= m => Some(format!("maxNodesChanged={m}")),
         _ => None,
     };
-    let mut objective = Objective { evictions: evictions.len() as u32, gpus_changed, ..Objective::default() };
-    let mut pods = Vec::with_capacity(problem.pending.len());
+    let mut objective =
+        Objective { evictions: assignment.evicted.len() as u32, gpus_changed, ..Objective::default() };
     for (i, p) in problem.pending.iter().enumerate() {
-        if problem.is_expected(i) {
-            // Not a pod of the cluster: it only scores the room prepared for it.
-            if matches!((&p.status, &assignment.pending[i]), (PodStatus::Plannable, Some(_))) {
+        if matches!((&p.status, &assignment.pending[i]), (PodStatus::Plannable, Some(_))) {
+            if problem.is_expected(i) {
+                // Not a pod of the cluster: it only scores the room prepared for it.
                 objective.expected += 1;
-            }
-            continue;
-        }
-        let (node, placement, reason) = match (&p.status, &assignment.pending[i]) {
-            (PodStatus::Unmet(reason), _) => (None, SliceSource::Unmet, Some(reason.clone())),
-            (PodStatus::Plannable, Some(slot)) => {
+            } else {
                 // Every pod the plan serves counts, on slices already there or on new ones.
                 objective.demand_met += p.weight;
                 objective.pods_met += 1;
-                (Some(slot.node), source(problem, &decision.targets, slot), None)
             }
-            (PodStatus::Plannable, None) => {
-                (None, SliceSource::Unmet, Some(unmet_reason(problem, i, limit_hit.as_deref())))
-            }
-        };
-        pods.push(PodOutcome {
-            pod: p.key.clone(),
-            priority: p.pod.priority,
-            requests: p.pod.requests.clone(),
-            node: node.map(|n| problem.nodes[n].name.to_string()),
-            placement,
-            reason,
-        });
+        }
     }
     let mut spare = vec![0u32; problem.profiles.len()];
     for (g, target) in decision.targets.iter().enumerate() {
@@ -121,20 +88,92 @@ pub(crate) fn realize(
         }
     }
     objective.headroom = spare.iter().zip(&problem.headroom).map(|(s, h)| (*s).min(*h)).sum();
-    let bound = bound.max(objective.demand_met as f64);
-    let gap = if bound > 0.0 { (bound - objective.demand_met as f64) / bound } else { 0.0 };
-    notes.extend(problem.notes.iter().cloned());
-    Plan {
-        solver,
-        placements_inferred: problem.placements_inferred,
-        gpus,
-        evictions,
-        pods,
-        objective,
-        bound,
-        gap,
-        solve_ms: started.elapsed().as_millis() as u64,
-        notes,
+    Scored { problem, decision, assignment, limit_hit, objective }
+}
+
+impl Scored<'_, '_> {
+    /// The plan: every GPU's before and after, the evictions, and each pending pod's outcome.
+    pub(crate) fn into_plan(
+        self,
+        solver: SolverUsed,
+        bound: f64,
+        started: Instant,
+        mut notes: Vec<String>,
+    ) -> Plan {
+        let Scored { problem, decision, assignment, limit_hit, objective } = self;
+        let names = |g: usize, geometry: &[Placed]| -> Vec<PlacedName> {
+            let model = problem.model_of(g);
+            geometry
+                .iter()
+                .map(|p| PlacedName { profile: model.profile_info(p.profile).name.clone(), start: p.start })
+                .collect()
+        };
+        let mut gpus = Vec::with_capacity(problem.gpus.len());
+        for (g, gpu) in problem.gpus.iter().enumerate() {
+            let target = &decision.targets[g];
+            let d = geometry::diff(&gpu.current, target, problem.model_of(g));
+            gpus.push(GpuPlan {
+                node: problem.nodes[gpu.node].name.to_string(),
+                index: gpu.index,
+                model: problem.model_of(g).key.clone(),
+                from: names(g, gpu.current.instances()),
+                to: names(g, target.instances()),
+                destroy: names(g, &d.destroy),
+                create: names(g, &d.create),
+                changed: !d.is_empty(),
+            });
+        }
+        let evictions: Vec<Eviction> = assignment
+            .evicted
+            .iter()
+            .map(|(&r, slot)| {
+                let pod = &problem.running[r];
+                Eviction {
+                    pod: pod.key.clone(),
+                    node: problem.nodes[pod.node].name.to_string(),
+                    gpu: problem.gpus[pod.gpu].index,
+                    rescheduled_to: problem.nodes[slot.as_ref().expect("settled").node].name.to_string(),
+                }
+            })
+            .collect();
+        let mut pods = Vec::with_capacity(problem.pending.len());
+        for (i, p) in problem.pending.iter().enumerate() {
+            if problem.is_expected(i) {
+                continue;
+            }
+            let (node, placement, reason) = match (&p.status, &assignment.pending[i]) {
+                (PodStatus::Unmet(reason), _) => (None, SliceSource::Unmet, Some(reason.clone())),
+                (PodStatus::Plannable, Some(slot)) => {
+                    (Some(slot.node), source(problem, &decision.targets, slot), None)
+                }
+                (PodStatus::Plannable, None) => {
+                    (None, SliceSource::Unmet, Some(unmet_reason(problem, i, limit_hit.as_deref())))
+                }
+            };
+            pods.push(PodOutcome {
+                pod: p.key.clone(),
+                priority: p.pod.priority,
+                requests: p.pod.requests.clone(),
+                node: node.map(|n| problem.nodes[n].name.to_string()),
+                placement,
+                reason,
+            });
+        }
+        let bound = bound.max(objective.demand_met as f64);
+        let gap = if bound > 0.0 { (bound - objective.demand_met as f64) / bound } else { 0.0 };
+        notes.extend(problem.notes.iter().cloned());
+        Plan {
+            solver,
+            placements_inferred: problem.placements_inferred,
+            gpus,
+            evictions,
+            pods,
+            objective,
+            bound,
+            gap,
+            solve_ms: started.elapsed().as_millis() as u64,
+            notes,
+        }
     }
 }
 
