@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use geometer_api::{Batching, Disruption, MigPlan, MigPolicy, MigPolicySpec, PolicyMode, SolverLimits};
@@ -20,8 +19,11 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::PostParams;
 use kube::Api;
 
+#[path = "support/controller_process.rs"]
+mod controller_process;
 #[path = "support/proc_memory.rs"]
 mod proc_memory;
+use controller_process::Controller;
 use proc_memory::memory;
 
 const GPUS_PER_NODE: usize = 8;
@@ -56,15 +58,6 @@ fn policy() -> MigPolicy {
             solver: SolverLimits { time_limit_ms: 10_000, ..SolverLimits::default() },
         },
     )
-}
-
-struct Controller(Child);
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn unschedulable(pod: &Pod) -> bool {
@@ -149,37 +142,10 @@ async fn main() {
     .await;
     let setup = inventories - t;
 
-    let (addr, _serving) = server.serve_http("127.0.0.1:0").await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new(env!("CARGO_BIN_EXE_geometer"))
-        .args(["controller", "--no-leader-election", "--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
-        .env("KUBECONFIG", &kubeconfig)
-        .env("GEOMETER_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start geometer controller");
-    let controller = Controller(child);
-    let pid = controller.0.id();
+    let controller = Controller::start(&server).await;
+    let pid = controller.pid();
     // Ready once its caches hold the whole cluster.
-    let ready_started = Instant::now();
-    loop {
-        let ok = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).is_ok_and(|mut s| {
-            use std::io::{Read, Write};
-            let _ = s.write_all(b"GET /readyz HTTP/1.0\r\n\r\n");
-            let mut out = String::new();
-            let _ = s.read_to_string(&mut out);
-            out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/1.0 200")
-        });
-        if ok {
-            break;
-        }
-        assert!(ready_started.elapsed() < Duration::from_secs(300), "controller never became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let cache_fill = ready_started.elapsed();
+    let cache_fill = controller.ready(Duration::from_secs(300)).await;
     let (idle_rss, _) = memory(pid);
 
     // The shift: pods for 3g.40gb, which no GPU offers.
@@ -242,7 +208,7 @@ async fn main() {
     println!("| measure | value |");
     println!("|---|---|");
     println!("| cluster | {nodes} nodes x {GPUS_PER_NODE} H100-80GB = {} GPUs, {running_pods} running pods + {shifted_pods} shifted pods |", nodes * GPUS_PER_NODE);
-    println!("| controller at {addr} over HTTP, pid {pid} | separate process |");
+    println!("| controller over HTTP, pid {pid} | separate process |");
     println!("| setup (cluster, pods running, agent inventories) | {} |", secs(setup));
     println!("| controller cache fill to /readyz | {} |", secs(cache_fill));
     println!("| controller RSS when ready | {idle_rss:.0} MiB |");

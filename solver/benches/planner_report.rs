@@ -9,6 +9,8 @@
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 mod common;
+#[path = "../../benches/support/proc_memory.rs"]
+mod proc_memory;
 
 use std::process::Command;
 use std::time::Instant;
@@ -16,14 +18,9 @@ use std::time::Instant;
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::{PlanOptions, SliceSource};
 
+/// Peak RSS (VmHWM) of this process, in MiB.
 fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
+    proc_memory::memory(std::process::id()).0
 }
 
 /// Plans one cluster `reps` times and prints one `RESULT` line (fields in `COLUMNS` order).

@@ -34,6 +34,11 @@ pub fn from_value<T: DeserializeOwned>(value: &Value) -> Result<T, DecodeError> 
 /// [`from_value`] straight from JSON text: no value tree is built unless decoding fails (then
 /// one is, to quote what the field held).
 pub fn from_json_str<T: DeserializeOwned>(text: &str) -> Result<T, DecodeError> {
+    // Most objects decode: do that without tracking the path, and only read an object again
+    // to name the field when it does not.
+    if let Ok(value) = serde_json::from_str(text) {
+        return Ok(value);
+    }
     let mut de = serde_json::Deserializer::from_str(text);
     match serde_path_to_error::deserialize(&mut de) {
         Ok(value) => Ok(value),

@@ -2,7 +2,9 @@
 //! of Nodes with the fields a kubelet reports (labels, addresses, capacity and allocatable,
 //! conditions, node info, images) and Pods with their spec and status. Some nodes carry eight
 //! H100s in MIG mode as the GPU Operator labels them; the rest are CPU nodes. Pods ask for MIG
-//! slices; some are bound and running, some Pending and unschedulable.
+//! slices; some are bound and running, some Pending and unschedulable. [`kubectl_list`] adds the
+//! MigNode each GPU node's agent publishes (`kubectl get nodes,pods,mignodes -A -o json`); the
+//! controller scale bench seeds the same objects into the in-memory API server.
 
 use serde_json::{json, Value};
 
@@ -13,21 +15,71 @@ pub fn kubectl_yaml(nodes: usize, gpu_every: usize, pods: usize) -> String {
     serde_saphyr::to_string(&list(nodes, gpu_every, pods, bound)).expect("YAML")
 }
 
-/// The List with `running` Running pods and then `pending` Pending ones (as `kubectl get -o
-/// json` would parse).
+/// The List with `running` Running pods and then `pending` Pending ones, and a MigNode per GPU
+/// node whose instances the running pods hold (as `kubectl get -o json` would parse).
 pub fn kubectl_list(nodes: usize, gpu_every: usize, running: usize, pending: usize) -> Value {
-    list(nodes, gpu_every, running + pending, |i| i < running)
+    let mut list = list(nodes, gpu_every, running + pending, |i| i < running);
+    let gpu_nodes = gpu_nodes(nodes, gpu_every);
+    let mut holders: Vec<Vec<String>> = vec![Vec::new(); gpu_nodes.len()];
+    for i in 0..running {
+        holders[i % gpu_nodes.len()].push(format!("{}/{}", namespace(i), pod_name(i)));
+    }
+    let items = list["items"].as_array_mut().expect("items");
+    items.extend(gpu_nodes.iter().zip(&holders).map(|(&n, pods)| mig_node(n, pods)));
+    list
 }
 
 fn list(nodes: usize, gpu_every: usize, pods: usize, bound: impl Fn(usize) -> bool) -> Value {
     let mut items: Vec<Value> = (0..nodes).map(|i| node(i, i.is_multiple_of(gpu_every))).collect();
-    let gpu_nodes: Vec<usize> = (0..nodes).step_by(gpu_every).collect();
+    let gpu_nodes = gpu_nodes(nodes, gpu_every);
     items.extend((0..pods).map(|i| pod(i, gpu_nodes[i % gpu_nodes.len()], bound(i))));
     json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}})
 }
 
+fn gpu_nodes(nodes: usize, gpu_every: usize) -> Vec<usize> {
+    (0..nodes).step_by(gpu_every).collect()
+}
+
+fn node_name(i: usize) -> String {
+    format!("ip-10-{}-{}-{}.ec2.internal", i / 65536, (i / 256) % 256, i % 256)
+}
+
+fn pod_name(i: usize) -> String {
+    format!("infer-{i}")
+}
+
+fn namespace(i: usize) -> String {
+    format!("team-{}", i % 20)
+}
+
+/// The agent's MigNode for GPU node `i`: eight H100-80GB in MIG mode, each split into seven
+/// 1g.10gb, the instances held by `pods` (`namespace/name`) in order, seven to a GPU.
+fn mig_node(i: usize, pods: &[String]) -> Value {
+    let gpus: Vec<Value> = (0..8)
+        .map(|g| {
+            let instances: Vec<Value> = (0..7)
+                .map(|s| {
+                    let mut inst = json!({"profile": "1g.10gb", "start": s, "size": 1, "gpuInstanceId": 9 + s,
+                        "computeInstanceId": 0, "uuid": format!("MIG-{i:08x}-{g}-{s}")});
+                    if let Some(pod) = pods.get(g * 7 + s) {
+                        inst["pod"] = json!(pod);
+                    }
+                    inst
+                })
+                .collect();
+            json!({"index": g, "uuid": format!("GPU-{i:08x}-{g}"), "model": "H100-80GB", "pciDeviceId": "0x233010DE",
+                "migMode": {"current": true, "pending": true}, "instances": instances})
+        })
+        .collect();
+    json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigNode",
+        "metadata": {"name": node_name(i), "generation": 1, "uid": format!("m{i:07x}"), "resourceVersion": format!("{}", 200_000 + i),
+            "creationTimestamp": "2026-11-01T10:05:00Z"},
+        "spec": {"gpus": []},
+        "status": {"gpus": gpus, "gpuCount": 8, "phase": "Ready", "observedGeneration": 1}})
+}
+
 fn node(i: usize, gpu: bool) -> Value {
-    let name = format!("ip-10-{}-{}-{}.ec2.internal", i / 65536, (i / 256) % 256, i % 256);
+    let name = node_name(i);
     let mut labels = json!({
         "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
@@ -75,8 +127,7 @@ fn node(i: usize, gpu: bool) -> Value {
 }
 
 fn pod(i: usize, gpu_node: usize, bound: bool) -> Value {
-    let node =
-        format!("ip-10-{}-{}-{}.ec2.internal", gpu_node / 65536, (gpu_node / 256) % 256, gpu_node % 256);
+    let node = node_name(gpu_node);
     let mut spec = json!({"containers": [{"name": "main", "image": "registry.example.com/team/infer:v3",
             "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}, "requests": {"cpu": "1", "memory": "4Gi", "nvidia.com/mig-1g.10gb": "1"}},
             "env": [{"name": "MODEL", "value": "small"}], "terminationMessagePath": "/dev/termination-log"}],
@@ -101,7 +152,7 @@ fn pod(i: usize, gpu_node: usize, bound: bool) -> Value {
         }
     }
     json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": format!("infer-{i}"), "namespace": format!("team-{}", i % 20), "uid": format!("p{i:07x}"),
+        "metadata": {"name": pod_name(i), "namespace": namespace(i), "uid": format!("p{i:07x}"),
             "labels": {"app": "infer"}, "creationTimestamp": "2026-11-30T09:00:00Z"},
         "spec": spec, "status": status})
 }

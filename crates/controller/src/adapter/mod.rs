@@ -224,7 +224,7 @@ fn read_items<'t>(list_kind: &str, items: impl Iterator<Item = Item<'t>>) -> Obj
         let read = match kind.as_str() {
             "Node" => item.decode().map(|n| objects.nodes.push(Arc::new(n))).map_err(bad),
             "Pod" => item.decode().map(|p| objects.pods.push(Arc::new(p))).map_err(bad),
-            "MigNode" => read_mignode(&item.into_value(), &mut objects).map_err(|e| {
+            "MigNode" => read_mignode(&item, &mut objects).map_err(|e| {
                 objects.unreadable_inventories.insert(name.clone());
                 e.map_err(bad).unwrap_or_else(|e| e)
             }),
@@ -243,8 +243,8 @@ fn read_items<'t>(list_kind: &str, items: impl Iterator<Item = Item<'t>>) -> Obj
 }
 
 /// A MigNode's inventory into `objects`; the inner error when the object does not decode.
-fn read_mignode(item: &Value, objects: &mut Objects) -> Result<(), Result<AdapterError, DecodeError>> {
-    let node: MigNode = decode::from_value(item).map_err(Err)?;
+fn read_mignode(item: &Item<'_>, objects: &mut Objects) -> Result<(), Result<AdapterError, DecodeError>> {
+    let node: MigNode = item.decode().map_err(Err)?;
     let gpus = mig_objects::inventory(&node).map_err(Ok)?;
     objects.inventories.insert(node.name_any(), gpus);
     objects.advertised.extend(mig_objects::advertised(&node));

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use geometer_solver::snapshot::{
     NodeSelectorTerm, Operator, Pod as PlannerPod, Requirement, TaintEffect, Toleration, TolerationOperator,
 };
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
 use crate::adapter::AdapterError;
 use geometer_api::quantity;
@@ -206,7 +206,8 @@ pub fn planner_pod(
     do_not_disrupt_keys: &[String],
     now: jiff::Timestamp,
 ) -> Result<PlannerPod, AdapterError> {
-    let spec = pod.spec.clone().unwrap_or_default();
+    let no_spec = PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&no_spec);
     let mut affinity = Vec::new();
     let required = spec
         .affinity

@@ -19,6 +19,8 @@ use geometer_api::{MigNode, MigPlan, MigPolicy};
 
 use geometer_api::decoded::{Decoded, Unreadable};
 
+use super::projection::{self, Projection};
+
 /// Read handles of the caches.
 #[derive(Clone)]
 pub struct Caches {
@@ -93,13 +95,22 @@ fn spawn_reflector<K>(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Store<Decoded<K>>
 where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + DeserializeOwned + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Projection
+        + Clone
+        + std::fmt::Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     let (reader, writer) = reflector::store();
     let kind = K::kind(&()).to_string();
-    // Managed fields are dropped as each object is decoded (`Decoded`).
+    // Managed fields are dropped as each object is decoded (`Decoded`), and whatever else the
+    // controller never reads before it is stored (`projection`).
     let stream = watcher(Api::<Decoded<K>>::all(client.clone()), watcher::Config::default())
         .default_backoff()
+        .modify(projection::project)
         .reflect(writer);
     tasks.push(tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);

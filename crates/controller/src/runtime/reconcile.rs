@@ -94,7 +94,9 @@ impl Controller {
     /// One pass; returns when the next pass is due even if nothing changes.
     pub(crate) async fn pass(&mut self) -> Instant {
         let now = Timestamp::now();
+        let started = Instant::now();
         let seen = self.read();
+        let read_ms = started.elapsed().as_millis() as u64;
         for group in self.quarantine.report(&seen.bad, now) {
             self.executor.run_group(group).await;
         }
@@ -114,8 +116,15 @@ impl Controller {
         }
         let demand = propose::demand(&seen.pods);
         let mut wake = self.plans(&seen, &reports, &newest, now).await;
+        let before_rounds_ms = started.elapsed().as_millis() as u64;
         wake = wake.min(self.rounds(&seen, &reports, &newest, &demand, now).await);
         self.count(&seen, &reports, &demand);
+        tracing::debug!(
+            read_ms,
+            before_rounds_ms,
+            pass_ms = started.elapsed().as_millis() as u64,
+            "pass done"
+        );
         wake
     }
 
@@ -239,6 +248,7 @@ impl Controller {
             pods: &seen.pods,
             now,
         };
+        let started = Instant::now();
         let prepared = match propose::prepare(&input, &self.catalog) {
             Ok(p) => p,
             Err(e) => {
@@ -247,6 +257,7 @@ impl Controller {
                 return true;
             }
         };
+        let prepare_ms = started.elapsed().as_millis() as u64;
         let (catalog, owned_policy) = (self.catalog.clone(), policy.clone());
         let geometries = Arc::clone(&self.geometries);
         let solved = tokio::task::spawn_blocking(move || {
@@ -268,6 +279,7 @@ impl Controller {
             }
         };
         self.metrics.observe_solve(solved.solve_ms as f64 / 1000.0);
+        let solved_at = Instant::now();
         let pods: BTreeMap<geometer_solver::PodKey, &Pod> =
             seen.pods.iter().map(|p| (crate::adapter::pods::key(p), &**p)).collect();
         let open: Vec<&MigPlan> = seen
@@ -276,7 +288,11 @@ impl Controller {
             .filter(|p| p.spec.policy == policy.name_any() && p.phase() == MigPlanPhase::Proposed)
             .map(|p| &**p)
             .collect();
-        match propose::decide(policy, &solved, &prepared, &open, &pods, now) {
+        let decision = propose::decide(policy, &solved, &prepared, &open, &pods, now);
+        tracing::info!(policy = %policy.name_any(), prepare_ms, solve_ms = solved.solve_ms,
+            wall_ms = started.elapsed().as_millis() as u64, decide_ms = solved_at.elapsed().as_millis() as u64,
+            "planning round done");
+        match decision {
             propose::Decision::Publish { plan, events } => {
                 tracing::info!(policy = %policy.name_any(), plan = %plan.name_any(), gpus = plan.spec.summary.gpus_changed, pods = plan.spec.summary.pods_helped, "publishing plan");
                 let mut group = vec![crate::runtime::actions::Action::CreatePlan(plan)];
