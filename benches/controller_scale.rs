@@ -25,8 +25,11 @@ use serde_json::{json, Value};
 mod controller_process;
 #[path = "support/proc_memory.rs"]
 mod proc_memory;
+#[path = "support/timing.rs"]
+mod timing;
 use controller_process::Controller;
 use proc_memory::memory;
+use timing::{signed, wait};
 
 const IDLE: u32 = 2;
 
@@ -87,18 +90,10 @@ async fn main() {
     }
     let last = Instant::now();
     let window_closes = (last + Duration::from_secs(IDLE.into())).min(first + Duration::from_secs(10));
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let published = loop {
-        if !server.objects::<MigPlan>().is_empty() {
-            break Instant::now();
-        }
-        assert!(Instant::now() < deadline, "no plan published");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    };
+    let published =
+        wait("a plan", Duration::from_secs(300), || !server.objects::<MigPlan>().is_empty()).await;
     let plan = server.objects::<MigPlan>().remove(0);
     let (peak, rss) = memory(pid);
-    let late = published.saturating_duration_since(window_closes);
-    let early = window_closes.saturating_duration_since(published);
     println!("| measure | value |");
     println!("|---|---|");
     println!(
@@ -110,9 +105,8 @@ async fn main() {
     println!("| controller RSS when ready | {ready_rss:.0} MiB |");
     println!("| pending pods seeded in | {:.2} s |", (last - first).as_secs_f64());
     println!(
-        "| batch window closes (last pod + idle {IDLE} s) -> plan published | {}{:.2} s |",
-        if early > late { "-" } else { "" },
-        early.max(late).as_secs_f64()
+        "| batch window closes (last pod + idle {IDLE} s) -> plan published | {} |",
+        signed(published, window_closes)
     );
     println!("| plan: solver time | {} ms |", plan.spec.solve_ms);
     println!(

@@ -23,8 +23,11 @@ use kube::Api;
 mod controller_process;
 #[path = "support/proc_memory.rs"]
 mod proc_memory;
+#[path = "support/timing.rs"]
+mod timing;
 use controller_process::Controller;
 use proc_memory::memory;
+use timing::{signed, wait};
 
 const GPUS_PER_NODE: usize = 8;
 const SEVEN_SMALL: &[(&str, u8)] = &[
@@ -69,17 +72,6 @@ fn unschedulable(pod: &Pod) -> bool {
 
 fn phase(pod: &Pod) -> Option<&str> {
     pod.status.as_ref().and_then(|s| s.phase.as_deref())
-}
-
-async fn wait(what: &str, limit: Duration, mut check: impl FnMut() -> bool) -> Instant {
-    let deadline = Instant::now() + limit;
-    loop {
-        if check() {
-            return Instant::now();
-        }
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -198,13 +190,6 @@ async fn main() {
     .await;
     let (peak, rss) = memory(pid);
     let secs = |d: Duration| format!("{:.2} s", d.as_secs_f64());
-    let signed = |a: Instant, b: Instant| {
-        if a >= b {
-            format!("{:.2} s", (a - b).as_secs_f64())
-        } else {
-            format!("-{:.2} s", (b - a).as_secs_f64())
-        }
-    };
     println!("| measure | value |");
     println!("|---|---|");
     println!("| cluster | {nodes} nodes x {GPUS_PER_NODE} H100-80GB = {} GPUs, {running_pods} running pods + {shifted_pods} shifted pods |", nodes * GPUS_PER_NODE);

@@ -47,7 +47,7 @@ fn child(file: &str) {
     let placed = plan.pods.iter().filter(|p| p.node.is_some()).count();
     println!(
         "RESULT {read:.0} {parse:.0} {snapshot:.0} {solve:.0} {render:.0} {total:.0} {:.0} {placed} {}",
-        proc_memory::memory(std::process::id()).0,
+        proc_memory::own_peak(),
         json.len() + table.len()
     );
 }

@@ -14,3 +14,9 @@ pub(crate) fn memory(pid: u32) -> (f64, f64) {
     };
     (field("VmHWM:"), field("VmRSS:"))
 }
+
+/// Peak resident memory (`VmHWM`) of this process, in MiB.
+#[allow(dead_code)] // not every bench that includes this file reads its own memory
+pub(crate) fn own_peak() -> f64 {
+    memory(std::process::id()).0
+}

@@ -18,11 +18,6 @@ use std::time::Instant;
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::{PlanOptions, SliceSource};
 
-/// Peak RSS (VmHWM) of this process, in MiB.
-fn peak_rss_mib() -> f64 {
-    proc_memory::memory(std::process::id()).0
-}
-
 /// Plans one cluster `reps` times and prints one `RESULT` line (fields in `COLUMNS` order).
 fn child(scenario: &str, gpus: usize, pods: usize, planner: &str, evict: bool, reps: usize) {
     let mut snapshot = match scenario {
@@ -68,7 +63,7 @@ fn child(scenario: &str, gpus: usize, pods: usize, planner: &str, evict: bool, r
         o.evictions,
         plan.bound,
         plan.gap * 100.0,
-        peak_rss_mib(),
+        proc_memory::own_peak(),
         plan.solver
     );
 }

@@ -46,7 +46,6 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
         if left == 0 {
             break;
         }
-        let here = &kinds.at[n].clone();
         let mut cpu = node.free_cpu;
         let mut memory = node.free_memory;
         // Free slices per profile on this node under the targets chosen so far.
@@ -56,13 +55,7 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
         }
         let mut node_touched = false;
         for &g in &node.gpus {
-            let mut lacking = vec![0i64; keys];
-            for &q in here {
-                let waiting = kinds.waiting(q) as i64;
-                for &(k, c) in &kinds.needs[q].slices {
-                    lacking[k] += c as i64 * waiting;
-                }
-            }
+            let mut lacking = kinds.lacking(n, keys);
             for k in 0..keys {
                 lacking[k] = (lacking[k] - node_free[k]).max(0);
             }
@@ -114,7 +107,7 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
             }
             // Pods that now fit on this node are served, in priority order; the rest stay
             // lacking.
-            left -= kinds.serve(here, |needs| {
+            left -= kinds.serve(n, |needs| {
                 let fits = needs.slices.iter().all(|&(k, c)| node_free[k] >= c as i64)
                     && cpu.is_none_or(|c| c >= needs.cpu)
                     && memory.is_none_or(|m| m >= needs.memory);
@@ -172,16 +165,24 @@ impl Kinds {
         kinds
     }
 
-    fn waiting(&self, q: usize) -> usize {
-        self.pods[q].len() - self.served[q]
+    /// Per profile key, the slices the waiting pods eligible on node `n` need.
+    fn lacking(&self, n: usize, keys: usize) -> Vec<i64> {
+        let mut lacking = vec![0i64; keys];
+        for &q in &self.at[n] {
+            let waiting = (self.pods[q].len() - self.served[q]) as i64;
+            for &(k, c) in &self.needs[q].slices {
+                lacking[k] += c as i64 * waiting;
+            }
+        }
+        lacking
     }
 
-    /// Offers the waiting pods of `kinds`, in priority order, to `take` (which says whether it
-    /// took the pod) until each kind has a pod refused; returns how many were taken.
-    fn serve(&mut self, kinds: &[usize], mut take: impl FnMut(&Needs) -> bool) -> usize {
+    /// Offers the waiting pods eligible on node `n`, in priority order, to `take` (which says
+    /// whether it took the pod) until each kind has a pod refused; returns how many were taken.
+    fn serve(&mut self, n: usize, mut take: impl FnMut(&Needs) -> bool) -> usize {
         let head = |k: &Kinds, q: usize| k.pods[q].get(k.served[q]).map(|&i| Reverse((i, q)));
         let mut heads: BinaryHeap<Reverse<(usize, usize)>> =
-            kinds.iter().filter_map(|&q| head(self, q)).collect();
+            self.at[n].iter().filter_map(|&q| head(self, q)).collect();
         let mut taken = 0;
         while let Some(Reverse((_, q))) = heads.pop() {
             if take(&self.needs[q]) {

@@ -22,7 +22,10 @@ struct Need {
 
 /// The most pods any strategy could have served in this run.
 pub fn served_bound(cluster: &Cluster, workload: &Workload) -> usize {
-    let needs: Vec<Option<Need>> = workload.pods.iter().map(|p| need(cluster, workload, p)).collect();
+    let gpus: Vec<u64> = (0..cluster.models.len())
+        .map(|m| cluster.nodes.iter().filter(|n| n.model == m).map(|n| u64::from(n.gpus)).sum())
+        .collect();
+    let needs: Vec<Option<Need>> = workload.pods.iter().map(|p| need(cluster, &gpus, workload, p)).collect();
     let finishing =
         workload.pods.iter().zip(&needs).filter(|(p, n)| p.duration.is_some() && n.is_some()).count();
     let staying: Vec<Need> = workload
@@ -36,12 +39,13 @@ pub fn served_bound(cluster: &Cluster, workload: &Workload) -> usize {
 }
 
 /// What `pod` needs on the models it may use; `None` when no model of the cluster can hold it.
-fn need(cluster: &Cluster, workload: &Workload, pod: &SimPod) -> Option<Need> {
+/// `gpus` is each model's GPU count.
+fn need(cluster: &Cluster, gpus: &[u64], workload: &Workload, pod: &SimPod) -> Option<Need> {
     let mut models = 0u32;
     let (mut memory, mut compute) = (0u64, 0u64);
     for (m, model) in cluster.models.iter().enumerate() {
         let allowed = pod.models.as_ref().is_none_or(|list| list.contains(&m));
-        let gpus: u64 = cluster.nodes.iter().filter(|n| n.model == m).map(|n| u64::from(n.gpus)).sum();
+        let gpus = gpus[m];
         let sizes: Option<Vec<(u64, u64)>> = pod
             .mig
             .iter()

@@ -22,7 +22,7 @@ pub fn kubectl_list(nodes: usize, gpu_every: usize, running: usize, pending: usi
     let gpu_nodes = gpu_nodes(nodes, gpu_every);
     let mut holders: Vec<Vec<String>> = vec![Vec::new(); gpu_nodes.len()];
     for i in 0..running {
-        holders[i % gpu_nodes.len()].push(format!("{}/{}", namespace(i), pod_name(i)));
+        holders[slot(i, gpu_nodes.len())].push(format!("{}/{}", namespace(i), pod_name(i)));
     }
     let items = list["items"].as_array_mut().expect("items");
     items.extend(gpu_nodes.iter().zip(&holders).map(|(&n, pods)| mig_node(n, pods)));
@@ -32,12 +32,18 @@ pub fn kubectl_list(nodes: usize, gpu_every: usize, running: usize, pending: usi
 fn list(nodes: usize, gpu_every: usize, pods: usize, bound: impl Fn(usize) -> bool) -> Value {
     let mut items: Vec<Value> = (0..nodes).map(|i| node(i, i.is_multiple_of(gpu_every))).collect();
     let gpu_nodes = gpu_nodes(nodes, gpu_every);
-    items.extend((0..pods).map(|i| pod(i, gpu_nodes[i % gpu_nodes.len()], bound(i))));
+    items.extend((0..pods).map(|i| pod(i, gpu_nodes[slot(i, gpu_nodes.len())], bound(i))));
     json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}})
 }
 
 fn gpu_nodes(nodes: usize, gpu_every: usize) -> Vec<usize> {
     (0..nodes).step_by(gpu_every).collect()
+}
+
+/// Which of the `gpu_nodes` GPU nodes (by position) pod `i` is on, or would be once bound:
+/// round robin. The pods' `nodeName` and the MigNodes' instance holders both follow it.
+fn slot(i: usize, gpu_nodes: usize) -> usize {
+    i % gpu_nodes
 }
 
 fn node_name(i: usize) -> String {

@@ -52,8 +52,7 @@ pub(crate) fn score<'p, 'a>(
     enforce_rules(problem, &mut decision, notes);
     enforce_limits(problem, &mut decision);
     let assignment = settle(problem, &mut decision);
-    let gpus_changed =
-        problem.gpus.iter().enumerate().filter(|(g, gpu)| decision.targets[*g] != gpu.current).count() as u32;
+    let gpus_changed = changed_gpus(problem, &decision.targets).count() as u32;
     let nodes_changed = changed_nodes(problem, &decision.targets).len() as u32;
     let limit_hit = match (problem.max_gpus_changed, problem.max_nodes_changed) {
         (Some(m), _) if gpus_changed >= m => Some(format!("maxGpusChanged={m}")),
@@ -219,13 +218,18 @@ fn revert(problem: &Problem, decision: &mut Decision, g: usize) {
 }
 
 fn changed_nodes(problem: &Problem, targets: &[Geometry]) -> BTreeSet<usize> {
+    changed_gpus(problem, targets).map(|g| problem.gpus[g].node).collect()
+}
+
+/// The GPUs whose target differs from their current geometry, in order.
+fn changed_gpus<'t>(problem: &'t Problem, targets: &'t [Geometry]) -> impl Iterator<Item = usize> + 't {
     problem
         .gpus
         .iter()
+        .zip(targets)
         .enumerate()
-        .filter(|(g, gpu)| targets[*g] != gpu.current)
-        .map(|(_, gpu)| gpu.node)
-        .collect()
+        .filter(|(_, (gpu, target))| **target != gpu.current)
+        .map(|(g, _)| g)
 }
 
 /// Reverts changes from the last node backwards until the policy's limits hold.
@@ -239,8 +243,7 @@ fn enforce_limits(problem: &Problem, decision: &mut Decision) {
         }
     }
     if let Some(max) = problem.max_gpus_changed {
-        let changed: Vec<usize> =
-            (0..problem.gpus.len()).filter(|&g| decision.targets[g] != problem.gpus[g].current).collect();
+        let changed: Vec<usize> = changed_gpus(problem, &decision.targets).collect();
         for &g in changed.iter().skip(max as usize) {
             revert(problem, decision, g);
         }

@@ -13,13 +13,17 @@ use geometer_api::decoded::Decoded;
 use geometer_api::{MigNode, MigPlan, MigPolicy};
 use k8s_openapi::api::core::v1::{Affinity, Container, Node, NodeStatus, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
 
 /// kubectl's copy of the whole applied object: as large as the object itself, never read here.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Trims an object to what the controller reads.
-pub(crate) trait Projection {
-    fn project(&mut self);
+/// Trims an object to what the controller reads: by default its metadata only (Geometer's own
+/// objects are read whole).
+pub(crate) trait Projection: Resource {
+    fn project(&mut self) {
+        project_meta(self.meta_mut());
+    }
 }
 
 /// Trims a cached object in place (a freshly decoded object is not shared yet).
@@ -99,23 +103,11 @@ impl Projection for Node {
     }
 }
 
-impl Projection for MigNode {
-    fn project(&mut self) {
-        project_meta(&mut self.metadata);
-    }
-}
+impl Projection for MigNode {}
 
-impl Projection for MigPolicy {
-    fn project(&mut self) {
-        project_meta(&mut self.metadata);
-    }
-}
+impl Projection for MigPolicy {}
 
-impl Projection for MigPlan {
-    fn project(&mut self) {
-        project_meta(&mut self.metadata);
-    }
-}
+impl Projection for MigPlan {}
 
 #[cfg(test)]
 mod tests {
