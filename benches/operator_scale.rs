@@ -49,6 +49,8 @@ fn policy() -> MigPolicy {
             mode: PolicyMode::Auto,
             allowed_profiles: Vec::new(),
             headroom: BTreeMap::new(),
+            allowed_modes: Vec::new(),
+            min_whole_gpus: None,
             forecast_window_seconds: 0,
             batching: Batching { idle_seconds: IDLE, max_seconds: 10 },
             stabilisation_seconds: 0,

@@ -45,6 +45,8 @@ pub(crate) struct Candidate {
     /// Bit `s`: the GPU's evictable pod number `s` is evicted.
     pub evicts: u32,
     pub changed: bool,
+    /// The whole GPU (MIG mode off).
+    pub whole: bool,
     /// Sum of squared sizes of the free instances.
     pub free_ranges: u32,
 }
@@ -188,7 +190,8 @@ pub(crate) fn generate(
                 }
             }
             let changed = geometry != key.current;
-            let candidate = Candidate { geometry, free: free.clone(), evicts, changed, free_ranges };
+            let whole = geometry.is_whole(model);
+            let candidate = Candidate { geometry, free: free.clone(), evicts, changed, whole, free_ranges };
             match found.get(&(free.clone(), evicts, changed)) {
                 Some(best)
                     if (best.free_ranges, std::cmp::Reverse(&best.geometry))

@@ -83,6 +83,10 @@ pub enum ProfileKind {
     NoMediaExtensions,
     /// `+gfx`: graphics-capable instance.
     Graphics,
+    /// Not a MIG profile: the GPU with MIG mode off, advertised whole as `nvidia.com/gpu`.
+    /// Every model has one ([`GpuModel::whole`]), so that "MIG off" is a geometry like any
+    /// other in the planner: one instance covering every placement unit.
+    Whole,
 }
 
 impl ProfileKind {
@@ -164,6 +168,13 @@ impl Profile {
     }
 }
 
+/// The name of the whole-GPU state in snapshots, plans and geometry specs, and the key of a
+/// whole-GPU request (`nvidia.com/gpu`) in a pod's requests.
+pub const WHOLE: &str = "whole";
+
+/// What the device plugin advertises for a GPU with MIG mode off (without `nvidia.com/`).
+pub const WHOLE_DEVICE_PLUGIN_NAME: &str = "gpu";
+
 /// A rule over several profiles beyond per-profile caps.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExclusiveGroup {
@@ -221,14 +232,18 @@ impl GpuModel {
     }
 
     /// Profile by the name the device plugin advertises (`1g.10gb`, or `mig-1g.10gb` /
-    /// `nvidia.com/mig-1g.10gb` as a pod requests it), exact then case-insensitive.
+    /// `nvidia.com/mig-1g.10gb` as a pod requests it), exact then case-insensitive;
+    /// `nvidia.com/gpu` (or `gpu`) is the whole GPU.
     pub fn profile_by_device_plugin_name(&self, name: &str) -> Option<ProfileId> {
         let name = name.strip_prefix("nvidia.com/").unwrap_or(name);
+        if name == WHOLE_DEVICE_PLUGIN_NAME {
+            return Some(self.whole());
+        }
         let name = name.strip_prefix("mig-").unwrap_or(name);
-        self.profiles
-            .iter()
-            .position(|p| p.device_plugin_name == name)
-            .or_else(|| self.profiles.iter().position(|p| p.device_plugin_name.eq_ignore_ascii_case(name)))
+        let mig = || self.mig_profiles();
+        mig()
+            .find(|&id| self.profiles[id].device_plugin_name == name)
+            .or_else(|| mig().find(|&id| self.profiles[id].device_plugin_name.eq_ignore_ascii_case(name)))
     }
 
     /// Profiles without a media/graphics suffix: what the planner uses by default.
@@ -236,9 +251,24 @@ impl GpuModel {
         (0..self.profiles.len()).filter(|&id| self.profiles[id].kind == ProfileKind::Standard).collect()
     }
 
-    /// Every profile id, in catalog order.
+    /// Every MIG profile id, in catalog order (not [`GpuModel::whole`]).
     pub fn all_profiles(&self) -> Vec<ProfileId> {
-        (0..self.profiles.len()).collect()
+        self.mig_profiles().collect()
+    }
+
+    /// The MIG profiles, in catalog order: every profile but the whole GPU.
+    pub fn mig_profiles(&self) -> impl Iterator<Item = ProfileId> + '_ {
+        (0..self.profiles.len()).filter(|&id| self.profiles[id].kind != ProfileKind::Whole)
+    }
+
+    /// The whole GPU (MIG mode off) as a profile: always the last one.
+    pub fn whole(&self) -> ProfileId {
+        self.profiles.len() - 1
+    }
+
+    /// Whether `profile` is the whole GPU (MIG mode off).
+    pub fn is_whole(&self, profile: ProfileId) -> bool {
+        self.profiles.get(profile).is_some_and(|p| p.kind == ProfileKind::Whole)
     }
 
     /// Bitmask with every placement unit set.

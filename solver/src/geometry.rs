@@ -109,6 +109,16 @@ impl Geometry {
         order.iter().map(|p| placed_name(model, p)).collect::<Vec<_>>().join(",")
     }
 
+    /// The whole GPU: MIG mode off.
+    pub fn whole(model: &GpuModel) -> Geometry {
+        Geometry { instances: vec![Placed::new(model.whole(), 0)] }
+    }
+
+    /// Whether this is the whole GPU (MIG mode off) rather than a MIG geometry.
+    pub fn is_whole(&self, model: &GpuModel) -> bool {
+        self.instances.iter().any(|p| model.is_whole(p.profile))
+    }
+
     /// The same instances with one more.
     pub fn with(&self, placed: Placed) -> Geometry {
         let mut instances = self.instances.clone();
@@ -129,9 +139,10 @@ pub fn validate(model: &GpuModel, g: &Geometry) -> Result<(), GeometryError> {
     rules::check(model, g.instances())
 }
 
-/// `3g.20gb@4`, or `#7@4` for an id the model does not have.
+/// `3g.20gb@4`, `whole` for the whole GPU, or `#7@4` for an id the model does not have.
 pub fn placed_name(model: &GpuModel, p: &Placed) -> String {
     match model.profiles.get(p.profile) {
+        Some(_) if model.is_whole(p.profile) => crate::catalog::WHOLE.to_string(),
         Some(profile) => format!("{}@{}", profile.name, p.start),
         None => format!("#{}@{}", p.profile, p.start),
     }

@@ -23,6 +23,8 @@ fn a_minimal_policy_gets_safe_defaults() {
             mode: PolicyMode::DryRun,
             allowed_profiles: vec![],
             headroom: Default::default(),
+            allowed_modes: Vec::new(),
+            min_whole_gpus: None,
             forecast_window_seconds: 0,
             batching: Batching::default(),
             stabilisation_seconds: 600,

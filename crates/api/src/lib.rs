@@ -38,7 +38,7 @@ pub use plan::{
 };
 pub use plan::{MAX_PLAN_DEMAND_ENTRIES, MAX_PLAN_EVICTIONS, MAX_PLAN_NODES};
 pub use policy::{
-    Batching, Disruption, MigPolicy, MigPolicySpec, MigPolicyStatus, PolicyMode, SolverLimits,
+    Batching, Disruption, GpuMode, MigPolicy, MigPolicySpec, MigPolicyStatus, PolicyMode, SolverLimits,
     DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS,
 };
 
@@ -60,6 +60,10 @@ pub const CORDONED_BY_ANNOTATION: &str = "geometer.dev/cordoned-by";
 /// variant suffix (`+me`, `+me.all`, `-me`, `+gfx`). The same pattern is in the CRD schema.
 pub const PROFILE_NAME_PATTERN: &str = r"^[0-9]+g\.[0-9]+gb(\+me|\+me\.all|-me|\+gfx)?$";
 
+/// A profile in a geometry or a demand: a MIG profile name, or `whole` for the whole GPU (MIG
+/// mode off, `nvidia.com/gpu`). The same pattern is in the CRD schema.
+pub const GEOMETRY_PROFILE_PATTERN: &str = r"^([0-9]+g\.[0-9]+gb(\+me|\+me\.all|-me|\+gfx)?|whole)$";
+
 /// Whether `name` matches [`PROFILE_NAME_PATTERN`], checked without a regex engine so callers
 /// (policy validation, CLI) can reject bad names before the API server does.
 pub fn is_profile_name(name: &str) -> bool {
@@ -79,8 +83,8 @@ pub fn is_profile_name(name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacedInstance {
-    /// MIG profile name, e.g. `1g.10gb`.
-    #[schemars(regex(pattern = PROFILE_NAME_PATTERN))]
+    /// MIG profile name, e.g. `1g.10gb`; `whole` (alone, at 0) for the GPU with MIG mode off.
+    #[schemars(regex(pattern = GEOMETRY_PROFILE_PATTERN))]
     pub profile: String,
     /// First placement unit the instance covers.
     pub start: u8,

@@ -96,7 +96,8 @@ pub struct MigNodeSpec {
 pub struct GpuGeometry {
     /// NVML index of the GPU.
     pub index: u32,
-    /// Instances the GPU should have; empty means no instances (MIG mode stays enabled).
+    /// Instances the GPU should have; empty means no instances (MIG mode stays enabled), and
+    /// the one instance `whole` at 0 means MIG mode off (the whole GPU, `nvidia.com/gpu`).
     #[serde(default)]
     #[schemars(length(max = MAX_INSTANCES_PER_GPU))]
     pub geometry: Vec<PlacedInstance>,
@@ -314,6 +315,8 @@ pub enum StepAction {
     Cordon,
     Evict,
     EnableMigMode,
+    /// Turn MIG mode off on a GPU whose instances are gone: it becomes one whole GPU.
+    DisableMigMode,
     DestroyComputeInstance,
     DestroyGpuInstance,
     CreateGpuInstance,

@@ -15,7 +15,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{PlacedInstance, PROFILE_NAME_PATTERN};
+use super::{PlacedInstance, GEOMETRY_PROFILE_PATTERN};
 
 pub use crate::limits::{
     MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU, MAX_PLAN_DEMAND_ENTRIES, MAX_PLAN_EVICTIONS, MAX_PLAN_NODES,
@@ -230,7 +230,7 @@ pub struct Demand {
 pub struct DemandMet {
     /// `namespace/name`.
     pub pod: String,
-    #[schemars(regex(pattern = PROFILE_NAME_PATTERN))]
+    #[schemars(regex(pattern = GEOMETRY_PROFILE_PATTERN))]
     pub profile: String,
     pub node: String,
 }
@@ -241,7 +241,7 @@ pub struct DemandMet {
 pub struct DemandUnmet {
     /// `namespace/name`.
     pub pod: String,
-    #[schemars(regex(pattern = PROFILE_NAME_PATTERN))]
+    #[schemars(regex(pattern = GEOMETRY_PROFILE_PATTERN))]
     pub profile: String,
     /// E.g. `no node with a GPU that offers 7g.80gb matches the pod's node selector`.
     pub reason: String,

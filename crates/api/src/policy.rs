@@ -20,7 +20,7 @@ pub const DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS: [&str; 2] =
 
 // CEL regexes are RE2 inside a single-quoted CEL string, where a backslash must be doubled.
 const HEADROOM_KEYS_RULE: &str =
-    r"self.all(p, p.matches('^[0-9]+g\\.[0-9]+gb(\\+me|\\+me\\.all|-me|\\+gfx)?$'))";
+    r"self.all(p, p.matches('^([0-9]+g\\.[0-9]+gb(\\+me|\\+me\\.all|-me|\\+gfx)?|whole)$'))";
 
 /// Which nodes Geometer manages and how: the mode, the profiles it may create, the spare capacity
 /// to keep, when to plan, how much disruption is allowed, and how long the solver may run.
@@ -81,10 +81,24 @@ pub struct MigPolicySpec {
     pub allowed_profiles: Vec<String>,
 
     /// Spare free instances to keep per profile across the managed nodes, so that new pods of
-    /// that profile start without waiting for a plan. Keyed by profile name.
+    /// that profile start without waiting for a plan. Keyed by profile name; `whole` keeps
+    /// spare whole GPUs (MIG off).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[x_kube(validation = Rule::new(HEADROOM_KEYS_RULE).message("headroom keys must be MIG profile names such as 1g.10gb"))]
+    #[x_kube(validation = Rule::new(HEADROOM_KEYS_RULE).message("headroom keys must be MIG profile names such as 1g.10gb, or whole"))]
     pub headroom: BTreeMap<String, u32>,
+
+    /// The modes Geometer may put a GPU in: `MIG` (partitioned, advertised as
+    /// `nvidia.com/mig-*`) and `Whole` (MIG off, advertised as `nvidia.com/gpu`). Empty: both.
+    /// A GPU already in a mode left out may stay in it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    pub allowed_modes: Vec<GpuMode>,
+
+    /// Whole GPUs to keep for whole-GPU work: Geometer never turns MIG on where that leaves
+    /// fewer whole GPUs among the policy's nodes (or fewer than there are, where there are
+    /// fewer already).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_whole_gpus: Option<u32>,
 
     /// Forecast: when a round plans, the slices that pods created in the last this many seconds
     /// asked for are prepared too, on free capacity (after the pending pods, never by
@@ -109,6 +123,16 @@ pub struct MigPolicySpec {
     /// Limits on the solver and on the size of one plan.
     #[serde(default)]
     pub solver: SolverLimits,
+}
+
+/// A GPU's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+pub enum GpuMode {
+    /// Partitioned into MIG instances.
+    #[serde(rename = "MIG")]
+    Mig,
+    /// MIG mode off: one whole GPU.
+    Whole,
 }
 
 /// What Geometer does with a plan.

@@ -15,6 +15,24 @@ pub fn mig_resource(profile: &str) -> String {
     format!("{MIG_RESOURCE_PREFIX}{profile}")
 }
 
+/// The resource a device of `profile` is advertised as: `nvidia.com/gpu` for the whole GPU
+/// (the planner's profile `whole`), else `nvidia.com/mig-<profile>`.
+pub fn device_resource(profile: &str) -> String {
+    if profile == geometer_solver::catalog::WHOLE {
+        return GPU_RESOURCE.to_string();
+    }
+    mig_resource(profile)
+}
+
+/// The planner's profile of a device resource: `nvidia.com/mig-1g.10gb` -> `1g.10gb`,
+/// `nvidia.com/gpu` -> `whole`; `None` for any other resource.
+pub fn device_profile(resource: &str) -> Option<&str> {
+    if resource == GPU_RESOURCE {
+        return Some(geometer_solver::catalog::WHOLE);
+    }
+    mig_profile(resource)
+}
+
 /// The profile of a MIG slice resource (`nvidia.com/mig-1g.10gb` -> `1g.10gb`), `None` for any
 /// other resource.
 pub fn mig_profile(resource: &str) -> Option<&str> {
@@ -36,5 +54,9 @@ mod tests {
         assert_eq!(mig_profile("nvidia.com/mig-3g.40gb"), Some("3g.40gb"));
         assert_eq!(mig_profile(GPU_RESOURCE), None);
         assert!(!is_mig_resource("cpu"));
+        assert_eq!(device_resource("whole"), GPU_RESOURCE);
+        assert_eq!(device_profile(GPU_RESOURCE), Some("whole"));
+        assert_eq!(device_profile(&device_resource("2g.20gb")), Some("2g.20gb"));
+        assert_eq!(device_profile("cpu"), None);
     }
 }

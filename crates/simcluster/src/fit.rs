@@ -46,13 +46,12 @@ fn container_requests(c: &k8s_openapi::api::core::v1::Container) -> Resources {
     out
 }
 
-/// MIG devices a pod asks for, by profile (`1g.10gb` -> 2).
-pub(crate) fn mig_requests(requests: &Resources) -> BTreeMap<String, u32> {
+/// MIG devices and whole GPUs a pod asks for, by profile (`1g.10gb` -> 2, `whole` -> 1).
+pub(crate) fn gpu_requests(requests: &Resources) -> BTreeMap<String, u32> {
     requests
         .iter()
         .filter_map(|(k, v)| {
-            k.strip_prefix(geometer_api::resources::MIG_RESOURCE_PREFIX)
-                .map(|p| (p.to_string(), (*v / 1000) as u32))
+            geometer_api::resources::device_profile(k).map(|p| (p.to_string(), (*v / 1000) as u32))
         })
         .filter(|(_, n)| *n > 0)
         .collect()
@@ -63,7 +62,7 @@ pub(crate) fn container_mig_requests(pod: &Pod) -> Vec<(String, BTreeMap<String,
     let Some(spec) = &pod.spec else { return Vec::new() };
     spec.containers
         .iter()
-        .map(|c| (c.name.clone(), mig_requests(&container_requests(c))))
+        .map(|c| (c.name.clone(), gpu_requests(&container_requests(c))))
         .filter(|(_, m)| !m.is_empty())
         .collect()
 }
@@ -182,7 +181,7 @@ mod tests {
         assert_eq!(r["memory"], (1i128 << 30) * 1000);
         assert_eq!(r["nvidia.com/mig-1g.10gb"], 1000);
         assert_eq!(r["pods"], 1000);
-        assert_eq!(mig_requests(&r), BTreeMap::from([("1g.10gb".to_string(), 1)]));
+        assert_eq!(gpu_requests(&r), BTreeMap::from([("1g.10gb".to_string(), 1)]));
     }
 
     #[test]

@@ -14,9 +14,11 @@ use geometer_agent::nvml::{GpuIndex, NvmlBackend, NvmlError};
 use geometer_agent::pod_resources::DeviceAssignment;
 use geometer_agent::read_inventory;
 use geometer_agent::SharedAssignments;
-use geometer_api::resources::mig_resource;
+use geometer_api::resources::device_resource;
+use geometer_solver::catalog::WHOLE;
 
-/// A MIG device as the device plugin lists it.
+/// A MIG device, or a whole GPU with MIG off (profile `whole`, the GPU's UUID), as the device
+/// plugin lists it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Device {
     pub gpu: GpuIndex,
@@ -28,7 +30,11 @@ pub struct Device {
 
 impl Device {
     pub fn resource(&self) -> String {
-        mig_resource(&self.profile)
+        device_resource(&self.profile)
+    }
+
+    fn is_whole(&self) -> bool {
+        self.profile == WHOLE
     }
 }
 
@@ -112,6 +118,12 @@ impl SimNode {
         let inventory = read_inventory(&self.nvml, catalog, &[])?;
         let mut advertised: BTreeMap<String, Vec<Device>> = BTreeMap::new();
         for gpu in &inventory.gpus {
+            // With the mixed strategy a GPU with MIG off is advertised whole, as `nvidia.com/gpu`
+            // (NVIDIA/k8s-device-plugin, `internal/rm/rm.go`).
+            if !gpu.mig_mode.current {
+                let d = Device { gpu: gpu.index, start: 0, profile: WHOLE.to_string(), uuid: gpu.uuid.clone() };
+                advertised.entry(d.resource()).or_default().push(d);
+            }
             for i in &gpu.instances {
                 if let Some(uuid) = &i.uuid {
                     let d = Device {
@@ -151,7 +163,7 @@ impl SimNode {
         let mut chosen: Vec<(String, Device)> = Vec::new();
         for (container, wants) in requests {
             for (profile, &wanted) in wants {
-                let resource = mig_resource(profile);
+                let resource = device_resource(profile);
                 let mut free: Vec<&Device> = st
                     .advertised
                     .get(&resource)
@@ -173,7 +185,11 @@ impl SimNode {
         }
         let mut pids = Vec::new();
         for (_, d) in &chosen {
-            match self.nvml.start_process(d.gpu, &d.uuid) {
+            let started = match d.is_whole() {
+                true => self.nvml.start_gpu_process(d.gpu),
+                false => self.nvml.start_process(d.gpu, &d.uuid),
+            };
+            match started {
                 Ok(pid) => pids.push((d.gpu, pid)),
                 Err(_) => {
                     for (_, pid) in pids {
@@ -239,11 +255,12 @@ impl SimNode {
     }
 
     /// `namespace/name` of pods running here that lost a device: its instance no longer
-    /// exists on the GPU (an in-use instance was destroyed, which must never happen).
+    /// exists on the GPU, or its whole GPU went into MIG mode (either must never happen).
     pub fn pods_without_devices(&self) -> Vec<PodKey> {
-        let gpus = self.nvml.devices().map(|d| d.len()).unwrap_or(0) as GpuIndex;
-        let present: Vec<String> =
-            (0..gpus).flat_map(|g| self.nvml.mig_devices(g).unwrap_or_default()).map(|d| d.uuid).collect();
+        let devices = self.nvml.devices().unwrap_or_default();
+        let mut present: Vec<String> =
+            devices.iter().flat_map(|d| self.nvml.mig_devices(d.index).unwrap_or_default()).map(|d| d.uuid).collect();
+        present.extend(devices.into_iter().filter(|d| d.mig_mode.is_none_or(|m| !m.current)).map(|d| d.uuid));
         let st = self.lock();
         st.running
             .iter()

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
 
 use super::spec::{NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
-use geometer_api::resources::{is_mig_resource, mig_resource};
+use geometer_api::resources::{is_mig_resource, mig_resource, GPU_RESOURCE};
 
 /// Pod annotation: how long the simulated kubelet runs the pod, in (real) seconds, e.g. `"12.5"`.
 /// Without it the pod runs until it is deleted.
@@ -86,12 +86,12 @@ pub fn is_device_plugin(pod: &Pod) -> bool {
             == Some(DEVICE_PLUGIN_LABEL.1)
 }
 
-/// Node status patch: the MIG resources the plugin advertises; names it no longer has stay at
-/// 0, as the kubelet keeps them.
+/// Node status patch: the MIG resources and whole GPUs the plugin advertises; names it no
+/// longer has stay at 0, as the kubelet keeps them.
 pub(crate) fn advertise_patch(node: &Node, counts: &BTreeMap<String, u64>) -> Value {
     let mut mig = serde_json::Map::new();
     let old = node.status.as_ref().and_then(|s| s.capacity.clone()).unwrap_or_default();
-    for k in old.keys().filter(|k| is_mig_resource(k)) {
+    for k in old.keys().filter(|k| is_mig_resource(k) || *k == GPU_RESOURCE) {
         mig.insert(k.clone(), json!("0"));
     }
     for (k, v) in counts {

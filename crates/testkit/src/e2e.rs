@@ -30,6 +30,8 @@ pub fn policy(mode: PolicyMode, eviction_allowed: bool) -> MigPolicy {
             mode,
             allowed_profiles: Vec::new(),
             headroom: BTreeMap::new(),
+            allowed_modes: Vec::new(),
+            min_whole_gpus: None,
             forecast_window_seconds: 0,
             batching: Batching { idle_seconds: 1, max_seconds: 2 },
             stabilisation_seconds: 0,

@@ -144,6 +144,8 @@ fn attribute_suffix(kind: ProfileKind) -> &'static str {
         ProfileKind::AllMediaExtensions => "+me.all",
         ProfileKind::NoMediaExtensions => "-me",
         ProfileKind::Graphics => "+gfx",
+        // nvlib_gpu_instance_profile never yields it: the whole GPU has no NVML profile.
+        ProfileKind::Whole => "",
     }
 }
 

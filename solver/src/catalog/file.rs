@@ -168,8 +168,8 @@ fn raw_model(m: &GpuModel) -> RawModel {
         placement_units: m.placement_units.into(),
         compute_slices: m.compute_slices.into(),
         profiles: m
-            .profiles
-            .iter()
+            .mig_profiles()
+            .map(|id| &m.profiles[id])
             .map(|p| RawProfile {
                 name: p.name.clone(),
                 aliases: p.aliases.clone(),

@@ -12,8 +12,9 @@ use super::{
     UnplaceableModel,
 };
 
-/// Most profiles a model may have: profile sets are 64-bit masks in the geometry search.
-pub(super) const MAX_PROFILES: usize = 64;
+/// Most profiles a model's file may list: profile sets are 64-bit masks in the geometry
+/// search, and each model gets one more, the whole GPU.
+pub(super) const MAX_PROFILES: usize = 63;
 /// Widest placement grid: occupied units are a 32-bit mask.
 pub(super) const MAX_PLACEMENT_UNITS: i64 = 32;
 
@@ -209,6 +210,12 @@ fn convert_model(raw: RawModel) -> Result<GpuModel, CatalogError> {
         }
     }
     check_layouts(&at, placement_units, &profiles)?;
+    if let Some(&id) = names.get(super::WHOLE) {
+        let at = At { model: &key, profile: Some(&profiles[id].name) };
+        return Err(at.err("aliases", super::WHOLE, "reserved for the whole GPU (MIG mode off)"));
+    }
+    names.insert(super::WHOLE.to_string(), profiles.len());
+    profiles.push(whole_profile(placement_units, compute_slices, memory_mib, engine_totals));
     Ok(GpuModel {
         key: key.clone(),
         description: raw.description,
@@ -226,6 +233,29 @@ fn convert_model(raw: RawModel) -> Result<GpuModel, CatalogError> {
         notes: raw.notes,
         names,
     })
+}
+
+/// The GPU with MIG mode off, as the one instance that covers every placement unit. It has
+/// no NVML profile (`nvml_profile_index` is `u32::MAX`) and is never written to a catalog file.
+fn whole_profile(units: u8, compute: u8, memory_mib: Option<u64>, totals: Option<Engines>) -> Profile {
+    Profile {
+        name: super::WHOLE.to_string(),
+        aliases: Vec::new(),
+        device_plugin_name: super::WHOLE_DEVICE_PLUGIN_NAME.to_string(),
+        kind: ProfileKind::Whole,
+        compute_slices: compute,
+        memory_slices: units,
+        memory_mib: memory_mib.unwrap_or(0),
+        starts: vec![0],
+        size: units,
+        max_instances: 1,
+        engines: totals.unwrap_or_default(),
+        engines_known: false,
+        nvml_profile_index: u32::MAX,
+        nvidia_smi_profile_id: None,
+        placements_status: super::Verification::Verified,
+        memory_status: super::Verification::Verified,
+    }
 }
 
 /// Most ways a model's profiles may be laid out on one GPU. Geometer searches layouts

@@ -37,6 +37,8 @@ pub(crate) struct Group {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Entry {
     pub changed: bool,
+    /// The whole GPU (MIG mode off).
+    pub whole: bool,
     /// `(demand class, pods)` evicted.
     pub evicted: Vec<(usize, u32)>,
     pub free: Vec<u16>,
@@ -240,6 +242,7 @@ fn describe(cands: &[crate::candidates::Candidate], shapes: &[usize]) -> (Arc<Ve
             }
             let entry = Entry {
                 changed: c.changed,
+                whole: c.whole,
                 evicted: evicted.into_iter().collect(),
                 free: c.free.clone(),
                 free_ranges: c.free_ranges,

@@ -35,6 +35,7 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate, count_freed: bool) -> Mo
     b.capacity_rows(&fixed_free);
     let changed = b.changed_terms();
     b.change_limits(&changed);
+    b.whole_floor_row();
     let headroom = b.headroom_rows(&fixed_total);
     let levels = b.levels(&changed, headroom);
     Model { lp: b.lp, x: b.x, y: b.y, levels }
@@ -308,6 +309,30 @@ impl<'p> Builder<'p> {
             }
         }
         self.lp.row(z_all, f64::NEG_INFINITY, max as f64);
+    }
+
+    /// At least the policy's whole GPUs stay whole: entries that are whole, plus whole GPUs
+    /// with nothing to decide.
+    fn whole_floor_row(&mut self) {
+        let floor = self.problem.whole_floor;
+        if floor == 0 {
+            return;
+        }
+        let mut decided = vec![false; self.problem.gpus.len()];
+        let mut row = Vec::new();
+        for (c, gc) in self.agg.classes.iter().enumerate() {
+            for (g, _) in &gc.gpus {
+                decided[*g] = true;
+            }
+            for (i, _) in gc.entries.iter().enumerate().filter(|(_, e)| e.whole) {
+                row.push((self.x[c][i], 1.0));
+            }
+        }
+        let problem = self.problem;
+        let fixed = (0..problem.gpus.len())
+            .filter(|&g| !decided[g] && problem.gpus[g].current.is_whole(problem.model_of(g)))
+            .count();
+        self.lp.row(row, floor as f64 - fixed as f64, f64::INFINITY);
     }
 
     /// Headroom: spare slices per profile, counted up to the policy's number. Returns the

@@ -105,6 +105,9 @@ impl UnmetReason {
     pub fn summary(&self) -> String {
         match self {
             UnmetReason::UnknownProfile { profile } => format!("no managed GPU offers profile {profile}"),
+            UnmetReason::ProfileNotAllowed { profile } if profile == crate::catalog::WHOLE => {
+                "the policy's allowedModes leave whole GPUs out".to_string()
+            }
             UnmetReason::ProfileNotAllowed { profile } => {
                 format!("profile {profile} is not in the policy's allowedProfiles")
             }

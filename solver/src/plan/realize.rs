@@ -232,7 +232,8 @@ fn changed_gpus<'t>(problem: &'t Problem, targets: &'t [Geometry]) -> impl Itera
         .map(|(g, _)| g)
 }
 
-/// Reverts changes from the last node backwards until the policy's limits hold.
+/// Reverts changes from the last node backwards until the policy's limits hold (changes and
+/// the whole GPUs to keep).
 fn enforce_limits(problem: &Problem, decision: &mut Decision) {
     if let Some(max) = problem.max_nodes_changed {
         let nodes = changed_nodes(problem, &decision.targets);
@@ -247,6 +248,18 @@ fn enforce_limits(problem: &Problem, decision: &mut Decision) {
         for &g in changed.iter().skip(max as usize) {
             revert(problem, decision, g);
         }
+    }
+    let mut short = problem.whole_floor.saturating_sub(problem.whole_gpus(Some(&decision.targets)));
+    let left_whole: Vec<usize> = changed_gpus(problem, &decision.targets)
+        .filter(|&g| problem.gpus[g].current.is_whole(problem.model_of(g)))
+        .filter(|&g| !decision.targets[g].is_whole(problem.model_of(g)))
+        .collect();
+    for &g in left_whole.iter().rev() {
+        if short == 0 {
+            break;
+        }
+        revert(problem, decision, g);
+        short -= 1;
     }
 }
 

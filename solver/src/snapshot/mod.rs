@@ -70,7 +70,8 @@ pub struct Node {
     pub gpus: Vec<Gpu>,
 }
 
-/// One GPU with MIG enabled and its current geometry.
+/// One GPU and its current geometry: MIG instances, or with MIG mode off the one instance
+/// `whole` (start 0) that stands for the whole GPU (`pod` the pod using it, if any).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Gpu {
@@ -101,7 +102,8 @@ pub struct Pod {
     #[serde(default)]
     pub priority: i32,
     /// Effective MIG requests per profile name, as the scheduler computes them:
-    /// max(largest init container, sum of containers) + pod overhead.
+    /// max(largest init container, sum of containers) + pod overhead. Whole GPUs
+    /// (`nvidia.com/gpu`) are the profile `whole`.
     #[serde(default)]
     pub requests: BTreeMap<String, u32>,
     #[serde(default)]
@@ -219,4 +221,28 @@ pub struct Policy {
     /// Solver time limit; the best plan found by then is used.
     #[serde(default)]
     pub time_limit_ms: Option<u64>,
+    /// The modes the planner may put a GPU in. Empty: both. A GPU already in a mode left out
+    /// may stay in it; only a change to it is ruled out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_modes: Vec<GpuMode>,
+    /// Never turn MIG on for whole GPUs when that leaves fewer than this many whole GPUs (or
+    /// fewer than there are, where there are fewer already). Whole GPUs for pending demand
+    /// are made whatever this says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_whole_gpus: Option<u32>,
+}
+
+/// A GPU's mode: partitioned into MIG instances, or whole (MIG off, `nvidia.com/gpu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum GpuMode {
+    #[serde(rename = "MIG")]
+    Mig,
+    Whole,
+}
+
+impl Policy {
+    /// Whether the planner may put a GPU in `mode`.
+    pub fn allows_mode(&self, mode: GpuMode) -> bool {
+        self.allowed_modes.is_empty() || self.allowed_modes.contains(&mode)
+    }
 }

@@ -85,7 +85,11 @@ impl Snapshot {
         }
         if let Some(policy) = &self.policy {
             for (i, name) in policy.allowed_profiles.iter().enumerate() {
-                check_profile_known(&format!("policy.allowedProfiles[{i}]"), name, catalog)?;
+                let at = format!("policy.allowedProfiles[{i}]");
+                if name.eq_ignore_ascii_case(crate::catalog::WHOLE) {
+                    return Err(err(at, name, "the whole GPU is a mode, not a profile: use allowedModes"));
+                }
+                check_profile_known(&at, name, catalog)?;
             }
             for name in policy.headroom.keys() {
                 check_profile_known(&format!("policy.headroom.{name}"), name, catalog)?;

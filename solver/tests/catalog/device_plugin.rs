@@ -20,7 +20,7 @@ fn every_recorded_device_plugin_name_is_what_go_nvlib_computes() {
     let mut checked = 0;
     for m in Catalog::builtin().models() {
         let gpu = m.memory_mib.unwrap_or_else(|| panic!("{}: no memory_mib to compute names from", m.key));
-        for p in &m.profiles {
+        for p in m.mig_profiles().map(|id| &m.profiles[id]) {
             let (g, kind) = nvlib_gpu_instance_profile(p.nvml_profile_index).unwrap_or_else(|| {
                 panic!("{} {}: go-nvlib rejects index {}", m.key, p.name, p.nvml_profile_index)
             });
@@ -50,7 +50,7 @@ fn memory_values_are_consistent_within_every_model() {
     let mut wrong = Vec::new();
     for m in Catalog::builtin().models() {
         let gpu = m.memory_mib.unwrap();
-        for p in &m.profiles {
+        for p in m.mig_profiles().map(|id| &m.profiles[id]) {
             if p.memory_mib >= gpu {
                 wrong.push(format!("{} {}: {} MiB, GPU has {gpu}", m.key, p.name, p.memory_mib));
             }
@@ -61,7 +61,7 @@ fn memory_values_are_consistent_within_every_model() {
                     m.key, p.name, p.memory_mib, p.size, m.placement_units
                 ));
             }
-            for q in &m.profiles {
+            for q in m.mig_profiles().map(|id| &m.profiles[id]) {
                 let bad = (p.size < q.size && p.memory_mib >= q.memory_mib)
                     || (p.size == q.size && p.memory_mib != q.memory_mib)
                     || (p.compute_slices < q.compute_slices && p.memory_mib > q.memory_mib);
@@ -110,7 +110,7 @@ fn advertised_names_are_unique_and_found_as_pods_request_them() {
     // names the same profile, but it is not what the device plugin serves.
     assert_eq!(a100.profile("7g.79gb"), full);
     assert_eq!(a100.profile_by_device_plugin_name("7g.79gb"), None);
-    assert_eq!(a100.profile_by_device_plugin_name("nvidia.com/gpu"), None);
+    assert_eq!(a100.profile_by_device_plugin_name("nvidia.com/gpu"), Some(a100.whole()));
 }
 
 /// Today every canonical profile name is also the advertised one; aliases (older drivers'
@@ -119,7 +119,7 @@ fn advertised_names_are_unique_and_found_as_pods_request_them() {
 fn canonical_names_are_the_advertised_names() {
     let mut differ = Vec::new();
     for m in Catalog::builtin().models() {
-        for p in &m.profiles {
+        for p in m.mig_profiles().map(|id| &m.profiles[id]) {
             if p.name != p.device_plugin_name {
                 differ.push(format!("{} {} -> {}", m.key, p.name, p.device_plugin_name));
             }

@@ -84,7 +84,8 @@ fn same_key_replaces_and_reindexes_ids_and_names() {
     let position = cat.models().iter().position(|m| m.key == "a100-40gb");
     assert_eq!(position, before.models().iter().position(|m| m.key == "A100-40GB"));
     let m = cat.find("A100-40GB").unwrap();
-    assert_eq!(m.profiles.len(), 2);
+    assert_eq!(m.mig_profiles().count(), 2, "and the whole GPU besides");
+    assert!(m.is_whole(m.profiles.len() - 1));
     assert_eq!(key_of(&cat, "0x1FFF10DE"), Some("a100-40gb"));
     assert_eq!(key_of(&cat, "NVIDIA A100 Custom"), Some("a100-40gb"));
     // The replaced model's old ids and names are gone with it.

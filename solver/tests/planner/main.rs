@@ -6,3 +6,4 @@ mod optimal;
 mod properties;
 mod scenarios;
 mod support;
+mod whole;

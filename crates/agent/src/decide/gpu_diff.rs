@@ -36,6 +36,10 @@ pub(crate) struct GpuWork {
     pub model: String,
     /// MIG mode is off and must be turned on (which resets the GPU).
     pub enable_mig: bool,
+    /// The target is the whole GPU: every instance goes, then MIG mode goes off (a reset).
+    pub whole: bool,
+    /// MIG mode is on and must be turned off once the instances are gone.
+    pub disable_mig: bool,
     /// The pods holding the whole GPU (several when the device plugin shares it), which must
     /// leave before MIG mode can change.
     pub whole_gpu_pods: Vec<String>,
@@ -53,6 +57,7 @@ impl GpuWork {
     /// The GPU has its target geometry, every instance with its compute instance.
     pub(crate) fn is_done(&self) -> bool {
         !self.enable_mig
+            && !self.disable_mig
             && self.destroy.is_empty()
             && self.create.is_empty()
             && self.half_built().next().is_none()
@@ -66,7 +71,9 @@ impl GpuWork {
     /// The node must be cordoned first: something in use goes, or something advertised goes
     /// (the kubelet could hand it to a new pod while we destroy it), or the whole GPU resets.
     pub(crate) fn needs_cordon(&self) -> bool {
-        self.enable_mig || self.destroy.iter().any(|i| i.in_use() || i.compute_instance_id.is_some())
+        self.enable_mig
+            || self.disable_mig
+            || self.destroy.iter().any(|i| i.in_use() || i.compute_instance_id.is_some())
     }
 
     /// Pods that must leave before the work can be done.
@@ -158,6 +165,9 @@ pub(crate) fn catalog_models(observed: &[GpuInventory], catalog: &Catalog) -> Gp
 fn plan_gpu(want: &GpuGeometry, have: &GpuInventory, model: &GpuModel) -> Result<GpuWork, WorkError> {
     let gpu = want.index;
     let target = target_geometry(gpu, model, &want.geometry)?;
+    // The whole GPU has no instances: every MIG instance goes, then MIG mode goes off.
+    let whole = target.is_whole(model);
+    let target = if whole { Geometry::empty() } else { target };
 
     // Observed instances by catalog profile; ones the catalog cannot name are never in a
     // target, so they go.
@@ -187,7 +197,9 @@ fn plan_gpu(want: &GpuGeometry, have: &GpuInventory, model: &GpuModel) -> Result
     Ok(GpuWork {
         index: gpu,
         model: model.key.clone(),
-        enable_mig: !have.mig_mode.current,
+        enable_mig: !whole && !have.mig_mode.current,
+        whole,
+        disable_mig: whole && have.mig_mode.current,
         whole_gpu_pods: have.pods().cloned().collect(),
         keep,
         destroy,

@@ -5,9 +5,9 @@
 //! again. The recorded step only carries what cannot be observed: that the GPUs were changed
 //! and the device plugin still has to re-advertise them, and when a wait began.
 //!
-//! Order, as in DESIGN.md: cordon (only when needed) -> drain -> repartition (per GPU: MIG mode,
-//! destroy compute then GPU instances, create GPU instances largest first, then their compute
-//! instances) -> verify -> re-advertise -> uncordon (only our own cordon) -> ready.
+//! Order, as in DESIGN.md: cordon (only when needed) -> drain -> repartition (per GPU: MIG mode
+//! on, destroy compute then GPU instances, MIG mode off for a whole GPU, create GPU instances
+//! largest first, then their compute instances) -> verify -> re-advertise -> uncordon (only our own cordon) -> ready.
 
 use geometer_api::{MigInstance, PlacedInstance, StepAction};
 
@@ -51,6 +51,9 @@ pub(crate) enum Next {
     EnableMigMode {
         gpu: u32,
     },
+    DisableMigMode {
+        gpu: u32,
+    },
     DestroyComputeInstance {
         gpu: u32,
         instance: MigInstance,
@@ -85,6 +88,7 @@ impl Next {
             Next::Cordon => StepAction::Cordon,
             Next::Drain => StepAction::Evict,
             Next::EnableMigMode { .. } => StepAction::EnableMigMode,
+            Next::DisableMigMode { .. } => StepAction::DisableMigMode,
             Next::DestroyComputeInstance { .. } => StepAction::DestroyComputeInstance,
             Next::DestroyGpuInstance { .. } => StepAction::DestroyGpuInstance,
             Next::CreateGpuInstance { .. } => StepAction::CreateGpuInstance,
@@ -99,6 +103,7 @@ impl Next {
     pub(crate) fn gpu(&self) -> Option<u32> {
         match self {
             Next::EnableMigMode { gpu }
+            | Next::DisableMigMode { gpu }
             | Next::DestroyComputeInstance { gpu, .. }
             | Next::DestroyGpuInstance { gpu, .. }
             | Next::CreateGpuInstance { gpu, .. }
@@ -123,6 +128,7 @@ pub(crate) fn changes_gpus(action: StepAction) -> bool {
     matches!(
         action,
         StepAction::EnableMigMode
+            | StepAction::DisableMigMode
             | StepAction::DestroyComputeInstance
             | StepAction::DestroyGpuInstance
             | StepAction::CreateGpuInstance
@@ -179,6 +185,9 @@ fn next_change(f: &Facts<'_>) -> Next {
                 Some(_) => Next::DestroyComputeInstance { gpu: gpu.index, instance },
                 None => Next::DestroyGpuInstance { gpu: gpu.index, instance },
             };
+        }
+        if gpu.disable_mig {
+            return Next::DisableMigMode { gpu: gpu.index };
         }
     }
     for gpu in &work.gpus {

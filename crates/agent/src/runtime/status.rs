@@ -11,6 +11,7 @@ pub(crate) fn phase_of(action: StepAction) -> MigNodePhase {
         StepAction::Cordon => MigNodePhase::Cordoning,
         StepAction::Evict => MigNodePhase::Draining,
         StepAction::EnableMigMode
+        | StepAction::DisableMigMode
         | StepAction::DestroyComputeInstance
         | StepAction::DestroyGpuInstance
         | StepAction::CreateGpuInstance

@@ -1,6 +1,7 @@
 //! Re-advertising: after the GPUs change, the NVIDIA device plugin (mixed strategy) must
 //! enumerate the new MIG devices, and the node's allocatable must show one
-//! `nvidia.com/mig-<profile>` per device before pods can use them.
+//! `nvidia.com/mig-<profile>` per device, and `nvidia.com/gpu` per GPU with MIG off, before
+//! pods can use them.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use geometer_api::GpuInventory;
 
 /// Prefix of the device plugin's MIG resources.
-use geometer_api::resources::{is_mig_resource, mig_resource};
+use geometer_api::resources::{is_mig_resource, mig_resource, GPU_RESOURCE};
 
 /// Label selector of the NVIDIA device plugin pods when none is configured (the GPU Operator's
 /// and the plugin's own Helm chart both label its DaemonSet pods so).
@@ -23,6 +24,10 @@ pub(crate) fn expected(gpus: &[GpuInventory]) -> BTreeMap<String, u64> {
     for instance in gpus.iter().flat_map(|g| &g.instances).filter(|i| i.uuid.is_some()) {
         *out.entry(mig_resource(&instance.profile)).or_insert(0) += 1;
     }
+    let whole = gpus.iter().filter(|g| !g.mig_mode.current).count() as u64;
+    if whole > 0 {
+        out.insert(GPU_RESOURCE.to_string(), whole);
+    }
     out
 }
 
@@ -35,7 +40,7 @@ pub(crate) fn advertised(node: &Node) -> BTreeMap<String, u64> {
         .map(|alloc| {
             alloc
                 .iter()
-                .filter(|(name, _)| is_mig_resource(name))
+                .filter(|(name, _)| is_mig_resource(name) || *name == GPU_RESOURCE)
                 .map(|(name, q)| (name.clone(), q.0.trim().parse().unwrap_or(0)))
                 .collect()
         })
@@ -56,7 +61,10 @@ pub(crate) fn mismatches(
         .filter_map(|name| {
             let want = expected.get(name).copied().unwrap_or(0);
             let have = advertised.get(name).copied().unwrap_or(0);
-            (want != have).then(|| format!("{name}: {want} on the GPUs, {have} advertised"))
+            // A device plugin that time-slices whole GPUs advertises `replicas` per GPU
+            // (NVIDIA/k8s-device-plugin, README "Shared Access to GPUs"): a multiple agrees.
+            let replicated = *name == GPU_RESOURCE && want > 0 && have > want && have % want == 0;
+            (want != have && !replicated).then(|| format!("{name}: {want} on the GPUs, {have} advertised"))
         })
         .collect()
 }
@@ -150,6 +158,20 @@ mod tests {
                 "nvidia.com/mig-7g.80gb: 0 on the GPUs, 1 advertised".to_string(),
             ]
         );
+    }
+
+    #[test]
+    fn gpus_with_mig_off_are_advertised_whole() {
+        let mut off = gpu(&[]);
+        off.mig_mode = MigModeStatus { current: false, pending: false };
+        let e = expected(&[off.clone(), off, gpu(&[("1g.10gb", true)])]);
+        assert_eq!(e.get(GPU_RESOURCE), Some(&2));
+        let both = node(&[("nvidia.com/gpu", "2"), ("nvidia.com/mig-1g.10gb", "1")]);
+        assert!(mismatches(&e, &advertised(&both)).is_empty());
+        let time_sliced = node(&[("nvidia.com/gpu", "8"), ("nvidia.com/mig-1g.10gb", "1")]);
+        assert!(mismatches(&e, &advertised(&time_sliced)).is_empty(), "4 replicas per GPU");
+        let still_mig = node(&[("nvidia.com/mig-1g.10gb", "1"), ("nvidia.com/mig-7g.80gb", "2")]);
+        assert_eq!(mismatches(&e, &advertised(&still_mig)).len(), 2);
     }
 
     #[test]

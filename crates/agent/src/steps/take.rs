@@ -139,6 +139,9 @@ impl Agent {
             Next::EnableMigMode { gpu } => {
                 format!("GPU {gpu}: turning MIG mode on (this resets GPU {gpu} only)")
             }
+            Next::DisableMigMode { gpu } => {
+                format!("GPU {gpu}: turning MIG mode off for a whole GPU (this resets GPU {gpu} only)")
+            }
             Next::DestroyComputeInstance { gpu, instance } => {
                 format!("GPU {gpu}: destroying the compute instance of {}", instance.placed())
             }
@@ -164,7 +167,8 @@ impl Agent {
         match next {
             Next::Cordon => self.cordon(cx).await,
             Next::Drain => self.drain(cx).await,
-            Next::EnableMigMode { gpu } => self.enable_mig_mode(*gpu, cx).await,
+            Next::EnableMigMode { gpu } => self.set_mig_mode(*gpu, true, cx).await,
+            Next::DisableMigMode { gpu } => self.set_mig_mode(*gpu, false, cx).await,
             Next::DestroyComputeInstance { gpu, instance } => {
                 ensure_unused(*gpu, instance)?;
                 ensure_no_unknown_devices(*gpu, cx)?;
@@ -233,9 +237,12 @@ impl Agent {
         Ok(NextRound::Continue)
     }
 
-    async fn enable_mig_mode(&mut self, gpu: u32, cx: &Context) -> Result<NextRound, StepError> {
+    /// MIG mode on (for slices) or off (for a whole GPU), on an idle GPU: no pod holds it and
+    /// no process runs on it (turning it off, its instances are gone already). Where the
+    /// driver leaves the change pending, the error says how to reset per the architecture.
+    async fn set_mig_mode(&mut self, gpu: u32, enabled: bool, cx: &Context) -> Result<NextRound, StepError> {
         let pods = cx.work.gpu(gpu).map(|w| w.whole_gpu_pods.clone()).unwrap_or_default();
-        if !pods.is_empty() {
+        if enabled && !pods.is_empty() {
             return Err(StepError::InUse {
                 gpu,
                 instance: "the whole GPU".into(),
@@ -247,23 +254,20 @@ impl Agent {
             let user = mig_mode::describe_processes(&processes);
             return Err(StepError::InUse { gpu, instance: "the whole GPU".into(), user });
         }
-        let change = self.nvml_call(move |n| n.set_mig_mode(gpu, true)).await?;
+        let change = self.nvml_call(move |n| n.set_mig_mode(gpu, enabled)).await?;
         if let Some(inv) = cx.inventory.gpus.iter().find(|g| g.index == gpu) {
             self.mem.rules.remove(&inv.uuid);
         }
-        if !change.mode.current {
+        if change.mode.current != enabled {
             let architecture = cx.models.get(&gpu).map(|m| m.architecture.as_str());
             let blocker = mig_mode::pending_blocker(gpu, architecture, change.activation.as_ref());
             return Err(StepError::MigModePending { gpu, blocker });
         }
-        self.event(
-            EventType::Normal,
-            "MigModeEnabled",
-            "EnableMigMode",
-            format!("GPU {gpu}: MIG mode on"),
-            None,
-        )
-        .await;
+        let (reason, action, note) = match enabled {
+            true => ("MigModeEnabled", "EnableMigMode", format!("GPU {gpu}: MIG mode on")),
+            false => ("MigModeDisabled", "DisableMigMode", format!("GPU {gpu}: MIG mode off, a whole GPU")),
+        };
+        self.event(EventType::Normal, reason, action, note, None).await;
         Ok(NextRound::Continue)
     }
 
@@ -276,6 +280,10 @@ impl Agent {
             now.sort();
             let mut target = gpu.target.clone();
             target.sort();
+            if have.mig_mode.current == gpu.whole {
+                let want = if gpu.whole { "off (a whole GPU)" } else { "on" };
+                problems.push(format!("GPU {}: MIG mode should be {want}", gpu.index));
+            }
             if now != target {
                 let show =
                     |g: &[PlacedInstance]| g.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
@@ -285,7 +293,10 @@ impl Agent {
                 problems.push(format!("GPU {}: {} has no MIG device", gpu.index, i.placed()));
             }
             let shown: Vec<String> = gpu.target.iter().map(|p| p.to_string()).collect();
-            summary.push(format!("GPU {}: [{}]", gpu.index, shown.join(", ")));
+            match gpu.whole {
+                true => summary.push(format!("GPU {}: whole (MIG off)", gpu.index)),
+                false => summary.push(format!("GPU {}: [{}]", gpu.index, shown.join(", "))),
+            }
         }
         if !problems.is_empty() {
             return Err(StepError::Verify(problems.join("; ")));

@@ -195,6 +195,7 @@ fn read_mignode(item: &Item<'_>, objects: &mut Objects) -> Result<(), Result<Ada
     let gpus = mig_objects::inventory(&node).map_err(Ok)?;
     objects.inventories.insert(node.name_any(), gpus);
     objects.advertised.extend(mig_objects::advertised(&node));
+    objects.sharing.extend(mig_objects::sharing_pods(&node).map(String::from));
     Ok(())
 }
 

@@ -7,13 +7,14 @@
 //!   `geometer plan`, not ignored; the controller applies the whole selector itself),
 //!   `spec.allowedProfiles`, `spec.headroom`, `spec.disruption.evictionAllowed`,
 //!   `spec.disruption.doNotDisruptAnnotations`, `spec.solver.timeLimitMs`, `maxGpusChanged`,
-//!   `maxNodesChanged`. (`disruption.maxNodesReconfiguring` limits rollout concurrency, not the
+//!   `maxNodesChanged`, `allowedModes`, `minWholeGpus`. (`disruption.maxNodesReconfiguring` limits rollout concurrency, not the
 //!   plan.)
 
 use std::collections::BTreeMap;
 
 use geometer_api::{MigNode, MigPolicy};
-use geometer_solver::snapshot::{Gpu, Instance, Policy};
+use geometer_solver::catalog::WHOLE;
+use geometer_solver::snapshot::{Gpu, GpuMode, Instance, Policy};
 use geometer_solver::PodKey;
 use kube::ResourceExt;
 
@@ -30,29 +31,46 @@ pub struct PolicyObject {
     pub do_not_disrupt: Vec<String>,
 }
 
-/// GPUs of a MigNode's inventory (what its agent read from NVML). An instance whose pod
-/// cannot be read is an error naming the field: reading it as free would let a plan destroy
-/// a slice a pod uses.
+/// GPUs of a MigNode's inventory (what its agent read from NVML). A GPU with MIG mode off is
+/// the one instance `whole`, held by the pod using the GPU. A pod reference that cannot be
+/// read is an error naming the field: reading it as free would let a plan destroy a slice, or
+/// turn MIG on under a GPU, that a pod uses.
 pub fn inventory(node: &MigNode) -> Result<Vec<Gpu>, AdapterError> {
     let gpus = node.status.as_ref().map(|s| s.gpus.as_slice()).unwrap_or_default();
+    let pod_at = |field: String, text: Option<&str>| {
+        text.map(PodKey::parse).transpose().map_err(|e| AdapterError::Field {
+            object: format!("MigNode {}", node.name_any()),
+            field,
+            value: e.text.clone(),
+            problem: "not a `namespace/name` pod reference; the node agent writes it from the \
+                      kubelet's PodResources, so check the agent's version and logs"
+                .into(),
+        })
+    };
     let mut out = Vec::with_capacity(gpus.len());
     for (g, gpu) in gpus.iter().enumerate() {
         let mut instances = Vec::with_capacity(gpu.instances.len());
+        if !gpu.mig_mode.current {
+            let pod = pod_at(format!("status.gpus[{g}].pod"), gpu.pod.as_deref())?;
+            instances.push(Instance { profile: WHOLE.to_string(), start: 0, pod });
+        }
         for (i, instance) in gpu.instances.iter().enumerate() {
-            let pod =
-                instance.pod.as_deref().map(PodKey::parse).transpose().map_err(|e| AdapterError::Field {
-                    object: format!("MigNode {}", node.name_any()),
-                    field: format!("status.gpus[{g}].instances[{i}].pod"),
-                    value: e.text.clone(),
-                    problem: "not a `namespace/name` pod reference; the node agent writes it from the \
-                              kubelet's PodResources, so check the agent's version and logs"
-                        .into(),
-                })?;
+            let pod = pod_at(format!("status.gpus[{g}].instances[{i}].pod"), instance.pod.as_deref())?;
             instances.push(Instance { profile: instance.profile.clone(), start: instance.start, pod });
         }
         out.push(Gpu { index: gpu.index, model: gpu.model.clone(), instances });
     }
     Ok(out)
+}
+
+/// Pods that share a whole GPU with others (time-slicing or MPS replicas): evicting one frees
+/// nothing while the others run, so they are never planned as evictable.
+pub fn sharing_pods(node: &MigNode) -> impl Iterator<Item = &str> + '_ {
+    let gpus = node.status.as_ref().map(|s| s.gpus.as_slice()).unwrap_or_default();
+    gpus.iter()
+        .filter(|g| !g.shared_with.is_empty())
+        .flat_map(|g| g.pod.iter().chain(&g.shared_with))
+        .map(String::as_str)
 }
 
 /// What the node's device plugin advertises each profile as (`resource -> profile`), where
@@ -91,6 +109,15 @@ pub fn mig_policy(policy: &MigPolicy, whole_selector: bool) -> Result<PolicyObje
     out.do_not_disrupt = spec.disruption.do_not_disrupt_annotations.clone();
     out.policy.max_gpus_changed = spec.solver.max_gpus_changed;
     out.policy.max_nodes_changed = spec.solver.max_nodes_changed;
+    out.policy.allowed_modes = spec
+        .allowed_modes
+        .iter()
+        .map(|m| match m {
+            geometer_api::GpuMode::Mig => GpuMode::Mig,
+            geometer_api::GpuMode::Whole => GpuMode::Whole,
+        })
+        .collect();
+    out.policy.min_whole_gpus = spec.min_whole_gpus;
     let limit = spec.solver.time_limit_ms;
     out.policy.time_limit_ms = (limit > 0).then_some(u64::from(limit));
     Ok(out)

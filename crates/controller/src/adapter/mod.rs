@@ -54,6 +54,9 @@ pub struct Objects {
     pub skipped: Vec<AdapterError>,
     /// Nodes whose MigNode could not be read: left out rather than guessed from labels.
     pub unreadable_inventories: BTreeSet<String>,
+    /// Pods sharing a whole GPU with others (`MigNode.status.gpus[].sharedWith`): never
+    /// planned as evictable, since evicting one frees nothing.
+    pub sharing: BTreeSet<String>,
 }
 
 /// A snapshot and what the reader should know about how it was made.
@@ -125,6 +128,9 @@ pub fn build_snapshot(
         classify_pods(objects, &requests, &snapshot, &do_not_disrupt, now, &mut warnings, &mut skipped);
     snapshot.pending = pending;
     snapshot.running = running;
+    for pod in snapshot.running.iter_mut().filter(|p| objects.sharing.contains(p.key().as_str())) {
+        pod.do_not_disrupt = true;
+    }
     snapshot.policy = policy.map(|p| p.policy);
     Ok(Built { snapshot, warnings, skipped })
 }
@@ -166,7 +172,7 @@ impl<'o> Usage<'o> {
                 let e = used.entry(k.clone()).or_default();
                 *e = e.saturating_add(*v);
             }
-            for (profile, count) in pods::mig_requests(reqs) {
+            for (profile, count) in pods::gpu_requests(reqs) {
                 let list = usage.mig_users.entry(node).or_default().entry(profile).or_default();
                 list.extend(std::iter::repeat_n(pods::key(pod), count as usize));
             }
@@ -198,16 +204,13 @@ fn node_facts(
         ));
         return Ok(None);
     };
-    let counts = nodes::mig_counts(node)?;
+    let mut counts = nodes::mig_counts(node)?;
     let config = nodes::labels(node).get(nodes::MIG_CONFIG_LABEL).cloned();
-    if counts.is_empty() && config.as_deref().is_none_or(|c| c == "all-disabled") {
-        warnings.push(format!(
-            "node {name}: {} without MIG instances or mig.config label; MIG looks disabled, not managed",
-            model.key
-        ));
-        return Ok(None);
-    }
     let gpu_count = nodes::gpu_count(node)?;
+    if counts.is_empty() && config.as_deref().is_none_or(|c| c == "all-disabled") {
+        // No MIG instances: the GPUs are whole (MIG off), as the device plugin advertises them.
+        counts.insert(geometer_solver::catalog::WHOLE.to_string(), gpu_count);
+    }
     let users = usage.mig_users.get(name).cloned().unwrap_or_default();
     let (gpus, more) = nodes::infer_gpus(node, model, gpu_count, &counts, &users)?;
     warnings.extend(more);
@@ -242,7 +245,7 @@ fn classify_pods(
         let into = match pods::bound_node(pod) {
             Some(n) if managed.contains(n) && users.contains(&key) && !pods::is_terminal(pod) => &mut running,
             Some(_) => continue,
-            None if pods::mig_requests(reqs).is_empty() => continue,
+            None if pods::gpu_requests(reqs).is_empty() => continue,
             None => match pods::demand_check(pod) {
                 Ok(()) => &mut pending,
                 Err(why) => {

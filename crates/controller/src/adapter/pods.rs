@@ -3,7 +3,7 @@
 
 use geometer_api::do_not_disrupt::{self, Verdict};
 use geometer_api::limits::MAX_SLICES_PER_POD;
-use geometer_api::resources::{mig_resource, MIG_RESOURCE_PREFIX};
+use geometer_api::resources::{mig_resource, GPU_RESOURCE, MIG_RESOURCE_PREFIX};
 use std::collections::BTreeMap;
 
 use geometer_solver::snapshot::{
@@ -48,12 +48,12 @@ fn container_requests(pod: &Pod, c: &Container, at: &str) -> Result<BTreeMap<Str
     Ok(out)
 }
 
-/// MIG slices are whole devices, and no node holds more than [`MAX_SLICES_PER_POD`] of one
-/// profile: anything else is refused here instead of being rounded or sized into memory.
+/// MIG slices and GPUs are whole devices, and no node holds more than [`MAX_SLICES_PER_POD`]
+/// of one profile: anything else is refused here instead of being rounded or sized into memory.
 /// (The API server refuses fractional extended resources too: kubernetes/kubernetes,
 /// `pkg/apis/core/validation/validation.go`, `validateResourceQuantityValue`.)
 fn check_mig_request(pod: &Pod, at: &str, name: &str, text: &str, milli: u64) -> Result<(), AdapterError> {
-    if !name.starts_with(MIG_RESOURCE_PREFIX) {
+    if !name.starts_with(MIG_RESOURCE_PREFIX) && name != GPU_RESOURCE {
         return Ok(());
     }
     if !milli.is_multiple_of(1000) {
@@ -61,7 +61,7 @@ fn check_mig_request(pod: &Pod, at: &str, name: &str, text: &str, milli: u64) ->
             pod,
             at.to_string(),
             text,
-            "MIG slices are whole devices: request a whole number, e.g. 1",
+            "MIG slices and GPUs are whole devices: request a whole number, e.g. 1",
         ));
     }
     if milli / 1000 > MAX_SLICES_PER_POD {
@@ -150,12 +150,16 @@ pub fn as_profiles(
     out
 }
 
-/// MIG profile -> slices requested.
-pub fn mig_requests(requests: &BTreeMap<String, u64>) -> BTreeMap<String, u32> {
+/// MIG profile -> slices requested, and whole GPUs (`nvidia.com/gpu`) as the profile `whole`.
+pub fn gpu_requests(requests: &BTreeMap<String, u64>) -> BTreeMap<String, u32> {
     requests
         .iter()
         .filter_map(|(name, milli)| {
-            let profile = name.strip_prefix(MIG_RESOURCE_PREFIX)?;
+            let profile = match name.strip_prefix(MIG_RESOURCE_PREFIX) {
+                Some(profile) => profile,
+                None if name == GPU_RESOURCE => geometer_solver::catalog::WHOLE,
+                None => return None,
+            };
             // Bounded again: two advertised names of one profile add up in `as_profiles`.
             let count = milli.div_ceil(1000).min(MAX_SLICES_PER_POD);
             (count > 0).then(|| (profile.to_string(), count as u32))
@@ -290,7 +294,7 @@ pub fn planner_pod(
         namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
         name: pod.metadata.name.clone().unwrap_or_default(),
         priority: spec.priority.unwrap_or(0),
-        requests: mig_requests(requests),
+        requests: gpu_requests(requests),
         cpu_millis: requests.get("cpu").copied().unwrap_or(0),
         memory_bytes: requests.get("memory").copied().unwrap_or(0).div_ceil(1000),
         node_selector: spec.node_selector.clone().unwrap_or_default(),
@@ -340,7 +344,7 @@ spec:
         // containers 1+1 + sidecar 0.5 = 2.5 cpu; init 3 (sidecar started after it) -> 3; + 0.1
         assert_eq!(r["cpu"], 3100);
         assert_eq!(r["memory"], (1u64 << 30) * 1000);
-        let mig = mig_requests(&r);
+        let mig = gpu_requests(&r);
         assert_eq!(mig, BTreeMap::from([("1g.10gb".to_string(), 2), ("3g.40gb".to_string(), 1)]));
     }
 

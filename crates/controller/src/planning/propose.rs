@@ -47,7 +47,7 @@ pub(crate) fn demand<'a>(pods: impl IntoIterator<Item = &'a Arc<Pod>>) -> Demand
     pods.into_iter()
         .filter(|pod| adapter_pods::demand_check(pod).is_ok())
         .filter_map(|pod| {
-            let mig = adapter_pods::mig_requests(&adapter_pods::effective_requests(pod).ok()?);
+            let mig = adapter_pods::gpu_requests(&adapter_pods::effective_requests(pod).ok()?);
             (!mig.is_empty()).then(|| (adapter_pods::key(pod), mig))
         })
         .collect()
@@ -120,6 +120,7 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
     let mut included = BTreeSet::new();
     let mut inventories = BTreeMap::new();
     let mut advertised = BTreeMap::new();
+    let mut sharing = BTreeSet::new();
     let mut settling = false;
     for name in input.managed {
         if let Some((why, passes)) = not_plannable(name, input) {
@@ -132,11 +133,12 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
                 included.insert(name.as_str());
                 inventories.insert(name.to_string(), gpus);
                 advertised.extend(adapter::mig_objects::advertised(&input.mignodes[name]));
+                sharing.extend(adapter::mig_objects::sharing_pods(&input.mignodes[name]).map(String::from));
             }
             Err(e) => excluded.push((name.clone(), e.to_string())),
         }
     }
-    let mut objects = Objects { inventories, advertised, ..Objects::default() };
+    let mut objects = Objects { inventories, advertised, sharing, ..Objects::default() };
     for name in &included {
         objects.nodes.push(input.nodes[*name].clone());
     }
@@ -197,7 +199,7 @@ fn forecast(input: &RoundInput<'_>) -> Vec<geometer_solver::snapshot::Pod> {
             continue;
         }
         let Ok(requests) = adapter_pods::effective_requests(pod) else { continue };
-        if adapter_pods::mig_requests(&requests).is_empty() {
+        if adapter_pods::gpu_requests(&requests).is_empty() {
             continue;
         }
         if let Ok(mut next) = adapter_pods::planner_pod(pod, &requests, keys, input.now) {

@@ -3,6 +3,7 @@
 //! setting, the value and what to do; the controller puts them into the policy's conditions and
 //! makes no plans for an invalid policy.
 
+use geometer_solver::catalog::WHOLE;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -210,6 +211,14 @@ fn check_profiles(
 ) {
     let managed_models: BTreeSet<&String> =
         managed.iter().flat_map(|n| n.gpu_models.iter()).filter(|m| known.knows_model(m)).collect();
+    for (i, _) in policy.allowed_profiles.iter().enumerate().filter(|(_, p)| *p == WHOLE) {
+        report.problems.push(Problem {
+            reason: "WholeIsAMode",
+            message: format!(
+                "spec.allowedProfiles[{i}]: {WHOLE:?} is a mode, not a profile; list it in spec.allowedModes"
+            ),
+        });
+    }
     let fields = policy
         .allowed_profiles
         .iter()

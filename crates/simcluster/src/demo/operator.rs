@@ -36,6 +36,8 @@ pub fn demo_policy(mode: PolicyMode) -> MigPolicy {
             mode,
             allowed_profiles: Vec::new(),
             headroom: BTreeMap::new(),
+            allowed_modes: Vec::new(),
+            min_whole_gpus: None,
             forecast_window_seconds: 0,
             batching: Batching { idle_seconds: 2, max_seconds: 6 },
             stabilisation_seconds: 10,

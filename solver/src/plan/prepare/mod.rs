@@ -123,6 +123,9 @@ pub(crate) struct Problem<'a> {
     pub pressed: Vec<bool>,
     pub max_gpus_changed: Option<u32>,
     pub max_nodes_changed: Option<u32>,
+    /// Whole GPUs the plan must keep: the policy's minimum, or as many as there are now where
+    /// that is fewer (turning GPUs whole for pending demand is never forced).
+    pub whole_floor: u32,
     /// When planning must stop: the time limit after the problem was read. Geometry searches
     /// stop there too.
     pub deadline: Instant,
@@ -166,6 +169,12 @@ struct PendingContext<'c, 'a> {
 impl<'a> Problem<'a> {
     pub(crate) fn model_of(&self, gpu: usize) -> &'a GpuModel {
         self.models[self.gpus[gpu].model]
+    }
+
+    /// GPUs that are whole (MIG off) now, or in `targets` where given.
+    pub(crate) fn whole_gpus(&self, targets: Option<&[Geometry]>) -> u32 {
+        let geometry = |g: usize| targets.map_or(&self.gpus[g].current, |t| &t[g]);
+        (0..self.gpus.len()).filter(|&g| geometry(g).is_whole(self.model_of(g))).count() as u32
     }
 
     /// Profile key of an instance, if demand or headroom cares about its profile.
@@ -219,11 +228,13 @@ impl<'a> Problem<'a> {
             pressed: Vec::new(),
             max_gpus_changed: policy.max_gpus_changed,
             max_nodes_changed: policy.max_nodes_changed,
+            whole_floor: 0,
             deadline: Instant::now() + time_limit,
             placements_inferred: snapshot.placements_inferred,
             notes,
         };
         let mut ctx = PendingContext { nodes: &node_order, key_index: &key_index, cache: BTreeMap::new() };
+        problem.whole_floor = policy.min_whole_gpus.map_or(0, |min| min.min(problem.whole_gpus(None)));
         problem.add_pending(snapshot, &mut ctx);
         problem.pressed = pressure::resources_may_bind(&problem);
         Ok(problem)

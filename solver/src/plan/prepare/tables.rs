@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use crate::catalog::{Catalog, GpuModel, ProfileId};
-use crate::snapshot::{Node, Policy, Snapshot};
+use crate::snapshot::{GpuMode, Node, Policy, Snapshot};
 
 /// The models of the snapshot's GPUs, in key order (find() never fails after validation).
 pub(super) fn models_of<'a>(nodes: &[&Node], catalog: &'a Catalog) -> Vec<&'a GpuModel> {
@@ -72,20 +72,25 @@ pub(super) fn key_maps(models: &[&GpuModel], profiles: &[String]) -> KeyMaps {
     (key_to_pid, pid_to_key)
 }
 
-/// Per model, the profiles the planner may create: the policy's list, or the standard ones.
+/// Per model, the profiles the planner may create: the policy's list, or the standard ones,
+/// where the policy allows MIG; and the whole GPU where it allows that.
 pub(super) fn allowed_profiles(models: &[&GpuModel], policy: &Policy) -> Vec<Vec<ProfileId>> {
     models
         .iter()
         .map(|m| {
-            if policy.allowed_profiles.is_empty() {
+            let mut ids: Vec<ProfileId> = if !policy.allows_mode(GpuMode::Mig) {
+                Vec::new()
+            } else if policy.allowed_profiles.is_empty() {
                 m.standard_profiles()
             } else {
-                let mut ids: Vec<ProfileId> =
-                    policy.allowed_profiles.iter().filter_map(|n| m.profile(n)).collect();
-                ids.sort_unstable();
-                ids.dedup();
-                ids
+                policy.allowed_profiles.iter().filter_map(|n| m.profile(n)).filter(|&p| !m.is_whole(p)).collect()
+            };
+            if policy.allows_mode(GpuMode::Whole) {
+                ids.push(m.whole());
             }
+            ids.sort_unstable();
+            ids.dedup();
+            ids
         })
         .collect()
 }
