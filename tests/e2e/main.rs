@@ -4,3 +4,4 @@
 mod demo;
 mod operator;
 mod simcluster;
+mod whole;

@@ -227,6 +227,15 @@ impl GpuInventory {
     pub fn pods(&self) -> impl Iterator<Item = &String> {
         self.pod.iter().chain(&self.shared_with)
     }
+
+    /// The GPU's geometry as plans name it, each instance with the pod using it: with MIG mode
+    /// off, the one instance `whole` at 0, held by the pod using the GPU.
+    pub fn placed_instances(&self) -> Vec<(PlacedInstance, Option<&String>)> {
+        if !self.mig_mode.current {
+            return vec![(PlacedInstance::new(geometer_solver::catalog::WHOLE, 0), self.pod.as_ref())];
+        }
+        self.instances.iter().map(|i| (i.placed(), i.pod.as_ref())).collect()
+    }
 }
 
 impl MigInstance {

@@ -67,9 +67,9 @@ pub(crate) fn world_view<'a>(
         let Some(status) = &node.status else { continue };
         for gpu in &status.gpus {
             let instances = gpu
-                .instances
-                .iter()
-                .map(|i| InstanceNow { placed: i.placed().to_string(), pod: i.pod.clone() })
+                .placed_instances()
+                .into_iter()
+                .map(|(placed, pod)| InstanceNow { placed: placed.to_string(), pod: pod.cloned() })
                 .collect();
             world.gpus.insert((node.name_any(), gpu.index), instances);
         }

@@ -54,7 +54,7 @@ pub use objects::{is_device_plugin, run_seconds, MigPod, RELEASES_ANNOTATION, RU
 pub use scheduler::SCHEDULER_NAME;
 pub use spec::{ClusterSpec, GpuSpec, NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
 
-use geometer_agent::nvml::sim::{SimError, SimNvml};
+use geometer_agent::nvml::sim::{SimError, SimGpuOptions, SimNvml};
 use geometer_agent::nvml::NvmlBackend;
 use geometer_agent::{Agent, AgentConfig, SharedAssignments};
 use geometer_apiserver::{ApiError, ApiServer};
@@ -411,6 +411,10 @@ fn build_nodes(
         let mut nvml = SimNvml::with_catalog(n.name.clone(), catalog.clone());
         for (g, gpu) in n.gpus.iter().enumerate() {
             let gpu_error = |source| SimClusterError::Gpu { node: n.name.clone(), gpu: g, source };
+            if gpu.is_whole() {
+                nvml.add_gpu_with(&gpu.model, SimGpuOptions::MIG_OFF).map_err(gpu_error)?;
+                continue;
+            }
             let index = nvml.add_gpu(&gpu.model).map_err(gpu_error)?;
             let geometry: Vec<(&str, u8)> = gpu.geometry.iter().map(|(p, s)| (p.as_str(), *s)).collect();
             nvml.set_geometry(index, &geometry).map_err(gpu_error)?;

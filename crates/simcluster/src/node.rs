@@ -121,7 +121,8 @@ impl SimNode {
             // With the mixed strategy a GPU with MIG off is advertised whole, as `nvidia.com/gpu`
             // (NVIDIA/k8s-device-plugin, `internal/rm/rm.go`).
             if !gpu.mig_mode.current {
-                let d = Device { gpu: gpu.index, start: 0, profile: WHOLE.to_string(), uuid: gpu.uuid.clone() };
+                let d =
+                    Device { gpu: gpu.index, start: 0, profile: WHOLE.to_string(), uuid: gpu.uuid.clone() };
                 advertised.entry(d.resource()).or_default().push(d);
             }
             for i in &gpu.instances {
@@ -258,8 +259,11 @@ impl SimNode {
     /// exists on the GPU, or its whole GPU went into MIG mode (either must never happen).
     pub fn pods_without_devices(&self) -> Vec<PodKey> {
         let devices = self.nvml.devices().unwrap_or_default();
-        let mut present: Vec<String> =
-            devices.iter().flat_map(|d| self.nvml.mig_devices(d.index).unwrap_or_default()).map(|d| d.uuid).collect();
+        let mut present: Vec<String> = devices
+            .iter()
+            .flat_map(|d| self.nvml.mig_devices(d.index).unwrap_or_default())
+            .map(|d| d.uuid)
+            .collect();
         present.extend(devices.into_iter().filter(|d| d.mig_mode.is_none_or(|m| !m.current)).map(|d| d.uuid));
         let st = self.lock();
         st.running

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
 
 use super::spec::{NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
-use geometer_api::resources::{is_mig_resource, mig_resource, GPU_RESOURCE};
+use geometer_api::resources::{device_resource, is_mig_resource, GPU_RESOURCE};
 
 /// Pod annotation: how long the simulated kubelet runs the pod, in (real) seconds, e.g. `"12.5"`.
 /// Without it the pod runs until it is deleted.
@@ -194,6 +194,11 @@ impl MigPod {
         self
     }
 
+    /// Asks for `count` whole GPUs (`nvidia.com/gpu`).
+    pub fn gpus(self, count: u32) -> MigPod {
+        self.slice(geometer_solver::catalog::WHOLE, count)
+    }
+
     pub fn resources(mut self, cpu: &str, memory: &str) -> MigPod {
         self.cpu = cpu.into();
         self.memory = memory.into();
@@ -237,7 +242,7 @@ impl MigPod {
             annotations.insert(RUN_SECONDS_ANNOTATION.into(), format!("{s}"));
         }
         let limits: BTreeMap<String, String> =
-            self.slices.iter().map(|(p, n)| (mig_resource(p), n.to_string())).collect();
+            self.slices.iter().map(|(p, n)| (device_resource(p), n.to_string())).collect();
         let mut requests = limits.clone();
         requests.insert("cpu".into(), self.cpu);
         requests.insert("memory".into(), self.memory);

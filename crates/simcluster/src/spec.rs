@@ -16,7 +16,7 @@ pub const DEVICE_PLUGIN_LABEL: (&str, &str) = ("app", "nvidia-device-plugin-daem
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuSpec {
     pub model: String,
-    /// `(profile, start)` pairs, e.g. `("3g.40gb", 0)`.
+    /// `(profile, start)` pairs, e.g. `("3g.40gb", 0)`; `[("whole", 0)]` for MIG mode off.
     pub geometry: Vec<(String, u8)>,
 }
 
@@ -26,6 +26,11 @@ impl GpuSpec {
             model: model.to_string(),
             geometry: geometry.iter().map(|(p, s)| (p.to_string(), *s)).collect(),
         }
+    }
+
+    /// The geometry `[("whole", 0)]`: the GPU starts with MIG mode off.
+    pub fn is_whole(&self) -> bool {
+        matches!(self.geometry.as_slice(), [(p, 0)] if p == geometer_solver::catalog::WHOLE)
     }
 }
 

@@ -104,6 +104,9 @@ pub enum UnmetReason {
 impl UnmetReason {
     pub fn summary(&self) -> String {
         match self {
+            UnmetReason::UnknownProfile { profile } if profile == crate::catalog::WHOLE => {
+                "no managed GPU can be planned now to be a whole GPU".to_string()
+            }
             UnmetReason::UnknownProfile { profile } => format!("no managed GPU offers profile {profile}"),
             UnmetReason::ProfileNotAllowed { profile } if profile == crate::catalog::WHOLE => {
                 "the policy's allowedModes leave whole GPUs out".to_string()

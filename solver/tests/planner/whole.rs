@@ -12,7 +12,10 @@ fn snapshot(yaml: &str) -> Snapshot {
 
 fn plans(s: &Snapshot) -> [Plan; 2] {
     let (catalog, options) = (Catalog::builtin(), PlanOptions::default());
-    [geometer_solver::plan(s, catalog, &options).unwrap(), geometer_solver::greedy::plan(s, catalog, &options).unwrap()]
+    [
+        geometer_solver::plan(s, catalog, &options).unwrap(),
+        geometer_solver::greedy::plan(s, catalog, &options).unwrap(),
+    ]
 }
 
 fn is_whole(gpu: &GpuPlan) -> bool {
@@ -37,7 +40,9 @@ running:
 
 #[test]
 fn whole_gpu_demand_turns_mig_off_on_an_idle_gpu() {
-    let s = snapshot(&format!("{MIG_FLEET}pending:\n- {{namespace: train, name: job-0, requests: {{whole: 1}}}}\n"));
+    let s = snapshot(&format!(
+        "{MIG_FLEET}pending:\n- {{namespace: train, name: job-0, requests: {{whole: 1}}}}\n"
+    ));
     for plan in plans(&s) {
         let table = plan.render_table();
         assert_eq!(plan.objective.pods_met, 1, "{table}");

@@ -86,6 +86,8 @@ pub fn compare(model: &GpuModel, gpu: GpuIndex, reported: &[NvmlProfile]) -> Vec
         seen[id] = true;
         compare_profile(&model.profiles[id], gpu, r, &mut out);
     }
+    // The whole GPU is no NVML profile: NVML never offers it.
+    seen[model.whole()] = true;
     for (profile, _) in model.profiles.iter().zip(&seen).filter(|(_, seen)| !**seen) {
         out.push(CatalogDisagreement {
             gpu,
@@ -134,10 +136,13 @@ fn compare_profile(p: &Profile, gpu: GpuIndex, r: &NvmlProfile, out: &mut Vec<Ca
 }
 
 /// The catalog model with NVML's placements, caps, slice counts and memory where NVML reports
-/// the profile; profiles NVML does not offer get no legal start, so nothing plans them.
+/// the profile; profiles NVML does not offer get no legal start, so nothing plans them (the
+/// whole GPU excepted: it is no NVML profile).
 pub fn nvml_model(model: &GpuModel, reported: &[NvmlProfile]) -> GpuModel {
     let mut corrected = model.clone();
     let mut offered = vec![false; model.profiles.len()];
+    // The whole GPU (MIG off) is no NVML profile; the catalog's stands.
+    offered[model.whole()] = true;
     for r in reported {
         let Some(id) = match_profile(model, &r.info) else { continue };
         if r.placements_error.is_some() {

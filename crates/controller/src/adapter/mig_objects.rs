@@ -13,7 +13,6 @@
 use std::collections::BTreeMap;
 
 use geometer_api::{MigNode, MigPolicy};
-use geometer_solver::catalog::WHOLE;
 use geometer_solver::snapshot::{Gpu, GpuMode, Instance, Policy};
 use geometer_solver::PodKey;
 use kube::ResourceExt;
@@ -49,14 +48,14 @@ pub fn inventory(node: &MigNode) -> Result<Vec<Gpu>, AdapterError> {
     };
     let mut out = Vec::with_capacity(gpus.len());
     for (g, gpu) in gpus.iter().enumerate() {
-        let mut instances = Vec::with_capacity(gpu.instances.len());
-        if !gpu.mig_mode.current {
-            let pod = pod_at(format!("status.gpus[{g}].pod"), gpu.pod.as_deref())?;
-            instances.push(Instance { profile: WHOLE.to_string(), start: 0, pod });
-        }
-        for (i, instance) in gpu.instances.iter().enumerate() {
-            let pod = pod_at(format!("status.gpus[{g}].instances[{i}].pod"), instance.pod.as_deref())?;
-            instances.push(Instance { profile: instance.profile.clone(), start: instance.start, pod });
+        let mut instances = Vec::with_capacity(gpu.instances.len().max(1));
+        for (i, (placed, pod)) in gpu.placed_instances().into_iter().enumerate() {
+            let field = match gpu.mig_mode.current {
+                true => format!("status.gpus[{g}].instances[{i}].pod"),
+                false => format!("status.gpus[{g}].pod"),
+            };
+            let pod = pod_at(field, pod.map(String::as_str))?;
+            instances.push(Instance { profile: placed.profile, start: placed.start, pod });
         }
         out.push(Gpu { index: gpu.index, model: gpu.model.clone(), instances });
     }

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use geometer_solver::catalog::WHOLE;
 use geometer_solver::plan::{PlacedName, Plan, SliceSource};
 use geometer_solver::PodKey;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -125,16 +126,19 @@ pub(crate) fn pod_events(
     let plan_name = plan.and_then(|p| p.name.clone());
     let met = spec.demand.met.iter().map(|m| {
         let by = plan_name.as_deref().map(|p| format!(" by plan {p}")).unwrap_or_default();
-        (m.pod.as_str(), false, "SlicePlanned", format!("slice {} planned on node {}{by}", m.profile, m.node))
+        let what = match m.profile.as_str() {
+            WHOLE => "a whole GPU (MIG off)".to_string(),
+            profile => format!("slice {profile}"),
+        };
+        (m.pod.as_str(), false, "SlicePlanned", format!("{what} planned on node {}{by}", m.node))
     });
     let unmet = spec.demand.unmet.iter().map(|u| {
         let by = plan_name.as_deref().map(|p| format!(" (plan {p})")).unwrap_or_default();
-        (
-            u.pod.as_str(),
-            true,
-            "NoSlicePlanned",
-            format!("no {} slice can be planned{by}: {}", u.profile, u.reason),
-        )
+        let what = match u.profile.as_str() {
+            WHOLE => "whole GPU".to_string(),
+            profile => format!("{profile} slice"),
+        };
+        (u.pod.as_str(), true, "NoSlicePlanned", format!("no {what} can be planned{by}: {}", u.reason))
     });
     met.chain(unmet)
         .filter_map(|(key, warning, reason, note)| {

@@ -83,7 +83,12 @@ pub(super) fn allowed_profiles(models: &[&GpuModel], policy: &Policy) -> Vec<Vec
             } else if policy.allowed_profiles.is_empty() {
                 m.standard_profiles()
             } else {
-                policy.allowed_profiles.iter().filter_map(|n| m.profile(n)).filter(|&p| !m.is_whole(p)).collect()
+                policy
+                    .allowed_profiles
+                    .iter()
+                    .filter_map(|n| m.profile(n))
+                    .filter(|&p| !m.is_whole(p))
+                    .collect()
             };
             if policy.allows_mode(GpuMode::Whole) {
                 ids.push(m.whole());

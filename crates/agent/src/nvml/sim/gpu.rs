@@ -473,8 +473,11 @@ fn gi_info(id: u32, i: &SimInstance) -> GpuInstanceInfo {
     }
 }
 
+/// What NVML reports of a catalog profile; the whole GPU is no NVML profile, so NVML hides it.
 fn reported_from_catalog(p: &geometer_solver::catalog::Profile) -> ReportedProfile {
-    let id = NvmlProfileId(p.nvidia_smi_profile_id.unwrap_or(SIM_PROFILE_ID_BASE + p.nvml_profile_index));
+    let id = NvmlProfileId(
+        p.nvidia_smi_profile_id.unwrap_or(SIM_PROFILE_ID_BASE.wrapping_add(p.nvml_profile_index)),
+    );
     ReportedProfile {
         info: GpuInstanceProfileInfo {
             profile_index: NvmlProfileIndex(p.nvml_profile_index),
@@ -491,6 +494,6 @@ fn reported_from_catalog(p: &geometer_solver::catalog::Profile) -> ReportedProfi
             ofa_count: p.engines.ofa as u32,
         },
         placements: p.starts.iter().map(|&s| Placement { start: s as u32, size: p.size as u32 }).collect(),
-        hidden: false,
+        hidden: p.kind == geometer_solver::catalog::ProfileKind::Whole,
     }
 }
