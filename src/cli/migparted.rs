@@ -196,7 +196,7 @@ fn run_import(args: ImportArgs) -> Result<(), Failure> {
         ModeArg::Approve => PolicyMode::Approve,
         ModeArg::Auto => PolicyMode::Auto,
     };
-    let policy = import::policy(&name, &imported.profiles, mode, &selector);
+    let policy = import::policy(&name, &imported, mode, &selector);
     let yaml =
         serde_saphyr::to_string(&policy).context("cannot render the MigPolicy").map_err(Failure::internal)?;
     print!("{yaml}");

@@ -1,7 +1,7 @@
 //! The CRD schemas carry the validation a user relies on when writing objects by hand: enums,
 //! patterns, minimums, CEL rules, status subresources, short names and useful printer columns.
 
-use geometer_api::{self as api, PROFILE_NAME_PATTERN};
+use geometer_api::{self as api, GEOMETRY_PROFILE_PATTERN, PROFILE_NAME_PATTERN};
 use serde_json::Value;
 
 /// The CRDs as a user installs them: parsed back from the generated YAML.
@@ -100,7 +100,7 @@ fn plan_is_immutable_except_approval_which_cannot_be_withdrawn() {
     );
     assert_eq!(
         schema(&crd, &["spec", "nodes", "[]", "gpus", "[]", "to", "[]", "profile"])["pattern"],
-        PROFILE_NAME_PATTERN
+        GEOMETRY_PROFILE_PATTERN
     );
     assert!(
         schema(&crd, &["spec", "nodes"])["maxItems"].as_u64().is_some(),

@@ -91,6 +91,7 @@ pub struct MigPolicySpec {
     /// `nvidia.com/mig-*`) and `Whole` (MIG off, advertised as `nvidia.com/gpu`). Empty: both.
     /// A GPU already in a mode left out may stay in it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2))]
     #[x_kube(merge_strategy = ListMerge::Set)]
     pub allowed_modes: Vec<GpuMode>,
 

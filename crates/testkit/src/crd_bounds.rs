@@ -131,7 +131,7 @@ pub fn examples() -> Vec<(&'static str, Value)> {
         (
             "MigPolicy",
             json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy", "metadata": {"name": "bounds"},
-            "spec": {"allowedProfiles": ["1g.10gb"], "batching": {"idleSeconds": 5, "maxSeconds": 30},
+            "spec": {"allowedModes": ["MIG", "Whole"], "allowedProfiles": ["1g.10gb"], "minWholeGpus": 2, "batching": {"idleSeconds": 5, "maxSeconds": 30},
                 "disruption": {"doNotDisruptAnnotations": ["geometer.dev/do-not-disrupt"], "drainTimeoutSeconds": 600,
                     "evictionAllowed": true, "maxNodesReconfiguring": 1},
                 "forecastWindowSeconds": 60, "headroom": {"1g.10gb": 1}, "mode": "DryRun",

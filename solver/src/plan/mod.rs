@@ -62,6 +62,19 @@ pub struct GpuPlan {
 }
 
 /// A pod the plan evicts, and where its slices are made again.
+impl GpuPlan {
+    /// `MIG off` (the GPU becomes whole), `MIG on` (a whole GPU is partitioned), or `None`
+    /// where the mode stays.
+    pub fn mode_change(&self) -> Option<&'static str> {
+        let whole = |list: &[PlacedName]| list.iter().any(|p| p.profile == crate::catalog::WHOLE);
+        match (whole(&self.from), whole(&self.to)) {
+            (false, true) => Some("MIG off: a whole GPU"),
+            (true, false) => Some("MIG on"),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Eviction {
     pub pod: PodKey,

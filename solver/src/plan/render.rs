@@ -48,12 +48,14 @@ pub(super) fn table(plan: &Plan, catalog: &Catalog) -> String {
         let _ = writeln!(out, "GPU changes:");
     }
     for gpu in &changed {
-        let _ = writeln!(out, "  ~ {} gpu {} ({})", gpu.node, gpu.index, gpu.model);
+        let mode = gpu.mode_change().map(|m| format!(", {m}")).unwrap_or_default();
+        let _ = writeln!(out, "  ~ {} gpu {} ({}{mode})", gpu.node, gpu.index, gpu.model);
         out.push_str(&before_after(gpu, catalog));
-        for p in &gpu.destroy {
+        let mig = |p: &&PlacedName| p.profile != crate::catalog::WHOLE;
+        for p in gpu.destroy.iter().filter(mig) {
             let _ = writeln!(out, "      - {}@{}", p.profile, p.start);
         }
-        for p in &gpu.create {
+        for p in gpu.create.iter().filter(mig) {
             let _ = writeln!(out, "      + {}@{}", p.profile, p.start);
         }
     }

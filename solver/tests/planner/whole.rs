@@ -50,7 +50,8 @@ fn whole_gpu_demand_turns_mig_off_on_an_idle_gpu() {
         assert_eq!((job.node.as_deref(), job.placement), (Some("a"), SliceSource::NewSlices), "{table}");
         assert!(is_whole(gpu(&plan, "a", 1)), "the idle GPU leaves MIG mode: {table}");
         assert!(!gpu(&plan, "a", 0).changed, "the GPU with a slice in use keeps its geometry: {table}");
-        assert!(table.contains("whole"), "the table shows the mode: {table}");
+        assert!(table.contains("MIG off: a whole GPU"), "the table shows the mode: {table}");
+        assert_eq!(gpu(&plan, "a", 1).mode_change(), Some("MIG off: a whole GPU"));
     }
 }
 
@@ -70,6 +71,7 @@ pending:
     for plan in plans(&s) {
         let g = gpu(&plan, "a", 0);
         assert!(g.changed && !is_whole(g), "{}", plan.render_table());
+        assert_eq!(g.mode_change(), Some("MIG on"));
         assert_eq!(plan.objective.pods_met, 1);
     }
 }

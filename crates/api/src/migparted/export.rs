@@ -43,8 +43,14 @@ pub struct GpuLayout {
 }
 
 impl GpuLayout {
-    fn mig(index: u32, instances: impl IntoIterator<Item = String>) -> GpuLayout {
-        GpuLayout { index, mig_enabled: true, profiles: instances.into_iter().collect() }
+    /// A GPU with these instances' profiles; the one instance `whole` is MIG off
+    /// (`mig-enabled: false`).
+    fn of(index: u32, instances: impl IntoIterator<Item = String>) -> GpuLayout {
+        let profiles: Vec<String> = instances.into_iter().collect();
+        if matches!(profiles.as_slice(), [p] if p == geometer_solver::catalog::WHOLE) {
+            return GpuLayout { index, mig_enabled: false, profiles: Vec::new() };
+        }
+        GpuLayout { index, mig_enabled: true, profiles }
     }
 
     fn counts(&self) -> BTreeMap<String, u32> {
@@ -197,7 +203,7 @@ pub fn from_mig_node(node: &MigNode, which: Which) -> Result<NodeLayout, String>
         .collect();
     if which == Which::Planned {
         for g in &node.spec.gpus {
-            gpus.insert(g.index, GpuLayout::mig(g.index, profiles(&g.geometry)));
+            gpus.insert(g.index, GpuLayout::of(g.index, profiles(&g.geometry)));
         }
     }
     if gpus.is_empty() {
@@ -221,13 +227,13 @@ pub fn from_mig_plan(plan: &MigPlan, which: Which) -> Vec<NodeLayout> {
         .map(|n| NodeLayout {
             node: n.node.clone(),
             gpus: sorted(n.gpus.iter().map(|g| {
-                GpuLayout::mig(g.index, profiles(if which == Which::Current { &g.from } else { &g.to }))
+                GpuLayout::of(g.index, profiles(if which == Which::Current { &g.from } else { &g.to }))
             })),
         })
         .collect()
 }
 
-/// A snapshot's GPUs (all with MIG enabled). It has no planned geometry.
+/// A snapshot's GPUs. It has no planned geometry.
 pub fn from_snapshot(snapshot: &Snapshot, which: Which) -> Result<Vec<NodeLayout>, String> {
     if which == Which::Planned {
         return Err("a snapshot holds only the current geometry; use --geometry current, or plan it and export the plan".into());
@@ -239,7 +245,7 @@ pub fn from_snapshot(snapshot: &Snapshot, which: Which) -> Result<Vec<NodeLayout
         .map(|n| NodeLayout {
             node: n.name.clone(),
             gpus: sorted(
-                n.gpus.iter().map(|g| GpuLayout::mig(g.index, g.instances.iter().map(|i| i.profile.clone()))),
+                n.gpus.iter().map(|g| GpuLayout::of(g.index, g.instances.iter().map(|i| i.profile.clone()))),
             ),
         })
         .collect())
@@ -253,7 +259,7 @@ pub fn from_plan(plan: &Plan, which: Which) -> Vec<NodeLayout> {
         nodes
             .entry(&g.node)
             .or_default()
-            .push(GpuLayout::mig(g.index, placed.iter().map(|p| p.profile.clone())));
+            .push(GpuLayout::of(g.index, placed.iter().map(|p| p.profile.clone())));
     }
     nodes.into_iter().map(|(node, gpus)| NodeLayout { node: node.to_string(), gpus: sorted(gpus) }).collect()
 }
@@ -351,15 +357,17 @@ mod tests {
         let layout = NodeLayout {
             node: "gpu-1".into(),
             gpus: vec![
-                GpuLayout::mig(0, ["3g.40gb".into(), "1g.10gb".into()]),
+                GpuLayout::of(0, ["3g.40gb".into(), "1g.10gb".into()]),
                 GpuLayout { index: 1, mig_enabled: false, profiles: vec![] },
-                GpuLayout::mig(2, ["1g.10gb".into(), "3g.40gb".into()]),
-                GpuLayout::mig(3, []),
+                GpuLayout::of(2, ["1g.10gb".into(), "3g.40gb".into()]),
+                GpuLayout::of(3, []),
+                GpuLayout::of(4, ["whole".into()]),
             ],
         };
         let cfg = to_config(&[layout], str::to_string);
         let entries = cfg.config("gpu-1").unwrap();
         assert_eq!(entries.len(), 3);
+        assert_eq!(entries[1].devices, Devices::Indices(vec![1, 4]), "a whole GPU is MIG off");
         assert_eq!(entries[0].devices, Devices::Indices(vec![0, 2]));
         assert_eq!(
             entries[0].mig_devices.as_ref().unwrap(),

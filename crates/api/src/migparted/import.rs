@@ -19,6 +19,9 @@ pub struct ImportedProfiles {
     pub configs: Vec<String>,
     /// Every profile with a count above zero, sorted, each once.
     pub profiles: Vec<String>,
+    /// Whether an entry keeps GPUs whole (`mig-enabled: false`): the policy then allows both
+    /// modes, else MIG only.
+    pub whole: bool,
     /// What a person should check: profiles or GPU models Geometer's catalog does not know.
     pub notes: Vec<String>,
 }
@@ -42,8 +45,10 @@ pub fn allowed_profiles(
     };
     let mut profiles = BTreeSet::new();
     let mut notes = BTreeSet::new();
+    let mut whole = false;
     for (config, entries) in &chosen {
         for (i, entry) in entries.iter().enumerate() {
+            whole |= !entry.mig_enabled;
             let path = format!("mig-configs.{config}[{i}]");
             let wanted: Vec<&String> =
                 entry.mig_devices.iter().flatten().filter(|(_, &n)| n > 0).map(|(p, _)| p).collect();
@@ -66,7 +71,7 @@ pub fn allowed_profiles(
     }
     let mut profiles: Vec<String> = profiles.into_iter().collect();
     profiles.sort_by_key(|p| size_order(p));
-    Ok(ImportedProfiles { configs, profiles, notes: notes.into_iter().collect() })
+    Ok(ImportedProfiles { configs, profiles, whole, notes: notes.into_iter().collect() })
 }
 
 /// `2g.20gb` -> (2, 20, ""): smaller slices first, `1g.5gb` before `1g.10gb`.
@@ -117,15 +122,19 @@ fn check_against_catalog(
     Ok(())
 }
 
-/// A MigPolicy allowing `profiles`, with every other setting at its default. Built through the
+/// A MigPolicy allowing the imported profiles, and whole GPUs only where the configs keep
+/// some (`mig-enabled: false`), with every other setting at its default. Built through the
 /// API's own deserialization so that the defaults are exactly the ones the CRD applies.
 pub fn policy(
     name: &str,
-    profiles: &[String],
+    imported: &ImportedProfiles,
     mode: PolicyMode,
     node_selector: &BTreeMap<String, String>,
 ) -> MigPolicy {
-    let mut spec = json!({ "allowedProfiles": profiles, "mode": mode });
+    let mut spec = json!({ "allowedProfiles": imported.profiles, "mode": mode });
+    if !imported.whole {
+        spec["allowedModes"] = json!(["MIG"]);
+    }
     if !node_selector.is_empty() {
         spec["nodeSelector"] = json!({ "matchLabels": node_selector });
     }
@@ -170,6 +179,11 @@ mig-configs:
         let file = MigPartedConfig::parse(TWO_MODELS).unwrap();
         let got = allowed_profiles(&file, Some("mixed"), Catalog::builtin()).unwrap();
         assert_eq!(got.profiles, ["1g.10gb", "1g.99gb", "3g.40gb"]);
+        assert!(!got.whole, "every entry of `mixed` enables MIG");
+        assert!(
+            allowed_profiles(&file, None, Catalog::builtin()).unwrap().whole,
+            "all-disabled keeps GPUs whole"
+        );
         assert_eq!(got.notes.len(), 1, "{:?}", got.notes);
         assert!(got.notes[0].contains("device 0xFFFF10DE is not in Geometer's catalog"), "{:?}", got.notes);
     }
@@ -184,9 +198,18 @@ mig-configs:
     #[test]
     fn policy_has_the_profiles_the_mode_and_the_crd_defaults() {
         let selector = BTreeMap::from([("nvidia.com/mig.config".to_string(), "all-balanced".to_string())]);
-        let p = policy("balanced", &["1g.10gb".into(), "3g.40gb".into()], PolicyMode::DryRun, &selector);
+        let mut imported = ImportedProfiles {
+            configs: vec!["all-balanced".into()],
+            profiles: vec!["1g.10gb".into(), "3g.40gb".into()],
+            whole: false,
+            notes: Vec::new(),
+        };
+        let p = policy("balanced", &imported, PolicyMode::DryRun, &selector);
         assert_eq!(p.metadata.name.as_deref(), Some("balanced"));
         assert_eq!(p.spec.allowed_profiles, ["1g.10gb", "3g.40gb"]);
+        assert_eq!(p.spec.allowed_modes, [crate::GpuMode::Mig], "every GPU of the config is in MIG mode");
+        imported.whole = true;
+        assert!(policy("b", &imported, PolicyMode::DryRun, &selector).spec.allowed_modes.is_empty());
         assert_eq!(p.spec.mode, PolicyMode::DryRun);
         assert_eq!(p.spec.disruption.max_nodes_reconfiguring, 1);
         assert!(!p.spec.disruption.eviction_allowed);

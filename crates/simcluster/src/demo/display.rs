@@ -54,7 +54,7 @@ pub fn counts(map: &BTreeMap<String, u64>) -> String {
     }
     map.iter()
         .filter(|(_, v)| **v > 0)
-        .map(|(k, v)| format!("{}×{v}", k.trim_start_matches(geometer_api::resources::MIG_RESOURCE_PREFIX)))
+        .map(|(k, v)| format!("{}×{v}", geometer_api::resources::device_profile(k).unwrap_or(k)))
         .collect::<Vec<_>>()
         .join(" ")
 }

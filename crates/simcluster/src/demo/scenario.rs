@@ -1,6 +1,6 @@
 //! The embedded default scenario: a small mixed fleet of A100-80GB and H100-80GB nodes with a
 //! static geometry an administrator might pick, and a workload whose profile mix shifts from
-//! training to an inference burst to large fine-tuning jobs.
+//! training (with whole-GPU jobs) to an inference burst to large fine-tuning jobs.
 
 use std::time::Duration;
 
@@ -29,12 +29,14 @@ pub struct Scenario {
     pub phases: Vec<Phase>,
 }
 
-/// What an administrator set up in advance: mostly halves for training, a few whole GPUs and a
-/// few small slices. Placements are legal on both A100-80GB and H100-80GB.
+/// What an administrator set up in advance: mostly halves for training, a full-size slice, one
+/// GPU with MIG off for whole-GPU jobs, and a few small slices. Placements are legal on both
+/// A100-80GB and H100-80GB.
 fn static_geometry(gpu: usize) -> Vec<(&'static str, u8)> {
     match gpu {
         0..=3 => vec![("3g.40gb", 0), ("3g.40gb", 4)],
-        4 | 5 => vec![("7g.80gb", 0)],
+        4 => vec![("7g.80gb", 0)],
+        5 => vec![(geometer_solver::catalog::WHOLE, 0)],
         _ => vec![("2g.20gb", 0), ("2g.20gb", 2), ("2g.20gb", 4), ("1g.10gb", 6)],
     }
 }
@@ -63,10 +65,18 @@ impl Scenario {
             cluster,
             phases: vec![
                 Phase {
+                    // Training jobs ask for whole GPUs (`nvidia.com/gpu`): GPUs leave MIG mode
+                    // for them, and come back to MIG for the inference burst.
                     name: "training",
                     share: 0.3,
                     arrivals_per_node_second: 0.27,
-                    mix: vec![("3g.40gb", 50), ("7g.80gb", 15), ("2g.20gb", 25), ("1g.10gb", 10)],
+                    mix: vec![
+                        (geometer_solver::catalog::WHOLE, 25),
+                        ("3g.40gb", 40),
+                        ("7g.80gb", 10),
+                        ("2g.20gb", 15),
+                        ("1g.10gb", 10),
+                    ],
                     run_seconds: (24.0, 48.0),
                 },
                 Phase {
