@@ -108,7 +108,7 @@ fn list(catalog: &Catalog, format: OutputFormat) -> Result<(), Failure> {
                     m.architecture.clone(),
                     memory(m.memory_mib, m.memory_status),
                     ids(m),
-                    m.profiles.len().to_string(),
+                    m.mig_profiles().count().to_string(),
                 ]
             })
             .collect();
@@ -167,8 +167,8 @@ fn show_table(m: &GpuModel) -> String {
     line(&mut out, "Media engines:", totals);
     out.push('\n');
     let rows: Vec<Vec<String>> = m
-        .profiles
-        .iter()
+        .mig_profiles()
+        .map(|id| &m.profiles[id])
         .map(|p| {
             let engines = if p.engines_known {
                 let e = p.engines;

@@ -206,7 +206,7 @@ pub fn profile_ids(model: &GpuModel, names: &[String]) -> Result<Vec<ProfileId>,
     let mut ids = Vec::new();
     for name in names {
         let id = model.profile(name).ok_or_else(|| {
-            let known: Vec<&str> = model.profiles.iter().map(|p| p.name.as_str()).collect();
+            let known: Vec<&str> = model.mig_profiles().map(|id| model.profiles[id].name.as_str()).collect();
             Failure::bad_input(anyhow!(
                 "--profiles: {name:?} is not a profile of {}; known profiles: {}",
                 model.key,

@@ -6,7 +6,6 @@
 use geometer_testkit::e2e as e2e_support;
 
 use e2e_support::{policy, wait_for, E2e, NS};
-use geometer_agent::nvml::NvmlBackend;
 use geometer_api::PolicyMode;
 use geometer_simcluster::{ClusterSpec, MigPod, NodeSpec};
 use k8s_openapi::api::core::v1::Pod;
@@ -15,16 +14,6 @@ use kube::Api;
 
 const FULL: &[(&str, u8)] = &[("7g.80gb", 0)];
 
-/// Whether GPU `gpu` of `node` has MIG mode off, as NVML says.
-fn mig_off(e2e: &E2e, node: &str, gpu: u32) -> bool {
-    let devices = e2e.cluster.nvml(node).unwrap().devices().unwrap();
-    devices.iter().any(|d| d.index == gpu && d.mig_mode.is_some_and(|m| !m.current))
-}
-
-fn whole_gpus(e2e: &E2e) -> usize {
-    ["gpu-1", "gpu-2"].iter().map(|n| (0..2).filter(|&g| mig_off(e2e, n, g)).count()).sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpus_leave_mig_for_training_pods_and_come_back_for_slices() {
     let spec = ClusterSpec::new(vec![
@@ -32,7 +21,7 @@ async fn gpus_leave_mig_for_training_pods_and_come_back_for_slices() {
         NodeSpec::new("gpu-2", "H100-80GB", 2, FULL),
     ]);
     let e2e = E2e::new(&spec, policy(PolicyMode::Auto, false)).await;
-    assert_eq!(whole_gpus(&e2e), 0, "every GPU starts in MIG mode");
+    assert_eq!(e2e.cluster.whole_gpus(), 0, "every GPU starts in MIG mode");
 
     // A training job of two pods, one whole GPU each.
     let training = ["train-0", "train-1"];
@@ -41,7 +30,7 @@ async fn gpus_leave_mig_for_training_pods_and_come_back_for_slices() {
     }
     wait_for("the training pods running", || e2e.running(&training).then_some(())).await;
     wait_for("nodes settled", || e2e.settled().then_some(())).await;
-    assert_eq!(whole_gpus(&e2e), 2, "exactly the GPUs the training pods needed left MIG mode");
+    assert_eq!(e2e.cluster.whole_gpus(), 2, "exactly the GPUs the training pods needed left MIG mode");
     for name in training {
         let pod = e2e.server.object::<Pod>(NS, name).unwrap();
         let node = pod.spec.unwrap().node_name.unwrap();
@@ -61,7 +50,7 @@ async fn gpus_leave_mig_for_training_pods_and_come_back_for_slices() {
         (inference.iter().filter(|p| e2e.running(&[p])).count() == 2).then_some(())
     })
     .await;
-    assert_eq!(whole_gpus(&e2e), 2, "a GPU with a running whole-GPU pod never changes mode");
+    assert_eq!(e2e.cluster.whole_gpus(), 2, "a GPU with a running whole-GPU pod never changes mode");
     assert!(e2e.running(&training));
 
     // Training ends: the whole GPUs are idle and go back to MIG for the waiting pods.
@@ -71,7 +60,7 @@ async fn gpus_leave_mig_for_training_pods_and_come_back_for_slices() {
     }
     wait_for("every inference pod running", || e2e.running(&inference).then_some(())).await;
     wait_for("nodes settled", || e2e.settled().then_some(())).await;
-    assert_eq!(whole_gpus(&e2e), 0, "the idle whole GPUs went back to MIG");
+    assert_eq!(e2e.cluster.whole_gpus(), 0, "the idle whole GPUs went back to MIG");
     for node in ["gpu-1", "gpu-2"] {
         assert!(e2e.cluster.node(node).unwrap().pods_without_devices().is_empty());
     }

@@ -14,3 +14,4 @@ mod disruption;
 mod leader;
 mod review;
 mod support;
+mod whole_gpus;

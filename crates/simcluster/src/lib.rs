@@ -315,6 +315,16 @@ impl SimCluster {
         self.node(node).map(|n| n.nvml.clone())
     }
 
+    /// GPUs with MIG mode off (whole GPUs), over every node, as NVML says.
+    pub fn whole_gpus(&self) -> usize {
+        let off = |d: &geometer_agent::nvml::DeviceInfo| d.mig_mode.is_some_and(|m| !m.current);
+        self.shared
+            .nodes
+            .values()
+            .map(|n| n.nvml.devices().unwrap_or_default().iter().filter(|d| off(d)).count())
+            .sum()
+    }
+
     /// What the node's kubelet reports through PodResources.
     pub fn assignments(&self, node: &str) -> Option<SharedAssignments> {
         self.node(node).map(|n| n.assignments.clone())

@@ -307,6 +307,11 @@ impl RealCluster {
         out
     }
 
+    /// GPUs with MIG mode off, over every node.
+    pub fn whole_gpus(&self) -> usize {
+        self.sim.whole_gpus()
+    }
+
     /// Instances on a simulated GPU as `profile@start`, sorted.
     pub fn geometry(&self, node: &str, gpu: u32) -> Vec<String> {
         let mut g: Vec<String> =

@@ -33,7 +33,7 @@ fn can_extend(m: &GpuModel, g: &Geometry, allowed: &[ProfileId]) -> bool {
 /// A model, a subset of its profiles (as a bitmask choice), and a seed for picking geometries.
 fn model_profiles_seed() -> impl Strategy<Value = (&'static GpuModel, Vec<ProfileId>, u64)> {
     (any_model(), any::<u64>(), any::<u64>()).prop_map(|(m, mask, seed)| {
-        let mut allowed: Vec<ProfileId> = (0..m.profiles.len()).filter(|&p| mask & (1 << p) != 0).collect();
+        let mut allowed: Vec<ProfileId> = m.mig_profiles().filter(|&p| mask & (1 << p) != 0).collect();
         if allowed.is_empty() {
             allowed = m.standard_profiles();
         }
@@ -85,11 +85,13 @@ proptest! {
         m in any_model(),
         picks in proptest::collection::vec((any::<usize>(), any::<usize>()), 0..6),
     ) {
-        // Random instances at legal starts: valid exactly when the search also finds them.
+        // Random MIG instances at legal starts: valid exactly when the search also finds them.
+        // (The search is over MIG geometries; the whole GPU is the one-instance geometry below.)
+        let mig = m.all_profiles();
         let instances: Vec<Placed> = picks
             .iter()
             .map(|&(p, s)| {
-                let p = p % m.profiles.len();
+                let p = mig[p % mig.len()];
                 let starts = &m.profile_info(p).starts;
                 Placed::new(p, starts[s % starts.len()])
             })
@@ -97,6 +99,12 @@ proptest! {
         let g = Geometry::new(instances);
         let found = all_valid(m).contains(&g);
         prop_assert_eq!(validate(m, &g).is_ok(), found, "{}", g.display(m));
+        // The whole GPU is valid alone and with no MIG instance beside it.
+        prop_assert_eq!(validate(m, &Geometry::whole(m)), Ok(()));
+        if let Some(&p) = g.instances().first() {
+            let mixed = Geometry::whole(m).with(p);
+            prop_assert!(validate(m, &mixed).is_err(), "{}", mixed.display(m));
+        }
     }
 
     #[test]

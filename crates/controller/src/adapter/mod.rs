@@ -308,6 +308,49 @@ items:
   metadata: {name: s}
 "#;
 
+    /// A MigNode's GPUs with MIG off are the instance `whole`, held by the pod the agent read
+    /// from PodResources; pods asking for `nvidia.com/gpu` are demand; a pod sharing a whole GPU
+    /// with others (time-slicing) is never planned as evictable.
+    #[test]
+    fn whole_gpus_from_a_mignode_and_whole_gpu_demand() {
+        let pod = |name: &str, node: &str| {
+            let bound = if node.is_empty() { String::new() } else { format!("nodeName: {node}, ") };
+            let phase = if node.is_empty() {
+                "{phase: Pending, conditions: [{type: PodScheduled, status: \"False\", reason: Unschedulable}]}"
+            } else {
+                "{phase: Running}"
+            };
+            format!(
+                "- kind: Pod\n  metadata: {{name: {name}, namespace: ml}}\n  spec: {{{bound}containers: [{{name: c, resources: {{limits: {{nvidia.com/gpu: \"1\"}}}}}}]}}\n  status: {phase}\n"
+            )
+        };
+        let gpu = |index: u32, pods: &str| {
+            format!("    - {{index: {index}, uuid: GPU-{index}, model: H100-80GB, pciDeviceId: \"0x233010DE\", migMode: {{current: false, pending: false}}, {pods}}}\n")
+        };
+        let text = format!(
+            "apiVersion: v1\nkind: List\nitems:\n- kind: Node\n  metadata: {{name: n1}}\n  status: {{allocatable: {{cpu: \"8\", memory: 32Gi}}}}\n\
+             - apiVersion: geometer.dev/v1alpha1\n  kind: MigNode\n  metadata: {{name: n1}}\n  spec: {{}}\n  status:\n    gpus:\n{}{}{}{}{}{}",
+            gpu(0, "pod: ml/train"),
+            gpu(1, "pod: ml/a, sharedWith: [ml/b]"),
+            pod("train", "n1"),
+            pod("a", "n1"),
+            pod("b", "n1"),
+            pod("wait", ""),
+        );
+        let built = snapshot_of(&text);
+        let s = &built.snapshot;
+        assert_eq!(s.nodes.len(), 1, "{text}\n{:?} {:?}", built.warnings, built.skipped);
+        let instances: Vec<_> = s.nodes[0].gpus.iter().map(|g| g.instances.clone()).collect();
+        assert_eq!(instances[0].len(), 1, "{:?}", built.warnings);
+        assert_eq!((instances[0][0].profile.as_str(), instances[0][0].start), ("whole", 0));
+        assert_eq!(instances[0][0].pod.as_ref().map(PodKey::as_str), Some("ml/train"));
+        assert_eq!(s.pending.len(), 1);
+        assert_eq!(s.pending[0].requests, BTreeMap::from([("whole".to_string(), 1)]));
+        let running: BTreeMap<String, bool> =
+            s.running.iter().map(|p| (p.key().to_string(), p.do_not_disrupt)).collect();
+        assert_eq!(running, BTreeMap::from([("ml/a".to_string(), true), ("ml/train".to_string(), false)]));
+    }
+
     #[test]
     fn infers_gpus_from_labels_and_capacity() {
         let objects = parse_objects(LIST).unwrap();
