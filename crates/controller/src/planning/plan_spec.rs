@@ -127,7 +127,7 @@ pub(crate) fn pod_events(
     let met = spec.demand.met.iter().map(|m| {
         let by = plan_name.as_deref().map(|p| format!(" by plan {p}")).unwrap_or_default();
         let what = match m.profile.as_str() {
-            WHOLE => "a whole GPU (MIG off)".to_string(),
+            WHOLE => format!("a whole GPU (MIG off{})", leaving_mig(spec, &m.node)),
             profile => format!("slice {profile}"),
         };
         (m.pod.as_str(), false, "SlicePlanned", format!("{what} planned on node {}{by}", m.node))
@@ -154,6 +154,26 @@ pub(crate) fn pod_events(
         })
         .take(MAX_POD_EVENTS)
         .collect()
+}
+
+/// The GPUs of `node` the plan takes out of MIG mode, as `: GPU gpu-7/3 leaves MIG`, for a
+/// whole-GPU pod's event; empty when none does (the pod uses a GPU already whole). The plan does
+/// not pick which of them the pod gets: the scheduler and the device plugin do.
+fn leaving_mig(spec: &MigPlanSpec, node: &str) -> String {
+    let whole = |list: &[PlacedInstance]| list.iter().any(|p| p.profile == WHOLE);
+    let gpus: Vec<String> = spec
+        .nodes
+        .iter()
+        .filter(|n| n.node == node)
+        .flat_map(|n| &n.gpus)
+        .filter(|g| whole(&g.to) && !whole(&g.from))
+        .map(|g| format!("{node}/{}", g.index))
+        .collect();
+    match gpus.len() {
+        0 => String::new(),
+        1 => format!(": GPU {} leaves MIG", gpus[0]),
+        _ => format!(": GPUs {} leave MIG", gpus.join(", ")),
+    }
 }
 
 #[cfg(test)]
@@ -250,5 +270,22 @@ mod tests {
         );
         assert_eq!(notes[1].1, "NoSlicePlanned");
         assert!(notes[1].0 && notes[1].2.contains("2g.20gb") && notes[1].2.contains("pool-1"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_whole_gpu_event_names_the_gpu_leaving_mig() {
+        let mut plan = solver_plan();
+        plan.gpus[1].to = vec![name(WHOLE, 0)];
+        plan.gpus[1].destroy = vec![name("7g.80gb", 0)];
+        plan.gpus[1].create = vec![name(WHOLE, 0)];
+        plan.gpus[1].changed = true;
+        plan.pods[0] = outcome("ml/a", WHOLE, Some("gpu-a"), SliceSource::NewSlices);
+        let spec = to_spec("pool", &plan);
+        let a = crate::fixtures::pod("ml", "a", None);
+        let pods = BTreeMap::from([(PodKey::new("ml", "a"), &a)]);
+        let Some(Action::Event(event)) = pod_events(&spec, &pods, None).into_iter().next() else {
+            panic!("no event for the whole-GPU pod")
+        };
+        assert_eq!(event.note, "a whole GPU (MIG off: GPU gpu-a/1 leaves MIG) planned on node gpu-a");
     }
 }
