@@ -218,8 +218,20 @@ fn node_status_round_trips_and_knows_what_is_in_use() {
         catalog_disagreements: vec![],
         cordoned_by_geometer: true,
         observed_generation: Some(3),
+        usage: vec![geometer_api::PodGpuUsage {
+            pod: "ml/train-0".into(),
+            gpu: 1,
+            model: "H100-80GB".into(),
+            since: Time(jiff::Timestamp::from_second(1_700_000_000).unwrap()),
+            samples: 30,
+            peak_memory_mib: 7_000,
+            p95_memory_mib: 6_400,
+            peak_utilization_percent: 40,
+            mean_utilization_percent: 12,
+        }],
     });
     let json = serde_json::to_value(&node).unwrap();
+    assert_eq!(json["status"]["usage"][0]["peakMemoryMib"], 7_000);
     assert_eq!(json["status"]["step"]["action"], "CreateGpuInstance");
     assert_eq!(json["status"]["cordonedByGeometer"], true);
     assert_eq!(json["status"]["gpus"][0]["migMode"]["current"], true);

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use node::{
     AgentStep, CatalogDisagreement, GpuGeometry, GpuInventory, MigInstance, MigModeStatus, MigNode,
-    MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction,
+    MigNodePhase, MigNodeSpec, MigNodeStatus, PodGpuUsage, StepAction,
 };
 pub use plan::{
     Demand, DemandMet, DemandUnmet, Eviction, GpuChange, GpuOperations, MigPlan, MigPlanPhase, MigPlanSpec,

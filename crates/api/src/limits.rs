@@ -18,6 +18,8 @@ pub const MAX_PLAN_DEMAND_ENTRIES: usize = 2000;
 /// Most pods one shared device (a GPU or MIG device with time-slicing or MPS replicas) is
 /// listed with: far above the replica counts NVIDIA's device plugin documents (tens per GPU).
 pub const MAX_PODS_SHARING_A_DEVICE: usize = 1024;
+/// Pods whose whole-GPU use a MigNode reports: one per whole GPU at most.
+pub const MAX_MEASURED_PODS_PER_NODE: usize = MAX_GPUS_PER_NODE;
 /// Longest free text (messages, reasons) in a Geometer object, as for a condition's message
 /// (apimachinery `metav1.Condition.Message`, `maxLength=32768`).
 pub const MAX_MESSAGE_BYTES: usize = 32768;

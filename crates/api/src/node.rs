@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::PlacedInstance;
 pub use crate::limits::MAX_PODS_SHARING_A_DEVICE;
-use crate::limits::{MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU};
+use crate::limits::{MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU, MAX_MEASURED_PODS_PER_NODE};
 
 /// Desired MIG geometry of one node's GPUs.
 #[derive(CustomResource, KubeSchema, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -132,6 +132,36 @@ pub struct MigNodeStatus {
     /// The spec generation the phase and step work towards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// What each pod holding a whole GPU alone uses of it, as NVML measured it (right-sizing:
+    /// `geometer recommend`). Pods sharing a GPU are not measured: NVML cannot tell their
+    /// processes apart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_MEASURED_PODS_PER_NODE))]
+    pub usage: Vec<PodGpuUsage>,
+}
+
+/// A bounded summary of one pod's use of the whole GPU it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGpuUsage {
+    /// `namespace/name`.
+    pub pod: String,
+    /// NVML index of the GPU it holds.
+    pub gpu: u32,
+    /// Catalog key of the GPU model (what a MIG profile is chosen from).
+    pub model: String,
+    /// First sample.
+    pub since: Time,
+    /// Samples taken (one per agent round).
+    pub samples: u32,
+    /// Highest GPU memory its processes used together, MiB.
+    pub peak_memory_mib: u64,
+    /// 95th percentile of the sampled memory, MiB (rounded up to the summary's resolution).
+    pub p95_memory_mib: u64,
+    /// Highest sampled GPU utilisation (SM busy time), percent.
+    pub peak_utilization_percent: u32,
+    /// Mean sampled GPU utilisation, percent.
+    pub mean_utilization_percent: u32,
 }
 
 /// Condition types the agent sets on a MigNode.

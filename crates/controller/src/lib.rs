@@ -9,6 +9,7 @@
 //! - [`rollout`]: a published plan's life ([`rollout::lifecycle`]), supersession, approval and
 //!   which nodes are written next ([`rollout::sequence`]).
 //! - [`policy`]: validation a CRD schema cannot do, selectors, and the policies' status.
+//! - [`rightsizing`]: measured whole-GPU use -> a MIG profile per workload.
 //! - [`runtime`]: the loop, its caches, leader election, health and metrics, and the
 //!   execution of decided actions against the API server.
 //!
@@ -19,6 +20,7 @@ pub mod adapter;
 pub(crate) mod conditions;
 pub(crate) mod planning;
 pub(crate) mod policy;
+pub mod rightsizing;
 pub(crate) mod rollout;
 pub(crate) mod runtime;
 pub(crate) mod world;

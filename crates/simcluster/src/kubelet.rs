@@ -160,7 +160,7 @@ impl Kubelet {
             (pod.namespace().unwrap_or_default(), pod.name_any(), pod.uid().unwrap_or_default());
         let key = PodKey::new(&ns, &name).to_string();
         let api = self.pods(&ns);
-        match node.admit(&ns, &name, &uid, &container_mig_requests(&pod)) {
+        match node.admit(&ns, &name, &uid, &container_mig_requests(&pod), objects::gpu_usage(&pod)) {
             Ok(devices) => {
                 let status = objects::running_status(&pod, &node.ip);
                 if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await

@@ -95,6 +95,9 @@ impl NvmlBackend for SlowNvml {
     fn gpu_processes(&self, gpu: GpuIndex) -> Result<Vec<ProcessInfo>, NvmlError> {
         self.inner.gpu_processes(gpu)
     }
+    fn utilization(&self, gpu: GpuIndex) -> Result<u32, NvmlError> {
+        self.inner.utilization(gpu)
+    }
     fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigModeChange, NvmlError> {
         self.pause();
         self.inner.set_mig_mode(gpu, enabled)

@@ -50,7 +50,10 @@ pub use fit::{describe as describe_requests, pod_requests, Misfit, Resources};
 pub use latency::SlowNvml;
 pub use ledger::{Ending, Ledger, PodRun, SimEvent};
 pub use node::{AdmitError, Device, SimNode, SliceUnits};
-pub use objects::{is_device_plugin, run_seconds, MigPod, RELEASES_ANNOTATION, RUN_SECONDS_ANNOTATION};
+pub use objects::{
+    gpu_usage, is_device_plugin, run_seconds, MigPod, GPU_USAGE_ANNOTATION, RELEASES_ANNOTATION,
+    RUN_SECONDS_ANNOTATION,
+};
 pub use scheduler::SCHEDULER_NAME;
 pub use spec::{ClusterSpec, GpuSpec, NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
 

@@ -9,7 +9,7 @@ use geometer_solver::catalog::Catalog;
 use geometer_solver::PodKey;
 use thiserror::Error;
 
-use geometer_agent::nvml::sim::SimNvml;
+use geometer_agent::nvml::sim::{ProcessUsage, SimNvml};
 use geometer_agent::nvml::{GpuIndex, NvmlBackend, NvmlError};
 use geometer_agent::pod_resources::DeviceAssignment;
 use geometer_agent::read_inventory;
@@ -153,6 +153,7 @@ impl SimNode {
         pod: &str,
         uid: &str,
         requests: &[(String, BTreeMap<String, u32>)],
+        usage: ProcessUsage,
     ) -> Result<Vec<Device>, AdmitError> {
         let key = PodKey::new(namespace, pod);
         let mut st = self.lock();
@@ -187,8 +188,8 @@ impl SimNode {
         let mut pids = Vec::new();
         for (_, d) in &chosen {
             let started = match d.is_whole() {
-                true => self.nvml.start_gpu_process(d.gpu),
-                false => self.nvml.start_process(d.gpu, &d.uuid),
+                true => self.nvml.start_gpu_process_using(d.gpu, usage),
+                false => self.nvml.start_process_using(d.gpu, &d.uuid, usage),
             };
             match started {
                 Ok(pid) => pids.push((d.gpu, pid)),

@@ -8,11 +8,17 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
 
 use super::spec::{NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
+use geometer_agent::nvml::sim::ProcessUsage;
 use geometer_api::resources::{device_resource, is_mig_resource, GPU_RESOURCE};
 
 /// Pod annotation: how long the simulated kubelet runs the pod, in (real) seconds, e.g. `"12.5"`.
 /// Without it the pod runs until it is deleted.
 pub const RUN_SECONDS_ANNOTATION: &str = "sim.geometer.dev/run-seconds";
+
+/// Pod annotation: GPU memory (MiB) and utilisation (percent) each of the pod's processes uses,
+/// e.g. `"7000,35"`, as the simulated NVML then reports them (right-sizing measures these).
+/// Without it a process uses 1 GiB and is idle.
+pub const GPU_USAGE_ANNOTATION: &str = "sim.geometer.dev/gpu-usage";
 
 /// Node annotation the kubelet bumps after it freed a deleted pod's devices, so that watchers
 /// of the node (the agent waiting for a drain) look again at once.
@@ -236,6 +242,12 @@ impl MigPod {
         self
     }
 
+    /// Each of the pod's GPU processes uses `memory_mib` of its device and keeps it
+    /// `utilization_percent` busy (see [`GPU_USAGE_ANNOTATION`]).
+    pub fn uses(self, memory_mib: u64, utilization_percent: u32) -> MigPod {
+        self.annotation(GPU_USAGE_ANNOTATION, &format!("{memory_mib},{utilization_percent}"))
+    }
+
     pub fn build(self) -> Pod {
         let mut annotations = self.annotations;
         if let Some(s) = self.run_seconds {
@@ -275,4 +287,17 @@ pub fn run_seconds(pod: &Pod) -> Option<f64> {
         .and_then(|a| a.get(RUN_SECONDS_ANNOTATION))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
+}
+
+/// What each of the pod's GPU processes uses, from [`GPU_USAGE_ANNOTATION`]; the default (1 GiB,
+/// idle) when absent or unreadable.
+pub fn gpu_usage(pod: &Pod) -> ProcessUsage {
+    let read = pod.metadata.annotations.as_ref().and_then(|a| a.get(GPU_USAGE_ANNOTATION)).and_then(|v| {
+        let (memory, utilization) = v.split_once(',')?;
+        Some(ProcessUsage {
+            memory_mib: memory.trim().parse().ok()?,
+            utilization_percent: utilization.trim().parse::<u32>().ok()?.min(100),
+        })
+    });
+    read.unwrap_or_default()
 }

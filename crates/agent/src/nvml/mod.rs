@@ -189,10 +189,11 @@ pub enum NvmlCall {
     Processes,
     GpuProcesses,
     SetMigMode,
+    Utilization,
 }
 
 impl NvmlCall {
-    pub const ALL: [NvmlCall; 14] = [
+    pub const ALL: [NvmlCall; 15] = [
         NvmlCall::DriverVersion,
         NvmlCall::Devices,
         NvmlCall::GpuInstanceProfiles,
@@ -207,6 +208,7 @@ impl NvmlCall {
         NvmlCall::Processes,
         NvmlCall::GpuProcesses,
         NvmlCall::SetMigMode,
+        NvmlCall::Utilization,
     ];
 
     /// Whether the call changes the GPU (as opposed to reading it).
@@ -237,6 +239,7 @@ impl NvmlCall {
             NvmlCall::Processes => "processes",
             NvmlCall::GpuProcesses => "gpu_processes",
             NvmlCall::SetMigMode => "set_mig_mode",
+            NvmlCall::Utilization => "utilization",
         }
     }
 }
@@ -323,6 +326,10 @@ pub trait NvmlBackend: Send + Sync {
     /// Compute processes on a whole GPU (`nvmlDeviceGetComputeRunningProcesses` on the physical
     /// device): what makes a GPU without MIG busy even when no pod holds it.
     fn gpu_processes(&self, gpu: GpuIndex) -> Result<Vec<ProcessInfo>, NvmlError>;
+
+    /// Percent of the last sample period in which a kernel ran on the GPU
+    /// (`nvmlDeviceGetUtilizationRates`, its `gpu` field): right-sizing's utilisation sample.
+    fn utilization(&self, gpu: GpuIndex) -> Result<u32, NvmlError>;
 }
 
 impl<T: NvmlBackend + ?Sized> NvmlBackend for std::sync::Arc<T> {
@@ -389,6 +396,9 @@ impl<T: NvmlBackend + ?Sized> NvmlBackend for std::sync::Arc<T> {
     }
     fn gpu_processes(&self, gpu: GpuIndex) -> Result<Vec<ProcessInfo>, NvmlError> {
         (**self).gpu_processes(gpu)
+    }
+    fn utilization(&self, gpu: GpuIndex) -> Result<u32, NvmlError> {
+        (**self).utilization(gpu)
     }
 }
 

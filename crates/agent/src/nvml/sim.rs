@@ -20,7 +20,7 @@ use geometer_solver::catalog::Catalog;
 use thiserror::Error;
 
 pub use fault::{CallRecord, Fault, FaultEffect};
-pub use gpu::ReportedProfile;
+pub use gpu::{ProcessUsage, ReportedProfile};
 
 use self::fault::FaultBook;
 use self::gpu::{ProcessTarget, SimGpu};
@@ -284,22 +284,37 @@ impl SimNvml {
     /// Starts a fake process on a MIG device (by `MIG-...` UUID); the instance is then in use
     /// and NVML refuses to destroy it. Returns the pid.
     pub fn start_process(&self, gpu: GpuIndex, mig_uuid: &str) -> Result<u32, SimError> {
+        self.start_process_using(gpu, mig_uuid, ProcessUsage::default())
+    }
+
+    /// [`SimNvml::start_process`] with what the process uses of the device.
+    pub fn start_process_using(
+        &self,
+        gpu: GpuIndex,
+        mig_uuid: &str,
+        usage: ProcessUsage,
+    ) -> Result<u32, SimError> {
         let mut st = self.lock();
         let pid = st.next_pid;
         let g = st.gpu_mut_setup(gpu)?;
         let gi = g
             .gpu_instance_of_uuid(mig_uuid)
             .ok_or_else(|| SimError::UnknownMigDevice { gpu, uuid: mig_uuid.to_string() })?;
-        g.add_process(pid, ProcessTarget::GpuInstance(gi));
+        g.add_process(pid, ProcessTarget::GpuInstance(gi), usage);
         st.next_pid += 1;
         Ok(pid)
     }
 
     /// Starts a fake process on the whole GPU (outside any MIG device).
     pub fn start_gpu_process(&self, gpu: GpuIndex) -> Result<u32, SimError> {
+        self.start_gpu_process_using(gpu, ProcessUsage::default())
+    }
+
+    /// [`SimNvml::start_gpu_process`] with what the process uses of the GPU.
+    pub fn start_gpu_process_using(&self, gpu: GpuIndex, usage: ProcessUsage) -> Result<u32, SimError> {
         let mut st = self.lock();
         let pid = st.next_pid;
-        st.gpu_mut_setup(gpu)?.add_process(pid, ProcessTarget::Gpu);
+        st.gpu_mut_setup(gpu)?.add_process(pid, ProcessTarget::Gpu, usage);
         st.next_pid += 1;
         Ok(pid)
     }
@@ -529,6 +544,11 @@ impl NvmlBackend for SimNvml {
     fn gpu_processes(&self, gpu: GpuIndex) -> Result<Vec<ProcessInfo>, NvmlError> {
         let err = move |reason| NvmlError::Gpu { gpu, call: NvmlCall::GpuProcesses, reason };
         self.run(NvmlCall::GpuProcesses, Some(gpu), err, |st| Ok(st.gpu_mut(gpu)?.gpu_processes()))
+    }
+
+    fn utilization(&self, gpu: GpuIndex) -> Result<u32, NvmlError> {
+        let err = move |reason| NvmlError::Gpu { gpu, call: NvmlCall::Utilization, reason };
+        self.run(NvmlCall::Utilization, Some(gpu), err, |st| Ok(st.gpu_mut(gpu)?.utilization()))
     }
 
     fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigModeChange, NvmlError> {

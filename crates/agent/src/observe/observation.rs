@@ -16,6 +16,7 @@ use crate::decide::gpu_diff::{model_of, GpuModels, NodeWork};
 use crate::decide::next_step::{self, Facts};
 use crate::observe::catalog_check;
 use crate::observe::inventory::{read_inventory, Inventory};
+use crate::observe::usage;
 use crate::runtime::agent_loop::{Agent, GpuRules, NextRound, StepError};
 use crate::runtime::{conditions, status};
 use crate::steps::advertise;
@@ -64,6 +65,7 @@ impl Agent {
         let now = self.clock.now();
         let mut status = mignode.status.clone().unwrap_or_default();
         self.observe_into(&mut status, &inventory, disagreements, cordon, generation, now);
+        self.measure_into(&mut status, &inventory, now).await;
         let work = match NodeWork::plan(&mignode.spec.gpus, &inventory.gpus, &models) {
             Ok(work) => work,
             Err(e) => {
@@ -221,6 +223,24 @@ impl Agent {
             .await
             .map_err(|e| StepError::Task(e.to_string()))?
             .map_err(StepError::from)
+    }
+
+    /// Samples what each pod holding a whole GPU alone uses of it and sets `status.usage` (see
+    /// [`usage`]). Measuring never fails a round: a GPU NVML cannot read is skipped and logged.
+    async fn measure_into(&mut self, status: &mut MigNodeStatus, inventory: &Inventory, now: Timestamp) {
+        let nvml = self.nvml.clone();
+        let catalog = self.cfg.catalog.clone();
+        let gpus = inventory.gpus.clone();
+        let read = tokio::task::spawn_blocking(move || usage::sample(&*nvml, &catalog, &gpus)).await;
+        let (samples, errors) = read.unwrap_or_else(|e| {
+            tracing::warn!(node = %self.cfg.node, error = %e, "the usage sampling task failed");
+            (Vec::new(), Vec::new())
+        });
+        for e in errors {
+            tracing::warn!(node = %self.cfg.node, error = %e, "cannot measure a whole GPU's use this round");
+        }
+        self.mem.usage.record(&status.usage, &samples, now);
+        status.usage = self.mem.usage.to_publish(&status.usage, now);
     }
 
     /// Each GPU's rules: the catalog's model corrected by what NVML reports (NVML wins), read

@@ -171,6 +171,8 @@ pub(crate) struct Memory {
     pub unreadable_reported: Option<(String, i64, String)>,
     /// Whether that MigNode's `Ready=False, Unreadable` condition is written.
     pub unreadable_marked: bool,
+    /// What pods use of the whole GPUs they hold, summarised across rounds.
+    pub usage: crate::observe::usage::UsageBook,
 }
 
 /// The node agent.

@@ -177,6 +177,9 @@ impl NvmlBackend for AuditedNvml {
     fn gpu_processes(&self, gpu: GpuIndex) -> Result<Vec<ProcessInfo>, NvmlError> {
         self.call(|n| n.gpu_processes(gpu))
     }
+    fn utilization(&self, gpu: GpuIndex) -> Result<u32, NvmlError> {
+        self.call(|n| n.utilization(gpu))
+    }
     fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigModeChange, NvmlError> {
         self.call(|n| n.set_mig_mode(gpu, enabled))
     }

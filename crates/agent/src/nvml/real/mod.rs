@@ -473,6 +473,15 @@ impl NvmlBackend for RealNvml {
         self.running_processes(dev, |reason| NvmlError::Gpu { gpu, call: NvmlCall::GpuProcesses, reason })
     }
 
+    fn utilization(&self, gpu: GpuIndex) -> Result<u32, NvmlError> {
+        let err = |e: WrapperError| NvmlError::Gpu {
+            gpu,
+            call: NvmlCall::Utilization,
+            reason: reason_from_wrapper(e),
+        };
+        Ok(self.device(gpu)?.utilization_rates().map_err(err)?.gpu)
+    }
+
     fn set_mig_mode(&self, gpu: GpuIndex, enabled: bool) -> Result<MigModeChange, NvmlError> {
         let device = self.device(gpu)?;
         let err = |e: WrapperError| NvmlError::SetMigMode { gpu, enabled, reason: reason_from_wrapper(e) };

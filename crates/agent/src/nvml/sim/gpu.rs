@@ -33,6 +33,23 @@ pub struct ReportedProfile {
     pub hidden: bool,
 }
 
+/// What a simulated process uses of its device: what NVML's process list and utilisation
+/// report for it (a simulated workload's footprint, for right-sizing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessUsage {
+    pub memory_mib: u64,
+    /// Percent of the time its kernels keep the GPU busy.
+    pub utilization_percent: u32,
+}
+
+impl Default for ProcessUsage {
+    /// 1 GiB and idle: what every simulated process reported before usage was modelled.
+    fn default() -> ProcessUsage {
+        ProcessUsage { memory_mib: 1024, utilization_percent: 0 }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum ProcessTarget {
     Gpu,
@@ -61,6 +78,8 @@ pub(crate) struct SavedGpu {
     mig: Option<MigMode>,
     instances: BTreeMap<u32, SimInstance>,
     processes: BTreeMap<u32, ProcessTarget>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    usage: BTreeMap<u32, ProcessUsage>,
     serial: u64,
 }
 
@@ -81,6 +100,8 @@ pub(crate) struct SimGpu {
     reported: Vec<ReportedProfile>,
     instances: BTreeMap<u32, SimInstance>,
     processes: BTreeMap<u32, ProcessTarget>,
+    /// What processes use, by pid (absent: [`ProcessUsage::default`]).
+    usage: BTreeMap<u32, ProcessUsage>,
     /// Counts compute-instance creations so that a re-created device gets a new UUID, as on
     /// real hardware, while runs stay reproducible.
     serial: u64,
@@ -104,6 +125,7 @@ impl SimGpu {
             reported,
             instances: BTreeMap::new(),
             processes: BTreeMap::new(),
+            usage: BTreeMap::new(),
             serial: 0,
         }
     }
@@ -122,6 +144,7 @@ impl SimGpu {
             reported: Vec::new(),
             instances: BTreeMap::new(),
             processes: BTreeMap::new(),
+            usage: BTreeMap::new(),
             serial: 0,
         }
     }
@@ -133,6 +156,7 @@ impl SimGpu {
             mig: self.mig,
             instances: self.instances.clone(),
             processes: self.processes.clone(),
+            usage: self.usage.clone(),
             serial: self.serial,
         }
     }
@@ -146,6 +170,7 @@ impl SimGpu {
         self.mig = saved.mig;
         self.instances = saved.instances.clone();
         self.processes = saved.processes.clone();
+        self.usage = saved.usage.clone();
         self.serial = saved.serial;
         true
     }
@@ -372,16 +397,33 @@ impl SimGpu {
             .processes
             .iter()
             .filter(|(_, t)| **t == ProcessTarget::GpuInstance(gi))
-            .map(|(&pid, _)| ProcessInfo { pid, used_memory_bytes: Some(1 << 30) })
+            .map(|(&pid, _)| self.process_info(pid))
             .collect())
     }
 
-    pub(crate) fn add_process(&mut self, pid: u32, target: ProcessTarget) {
+    fn usage_of(&self, pid: u32) -> ProcessUsage {
+        self.usage.get(&pid).copied().unwrap_or_default()
+    }
+
+    fn process_info(&self, pid: u32) -> ProcessInfo {
+        ProcessInfo { pid, used_memory_bytes: Some(self.usage_of(pid).memory_mib << 20) }
+    }
+
+    pub(crate) fn add_process(&mut self, pid: u32, target: ProcessTarget, usage: ProcessUsage) {
         self.processes.insert(pid, target);
+        if usage != ProcessUsage::default() {
+            self.usage.insert(pid, usage);
+        }
     }
 
     pub(crate) fn remove_process(&mut self, pid: u32) -> bool {
+        self.usage.remove(&pid);
         self.processes.remove(&pid).is_some()
+    }
+
+    /// The processes' utilisation added up, at most 100%.
+    pub(crate) fn utilization(&self) -> u32 {
+        self.processes.keys().map(|&pid| self.usage_of(pid).utilization_percent).sum::<u32>().min(100)
     }
 
     /// As `nvmlDeviceSetMigMode`: MIG cannot be turned off under existing instances (refused);
@@ -421,7 +463,7 @@ impl SimGpu {
     /// Processes on the whole GPU (outside any MIG device) and, as NVML reports them on the
     /// parent device, on its MIG devices.
     pub(crate) fn gpu_processes(&self) -> Vec<ProcessInfo> {
-        self.processes.keys().map(|&pid| ProcessInfo { pid, used_memory_bytes: Some(1 << 30) }).collect()
+        self.processes.keys().map(|&pid| self.process_info(pid)).collect()
     }
 
     pub(crate) fn reset(&mut self) {
@@ -429,6 +471,7 @@ impl SimGpu {
             mode.current = mode.pending;
         }
         self.processes.clear();
+        self.usage.clear();
     }
 
     pub(crate) fn geometry(&self) -> Vec<PlacedInstance> {

@@ -1,0 +1,5 @@
+//! Right-sizing: pods that hold a whole GPU for a slice's work. The agents measure what each
+//! pod uses of its whole GPU (`MigNode.status.usage`); [`recommend`] turns that into a MIG
+//! profile per workload with the patch to apply.
+
+pub mod recommend;
