@@ -12,7 +12,7 @@ use super::catalog::CatalogSource;
 use super::output::Failure;
 use geometer_sim::cluster::{parse_cluster_spec, Cluster};
 use geometer_sim::engine::{Engine, Timings};
-use geometer_sim::mapping::Mapping;
+use geometer_sim::mapping::{Mapping, WholeGpus};
 use geometer_sim::metrics::Summary;
 use geometer_sim::models;
 use geometer_sim::report;
@@ -38,6 +38,15 @@ pub enum LifetimeArg {
     Forever,
     /// Pods keep the lifetime the trace gives them.
     Trace,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WholeGpusArg {
+    /// Whole-GPU demand: pods run on GPUs with MIG mode off, one whole GPU each; Geometer and
+    /// greedy turn MIG off (and back on) where the planner says so.
+    Whole,
+    /// The full-GPU MIG profile (e.g. 7g.80gb) once per GPU: MIG stays on everywhere.
+    FullProfile,
 }
 
 #[derive(Debug, Args)]
@@ -70,6 +79,9 @@ pub struct SimulateArgs {
     /// How a GPU share (gpu_milli) becomes a MIG profile: compute, memory, or memory:GIB.
     #[arg(long, default_value = "compute")]
     pub mapping: String,
+    /// What pods asking for whole GPUs (gpu_milli 1000) become.
+    #[arg(long, value_enum, default_value_t = WholeGpusArg::Whole)]
+    pub whole_gpus: WholeGpusArg,
     /// Load mode: submit pods in shuffled order until their GPU requests reach this multiple of
     /// the cluster's GPUs (e.g. 1.3), one every --interval-secs; without it, replay timestamps.
     #[arg(long, value_name = "SHARE", value_parser = crate::cli::bounds::load_share)]
@@ -202,7 +214,11 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
                 .sum(),
         });
     }
-    let workload = Workload::new(&trace, &cluster, mapping);
+    let whole_gpus = match args.whole_gpus {
+        WholeGpusArg::Whole => WholeGpus::Whole,
+        WholeGpusArg::FullProfile => WholeGpus::FullProfile,
+    };
+    let workload = Workload::new(&trace, &cluster, mapping, whole_gpus);
     notes.extend(workload.notes.iter().cloned());
     let mut summaries: Vec<Summary> = Vec::new();
     let started = Instant::now();
@@ -363,11 +379,12 @@ fn describe(
         None => "trace timestamps".into(),
     };
     format!(
-        "Trace {name}: {} pods, {mode}; cluster: {} ({} GPUs); mapping {}; drain {} s, reconfigure {} s, plugin restart {} s, batch {}/{} s, stabilisation {} s; Geometer forecast window {} s.",
+        "Trace {name}: {} pods, {mode}; cluster: {} ({} GPUs); mapping {}, --whole-gpus {}; drain {} s, reconfigure {} s, plugin restart {} s, batch {}/{} s, stabilisation {} s; Geometer forecast window {} s.",
         workload.pods.len(),
         per_model.join(", "),
         cluster.gpu_count(),
         workload.mapping,
+        workload.whole_gpus,
         args.drain_secs,
         args.reconfig_secs,
         args.plugin_restart_secs,

@@ -4,7 +4,7 @@ use geometer_testkit::trace as sim_fixtures;
 
 use geometer_sim::cluster::{Cluster, NodeSpec};
 use geometer_sim::engine::{Engine, SimError, Timings};
-use geometer_sim::mapping::Mapping;
+use geometer_sim::mapping::{Mapping, WholeGpus};
 use geometer_sim::metrics::Summary;
 use geometer_sim::strategy::{
     PlanView, Replan, Slot, StaticLayout, StaticStrategy, Strategy, StrategyError, StrategyKind, WholeGpu,
@@ -20,7 +20,7 @@ fn cluster(gpus: u32) -> Cluster {
 
 fn workload(csv: &str, cluster: &Cluster) -> Workload {
     let trace: Trace = trace_format::parse("test.csv", csv).unwrap();
-    Workload::new(&trace, cluster, Mapping::Compute)
+    Workload::new(&trace, cluster, Mapping::Compute, WholeGpus::Whole)
 }
 
 fn slot(w: &Workload, profile: &str, start: u8) -> Slot {

@@ -7,3 +7,4 @@ mod models;
 mod parsers;
 mod planned;
 mod promises;
+mod whole;

@@ -1,7 +1,7 @@
 //! The simulator's view of catalog models and the mig-parted layouts placed on them.
 
 use geometer_sim::cluster::parse_cluster_spec;
-use geometer_sim::mapping::Mapping;
+use geometer_sim::mapping::{Mapping, WholeGpus};
 use geometer_sim::models::{model_info, resolve, static_geometry};
 use geometer_sim::strategy::StaticLayout;
 use geometer_sim::trace::Trace;
@@ -31,7 +31,7 @@ fn a100_80gb_has_the_standard_profiles_with_their_slices() {
 
 fn workload_for(models: &str) -> Workload {
     let cluster = parse_cluster_spec(models, |m| resolve(Catalog::builtin(), m)).unwrap();
-    Workload::new(&Trace::default(), &cluster, Mapping::Compute)
+    Workload::new(&Trace::default(), &cluster, Mapping::Compute, WholeGpus::Whole)
 }
 
 #[test]

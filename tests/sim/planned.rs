@@ -2,7 +2,7 @@
 
 use geometer_sim::cluster::{parse_cluster_spec, Cluster};
 use geometer_sim::engine::{Engine, Timings};
-use geometer_sim::mapping::Mapping;
+use geometer_sim::mapping::{Mapping, WholeGpus};
 use geometer_sim::metrics::Summary;
 use geometer_sim::models::resolve;
 use geometer_sim::strategy::{PlannerStrategy, StrategyKind};
@@ -20,7 +20,7 @@ fn run(kind: StrategyKind, cluster: &Cluster, trace: &Trace) -> Summary {
 }
 
 fn run_forecast(kind: StrategyKind, cluster: &Cluster, trace: &Trace, forecast_ms: u64) -> Summary {
-    let workload = Workload::new(trace, cluster, Mapping::Compute);
+    let workload = Workload::new(trace, cluster, Mapping::Compute, WholeGpus::Whole);
     let mut strategy =
         PlannerStrategy::new(kind, Catalog::builtin(), cluster, &workload, 5_000, forecast_ms).unwrap();
     Engine::new(cluster, &workload, Timings::default(), &mut strategy).run().unwrap()
@@ -114,7 +114,7 @@ fn a_node_inside_its_stabilisation_window_is_not_planned_again_until_it_ends() {
     let trace =
         trace_format::parse("t.csv", "name,arrival_s,duration_s,mig\na,0,50,4g.40gb\nb,90,100,7g.80gb\n")
             .unwrap();
-    let workload = Workload::new(&trace, &c, Mapping::Compute);
+    let workload = Workload::new(&trace, &c, Mapping::Compute, WholeGpus::Whole);
     for (stabilisation, b_wait) in [(0, 35_000), (200_000, 150_000)] {
         for kind in DYNAMIC {
             let mut strategy =

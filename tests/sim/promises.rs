@@ -5,7 +5,7 @@ use geometer_testkit::trace as sim_fixtures;
 
 use geometer_sim::cluster::{Cluster, NodeSpec};
 use geometer_sim::engine::{Engine, Timings};
-use geometer_sim::mapping::Mapping;
+use geometer_sim::mapping::{Mapping, WholeGpus};
 use geometer_sim::strategy::{PlanView, Replan, Slot, Strategy, StrategyError, StrategyKind};
 use geometer_sim::trace::geometer as trace_format;
 use geometer_sim::workload::Workload;
@@ -48,7 +48,7 @@ fn new_slices_go_to_the_pod_they_were_made_for() {
     // `free` may run anywhere and is first in the queue; `pinned` may only run on node-b.
     let csv = "name,arrival_s,duration_s,mig,nodes\nfree,0,100,3g.40gb,\npinned,0,100,3g.40gb,node-b\n";
     let trace = trace_format::parse("test.csv", csv).unwrap();
-    let w = Workload::new(&trace, &cluster, Mapping::Compute);
+    let w = Workload::new(&trace, &cluster, Mapping::Compute, WholeGpus::Whole);
     let three_g = Slot { profile: w.profiles.iter().position(|p| p == "3g.40gb").unwrap(), start: 0 };
     let mut strategy = TwoPlans { three_g, calls: 0 };
     let s = Engine::new(&cluster, &w, Timings::default(), &mut strategy).run().unwrap();

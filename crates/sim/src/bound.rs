@@ -1,6 +1,9 @@
 //! An upper bound on the pods any packer could serve on a cluster: the row the strategies are
 //! measured against in the comparison table.
 //!
+//! A whole GPU (MIG mode off, `--whole-gpus whole`) counts as all of its GPU's memory and
+//! compute slices, like the full-GPU profile it replaces.
+//!
 //! A pod that never finishes (load mode) holds its slices to the end, so the pods served at the
 //! end fit in the cluster together. The bound relaxes that: per dimension (memory slices,
 //! compute slices) the most pods whose needs sum within the capacity of the models they may use,
@@ -10,7 +13,7 @@
 //! slices, so the bound only asks that it fits on its models at all.
 
 use crate::cluster::Cluster;
-use crate::workload::{SimPod, Workload};
+use crate::workload::{SimPod, Workload, WHOLE_GPU};
 
 /// Slices a pod needs, and the models it can run on (as a bit set over `Cluster::models`).
 #[derive(Debug, Clone, Copy)]
@@ -50,11 +53,14 @@ fn need(cluster: &Cluster, gpus: &[u64], workload: &Workload, pod: &SimPod) -> O
             .mig
             .iter()
             .map(|&(key, count)| {
-                let p = model.profile(&workload.profiles[key])?;
-                Some((
-                    u64::from(p.memory_slices) * u64::from(count),
-                    u64::from(p.compute_slices) * u64::from(count),
-                ))
+                // A whole GPU (MIG off) takes every slice of its GPU.
+                let (memory, compute) = if key == WHOLE_GPU {
+                    (model.memory_slices, model.compute_slices)
+                } else {
+                    let p = model.profile(&workload.profiles[key])?;
+                    (p.memory_slices, p.compute_slices)
+                };
+                Some((u64::from(memory) * u64::from(count), u64::from(compute) * u64::from(count)))
             })
             .collect();
         let (Some(sizes), true) = (sizes, allowed && gpus > 0 && !pod.mig.is_empty()) else { continue };
@@ -137,7 +143,7 @@ fn most_that_fit(mut sizes: Vec<u64>, capacity: u64) -> usize {
 mod tests {
     use super::*;
     use crate::cluster::{ModelInfo, NodeSpec, ProfileInfo};
-    use crate::mapping::Mapping;
+    use crate::mapping::{Mapping, WholeGpus};
     use crate::trace::{GpuRequest, Trace, TracePod};
 
     fn model(name: &str) -> ModelInfo {
@@ -190,7 +196,7 @@ mod tests {
 
     fn bound(cluster: &Cluster, pods: Vec<TracePod>) -> usize {
         let trace = Trace { pods, notes: Vec::new() };
-        served_bound(cluster, &Workload::new(&trace, cluster, Mapping::Compute))
+        served_bound(cluster, &Workload::new(&trace, cluster, Mapping::Compute, WholeGpus::Whole))
     }
 
     #[test]
@@ -214,6 +220,28 @@ mod tests {
         let mut pods: Vec<TracePod> = (0..4).map(|_| pod("3g.40gb", Some("H100-80GB"), None)).collect();
         pods.extend((0..2).map(|_| pod("3g.40gb", None, None)));
         assert_eq!(bound(&c, pods), 4);
+    }
+
+    fn whole(gpus: u32, model: Option<&str>) -> TracePod {
+        TracePod {
+            name: format!("w-{gpus}"),
+            request: GpuRequest::Share { num_gpu: gpus, gpu_milli: 1000 },
+            ..pod("7g.80gb", model, None)
+        }
+    }
+
+    #[test]
+    fn a_whole_gpu_counts_as_all_of_its_slices() {
+        // One GPU: a whole-GPU pod fills it as the 7g.80gb it replaces would; two never fit.
+        let c = cluster(&[1]);
+        assert_eq!(bound(&c, vec![whole(1, None)]), 1);
+        assert_eq!(bound(&c, vec![whole(1, None), whole(1, None)]), 1);
+        // A whole GPU and any slice exceed one GPU: the slice, smallest first, counts.
+        assert_eq!(bound(&c, vec![whole(1, None), pod("1g.10gb", None, None)]), 1);
+        // Asking for more GPUs than the models it may use have: never servable.
+        let c = cluster(&[2, 1]);
+        assert_eq!(bound(&c, vec![whole(2, Some("H100-80GB"))]), 0);
+        assert_eq!(bound(&c, vec![whole(2, Some("A100-80GB")), whole(1, None)]), 2);
     }
 
     #[test]

@@ -5,8 +5,46 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use geometer_solver::catalog::WHOLE;
+
 use crate::cluster::{ModelInfo, ProfileInfo};
 use crate::trace::GpuRequest;
+
+/// What a trace pod that asks for whole GPUs (`gpu_milli` 1000, any `num_gpu`; or the `whole`
+/// profile by name) becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WholeGpus {
+    /// Demand for the `whole` profile (`nvidia.com/gpu`): one GPU with MIG mode off per GPU
+    /// asked for, which only a GPU whose MIG mode is off can serve, and which takes all of it.
+    #[default]
+    Whole,
+    /// The model's full-GPU MIG profile (`7g.80gb`) once per GPU: MIG stays on everywhere (the
+    /// simulator before issue #18).
+    FullProfile,
+}
+
+impl FromStr for WholeGpus {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "whole" => Ok(WholeGpus::Whole),
+            "full-profile" => Ok(WholeGpus::FullProfile),
+            _ => Err(format!(
+                "--whole-gpus {text:?}: expected whole (GPUs with MIG off) or full-profile (the full-GPU MIG profile)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for WholeGpus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WholeGpus::Whole => "whole",
+            WholeGpus::FullProfile => "full-profile",
+        })
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Mapping {
@@ -85,11 +123,22 @@ impl Mapping {
         chosen.unwrap_or(full)
     }
 
-    /// The MIG instances a request asks for. Whole GPUs (`gpu_milli` 1000, any `num_gpu`)
-    /// become the full-GPU profile once per GPU.
-    pub fn map(&self, request: &GpuRequest, model: &ModelInfo) -> Vec<(String, u32)> {
+    /// The instances a request asks for. Whole GPUs (`gpu_milli` 1000, any `num_gpu`) become
+    /// `whole` once per GPU, or with [`WholeGpus::FullProfile`] the full-GPU profile.
+    pub fn map(&self, request: &GpuRequest, model: &ModelInfo, whole: WholeGpus) -> Vec<(String, u32)> {
+        let full =
+            || model.full_profile().expect("cluster models always have a full-GPU profile").name.clone();
         match request {
-            GpuRequest::Mig(items) => items.clone(),
+            GpuRequest::Mig(items) => items
+                .iter()
+                .map(|(name, count)| match whole {
+                    WholeGpus::FullProfile if name.eq_ignore_ascii_case(WHOLE) => (full(), *count),
+                    _ => (name.clone(), *count),
+                })
+                .collect(),
+            GpuRequest::Share { num_gpu, gpu_milli } if *gpu_milli >= 1000 && whole == WholeGpus::Whole => {
+                vec![(WHOLE.to_string(), *num_gpu)]
+            }
             GpuRequest::Share { num_gpu, gpu_milli } => {
                 vec![(self.profile_for_share(model, *gpu_milli).name.clone(), *num_gpu)]
             }
@@ -127,7 +176,7 @@ impl MappingSummary {
         }
     }
 
-    pub fn describe(&self, mapping: &Mapping, model: &str) -> String {
+    pub fn describe(&self, mapping: &Mapping, whole: WholeGpus, model: &str) -> String {
         let shares: Vec<String> = self.shares.iter().map(|(p, n)| format!("{p}: {n}")).collect();
         let mut text = format!(
             "mapping {mapping} onto {model}: {} shared-GPU pods -> {}",
@@ -137,8 +186,12 @@ impl MappingSummary {
         if self.shares_needing_full_gpu > 0 {
             text.push_str(&format!(" ({} shares need the full-GPU profile)", self.shares_needing_full_gpu));
         }
+        let as_what = match whole {
+            WholeGpus::Whole => "asking for GPUs with MIG off (--whole-gpus whole)",
+            WholeGpus::FullProfile => "mapped to the full-GPU profile per GPU (--whole-gpus full-profile)",
+        };
         text.push_str(&format!(
-            "; {} pods need whole GPUs ({} of them more than one), mapped to the full-GPU profile per GPU",
+            "; {} pods need whole GPUs ({} of them more than one), {as_what}",
             self.whole_gpu_pods, self.multi_gpu_pods
         ));
         if self.mig_pods > 0 {
@@ -184,10 +237,30 @@ mod tests {
     #[test]
     fn whole_gpus_map_per_gpu() {
         let req = GpuRequest::Share { num_gpu: 8, gpu_milli: 1000 };
-        assert_eq!(Mapping::Memory.map(&req, &a100()), vec![("7g.80gb".to_string(), 8)]);
+        let full = Mapping::Memory.map(&req, &a100(), WholeGpus::FullProfile);
+        assert_eq!(full, vec![("7g.80gb".to_string(), 8)]);
+        assert_eq!(Mapping::Memory.map(&req, &a100(), WholeGpus::Whole), vec![("whole".to_string(), 8)]);
         let mut summary = MappingSummary::default();
-        summary.record(&req, &Mapping::Memory.map(&req, &a100()), "7g.80gb");
+        summary.record(&req, &full, "7g.80gb");
         assert_eq!((summary.whole_gpu_pods, summary.multi_gpu_pods), (1, 1));
+    }
+
+    #[test]
+    fn only_whole_gpu_requests_become_whole() {
+        // A share that needs the full-GPU profile is still a share: it stays MIG.
+        let share = GpuRequest::Share { num_gpu: 1, gpu_milli: 810 };
+        assert_eq!(Mapping::Compute.map(&share, &a100(), WholeGpus::Whole), vec![("7g.80gb".to_string(), 1)]);
+        // A trace naming the whole profile gets the full-GPU profile under full-profile.
+        let named = GpuRequest::Mig(vec![("whole".into(), 2), ("1g.10gb".into(), 1)]);
+        assert_eq!(
+            Mapping::Compute.map(&named, &a100(), WholeGpus::FullProfile),
+            vec![("7g.80gb".to_string(), 2), ("1g.10gb".to_string(), 1)]
+        );
+        assert_eq!(Mapping::Compute.map(&named, &a100(), WholeGpus::Whole)[0], ("whole".to_string(), 2));
+        assert_eq!("full-profile".parse::<WholeGpus>(), Ok(WholeGpus::FullProfile));
+        assert_eq!(WholeGpus::default().to_string(), "whole");
+        let e = "mig-off".parse::<WholeGpus>().unwrap_err();
+        assert!(e.contains("\"mig-off\""), "{e}");
     }
 
     #[test]

@@ -14,6 +14,8 @@ pub struct Sample {
     pub compute_slices: u64,
     pub running: u32,
     pub pending: u32,
+    /// GPUs with MIG mode off.
+    pub whole_gpus: u32,
 }
 
 /// Accumulates a run's step functions exactly (slice-milliseconds as integers).
@@ -28,12 +30,15 @@ pub struct Recorder {
     pub compute_integral: u128,
     pub saturated_time: Millis,
     pub saturated_memory_integral: u128,
+    /// GPUs with MIG mode off, integrated over time (GPU-milliseconds).
+    pub whole_gpu_integral: u128,
     pub series: Vec<Sample>,
 }
 
 impl Recorder {
     pub fn new(capacity_memory: u64, capacity_compute: u64) -> Self {
-        let current = Sample { time: 0, memory_slices: 0, compute_slices: 0, running: 0, pending: 0 };
+        let current =
+            Sample { time: 0, memory_slices: 0, compute_slices: 0, running: 0, pending: 0, whole_gpus: 0 };
         Recorder {
             capacity_memory,
             capacity_compute,
@@ -43,6 +48,7 @@ impl Recorder {
             compute_integral: 0,
             saturated_time: 0,
             saturated_memory_integral: 0,
+            whole_gpu_integral: 0,
             series: vec![current],
         }
     }
@@ -53,6 +59,7 @@ impl Recorder {
         if dt > 0 {
             self.memory_integral += u128::from(self.current.memory_slices) * u128::from(dt);
             self.compute_integral += u128::from(self.current.compute_slices) * u128::from(dt);
+            self.whole_gpu_integral += u128::from(self.current.whole_gpus) * u128::from(dt);
             if self.demand_memory > self.capacity_memory {
                 self.saturated_time += dt;
                 self.saturated_memory_integral += u128::from(self.current.memory_slices) * u128::from(dt);
@@ -61,23 +68,15 @@ impl Recorder {
         }
     }
 
-    /// Records the state after the events at the current time.
-    pub fn observe(
-        &mut self,
-        memory_slices: u64,
-        compute_slices: u64,
-        running: u32,
-        pending: u32,
-        demand_memory: u64,
-    ) {
+    /// Records the state after the events at the current time (`time` is ignored: the
+    /// recorder's clock is the one [`Recorder::advance`] moved).
+    pub fn observe(&mut self, state: Sample, demand_memory: u64) {
         self.demand_memory = demand_memory;
-        let next = Sample { time: self.current.time, memory_slices, compute_slices, running, pending };
+        let next = Sample { time: self.current.time, ..state };
         self.current = next;
         match self.series.last_mut() {
             Some(last) if last.time == next.time => *last = next,
-            Some(last)
-                if (last.memory_slices, last.compute_slices, last.running, last.pending)
-                    == (next.memory_slices, next.compute_slices, next.running, next.pending) => {}
+            Some(last) if Sample { time: next.time, ..*last } == next => {}
             _ => self.series.push(next),
         }
     }
@@ -103,6 +102,9 @@ pub struct Summary {
     pub saturated_time: Millis,
     pub saturated_memory_integral: u128,
     pub gpus_reconfigured: u64,
+    /// GPUs with MIG mode off, integrated over the run (GPU-milliseconds), and at the end.
+    pub whole_gpu_integral: u128,
+    pub whole_gpus_end: u32,
     pub evictions: u64,
     pub planner_calls: u64,
     pub planner_time: Duration,
@@ -136,6 +138,14 @@ impl Summary {
 
     pub fn compute_share(&self) -> f64 {
         share(self.compute_integral, self.capacity_compute, self.end)
+    }
+
+    /// GPUs with MIG mode off, averaged over the run (the count at the end for a run of no time).
+    pub fn whole_gpus_mean(&self) -> f64 {
+        if self.end == 0 {
+            return f64::from(self.whole_gpus_end);
+        }
+        self.whole_gpu_integral as f64 / self.end as f64
     }
 
     /// Mean share of memory slices allocated while demand exceeded capacity; `None` if it never did.
@@ -177,14 +187,24 @@ mod tests {
 
     #[test]
     fn integrates_steps_exactly() {
+        let sample = |memory_slices, compute_slices, running, pending, whole_gpus| Sample {
+            time: 0,
+            memory_slices,
+            compute_slices,
+            running,
+            pending,
+            whole_gpus,
+        };
         let mut r = Recorder::new(16, 14);
-        r.observe(8, 7, 1, 0, 8);
+        r.observe(sample(8, 7, 1, 0, 1), 8);
         r.advance(10_000);
-        r.observe(16, 14, 2, 1, 24);
+        r.observe(sample(16, 14, 2, 1, 2), 24);
         r.advance(15_000);
-        r.observe(0, 0, 0, 0, 0);
+        r.observe(sample(0, 0, 0, 0, 2), 0);
         assert_eq!(r.memory_integral, 8 * 10_000 + 16 * 5_000);
         assert_eq!(r.saturated_time, 5_000);
+        assert_eq!(r.whole_gpu_integral, 10_000 + 2 * 5_000);
         assert_eq!(r.series.len(), 3);
+        assert_eq!(r.series[2].whole_gpus, 2);
     }
 }

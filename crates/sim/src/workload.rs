@@ -4,11 +4,14 @@
 
 use std::collections::HashMap;
 
+use geometer_solver::catalog::WHOLE;
+
 use crate::cluster::Cluster;
-use crate::mapping::{Mapping, MappingSummary};
+use crate::mapping::{Mapping, MappingSummary, WholeGpus};
 use crate::trace::{GpuRequest, Millis, Trace};
 
-/// Index into [`Workload::profiles`]. [`WHOLE_GPU`] is the pseudo-profile of a GPU without MIG.
+/// Index into [`Workload::profiles`]. [`WHOLE_GPU`] is `whole` (the solver's
+/// `geometer_solver::catalog::WHOLE`): a GPU with MIG mode off, one unit that a pod takes all of.
 pub type ProfileKey = usize;
 pub const WHOLE_GPU: ProfileKey = 0;
 
@@ -17,7 +20,8 @@ pub struct SimPod {
     pub name: String,
     pub arrival: Millis,
     pub duration: Option<Millis>,
-    /// MIG instances asked for, by profile (sorted by key).
+    /// Instances asked for, by profile (sorted by key): MIG profiles, and [`WHOLE_GPU`] for
+    /// whole GPUs under [`WholeGpus::Whole`].
     pub mig: Vec<(ProfileKey, u32)>,
     /// GPUs asked for when GPUs are not partitioned: one per MIG instance, or `num_gpu`.
     pub whole_gpus: u32,
@@ -29,26 +33,29 @@ pub struct SimPod {
     /// Allowed nodes (indices); `None`: any.
     pub nodes: Option<Vec<usize>>,
     pub do_not_disrupt: bool,
-    /// Memory slices the pod's MIG instances take on the reference model: what it needs.
+    /// Memory slices the pod's instances take on the reference model (a whole GPU: all of
+    /// them): what it needs.
     pub need_memory_slices: u32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Workload {
     pub pods: Vec<SimPod>,
-    /// Profile names by key; key 0 is `gpu` (a whole, unpartitioned GPU).
+    /// Profile names by key; key 0 is `whole` (a GPU with MIG mode off).
     pub profiles: Vec<String>,
     pub mapping: Mapping,
+    /// What the trace's whole-GPU requests became.
+    pub whole_gpus: WholeGpus,
     pub summary: MappingSummary,
     pub notes: Vec<String>,
 }
 
 impl Workload {
-    pub fn new(trace: &Trace, cluster: &Cluster, mapping: Mapping) -> Self {
+    pub fn new(trace: &Trace, cluster: &Cluster, mapping: Mapping, whole_gpus: WholeGpus) -> Self {
         let reference = cluster.reference_model();
         let full = reference.full_profile().map(|p| p.name.clone()).unwrap_or_default();
-        let mut profiles = vec!["gpu".to_string()];
-        let mut keys: HashMap<String, ProfileKey> = HashMap::new();
+        let mut profiles = vec![WHOLE.to_string()];
+        let mut keys: HashMap<String, ProfileKey> = HashMap::from([(WHOLE.to_string(), WHOLE_GPU)]);
         let mut intern = |name: &str, profiles: &mut Vec<String>| -> ProfileKey {
             *keys.entry(name.to_string()).or_insert_with(|| {
                 profiles.push(name.to_string());
@@ -66,16 +73,22 @@ impl Workload {
         let (mut unknown_profile, mut unknown_model, mut unknown_node) = (0usize, 0usize, 0usize);
         let mut pods = Vec::with_capacity(trace.pods.len());
         for pod in &trace.pods {
-            let mapped = mapping.map(&pod.request, reference);
+            let mapped = mapping.map(&pod.request, reference, whole_gpus);
             summary.record(&pod.request, &mapped, &full);
             let mut need = 0u32;
             let mut known = true;
             let mut mig: Vec<(ProfileKey, u32)> = Vec::new();
             for (name, count) in &mapped {
-                let slices = cluster.models.iter().find_map(|m| m.profile(name)).map(|p| p.memory_slices);
+                let whole = name.eq_ignore_ascii_case(WHOLE);
+                let slices = if whole {
+                    Some(reference.memory_slices)
+                } else {
+                    cluster.models.iter().find_map(|m| m.profile(name)).map(|p| p.memory_slices)
+                };
                 known &= slices.is_some();
                 need = need.saturating_add(u32::from(slices.unwrap_or(0)).saturating_mul(*count));
-                mig.push((intern(name, &mut profiles), *count));
+                let key = if whole { WHOLE_GPU } else { intern(name, &mut profiles) };
+                mig.push((key, *count));
             }
             mig.sort();
             unknown_profile += usize::from(!known);
@@ -113,7 +126,7 @@ impl Workload {
         }
         let mut notes = trace.notes.clone();
         if summary.shares.values().sum::<usize>() + summary.whole_gpu_pods > 0 {
-            notes.push(summary.describe(&mapping, &reference.name));
+            notes.push(summary.describe(&mapping, whole_gpus, &reference.name));
         }
         for (count, what) in [
             (unknown_profile, "ask for a profile no simulated GPU model has"),
@@ -124,6 +137,6 @@ impl Workload {
                 notes.push(format!("{count} pods {what}; those requests cannot be met there"));
             }
         }
-        Workload { pods, profiles, mapping, summary, notes }
+        Workload { pods, profiles, mapping, whole_gpus, summary, notes }
     }
 }

@@ -6,6 +6,8 @@
 
 mod pending;
 mod state;
+#[cfg(test)]
+mod tests;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -14,7 +16,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::cluster::Cluster;
-use crate::metrics::{PodOutcome, Recorder, Summary};
+use crate::metrics::{PodOutcome, Recorder, Sample, Summary};
 use crate::strategy::{GpuView, NodeView, PlanView, Replan, Slot, Strategy, StrategyError};
 use crate::trace::Millis;
 use crate::workload::{ProfileKey, Workload, WHOLE_GPU};
@@ -160,6 +162,11 @@ impl<'a> Engine<'a> {
             .map(|p| if whole_gpu { vec![(WHOLE_GPU, p.whole_gpus)] } else { p.mig.clone() })
             .collect();
         let (capacity_memory, capacity_compute) = (cluster.memory_slices(), cluster.compute_slices());
+        let mut recorder = Recorder::new(capacity_memory, capacity_compute);
+        // GPUs that start with MIG off count from t=0.
+        let start =
+            Sample { time: 0, memory_slices: 0, compute_slices: 0, running: 0, pending: 0, whole_gpus: 0 };
+        recorder.observe(Sample { whole_gpus: state.whole_gpus, ..start }, 0);
         Engine {
             cluster,
             workload,
@@ -181,7 +188,7 @@ impl<'a> Engine<'a> {
             batch_generation: 0,
             demand_memory: 0,
             running: 0,
-            recorder: Recorder::new(capacity_memory, capacity_compute),
+            recorder,
             gpus_reconfigured: 0,
             evictions: 0,
             planner_calls: 0,
@@ -197,28 +204,44 @@ impl<'a> Engine<'a> {
 
     /// Runs to the end (no event left) and summarises.
     pub fn run(mut self) -> Result<Summary, SimError> {
+        self.submit();
+        while self.step()? {}
+        Ok(self.summary())
+    }
+
+    /// Schedules every pod's arrival.
+    fn submit(&mut self) {
         for (p, pod) in self.workload.pods.iter().enumerate() {
             self.push(pod.arrival, Event::Arrive { pod: p });
         }
-        while let Some(Reverse((time, _, _, event))) = self.events.pop() {
-            self.recorder.advance(time);
-            self.now = time;
-            match event {
-                Event::Arrive { pod } => self.arrive(pod),
-                Event::Depart { pod, run } => self.depart(pod, run),
-                Event::Ready { node } => self.ready(node)?,
-                Event::Stable { .. } => {
-                    if !self.pending.is_empty() {
-                        self.demand_changed();
-                    }
+    }
+
+    /// Runs the next event; false when none is left.
+    fn step(&mut self) -> Result<bool, SimError> {
+        let Some(Reverse((time, _, _, event))) = self.events.pop() else { return Ok(false) };
+        self.recorder.advance(time);
+        self.now = time;
+        match event {
+            Event::Arrive { pod } => self.arrive(pod),
+            Event::Depart { pod, run } => self.depart(pod, run),
+            Event::Ready { node } => self.ready(node)?,
+            Event::Stable { .. } => {
+                if !self.pending.is_empty() {
+                    self.demand_changed();
                 }
-                Event::BatchEnd { generation } => self.batch_end(generation)?,
             }
-            let pending = self.pending.len() as u32;
-            let (memory, compute) = (self.state.allocated_memory, self.state.allocated_compute);
-            self.recorder.observe(memory, compute, self.running, pending, self.demand_memory);
+            Event::BatchEnd { generation } => self.batch_end(generation)?,
         }
-        Ok(self.summary())
+        let sample = Sample {
+            time,
+            memory_slices: self.state.allocated_memory,
+            compute_slices: self.state.allocated_compute,
+            running: self.running,
+            pending: self.pending.len() as u32,
+            whole_gpus: self.state.whole_gpus,
+        };
+        self.recorder.observe(sample, self.demand_memory);
+        Ok(true)
     }
 
     /// Memory slices a pod needs while pending or running, in this strategy's units.
@@ -532,6 +555,8 @@ impl<'a> Engine<'a> {
             saturated_time: r.saturated_time,
             saturated_memory_integral: r.saturated_memory_integral,
             gpus_reconfigured: self.gpus_reconfigured,
+            whole_gpu_integral: r.whole_gpu_integral,
+            whole_gpus_end: self.state.whole_gpus,
             evictions: self.evictions,
             planner_calls: self.planner_calls,
             planner_time: self.planner_time,

@@ -23,6 +23,18 @@ pub(crate) struct GpuState {
     pub slots: Vec<SlotState>,
 }
 
+impl GpuState {
+    /// MIG mode off: the GPU is one [`WHOLE_GPU`] instance.
+    pub(crate) fn is_whole(&self) -> bool {
+        is_whole(self.slots.iter().map(|s| &s.slot))
+    }
+}
+
+/// Whether a geometry is the whole GPU (MIG mode off).
+pub(crate) fn is_whole<'s>(mut slots: impl Iterator<Item = &'s Slot>) -> bool {
+    slots.any(|s| s.profile == WHOLE_GPU)
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct NodeState {
     pub first_gpu: usize,
@@ -48,6 +60,8 @@ pub(crate) struct ClusterState {
     pub slices: SliceTable,
     pub allocated_memory: u64,
     pub allocated_compute: u64,
+    /// GPUs with MIG mode off.
+    pub whole_gpus: u32,
 }
 
 impl ClusterState {
@@ -71,6 +85,7 @@ impl ClusterState {
             slices: SliceTable(table),
             allocated_memory: 0,
             allocated_compute: 0,
+            whole_gpus: 0,
         };
         for (n, spec) in cluster.nodes.iter().enumerate() {
             let geometry = initial(spec.model);
@@ -78,6 +93,7 @@ impl ClusterState {
             for _ in 0..spec.gpus {
                 let slots = geometry.iter().map(|s| SlotState { slot: *s, pod: None }).collect();
                 state.gpus.push(GpuState { node: n, model: spec.model, slots });
+                state.whole_gpus += u32::from(is_whole(geometry.iter()));
             }
             state.nodes.push(NodeState {
                 first_gpu,
@@ -222,7 +238,13 @@ impl ClusterState {
             .iter()
             .map(|t| SlotState { slot: *t, pod: old.iter().find(|s| s.slot == *t).and_then(|s| s.pod) })
             .collect();
+        let was_whole = self.gpus[gpu].is_whole();
         self.gpus[gpu].slots = slots;
+        match (was_whole, self.gpus[gpu].is_whole()) {
+            (false, true) => self.whole_gpus += 1,
+            (true, false) => self.whole_gpus -= 1,
+            _ => {}
+        }
         Ok(())
     }
 }

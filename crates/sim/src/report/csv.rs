@@ -11,12 +11,12 @@ fn opt(value: Option<f64>) -> String {
 /// One row per strategy, machine-readable (times in seconds, shares as fractions).
 pub fn summary_csv(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "strategy,pods,served,not_served,wait_p50_s,wait_p95_s,wait_p99_s,memory_share_mean,memory_share_saturated,saturated_s,compute_share_mean,gpus_reconfigured,evictions,planner_calls,planner_ms_total,planner_ms_max,end_s\n",
+        "strategy,pods,served,not_served,wait_p50_s,wait_p95_s,wait_p99_s,memory_share_mean,memory_share_saturated,saturated_s,compute_share_mean,gpus_reconfigured,whole_gpus_mean,whole_gpus_end,evictions,planner_calls,planner_ms_total,planner_ms_max,end_s\n",
     );
     for s in summaries {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{:.4},{},{:.3},{:.4},{},{},{},{:.1},{:.1},{:.3}",
+            "{},{},{},{},{},{},{},{:.4},{},{:.3},{:.4},{},{:.3},{},{},{},{:.1},{:.1},{:.3}",
             s.strategy,
             s.pods,
             s.served,
@@ -29,6 +29,8 @@ pub fn summary_csv(summaries: &[Summary]) -> String {
             s.saturated_time as f64 / 1000.0,
             s.compute_share(),
             s.gpus_reconfigured,
+            s.whole_gpus_mean(),
+            s.whole_gpus_end,
             s.evictions,
             s.planner_calls,
             s.planner_time.as_secs_f64() * 1000.0,

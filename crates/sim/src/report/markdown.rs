@@ -14,8 +14,8 @@ fn percent(value: Option<f64>) -> String {
 /// could have served (`crate::bound`), when given.
 pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
     let mut out = String::from(
-        "| strategy | pods served | not served | wait p50 (s) | wait p95 (s) | wait p99 (s) | memory slices allocated (mean) | memory slices allocated while demand > capacity | compute slices allocated (mean) | GPUs reconfigured | pods evicted | planner calls | planner time total / max (ms) |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| strategy | pods served | not served | wait p50 (s) | wait p95 (s) | wait p99 (s) | memory slices allocated (mean) | memory slices allocated while demand > capacity | compute slices allocated (mean) | GPUs reconfigured | GPUs whole (mean / end) | pods evicted | planner calls | planner time total / max (ms) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for s in summaries {
         let planner = if s.planner_calls == 0 {
@@ -29,7 +29,7 @@ pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} / {} | {} | {} | {} |",
             s.strategy,
             s.served,
             s.not_served,
@@ -40,6 +40,8 @@ pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
             percent(s.saturated_memory_share()),
             percent(Some(s.compute_share())),
             s.gpus_reconfigured,
+            s.whole_gpus_mean(),
+            s.whole_gpus_end,
             s.evictions,
             s.planner_calls,
             planner,
@@ -48,7 +50,7 @@ pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
     if let (Some(bound), Some(first)) = (bound, summaries.first()) {
         let _ = writeln!(
             out,
-            "| upper bound (capacity) | {bound} | {} | - | - | - | - | - | - | - | - | - | - |",
+            "| upper bound (capacity) | {bound} | {} | - | - | - | - | - | - | - | - | - | - | - |",
             first.pods.saturating_sub(bound)
         );
     }

@@ -17,7 +17,8 @@ use crate::workload::{ProfileKey, Workload, WHOLE_GPU};
 pub use planned::{PlannerStrategy, MODEL_LABEL};
 pub use static_layout::{StaticLayout, StaticStrategy};
 
-/// One MIG instance (or, with [`WHOLE_GPU`], the unpartitioned GPU) at its placement start.
+/// One MIG instance (or, with [`WHOLE_GPU`], the GPU with MIG mode off, always at 0) at its
+/// placement start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Slot {
     pub profile: ProfileKey,
@@ -25,17 +26,27 @@ pub struct Slot {
 }
 
 /// The strategies `--strategy` accepts.
+///
+/// A GPU is in one of two modes: MIG (a geometry of slices, possibly none) or whole (MIG mode
+/// off: the one instance [`WHOLE_GPU`], which a whole-GPU pod takes all of). What each strategy
+/// does with the mode is said on its variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StrategyKind {
-    /// No MIG: a pod gets whole GPUs, one per instance it asks for.
+    /// No MIG: every GPU is whole from start to end; a pod gets whole GPUs, one per instance
+    /// it asks for.
     WholeGpu,
-    /// A fixed NVIDIA mig-parted layout on every GPU.
+    /// A fixed NVIDIA mig-parted layout on every GPU: MIG stays on, so pods asking for whole
+    /// GPUs (`--whole-gpus whole`) are never served.
     Static(StaticLayout),
-    /// The solver's greedy baseline: repartitions only free slices, nodes in name order.
+    /// The solver's greedy baseline: repartitions only free slices, nodes in name order. Its
+    /// candidate geometries include the whole GPU, so it turns an idle GPU's MIG off for a
+    /// waiting whole-GPU pod (and an idle whole GPU back to MIG for slices) like any change.
     Greedy,
-    /// The ILP planner, no eviction.
+    /// The ILP planner, no eviction. The whole GPU is one of every GPU's geometries; a GPU a
+    /// whole-GPU pod runs on keeps its mode until the pod ends.
     Geometer,
-    /// The ILP planner with eviction allowed (never a do-not-disrupt pod).
+    /// The ILP planner with eviction allowed (never a do-not-disrupt pod): it may also evict
+    /// a whole-GPU pod to change its GPU's mode.
     GeometerEvict,
 }
 
@@ -142,7 +153,7 @@ pub trait Strategy {
     fn plan(&mut self, view: &PlanView<'_>) -> Result<Option<Replan>, StrategyError>;
 }
 
-/// No MIG: every GPU is one allocatable unit.
+/// No MIG: every GPU is one allocatable unit (whole) for the whole run.
 pub struct WholeGpu;
 
 impl Strategy for WholeGpu {

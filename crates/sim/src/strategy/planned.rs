@@ -112,7 +112,9 @@ impl PlannerStrategy {
     }
 
     /// The simulated cluster as the planner's input: plannable nodes, their GPUs and running
-    /// pods, and the demand.
+    /// pods, and the demand. A GPU with MIG off is the instance `whole` at 0 (held by its
+    /// pod, if any), and a pod asking for whole GPUs requests `whole: N`, as the controller
+    /// reads `nvidia.com/gpu: N`.
     pub fn snapshot(&self, view: &PlanView<'_>) -> Snapshot {
         let pods = &view.workload.pods;
         let mut nodes: BTreeMap<usize, Node> = BTreeMap::new();
@@ -219,7 +221,8 @@ impl Strategy for PlannerStrategy {
         self.kind
     }
 
-    /// Dynamic strategies start from MIG enabled and no instances: the planner creates them.
+    /// Dynamic strategies start from MIG enabled and no instances: the planner creates them,
+    /// or turns MIG off (the geometry `[whole@0]`) for whole-GPU demand.
     fn initial_geometry(&self, _model: usize) -> Vec<Slot> {
         Vec::new()
     }
