@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// How often the GPUs and the kubelet are read again when nothing watched changes.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     pub poll_interval: Duration,
+    /// Longest time between two writes of unchanged right-sizing measurements
+    /// (`MigNode.status.usage`); a measurement that changes is written at once.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = duration)]
+    pub usage_publish_interval: Duration,
     /// Serve `/metrics` and `/healthz` on this address (the DaemonSet gives 0.0.0.0:8080)
     /// [default: not served].
     #[arg(long, value_name = "ADDR")]
@@ -170,6 +174,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     cfg.device_plugin_namespace = args.device_plugin_namespace;
     cfg.advertise_timeout = args.advertise_timeout;
     cfg.poll_interval = args.poll_interval;
+    cfg.usage_publish_interval = args.usage_publish_interval;
 
     let runtime = tokio::runtime::Runtime::new()
         .context("cannot start the async runtime")

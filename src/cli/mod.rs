@@ -14,6 +14,7 @@ pub mod apiserver;
 pub mod approve;
 mod bounds;
 pub mod catalog;
+mod cluster;
 pub mod controller;
 pub mod crds;
 #[cfg(feature = "demo")]
@@ -22,6 +23,7 @@ pub mod geometry;
 pub mod migparted;
 pub mod output;
 pub mod plan;
+pub mod recommend;
 #[cfg(feature = "demo")]
 pub mod simulate;
 
@@ -56,6 +58,9 @@ pub enum Command {
     Agent(agent::AgentArgs),
     /// Approve a MigPlan of a policy in Approve mode (sets spec.approved: true).
     Approve(approve::ApproveArgs),
+    /// Right-sizing: workloads holding whole GPUs for a slice's work, the slice that holds what
+    /// they use, and the patch to apply (read-only).
+    Recommend(recommend::RecommendArgs),
     /// Run the in-memory Kubernetes API server on 127.0.0.1 and write a kubeconfig for kubectl.
     #[cfg(feature = "demo")]
     Apiserver(apiserver::ApiserverArgs),
@@ -81,6 +86,7 @@ impl Command {
             },
             Command::Geometry(a) => a.command.output_format(),
             Command::Plan(a) => a.output,
+            Command::Recommend(a) => a.output,
             Command::Agent(a) => a.output_format(),
             _ => OutputFormat::Table,
         }
@@ -120,6 +126,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Controller(args) => controller::run(args),
         Command::Agent(args) => agent::run(args),
         Command::Approve(args) => approve::run(args),
+        Command::Recommend(args) => recommend::run(args),
         #[cfg(feature = "demo")]
         Command::Apiserver(args) => return apiserver::run(args),
         Command::Migparted(args) => migparted::run(args),

@@ -3,5 +3,6 @@
 
 mod demo;
 mod operator;
+mod rightsizing;
 mod simcluster;
 mod whole;

@@ -13,5 +13,6 @@ mod differential;
 mod disruption;
 mod leader;
 mod review;
+mod rightsizing;
 mod support;
 mod whole_gpus;

@@ -94,6 +94,7 @@ impl E2e {
     pub fn agent_config(&self, node: &str) -> AgentConfig {
         let mut cfg = self.cluster.agent_config(node);
         cfg.poll_interval = self.poll;
+        cfg.usage_publish_interval = self.poll;
         cfg.backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
         cfg.eviction_backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
         cfg.drain.timeout = Duration::from_secs(60);

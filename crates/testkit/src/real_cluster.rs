@@ -99,7 +99,12 @@ impl RealCluster {
         ));
         args.push(format!("--device-plugin-namespace={DEVICE_PLUGIN_NAMESPACE}"));
         args.push(format!("--metrics-addr=127.0.0.1:{}", free_port()));
-        for flag in ["--poll-interval=1s", "--drain-timeout=2m", "--advertise-timeout=1m"] {
+        for flag in [
+            "--poll-interval=1s",
+            "--usage-publish-interval=1s",
+            "--drain-timeout=2m",
+            "--advertise-timeout=1m",
+        ] {
             args.push(flag.into());
         }
         let process =

@@ -10,16 +10,15 @@ use anyhow::anyhow;
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::Plan;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::ListParams;
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use super::args::PlanArgs;
+use crate::cli::cluster::list;
 use crate::cli::output::{self, Failure};
 use geometer_api::{MigNode, MigPolicy};
 use geometer_controller::round;
 use geometer_controller::round as policy_status;
-use geometer_controller::Decoded;
 
 #[derive(Debug, Serialize)]
 struct PolicyPlan {
@@ -32,34 +31,6 @@ struct PolicyPlan {
     excluded: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     plan: Option<Plan>,
-}
-
-/// Every `K` in the cluster that can be read; one that cannot is named on standard error and
-/// left out, as the controller does.
-async fn list<K>(client: &Client) -> Result<Vec<Arc<K>>, Failure>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let kind = K::kind(&()).to_string();
-    let api = Api::<Decoded<K>>::all(client.clone());
-    let list = api.list(&ListParams::default()).await.map_err(|e| {
-        Failure::internal(anyhow!(
-            "cannot list {kind}s: {} (is Geometer installed? `geometer crds | kubectl apply -f -`)",
-            output::kube_error(&e)
-        ))
-    })?;
-    let mut read = Vec::new();
-    for item in list.items {
-        match item {
-            Decoded::Read(k) => read.push(k),
-            Decoded::Unreadable(u) => eprintln!(
-                "warning: skipped {kind} {}: cannot be read: {}",
-                u.meta.name.as_deref().unwrap_or("(no name)"),
-                u.error
-            ),
-        }
-    }
-    Ok(read)
 }
 
 pub(super) fn run(args: &PlanArgs, catalog: Catalog) -> Result<(), Failure> {

@@ -3,7 +3,6 @@
 //! `kubectl get nodes,pods -A -o yaml | geometer plan --snapshot -` plans against a real
 //! cluster without touching it.
 
-use std::io::Read;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -13,23 +12,9 @@ use geometer_solver::snapshot::Snapshot;
 use serde_json::Value;
 
 use super::args::PlanArgs;
+use crate::cli::cluster::read_input;
 use crate::cli::output::{self, Failure};
 use geometer_controller::adapter;
-
-fn read_input(path: &str) -> Result<String, Failure> {
-    let mut text = String::new();
-    if path == "-" {
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("cannot read the snapshot from standard input")
-            .map_err(Failure::bad_input)?;
-    } else {
-        text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read --snapshot {path}"))
-            .map_err(Failure::bad_input)?;
-    }
-    Ok(text)
-}
 
 /// A planner snapshot has `nodes` and no `kind`; anything else goes through the adapter.
 fn is_planner_snapshot(value: &Value) -> bool {
@@ -38,7 +23,7 @@ fn is_planner_snapshot(value: &Value) -> bool {
 
 /// Plans the snapshot file `snapshot`.
 pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(), Failure> {
-    let text = read_input(snapshot)?;
+    let text = read_input(snapshot, "--snapshot")?;
     let bad = |e: anyhow::Error| Failure::bad_input(e);
     let policy = match &args.policy {
         Some(path) => {

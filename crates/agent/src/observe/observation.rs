@@ -240,7 +240,8 @@ impl Agent {
             tracing::warn!(node = %self.cfg.node, error = %e, "cannot measure a whole GPU's use this round");
         }
         self.mem.usage.record(&status.usage, &samples, now);
-        status.usage = self.mem.usage.to_publish(&status.usage, now);
+        let every = SignedDuration::try_from(self.cfg.usage_publish_interval).unwrap_or(SignedDuration::MAX);
+        status.usage = self.mem.usage.to_publish(&status.usage, now, every);
     }
 
     /// Each GPU's rules: the catalog's model corrected by what NVML reports (NVML wins), read

@@ -9,8 +9,8 @@
 //! utilisation peak and sum): a few hundred bytes per pod whatever the number of samples.
 //!
 //! The summary reaches `MigNode.status.usage` when it changes by a bucket or more, when the pods
-//! measured change, and otherwise at most once per [`PUBLISH_EVERY`], so that a node of idle
-//! pods does not write its status every round.
+//! measured change, and otherwise at most once per publish interval (`--usage-publish-interval`,
+//! 5 minutes), so that a node of idle pods does not write its status every round.
 
 use std::collections::BTreeMap;
 
@@ -24,9 +24,6 @@ use geometer_solver::catalog::Catalog;
 /// Memory buckets of the per-pod histogram: the percentile's resolution is the GPU's memory
 /// divided by this (640 MiB on an 80 GB GPU), finer than the smallest MIG slice.
 pub(crate) const BUCKETS: usize = 128;
-
-/// Longest time between two publications of unchanged summaries (the sample counts move).
-pub(crate) const PUBLISH_EVERY: SignedDuration = SignedDuration::from_mins(5);
 
 /// One GPU's reading in one round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,11 +201,16 @@ impl UsageBook {
 
     /// What `status.usage` should say now: the fresh summaries when they differ from
     /// `published` by a histogram bucket or more (or 10 points of peak utilisation, or in the
-    /// pods measured), or when [`PUBLISH_EVERY`] has passed since
-    /// the last publication; otherwise `published` as it is.
-    pub(crate) fn to_publish(&mut self, published: &[PodGpuUsage], now: Timestamp) -> Vec<PodGpuUsage> {
+    /// pods measured), or when `every` has passed since the last publication; otherwise
+    /// `published` as it is.
+    pub(crate) fn to_publish(
+        &mut self,
+        published: &[PodGpuUsage],
+        now: Timestamp,
+        every: SignedDuration,
+    ) -> Vec<PodGpuUsage> {
         let fresh: Vec<PodGpuUsage> = self.tracks.iter().map(|(pod, t)| t.summary(pod)).collect();
-        let due = self.published_at.is_none_or(|at| now.duration_since(at) >= PUBLISH_EVERY);
+        let due = self.published_at.is_none_or(|at| now.duration_since(at) >= every);
         if due || self.coarse(&fresh) != self.coarse(published) {
             self.published_at = Some(now);
             return fresh;
@@ -248,6 +250,8 @@ mod tests {
         }
     }
 
+    const FIVE_MINUTES: SignedDuration = SignedDuration::from_mins(5);
+
     fn at(minutes: i64) -> Timestamp {
         Timestamp::UNIX_EPOCH + SignedDuration::from_mins(minutes)
     }
@@ -260,7 +264,7 @@ mod tests {
             let memory = if i == 50 { 9_000 } else { 6_000 + i };
             book.record(&[], &[sample("ml/a", memory, (i % 50) as u32)], at(i as i64));
         }
-        let usage = book.to_publish(&[], at(100));
+        let usage = book.to_publish(&[], at(100), FIVE_MINUTES);
         assert_eq!(usage.len(), 1);
         let u = &usage[0];
         assert_eq!((u.pod.as_str(), u.samples, u.peak_memory_mib), ("ml/a", 100, 9_000));
@@ -273,16 +277,24 @@ mod tests {
     fn unchanged_summaries_are_published_every_few_minutes_only() {
         let mut book = UsageBook::default();
         book.record(&[], &[sample("ml/a", 6_000, 10)], at(0));
-        let first = book.to_publish(&[], at(0));
+        let first = book.to_publish(&[], at(0), FIVE_MINUTES);
         book.record(&first, &[sample("ml/a", 6_010, 10)], at(1));
-        assert_eq!(book.to_publish(&first, at(1)), first, "same bucket, same peak bucket: not rewritten");
+        assert_eq!(
+            book.to_publish(&first, at(1), FIVE_MINUTES),
+            first,
+            "same bucket, same peak bucket: not rewritten"
+        );
         book.record(&first, &[sample("ml/a", 20_000, 10)], at(2));
-        let spiked = book.to_publish(&first, at(2));
+        let spiked = book.to_publish(&first, at(2), FIVE_MINUTES);
         assert_eq!(spiked[0].peak_memory_mib, 20_000, "a new peak is published at once");
         book.record(&spiked, &[sample("ml/a", 6_000, 10)], at(3));
-        assert_eq!(book.to_publish(&spiked, at(3)), spiked);
+        assert_eq!(book.to_publish(&spiked, at(3), FIVE_MINUTES), spiked);
         book.record(&spiked, &[sample("ml/a", 6_000, 10)], at(8));
-        assert_eq!(book.to_publish(&spiked, at(8))[0].samples, 5, "counts refreshed after PUBLISH_EVERY");
+        assert_eq!(
+            book.to_publish(&spiked, at(8), FIVE_MINUTES)[0].samples,
+            5,
+            "counts refreshed after the publish interval"
+        );
     }
 
     #[test]
@@ -290,12 +302,12 @@ mod tests {
         let mut book = UsageBook::default();
         book.record(&[], &[sample("ml/a", 30_000, 90), sample("ml/b", 5_000, 5)], at(0));
         book.record(&[], &[sample("ml/b", 5_000, 5)], at(1));
-        let published = book.to_publish(&[], at(1));
+        let published = book.to_publish(&[], at(1), FIVE_MINUTES);
         assert_eq!(published.iter().map(|u| u.pod.as_str()).collect::<Vec<_>>(), ["ml/b"]);
 
         let mut restarted = UsageBook::default();
         restarted.record(&published, &[sample("ml/b", 4_000, 5)], at(2));
-        let again = restarted.to_publish(&published, at(2));
+        let again = restarted.to_publish(&published, at(2), FIVE_MINUTES);
         assert_eq!((again[0].samples, again[0].peak_memory_mib), (3, 5_000));
         assert_eq!(again[0].since.0, at(0), "measured since the first sample, across the restart");
     }

@@ -43,6 +43,9 @@ pub struct AgentConfig {
     pub backoff: Backoff,
     /// Retries of an eviction a PodDisruptionBudget refused.
     pub eviction_backoff: Backoff,
+    /// Longest time between two publications of unchanged usage summaries (right-sizing);
+    /// a summary that changes by a histogram bucket is published at once.
+    pub usage_publish_interval: Duration,
 }
 
 impl AgentConfig {
@@ -57,6 +60,7 @@ impl AgentConfig {
             poll_interval: Duration::from_secs(10),
             backoff: Backoff::default(),
             eviction_backoff: Backoff::new(Duration::from_secs(5), Duration::from_secs(60)),
+            usage_publish_interval: Duration::from_secs(300),
         }
     }
 }

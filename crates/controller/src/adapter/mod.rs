@@ -57,6 +57,8 @@ pub struct Objects {
     /// Pods sharing a whole GPU with others (`MigNode.status.gpus[].sharedWith`): never
     /// planned as evictable, since evicting one frees nothing.
     pub sharing: BTreeSet<String>,
+    /// What pods use of the whole GPUs they hold (`MigNode.status.usage`), for right-sizing.
+    pub usage: Vec<geometer_api::PodGpuUsage>,
 }
 
 /// A snapshot and what the reader should know about how it was made.
