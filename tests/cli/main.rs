@@ -5,3 +5,4 @@ mod catalog_geometry;
 mod device_check;
 mod hostile;
 mod plan;
+mod recommend;

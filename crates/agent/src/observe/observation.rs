@@ -241,7 +241,7 @@ impl Agent {
         }
         self.mem.usage.record(&status.usage, &samples, now);
         let every = SignedDuration::try_from(self.cfg.usage_publish_interval).unwrap_or(SignedDuration::MAX);
-        status.usage = self.mem.usage.to_publish(&status.usage, now, every);
+        status.usage = self.mem.usage.publication(&status.usage, now, every);
     }
 
     /// Each GPU's rules: the catalog's model corrected by what NVML reports (NVML wins), read

@@ -203,7 +203,7 @@ impl UsageBook {
     /// `published` by a histogram bucket or more (or 10 points of peak utilisation, or in the
     /// pods measured), or when `every` has passed since the last publication; otherwise
     /// `published` as it is.
-    pub(crate) fn to_publish(
+    pub(crate) fn publication(
         &mut self,
         published: &[PodGpuUsage],
         now: Timestamp,
@@ -264,7 +264,7 @@ mod tests {
             let memory = if i == 50 { 9_000 } else { 6_000 + i };
             book.record(&[], &[sample("ml/a", memory, (i % 50) as u32)], at(i as i64));
         }
-        let usage = book.to_publish(&[], at(100), FIVE_MINUTES);
+        let usage = book.publication(&[], at(100), FIVE_MINUTES);
         assert_eq!(usage.len(), 1);
         let u = &usage[0];
         assert_eq!((u.pod.as_str(), u.samples, u.peak_memory_mib), ("ml/a", 100, 9_000));
@@ -277,21 +277,21 @@ mod tests {
     fn unchanged_summaries_are_published_every_few_minutes_only() {
         let mut book = UsageBook::default();
         book.record(&[], &[sample("ml/a", 6_000, 10)], at(0));
-        let first = book.to_publish(&[], at(0), FIVE_MINUTES);
+        let first = book.publication(&[], at(0), FIVE_MINUTES);
         book.record(&first, &[sample("ml/a", 6_010, 10)], at(1));
         assert_eq!(
-            book.to_publish(&first, at(1), FIVE_MINUTES),
+            book.publication(&first, at(1), FIVE_MINUTES),
             first,
             "same bucket, same peak bucket: not rewritten"
         );
         book.record(&first, &[sample("ml/a", 20_000, 10)], at(2));
-        let spiked = book.to_publish(&first, at(2), FIVE_MINUTES);
+        let spiked = book.publication(&first, at(2), FIVE_MINUTES);
         assert_eq!(spiked[0].peak_memory_mib, 20_000, "a new peak is published at once");
         book.record(&spiked, &[sample("ml/a", 6_000, 10)], at(3));
-        assert_eq!(book.to_publish(&spiked, at(3), FIVE_MINUTES), spiked);
+        assert_eq!(book.publication(&spiked, at(3), FIVE_MINUTES), spiked);
         book.record(&spiked, &[sample("ml/a", 6_000, 10)], at(8));
         assert_eq!(
-            book.to_publish(&spiked, at(8), FIVE_MINUTES)[0].samples,
+            book.publication(&spiked, at(8), FIVE_MINUTES)[0].samples,
             5,
             "counts refreshed after the publish interval"
         );
@@ -302,12 +302,12 @@ mod tests {
         let mut book = UsageBook::default();
         book.record(&[], &[sample("ml/a", 30_000, 90), sample("ml/b", 5_000, 5)], at(0));
         book.record(&[], &[sample("ml/b", 5_000, 5)], at(1));
-        let published = book.to_publish(&[], at(1), FIVE_MINUTES);
+        let published = book.publication(&[], at(1), FIVE_MINUTES);
         assert_eq!(published.iter().map(|u| u.pod.as_str()).collect::<Vec<_>>(), ["ml/b"]);
 
         let mut restarted = UsageBook::default();
         restarted.record(&published, &[sample("ml/b", 4_000, 5)], at(2));
-        let again = restarted.to_publish(&published, at(2), FIVE_MINUTES);
+        let again = restarted.publication(&published, at(2), FIVE_MINUTES);
         assert_eq!((again[0].samples, again[0].peak_memory_mib), (3, 5_000));
         assert_eq!(again[0].since.0, at(0), "measured since the first sample, across the restart");
     }

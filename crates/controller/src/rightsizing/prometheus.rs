@@ -106,8 +106,19 @@ async fn query(url: &str, at: &Endpoint, promql: &str) -> Result<Vec<Series>, Pr
     Ok(data.result)
 }
 
+/// A whole GPU's series: pod (`namespace/name`), node, GPU index.
+type SeriesKey = (String, String, String);
+/// Each whole GPU's value, with the labels of its series.
+type ByKey = BTreeMap<SeriesKey, (f64, BTreeMap<String, String>)>;
+
+fn by_key(list: Vec<Series>) -> ByKey {
+    list.into_iter()
+        .filter_map(|s| Some((series_key(&s.metric)?, (s.value.1.parse().ok()?, s.metric))))
+        .collect()
+}
+
 /// The pod, GPU and node of a whole GPU's series; `None` for a MIG device or a GPU no pod holds.
-fn series_key(labels: &BTreeMap<String, String>) -> Option<(String, String, String)> {
+fn series_key(labels: &BTreeMap<String, String>) -> Option<SeriesKey> {
     if labels.contains_key("GPU_I_ID") {
         return None;
     }
@@ -140,16 +151,8 @@ pub async fn usage(
     let samples = query(url, &at, &format!("count_over_time({memory}[{window}])")).await?;
     let mean = query(url, &at, &format!("avg_over_time({utilization}[{window}])")).await?;
     let util_peak = query(url, &at, &format!("max_over_time({utilization}[{window}])")).await?;
-    let by_key = |list: Vec<Series>| -> BTreeMap<(String, String, String), (f64, BTreeMap<String, String>)> {
-        list.into_iter()
-            .filter_map(|s| Some((series_key(&s.metric)?, (s.value.1.parse().ok()?, s.metric))))
-            .collect()
-    };
     let (p95, samples, mean, util_peak) = (by_key(p95), by_key(samples), by_key(mean), by_key(util_peak));
-    type Key = (String, String, String);
-    let value = |map: &BTreeMap<Key, (f64, BTreeMap<String, String>)>, key: &Key| {
-        map.get(key).map_or(0.0, |(v, _)| *v)
-    };
+    let value = |map: &ByKey, key: &SeriesKey| map.get(key).map_or(0.0, |(v, _)| *v);
     let mut out = Vec::new();
     for (key, (peak_mib, labels)) in by_key(peak) {
         let model_name = labels.get("modelName").cloned().unwrap_or_default();

@@ -36,6 +36,11 @@ struct KindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NamespaceLabel {
+    namespace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: String,
 }
@@ -73,6 +78,7 @@ pub struct Metrics {
     solve_seconds: Histogram,
     rounds: Family<OutcomeLabel, Counter>,
     leader: Gauge,
+    reclaimable: Family<NamespaceLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -111,6 +117,12 @@ impl Metrics {
         registry.register("rounds", "Planning rounds by outcome", rounds.clone());
         let leader = Gauge::default();
         registry.register("leader", "1 while this controller holds the leader lease", leader.clone());
+        let reclaimable = Family::<NamespaceLabel, Gauge>::default();
+        registry.register(
+            "rightsizing_reclaimable_gpus",
+            "Whole GPUs that right-sizing would give back if the measured workloads asked for the recommended slices, by namespace",
+            reclaimable.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
             plans,
@@ -120,6 +132,14 @@ impl Metrics {
             solve_seconds,
             rounds,
             leader,
+            reclaimable,
+        }
+    }
+
+    pub fn set_reclaimable_by_namespace(&self, counts: &BTreeMap<String, i64>) {
+        self.reclaimable.clear();
+        for (namespace, n) in counts {
+            self.reclaimable.get_or_create(&NamespaceLabel { namespace: namespace.clone() }).set(*n);
         }
     }
 
@@ -192,8 +212,10 @@ mod tests {
         m.count_round(RoundOutcome::Unchanged);
         m.count_round(RoundOutcome::Unchanged);
         m.set_leader(true);
+        m.set_reclaimable_by_namespace(&counts(&[("ml", 3)]));
         let text = m.encode();
         for line in [
+            "geometer_rightsizing_reclaimable_gpus{namespace=\"ml\"} 3",
             "geometer_plans{phase=\"Proposed\"} 2",
             "geometer_plans{phase=\"Succeeded\"} 5",
             "geometer_demand_slices{profile=\"1g.10gb\"} 3",

@@ -342,6 +342,21 @@ impl Controller {
         }
         self.metrics.set_gpus_by_state(&gpus);
         self.metrics.set_skipped_by_kind(&quarantine::count_by_kind(&seen.bad));
+        self.metrics.set_reclaimable_by_namespace(&self.reclaimable(seen));
+    }
+
+    /// Whole GPUs right-sizing would give back, by namespace, with the default settings of
+    /// `geometer recommend`.
+    fn reclaimable(&self, seen: &Seen) -> BTreeMap<String, i64> {
+        let usage: Vec<_> =
+            seen.mignodes.values().flat_map(|m| m.status.iter().flat_map(|s| s.usage.clone())).collect();
+        let pods: Vec<&Pod> = seen.pods.iter().map(|p| &**p).collect();
+        let settings = crate::rightsizing::recommend::Settings::default();
+        let mut out: BTreeMap<String, i64> = BTreeMap::new();
+        for r in crate::rightsizing::recommend::recommend(&usage, &pods, &self.catalog, &settings) {
+            *out.entry(r.owner.namespace.clone()).or_default() += i64::from(r.verdict.gpus_given_back());
+        }
+        out
     }
 }
 
