@@ -1,10 +1,10 @@
 //! `geometer plan` end to end: the binary on every example, output formats, bad input.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
+
+use crate::geometer;
 
 fn examples() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
@@ -22,21 +22,6 @@ fn examples() -> Vec<PathBuf> {
 
 fn example(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name).display().to_string()
-}
-
-fn geometer(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_geometer"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("geometer runs");
-    if let Some(text) = stdin {
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    }
-    drop(child.stdin.take());
-    child.wait_with_output().unwrap()
 }
 
 fn plan_json(args: &[&str]) -> Value {

@@ -4,9 +4,10 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
+
+use crate::geometer;
 
 /// A ReplicaSet's two pods on whole GPUs, and a bare training pod.
 const PODS: &str = r#"
@@ -48,21 +49,9 @@ fn list() -> String {
     )
 }
 
-fn geometer(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_geometer"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("geometer runs");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
-}
-
 #[test]
 fn recommends_a_slice_per_workload_with_its_patch() {
-    let out = geometer(&["recommend", "--snapshot", "-"], &list());
+    let out = geometer(&["recommend", "--snapshot", "-"], Some(&list()));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let line =
@@ -72,7 +61,7 @@ fn recommends_a_slice_per_workload_with_its_patch() {
     assert!(text.contains("Whole GPUs given back: 1"), "{text}");
     assert!(text.contains("kubectl patch deployment chat -n ml --type=json -p '"), "{text}");
 
-    let out = geometer(&["recommend", "--snapshot", "-", "--min-samples", "50", "-o", "json"], &list());
+    let out = geometer(&["recommend", "--snapshot", "-", "--min-samples", "50", "-o", "json"], Some(&list()));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["recommendations"][0]["verdict"]["verdict"], "tooFewSamples", "{report}");
     assert_eq!(report["gpusGivenBack"], 0);
@@ -130,7 +119,7 @@ fn reads_dcgm_exporter_metrics_through_prometheus() {
     let (url, server) = prometheus_stand_in(5);
     let out = geometer(
         &["recommend", "--snapshot", "-", "--prometheus", &url, "--window", "24h", "-o", "json"],
-        &list(),
+        Some(&list()),
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let asked = server.join().unwrap();
@@ -147,7 +136,7 @@ fn reads_dcgm_exporter_metrics_through_prometheus() {
     assert_eq!(chat["samples"], 2_000);
     assert_eq!(chat["verdict"]["profile"], "1g.10gb");
 
-    let out = geometer(&["recommend", "--snapshot", "-", "--prometheus", "https://prom:9090"], &list());
+    let out = geometer(&["recommend", "--snapshot", "-", "--prometheus", "https://prom:9090"], Some(&list()));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("port-forward"));
 }
