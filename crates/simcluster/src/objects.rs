@@ -175,6 +175,8 @@ pub struct MigPod {
     node_selector: BTreeMap<String, String>,
     tolerations: Vec<Value>,
     priority: Option<i32>,
+    /// `(kind, name)` of the controller that owns the pod.
+    owner: Option<(String, String)>,
 }
 
 impl MigPod {
@@ -191,7 +193,15 @@ impl MigPod {
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),
             priority: None,
+            owner: None,
         }
+    }
+
+    /// The pod belongs to ReplicaSet `<deployment>-<hash>` of Deployment `deployment`, as the
+    /// Deployment controller names and labels them (the ReplicaSet itself need not exist).
+    pub fn of_deployment(mut self, deployment: &str, hash: &str) -> MigPod {
+        self.owner = Some(("ReplicaSet".into(), format!("{deployment}-{hash}")));
+        self.label("pod-template-hash", hash)
     }
 
     /// Asks for `count` instances of `profile`.
@@ -271,8 +281,11 @@ impl MigPod {
         if let Some(p) = self.priority {
             spec["priority"] = json!(p);
         }
+        let owners = self.owner.map(|(kind, name)| {
+            json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "simulated", "controller": true}])
+        });
         serde_json::from_value(json!({
-            "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels, "annotations": annotations},
+            "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels, "annotations": annotations, "ownerReferences": owners},
             "spec": spec,
         }))
         .expect("workload pod")

@@ -109,7 +109,7 @@ impl Track {
             samples: u.samples,
             peak_mib: u.peak_memory_mib,
             histogram: vec![0; BUCKETS],
-            utilization_sum: u64::from(u.mean_utilization_percent) * u64::from(u.samples),
+            utilization_sum: u64::from(u.mean_utilization_percent.min(100)) * u64::from(u.samples),
             utilization_peak: u.peak_utilization_percent,
         };
         let at_p95 = u.samples - u.samples / 20;
@@ -122,20 +122,21 @@ impl Track {
 
     fn bucket(&self, mib: u64) -> usize {
         // Bucket b holds (b * width, (b + 1) * width]; its upper edge is what the summary says.
-        let b = (mib * BUCKETS as u64).div_ceil(self.total_mib).saturating_sub(1);
+        // Saturating: a summary read back from the status may hold any value the CRD allows.
+        let b = mib.saturating_mul(BUCKETS as u64).div_ceil(self.total_mib).saturating_sub(1);
         (b as usize).min(BUCKETS - 1)
     }
 
     fn upper_edge(&self, bucket: usize) -> u64 {
-        ((bucket as u64 + 1) * self.total_mib).div_ceil(BUCKETS as u64)
+        ((bucket as u64 + 1).saturating_mul(self.total_mib)).div_ceil(BUCKETS as u64)
     }
 
     fn add(&mut self, sample: &Sample) {
-        self.samples += 1;
+        self.samples = self.samples.saturating_add(1);
         self.peak_mib = self.peak_mib.max(sample.memory_mib);
         let b = self.bucket(sample.memory_mib);
-        self.histogram[b] += 1;
-        self.utilization_sum += u64::from(sample.utilization);
+        self.histogram[b] = self.histogram[b].saturating_add(1);
+        self.utilization_sum = self.utilization_sum.saturating_add(u64::from(sample.utilization));
         self.utilization_peak = self.utilization_peak.max(sample.utilization);
     }
 
@@ -310,5 +311,24 @@ mod tests {
         let again = restarted.publication(&published, at(2), FIVE_MINUTES);
         assert_eq!((again[0].samples, again[0].peak_memory_mib), (3, 5_000));
         assert_eq!(again[0].since.0, at(0), "measured since the first sample, across the restart");
+    }
+
+    #[test]
+    fn any_published_value_is_taken_back_without_overflow() {
+        let mut book = UsageBook::default();
+        let hostile = PodGpuUsage {
+            pod: "ml/a".into(),
+            gpu: 0,
+            model: "H100-80GB".into(),
+            since: Time(at(0)),
+            samples: u32::MAX,
+            peak_memory_mib: u64::MAX,
+            p95_memory_mib: u64::MAX,
+            peak_utilization_percent: u32::MAX,
+            mean_utilization_percent: u32::MAX,
+        };
+        book.record(std::slice::from_ref(&hostile), &[sample("ml/a", 6_000, 10)], at(1));
+        let again = book.publication(&[hostile], at(1), FIVE_MINUTES);
+        assert_eq!(again[0].peak_memory_mib, u64::MAX);
     }
 }

@@ -169,7 +169,7 @@ fn judge(
         Some(m) => {
             let memory = if settings.percentile { p95 } else { peak };
             let needed_memory = with_headroom(memory, settings.headroom_percent);
-            let busy = u64::from(mean_utilization) * u64::from(m.compute_slices);
+            let busy = u64::from(mean_utilization.min(100)) * u64::from(m.compute_slices);
             let needed_compute = with_headroom(busy, settings.headroom_percent).div_ceil(100).max(1) as u32;
             match smallest_profile(m, needed_memory, needed_compute) {
                 None => Verdict::WholeGpu {
@@ -204,8 +204,9 @@ fn judge(
     }
 }
 
+/// Saturating: measurements come from MigNode status and Prometheus, any size the API allows.
 fn with_headroom(value: u64, percent: u32) -> u64 {
-    (value * (100 + u64::from(percent))).div_ceil(100)
+    value.saturating_mul(100 + u64::from(percent)).div_ceil(100)
 }
 
 /// The smallest standard profile with at least `memory_mib` and `compute_slices`, smaller than

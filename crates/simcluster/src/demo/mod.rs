@@ -6,6 +6,7 @@
 pub mod display;
 mod operator;
 mod progress;
+mod rightsizing;
 pub mod scenario;
 pub mod summary;
 pub mod workload;
@@ -193,6 +194,8 @@ async fn play(
     let mut background = watchers(&client, &cluster, options, console, kubeconfig_path, &milestones);
     let arrivals = workload::arrivals(scenario, options.nodes, options.duration_s, options.seed);
     let submissions = workload::Submissions::default();
+    let recommended = rightsizing::Seen::default();
+    background.push(tokio::spawn(rightsizing::follow(client.clone(), NAMESPACE, recommended.clone())));
     background.push(tokio::spawn(workload::play(
         client.clone(),
         NAMESPACE.to_string(),
@@ -207,7 +210,9 @@ async fn play(
     }
     drop(operator);
     let m = *milestones.lock().unwrap_or_else(|p| p.into_inner());
-    let summary = summarize_run(&client, &cluster, &submissions, &samples, m).await;
+    let mut summary = summarize_run(&client, &cluster, &submissions, &samples, m).await;
+    let recommended = recommended.lock().unwrap_or_else(|p| p.into_inner());
+    summary.rightsizing = summary::rightsizing_lines(recommended.values());
     console.raw("\n");
     console.raw(summary.render());
     Ok(summary)

@@ -73,7 +73,7 @@ impl Drop for OperatorHandles {
 pub(super) fn agent_config(cluster: &SimCluster, node: &str) -> geometer_agent::AgentConfig {
     let mut cfg = cluster.agent_config(node);
     cfg.poll_interval = Duration::from_millis(500);
-    cfg.usage_publish_interval = Duration::from_secs(5);
+    cfg.usage_publish_interval = Duration::from_secs(1);
     cfg.backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     cfg.eviction_backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     cfg.drain.timeout = Duration::from_secs(60);

@@ -29,14 +29,20 @@ pub struct Scenario {
     pub phases: Vec<Phase>,
 }
 
+/// The model whole-GPU jobs run on. An Ampere GPU changes MIG mode only through a GPU reset
+/// with every NVML client stopped (NVIDIA MIG user guide, "Enable MIG Mode"), which the agent
+/// leaves to an administrator; Hopper changes mode when idle. So the demo's training jobs ask
+/// for the Hopper nodes, and only those have a GPU with MIG off to start with.
+pub const WHOLE_GPU_MODEL: &str = "H100-80GB";
+
 /// What an administrator set up in advance: mostly halves for training, a full-size slice, one
-/// GPU with MIG off for whole-GPU jobs, and a few small slices. Placements are legal on both
-/// A100-80GB and H100-80GB.
-fn static_geometry(gpu: usize) -> Vec<(&'static str, u8)> {
+/// GPU with MIG off for whole-GPU jobs (on the Hopper nodes), and a few small slices. Placements
+/// are legal on both A100-80GB and H100-80GB.
+fn static_geometry(gpu: usize, model: &str) -> Vec<(&'static str, u8)> {
     match gpu {
         0..=3 => vec![("3g.40gb", 0), ("3g.40gb", 4)],
         4 => vec![("7g.80gb", 0)],
-        5 => vec![(geometer_solver::catalog::WHOLE, 0)],
+        5 if model == WHOLE_GPU_MODEL => vec![(geometer_solver::catalog::WHOLE, 0)],
         _ => vec![("2g.20gb", 0), ("2g.20gb", 2), ("2g.20gb", 4), ("1g.10gb", 6)],
     }
 }
@@ -46,7 +52,7 @@ fn node(i: usize, width: usize) -> NodeSpec {
     let (model, family) = if i % 2 == 1 { ("A100-80GB", "a100") } else { ("H100-80GB", "h100") };
     let gpus = (0..GPUS_PER_NODE)
         .map(|g| {
-            let geometry: Vec<(&str, u8)> = static_geometry(g);
+            let geometry: Vec<(&str, u8)> = static_geometry(g, model);
             GpuSpec::new(model, &geometry)
         })
         .collect();

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use crate::{Ending, PodRun};
+use geometer_controller::rightsizing::recommend::{Recommendation, Verdict};
 
 use super::workload::Submitted;
 
@@ -41,6 +42,34 @@ pub struct Summary {
     /// first reconfigured node until the last pod arrived (None when there was no such stretch).
     pub utilisation_before: Option<f64>,
     pub utilisation_after: Option<f64>,
+    /// What right-sizing found: one line per workload that a slice would hold, and one for
+    /// those that need their whole GPUs.
+    pub rightsizing: Vec<String>,
+}
+
+/// The summary's right-sizing lines from the recommendations seen during the run.
+pub fn rightsizing_lines<'a>(recommended: impl Iterator<Item = &'a Recommendation>) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut whole = 0;
+    for r in recommended {
+        match &r.verdict {
+            Verdict::Slice { profile, gpus_now, gpus_as_slices, .. } => lines.push(format!(
+                "{}/{} on {}: {} pods measured, peak {} MiB, {}% busy -> ask for {profile}: {gpus_now} whole GPUs become {gpus_as_slices}",
+                r.owner.kind.to_lowercase(),
+                r.owner.name,
+                r.model,
+                r.pods.len(),
+                r.peak_memory_mib,
+                r.mean_utilization_percent,
+            )),
+            Verdict::WholeGpu { .. } => whole += 1,
+            _ => {}
+        }
+    }
+    if whole > 0 {
+        lines.push(format!("{whole} measured workloads need their whole GPUs"));
+    }
+    lines
 }
 
 /// The `q` quantile (0..=1) of sorted durations, nearest rank.
@@ -136,6 +165,10 @@ impl Summary {
             percent(self.utilisation_before),
             percent(self.utilisation_after)
         );
+        for (i, line) in self.rightsizing.iter().enumerate() {
+            let label = if i == 0 { "right-sizing" } else { "" };
+            let _ = writeln!(out, "  {label:<19} {line}");
+        }
         out
     }
 }

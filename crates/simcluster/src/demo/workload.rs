@@ -161,7 +161,7 @@ async fn submit(
     mut s: Submitted,
     run_seconds: f64,
 ) {
-    let pod = MigPod::new(namespace, &s.name)
+    let pod = whole_gpu_workload(MigPod::new(namespace, &s.name), &s.original, s.profile)
         .slice(s.profile, 1)
         .resources("2", "16Gi")
         .run_seconds((run_seconds * 1000.0).round() / 1000.0)
@@ -174,6 +174,26 @@ async fn submit(
         Err(e) => tracing::warn!(pod = %s.name, error = %e, "demo workload: cannot create pod"),
     }
 }
+
+/// Whole-GPU pods run on the Hopper nodes (see [`super::scenario::WHOLE_GPU_MODEL`]) and are of
+/// two kinds: every other one a replica of the `chat` Deployment, a small
+/// model that uses 7,000 MiB and 5% of its GPU (over-provisioned: right-sizing finds it), the
+/// others training jobs that use most of theirs.
+fn whole_gpu_workload(pod: MigPod, name: &str, profile: &str) -> MigPod {
+    if profile != geometer_solver::catalog::WHOLE {
+        return pod;
+    }
+    let pod = pod.node_selector("geometer.dev/gpu-model", super::scenario::WHOLE_GPU_MODEL);
+    let index: u64 = name.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    if index.is_multiple_of(2) {
+        pod.of_deployment(CHAT.0, CHAT.1).uses(7_000, 5)
+    } else {
+        pod.uses(60_000, 85)
+    }
+}
+
+/// The over-provisioned Deployment of the demo and its ReplicaSet's hash.
+pub const CHAT: (&str, &str) = ("chat", "5f6d8c");
 
 #[cfg(test)]
 mod tests {
