@@ -1,0 +1,278 @@
+//! Right-sizing at admission: what the mutating webhook does to a new pod that opted in.
+//!
+//! A pod asking for `nvidia.com/gpu: 1` whose workload has a slice recommendation gets, in
+//! `Enforce` mode, that slice instead (in limits, and in requests where set) and the annotation
+//! [`RIGHTSIZED`] saying what was changed and why, so that it can be seen and undone (remove the
+//! opt-in label from the pod template). In `DryRun` mode it only gets [`WOULD_RIGHTSIZE`].
+//!
+//! Once a workload's pods run on slices they are no longer measured, so a recommendation alone
+//! would be forgotten: a pod whose workload has no recommendation now takes the decision recorded
+//! on its running siblings (same owner) instead.
+//!
+//! The HTTPS server that answers the API server's AdmissionReviews, its certificate, the
+//! MutatingWebhookConfiguration and the MigPolicy field carrying [`Rightsizing`] are not built
+//! yet; this is the decision they will serve, tested directly. (No policy field exists until the
+//! webhook acts on it.)
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+use geometer_api::resources::GPU_RESOURCE;
+
+use super::recommend::{owner_of, Owner, Recommendation, Verdict};
+
+/// How right-sizing treats opted-in pods at admission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rightsizing {
+    pub mode: RightsizingMode,
+    /// Labels a pod must carry to opt in (all of them).
+    pub pod_selector: std::collections::BTreeMap<String, String>,
+}
+
+/// What right-sizing does to an opted-in pod.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RightsizingMode {
+    /// Annotate the pod with the request it would get; change nothing else.
+    #[default]
+    DryRun,
+    /// Replace the pod's `nvidia.com/gpu: 1` by the recommended slice, and annotate it.
+    Enforce,
+}
+
+/// The label a pod carries to opt in, unless the settings name others.
+pub const OPT_IN: (&str, &str) = ("geometer.dev/rightsizing", "enabled");
+
+impl Default for Rightsizing {
+    fn default() -> Self {
+        Rightsizing {
+            mode: RightsizingMode::default(),
+            pod_selector: [(OPT_IN.0.to_string(), OPT_IN.1.to_string())].into(),
+        }
+    }
+}
+
+/// Annotation on a pod right-sizing changed: `<old> -> <new> (<why>)`.
+pub const RIGHTSIZED: &str = "geometer.dev/rightsized";
+/// Annotation on a pod right-sizing would change in DryRun mode.
+pub const WOULD_RIGHTSIZE: &str = "geometer.dev/would-rightsize";
+
+/// The JSON Patch (RFC 6902) for a new pod, or `None` when right-sizing leaves it alone.
+pub fn admit(
+    pod: &Pod,
+    settings: &Rightsizing,
+    recommendations: &[Recommendation],
+    siblings: &[&Pod],
+) -> Option<Value> {
+    let labels = pod.labels();
+    if !settings.pod_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+        return None;
+    }
+    let containers = whole_gpu_containers(pod);
+    if containers.is_empty() {
+        return None;
+    }
+    let owner = owner_of(pod);
+    let (resource, why) = decided(&owner, recommendations, siblings)?;
+    let note = format!("{GPU_RESOURCE}=1 -> {resource}=1 ({why})");
+    let mut ops = Vec::new();
+    let annotation = match settings.mode {
+        RightsizingMode::DryRun => WOULD_RIGHTSIZE,
+        RightsizingMode::Enforce => {
+            for (i, fields) in &containers {
+                for field in fields {
+                    let at = format!("/spec/containers/{i}/resources/{field}");
+                    ops.push(json!({"op": "remove", "path": format!("{at}/nvidia.com~1gpu")}));
+                    ops.push(json!({"op": "add", "path": format!("{at}/{}", resource.replace('/', "~1")), "value": "1"}));
+                }
+            }
+            RIGHTSIZED
+        }
+    };
+    if pod.metadata.annotations.is_none() {
+        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
+    }
+    ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", annotation.replace('/', "~1")), "value": note}));
+    Some(Value::Array(ops))
+}
+
+/// Each container asking for exactly one whole GPU, with the resource lists (`limits`,
+/// `requests`) that say so.
+fn whole_gpu_containers(pod: &Pod) -> Vec<(usize, Vec<&'static str>)> {
+    let Some(spec) = &pod.spec else { return Vec::new() };
+    let mut out = Vec::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        let Some(r) = &c.resources else { continue };
+        let one = |list: &Option<
+            std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+        >| { list.as_ref().and_then(|l| l.get(GPU_RESOURCE)).map(|q| q.0.trim() == "1") };
+        let fields: Vec<&'static str> = [("limits", one(&r.limits)), ("requests", one(&r.requests))]
+            .into_iter()
+            .filter(|(_, is_one)| *is_one == Some(true))
+            .map(|(f, _)| f)
+            .collect();
+        // A container asking for more than one GPU is left alone, and so is the pod.
+        if [one(&r.limits), one(&r.requests)].contains(&Some(false)) {
+            return Vec::new();
+        }
+        if !fields.is_empty() {
+            out.push((i, fields));
+        }
+    }
+    out
+}
+
+/// The slice resource for `owner` and why: its recommendation, when every GPU model it was
+/// measured on recommends the same resource; otherwise what its running siblings were given.
+fn decided(owner: &Owner, recommendations: &[Recommendation], siblings: &[&Pod]) -> Option<(String, String)> {
+    let slices: Vec<(&String, &Recommendation)> = recommendations
+        .iter()
+        .filter(|r| &r.owner == owner)
+        .filter_map(|r| match &r.verdict {
+            Verdict::Slice { resource, .. } => Some((resource, r)),
+            _ => None,
+        })
+        .collect();
+    let measured = recommendations.iter().filter(|r| &r.owner == owner).count();
+    if let Some((resource, r)) = slices.first() {
+        if slices.len() == measured && slices.iter().all(|(other, _)| other == resource) {
+            let why = format!(
+                "{}/{} measured on {}: peak {} MiB, {}% busy",
+                owner.kind.to_lowercase(),
+                owner.name,
+                r.model,
+                r.peak_memory_mib,
+                r.mean_utilization_percent
+            );
+            return Some(((*resource).clone(), why));
+        }
+        return None;
+    }
+    if measured > 0 {
+        return None;
+    }
+    siblings.iter().filter(|s| owner_of(s) == *owner).find_map(|s| {
+        let note = s.annotations().get(RIGHTSIZED)?;
+        let (_, rest) = note.split_once(" -> ")?;
+        let (resource, _) = rest.split_once('=')?;
+        Some((
+            resource.to_string(),
+            format!("as {}/{} was right-sized before", owner.kind.to_lowercase(), owner.name),
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, opted_in: bool, gpus: &str, annotations: Option<Value>) -> Pod {
+        let labels = if opted_in {
+            json!({"pod-template-hash": "7c", OPT_IN.0: OPT_IN.1})
+        } else {
+            json!({"pod-template-hash": "7c"})
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ml", "labels": labels, "annotations": annotations,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "chat-7c", "uid": "u", "controller": true}]},
+            "spec": {"containers": [
+                {"name": "side", "image": "x"},
+                {"name": "model", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus, "cpu": "1"}}}
+            ]}
+        }))
+        .unwrap()
+    }
+
+    fn recommendation(verdict: Verdict) -> Recommendation {
+        Recommendation {
+            owner: Owner { kind: "Deployment".into(), namespace: "ml".into(), name: "chat".into() },
+            model: "H100-80GB".into(),
+            pods: vec!["ml/chat-7c-a".into()],
+            samples: 40,
+            peak_memory_mib: 7_000,
+            p95_memory_mib: 6_900,
+            mean_utilization_percent: 5,
+            verdict,
+        }
+    }
+
+    fn slice() -> Verdict {
+        Verdict::Slice {
+            profile: "1g.10gb".into(),
+            resource: "nvidia.com/mig-1g.10gb".into(),
+            gpus_now: 2,
+            gpus_as_slices: 1,
+            patch: None,
+        }
+    }
+
+    fn enforce() -> Rightsizing {
+        Rightsizing { mode: RightsizingMode::Enforce, ..Rightsizing::default() }
+    }
+
+    /// The pod after the patch.
+    fn patched(pod: &Pod, patch: Value) -> Pod {
+        let patch: json_patch::Patch = serde_json::from_value(patch).unwrap();
+        let mut value = serde_json::to_value(pod).unwrap();
+        json_patch::patch(&mut value, &patch).unwrap();
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn an_opted_in_pod_gets_the_recommended_slice_and_says_so() {
+        let new = pod("chat-7c-b", true, "1", None);
+        let out = patched(&new, admit(&new, &enforce(), &[recommendation(slice())], &[]).unwrap());
+        let r = out.spec.unwrap().containers[1].resources.clone().unwrap();
+        for list in [r.limits.unwrap(), r.requests.unwrap()] {
+            assert!(!list.contains_key("nvidia.com/gpu"));
+            assert_eq!(list["nvidia.com/mig-1g.10gb"].0, "1");
+        }
+        assert_eq!(
+            out.metadata.annotations.unwrap()[RIGHTSIZED],
+            "nvidia.com/gpu=1 -> nvidia.com/mig-1g.10gb=1 (deployment/chat measured on H100-80GB: peak 7000 MiB, 5% busy)"
+        );
+    }
+
+    #[test]
+    fn dry_run_only_annotates() {
+        let new = pod("chat-7c-b", true, "1", Some(json!({"team": "chat"})));
+        let settings = Rightsizing::default();
+        let out = patched(&new, admit(&new, &settings, &[recommendation(slice())], &[]).unwrap());
+        let annotations = out.metadata.annotations.clone().unwrap();
+        assert!(annotations[WOULD_RIGHTSIZE].contains("nvidia.com/mig-1g.10gb"));
+        assert_eq!(annotations["team"], "chat");
+        assert_eq!(
+            out.spec.unwrap().containers[1].resources.clone().unwrap().limits.unwrap()["nvidia.com/gpu"].0,
+            "1"
+        );
+    }
+
+    #[test]
+    fn pods_not_opted_in_or_not_one_gpu_or_not_recommended_a_slice_are_left_alone() {
+        let slice = [recommendation(slice())];
+        assert_eq!(admit(&pod("a", false, "1", None), &enforce(), &slice, &[]), None, "no opt-in label");
+        assert_eq!(admit(&pod("a", true, "2", None), &enforce(), &slice, &[]), None, "two GPUs");
+        let whole =
+            [recommendation(Verdict::WholeGpu { needed_memory_mib: 90_000, needed_compute_slices: 7 })];
+        assert_eq!(admit(&pod("a", true, "1", None), &enforce(), &whole, &[]), None, "needs the GPU");
+        assert_eq!(admit(&pod("a", true, "1", None), &enforce(), &[], &[]), None, "never measured");
+    }
+
+    #[test]
+    fn a_workload_no_longer_measured_keeps_the_decision_of_its_running_pods() {
+        let earlier = pod(
+            "chat-7c-a",
+            true,
+            "0",
+            Some(
+                json!({RIGHTSIZED: "nvidia.com/gpu=1 -> nvidia.com/mig-2g.20gb=1 (deployment/chat measured on H100-80GB: peak 15000 MiB, 9% busy)"}),
+            ),
+        );
+        let new = pod("chat-7c-c", true, "1", None);
+        let out = patched(&new, admit(&new, &enforce(), &[], &[&earlier]).unwrap());
+        let limits = out.spec.unwrap().containers[1].resources.clone().unwrap().limits.unwrap();
+        assert_eq!(limits["nvidia.com/mig-2g.20gb"].0, "1");
+        assert!(out.metadata.annotations.unwrap()[RIGHTSIZED]
+            .contains("as deployment/chat was right-sized before"));
+    }
+}
