@@ -171,6 +171,7 @@ pub(crate) fn generate(
             maximal_extensions_until(model, &fixed, search.allowed, search.cache, Some(search.deadline));
         complete &= found_in_time.complete;
         let mut geometries = found_in_time.geometries;
+        geometries.retain(|g| g.reachable_from(&key.current, model));
         if evicts == 0 {
             geometries.push(key.current.clone());
         }

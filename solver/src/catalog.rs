@@ -266,6 +266,14 @@ impl GpuModel {
         self.profiles.len() - 1
     }
 
+    /// Whether a MIG mode change of this model takes effect only after a GPU reset with every
+    /// NVML client stopped: Ampere. Hopper and later change mode at once when idle (NVIDIA MIG
+    /// user guide, "Enable MIG Mode"). Geometer's agent never resets a GPU, so the planner keeps
+    /// such a GPU in the mode it is in.
+    pub fn mode_change_needs_reset(&self) -> bool {
+        self.architecture.starts_with("Ampere")
+    }
+
     /// Whether `profile` is the whole GPU (MIG mode off).
     pub fn is_whole(&self, profile: ProfileId) -> bool {
         self.profiles.get(profile).is_some_and(|p| p.kind == ProfileKind::Whole)

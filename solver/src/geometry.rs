@@ -119,6 +119,13 @@ impl Geometry {
         self.instances.iter().any(|p| model.is_whole(p.profile))
     }
 
+    /// Whether a GPU of `model` now in `current` may be planned to this geometry: always where
+    /// its mode stays, and across modes only where the model changes mode without a reset
+    /// ([`GpuModel::mode_change_needs_reset`]).
+    pub fn reachable_from(&self, current: &Geometry, model: &GpuModel) -> bool {
+        !model.mode_change_needs_reset() || self.is_whole(model) == current.is_whole(model)
+    }
+
     /// The same instances with one more.
     pub fn with(&self, placed: Placed) -> Geometry {
         let mut instances = self.instances.clone();

@@ -1,6 +1,7 @@
 //! Whole GPUs (issue #18): a trace's whole-GPU pods are demand for GPUs with MIG mode off
 //! (`--whole-gpus whole`, the default) or, as before, the full-GPU MIG profile
-//! (`--whole-gpus full-profile`).
+//! (`--whole-gpus full-profile`). On Hopper GPUs: an Ampere GPU keeps its MIG mode (its mode
+//! changes only through a GPU reset; `solver/tests/planner/whole.rs`).
 
 use std::process::Command;
 
@@ -45,7 +46,7 @@ const TRAINING: &str = "name,arrival_s,duration_s,mig,num_gpu\n\
 
 #[test]
 fn whole_gpu_pods_ask_for_the_whole_profile_or_the_full_profile() {
-    let c = cluster("1xA100-80GB:4");
+    let c = cluster("1xH100-80GB:4");
     let whole = workload(TRAINING, &c, WholeGpus::Whole);
     assert_eq!(whole.profiles[WHOLE_GPU], "whole");
     assert_eq!(whole.pods[2].mig, vec![(WHOLE_GPU, 1)]);
@@ -58,7 +59,7 @@ fn whole_gpu_pods_ask_for_the_whole_profile_or_the_full_profile() {
 
 #[test]
 fn geometer_and_greedy_turn_idle_gpus_mig_off_for_a_training_burst() {
-    let c = cluster("1xA100-80GB:4");
+    let c = cluster("1xH100-80GB:4");
     let w = workload(TRAINING, &c, WholeGpus::Whole);
     for kind in [StrategyKind::Greedy, StrategyKind::Geometer, StrategyKind::GeometerEvict] {
         let s = planned(kind, &c, &w);
@@ -76,7 +77,7 @@ fn geometer_and_greedy_turn_idle_gpus_mig_off_for_a_training_burst() {
 
 #[test]
 fn the_full_profile_option_keeps_the_old_behaviour() {
-    let c = cluster("1xA100-80GB:4");
+    let c = cluster("1xH100-80GB:4");
     let w = workload(TRAINING, &c, WholeGpus::FullProfile);
     for kind in [StrategyKind::Greedy, StrategyKind::Geometer, StrategyKind::GeometerEvict] {
         let s = planned(kind, &c, &w);
@@ -94,7 +95,7 @@ fn the_full_profile_option_keeps_the_old_behaviour() {
 fn a_gpu_running_a_whole_gpu_pod_keeps_its_mode_until_the_pod_ends() {
     // One GPU, whole for `train` (0..1035 s once ready at 35 s); slices wait for it, then the
     // GPU goes back to MIG: two reconfigurations, none while `train` runs.
-    let c = cluster("1xA100-80GB:1");
+    let c = cluster("1xH100-80GB:1");
     let csv = "name,arrival_s,duration_s,mig,num_gpu\ntrain,0,1000,,1\nsmall,100,100,1g.10gb,\n";
     let w = workload(csv, &c, WholeGpus::Whole);
     for kind in [StrategyKind::Greedy, StrategyKind::Geometer] {
@@ -110,9 +111,9 @@ fn a_gpu_running_a_whole_gpu_pod_keeps_its_mode_until_the_pod_ends() {
 
 #[test]
 fn static_layouts_serve_no_whole_gpu_pods() {
-    let c = cluster("1xA100-80GB:4");
+    let c = cluster("1xH100-80GB:4");
     let w = workload(TRAINING, &c, WholeGpus::Whole);
-    let model = Catalog::builtin().find("A100-80GB").unwrap();
+    let model = Catalog::builtin().find("H100-80GB").unwrap();
     let geometry = static_geometry(StaticLayout::AllBalanced, model, &w).unwrap();
     let mut strategy = StaticStrategy { layout: StaticLayout::AllBalanced, geometries: vec![geometry] };
     let s = run(&mut strategy, &c, &w);

@@ -1,5 +1,7 @@
 //! Whole GPUs (MIG mode off) as a geometry: whole-GPU demand turns MIG off, slice demand turns
-//! it back on, a GPU a whole-GPU pod runs on keeps its mode, and the policy's mode limits hold.
+//! it back on, a GPU a whole-GPU pod runs on keeps its mode, an Ampere GPU (whose mode changes
+//! only through a reset) keeps its mode, and the policy's mode limits hold. Hopper GPUs unless
+//! said otherwise.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use geometer_solver::catalog::Catalog;
@@ -32,10 +34,10 @@ const MIG_FLEET: &str = r#"
 nodes:
 - name: a
   gpus:
-  - {index: 0, model: A100-40GB, instances: [{profile: 3g.20gb, start: 0, pod: ml/serve}, {profile: 3g.20gb, start: 4}]}
-  - {index: 1, model: A100-40GB, instances: [{profile: 3g.20gb, start: 0}, {profile: 3g.20gb, start: 4}]}
+  - {index: 0, model: H100-80GB, instances: [{profile: 3g.40gb, start: 0, pod: ml/serve}, {profile: 3g.40gb, start: 4}]}
+  - {index: 1, model: H100-80GB, instances: [{profile: 3g.40gb, start: 0}, {profile: 3g.40gb, start: 4}]}
 running:
-- {namespace: ml, name: serve, node: a, requests: {3g.20gb: 1}}
+- {namespace: ml, name: serve, node: a, requests: {3g.40gb: 1}}
 "#;
 
 #[test]
@@ -63,9 +65,9 @@ fn slice_demand_turns_mig_back_on() {
 nodes:
 - name: a
   gpus:
-  - {index: 0, model: A100-40GB, instances: [{profile: whole, start: 0}]}
+  - {index: 0, model: H100-80GB, instances: [{profile: whole, start: 0}]}
 pending:
-- {namespace: ml, name: small, requests: {1g.5gb: 2}}
+- {namespace: ml, name: small, requests: {1g.10gb: 2}}
 "#,
     );
     for plan in plans(&s) {
@@ -84,11 +86,11 @@ fn a_running_whole_gpu_pod_keeps_its_gpu_whole() {
 nodes:
 - name: a
   gpus:
-  - {index: 0, model: A100-40GB, instances: [{profile: whole, start: 0, pod: train/job}]}
+  - {index: 0, model: H100-80GB, instances: [{profile: whole, start: 0, pod: train/job}]}
 running:
 - {namespace: train, name: job, node: a, requests: {whole: 1}}
 pending:
-- {namespace: ml, name: small, requests: {1g.5gb: 1}, priority: 1000}
+- {namespace: ml, name: small, requests: {1g.10gb: 1}, priority: 1000}
 "#,
     );
     for plan in plans(&s) {
@@ -112,13 +114,13 @@ fn an_evictable_whole_gpu_pod_moves_for_slices() {
 nodes:
 - name: a
   labels: {pool: inference}
-  gpus: [{index: 0, model: A100-40GB, instances: [{profile: whole, start: 0, pod: train/job}]}]
+  gpus: [{index: 0, model: H100-80GB, instances: [{profile: whole, start: 0, pod: train/job}]}]
 - name: b
-  gpus: [{index: 0, model: A100-40GB, instances: [{profile: whole, start: 0}]}]
+  gpus: [{index: 0, model: H100-80GB, instances: [{profile: whole, start: 0}]}]
 running:
 - {namespace: train, name: job, node: a, requests: {whole: 1}}
 pending:
-- {namespace: ml, name: small, requests: {1g.5gb: 1}, nodeSelector: {pool: inference}}
+- {namespace: ml, name: small, requests: {1g.10gb: 1}, nodeSelector: {pool: inference}}
 policy: {evictionAllowed: true}
 "#,
     );
@@ -136,13 +138,13 @@ fn whole_and_slice_pods_compete_by_priority() {
     let fleet = r#"
 nodes:
 - name: a
-  gpus: [{index: 0, model: A100-40GB, instances: [{profile: 7g.40gb, start: 0}]}]
+  gpus: [{index: 0, model: H100-80GB, instances: [{profile: 7g.80gb, start: 0}]}]
 pending:
 "#;
     for (whole, slice, winner) in [(10, 0, "train/job"), (0, 10, "ml/small")] {
         let s = snapshot(&format!(
             "{fleet}- {{namespace: train, name: job, requests: {{whole: 1}}, priority: {whole}}}\n\
-             - {{namespace: ml, name: small, requests: {{1g.5gb: 1}}, priority: {slice}}}\n"
+             - {{namespace: ml, name: small, requests: {{1g.10gb: 1}}, priority: {slice}}}\n"
         ));
         let plan = geometer_solver::plan(&s, Catalog::builtin(), &PlanOptions::default()).unwrap();
         let met: Vec<String> =
@@ -168,13 +170,13 @@ fn the_policy_mode_limits_hold() {
 nodes:
 - name: a
   gpus:
-  - {index: 0, model: A100-40GB, instances: [{profile: whole, start: 0}]}
-  - {index: 1, model: A100-40GB, instances: [{profile: whole, start: 0}]}
-  - {index: 2, model: A100-40GB, instances: [{profile: whole, start: 0}]}
+  - {index: 0, model: H100-80GB, instances: [{profile: whole, start: 0}]}
+  - {index: 1, model: H100-80GB, instances: [{profile: whole, start: 0}]}
+  - {index: 2, model: H100-80GB, instances: [{profile: whole, start: 0}]}
 pending:
-- {namespace: ml, name: s0, requests: {7g.40gb: 1}}
-- {namespace: ml, name: s1, requests: {7g.40gb: 1}}
-- {namespace: ml, name: s2, requests: {7g.40gb: 1}}
+- {namespace: ml, name: s0, requests: {7g.80gb: 1}}
+- {namespace: ml, name: s1, requests: {7g.80gb: 1}}
+- {namespace: ml, name: s2, requests: {7g.80gb: 1}}
 policy: {minWholeGpus: 2}
 "#,
     );
@@ -182,5 +184,48 @@ policy: {minWholeGpus: 2}
         let table = plan.render_table();
         assert_eq!(plan.gpus.iter().filter(|g| is_whole(g)).count(), 2, "{table}");
         assert_eq!(plan.objective.pods_met, 1, "{table}");
+    }
+}
+
+/// An Ampere GPU changes MIG mode only through a GPU reset, which the agent leaves to an
+/// administrator: neither planner changes its mode, and a whole-GPU pod that only an A100 could
+/// take waits; a Hopper GPU beside it changes.
+#[test]
+fn an_ampere_gpu_keeps_its_mode() {
+    let s = snapshot(
+        r#"
+nodes:
+- name: a
+  gpus:
+  - {index: 0, model: A100-40GB, instances: [{profile: 3g.20gb, start: 0}, {profile: 3g.20gb, start: 4}]}
+  - {index: 1, model: A100-40GB, instances: [{profile: whole, start: 0}]}
+pending:
+- {namespace: train, name: job, requests: {whole: 2}}
+- {namespace: ml, name: big, requests: {7g.40gb: 1}}
+"#,
+    );
+    for plan in plans(&s) {
+        let table = plan.render_table();
+        // The job needs a second whole GPU and the 7g slice a MIG GPU without slices in use:
+        // only mode changes could serve them.
+        assert!(plan.gpus.iter().all(|g| g.mode_change().is_none()), "{table}");
+        assert!(!is_whole(gpu(&plan, "a", 0)) && is_whole(gpu(&plan, "a", 1)), "{table}");
+    }
+    let mixed = snapshot(
+        r#"
+nodes:
+- name: a
+  gpus:
+  - {index: 0, model: A100-40GB, instances: [{profile: 3g.20gb, start: 0}, {profile: 3g.20gb, start: 4}]}
+- name: h
+  gpus:
+  - {index: 0, model: H100-80GB, instances: [{profile: 3g.40gb, start: 0}, {profile: 3g.40gb, start: 4}]}
+pending:
+- {namespace: train, name: job, requests: {whole: 1}}
+"#,
+    );
+    for plan in plans(&mixed) {
+        let table = plan.render_table();
+        assert!(is_whole(gpu(&plan, "h", 0)) && !gpu(&plan, "a", 0).changed, "{table}");
     }
 }

@@ -123,7 +123,7 @@ const BURST: &str = "name,arrival_s,duration_s,mig,num_gpu\n\
 
 #[test]
 fn whole_gpu_pods_only_ever_run_on_gpus_with_mig_off() {
-    let c = cluster("2xA100-80GB:4");
+    let c = cluster("2xH100-80GB:4");
     let w = workload(BURST, &c, WholeGpus::Whole);
     for kind in DYNAMIC {
         let mut strategy = planner(kind, &c, &w);
@@ -141,7 +141,7 @@ fn whole_gpu_pods_only_ever_run_on_gpus_with_mig_off() {
 
 #[test]
 fn geometer_turns_idle_gpus_mig_off_for_a_burst_and_serves_it() {
-    let c = cluster("1xA100-80GB:4");
+    let c = cluster("1xH100-80GB:4");
     let w = workload(BURST, &c, WholeGpus::Whole);
     let mut strategy = planner(StrategyKind::Geometer, &c, &w);
     let (s, seen) = run_checked(Engine::new(&c, &w, Timings::default(), &mut strategy));
@@ -166,7 +166,7 @@ fn geometer_turns_idle_gpus_mig_off_for_a_burst_and_serves_it() {
 
 #[test]
 fn full_profile_keeps_every_gpu_in_mig_mode() {
-    let c = cluster("2xA100-80GB:4");
+    let c = cluster("2xH100-80GB:4");
     let w = workload(BURST, &c, WholeGpus::FullProfile);
     let full = w.profiles.iter().position(|p| p == "7g.80gb").unwrap();
     let t3 = w.pods.iter().find(|p| p.name == "t3").unwrap();
@@ -184,7 +184,7 @@ fn full_profile_keeps_every_gpu_in_mig_mode() {
 fn a_gpu_with_a_running_whole_gpu_pod_never_changes_mode() {
     // One GPU. `train` takes it whole at 0 for 1000 s; slice pods arrive at 50 s. Without
     // eviction (or with, but `train` may not be disrupted) they wait for `train` to finish.
-    let c = cluster("1xA100-80GB:1");
+    let c = cluster("1xH100-80GB:1");
     let csv = "name,arrival_s,duration_s,mig,num_gpu,do_not_disrupt\n\
         train,0,1000,,1,true\n\
         a,50,100,3g.40gb,,\n\
@@ -205,9 +205,9 @@ fn a_gpu_with_a_running_whole_gpu_pod_never_changes_mode() {
 
 #[test]
 fn static_layouts_never_serve_whole_gpu_pods() {
-    let c = cluster("1xA100-80GB:2");
+    let c = cluster("1xH100-80GB:2");
     let w = workload(BURST, &c, WholeGpus::Whole);
-    let model = Catalog::builtin().find("A100-80GB").unwrap();
+    let model = Catalog::builtin().find("H100-80GB").unwrap();
     for layout in [StaticLayout::AllBalanced, StaticLayout::All1g] {
         let geometry = static_geometry(layout, model, &w).unwrap();
         let mut strategy = StaticStrategy { layout, geometries: vec![geometry] };

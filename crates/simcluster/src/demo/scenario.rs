@@ -30,8 +30,8 @@ pub struct Scenario {
 }
 
 /// The model whole-GPU jobs run on. An Ampere GPU changes MIG mode only through a GPU reset
-/// with every NVML client stopped (NVIDIA MIG user guide, "Enable MIG Mode"), which the agent
-/// leaves to an administrator; Hopper changes mode when idle. So the demo's training jobs ask
+/// with every NVML client stopped (NVIDIA MIG user guide, "Enable MIG Mode"), so the planner
+/// never changes an A100's mode; Hopper changes mode when idle. So the demo's training jobs ask
 /// for the Hopper nodes, and only those have a GPU with MIG off to start with.
 pub const WHOLE_GPU_MODEL: &str = "H100-80GB";
 
