@@ -14,13 +14,13 @@
 //! yet; this is the decision they will serve, tested directly. (No policy field exists until the
 //! webhook acts on it.)
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use geometer_api::resources::GPU_RESOURCE;
 
-use super::recommend::{owner_of, Owner, Recommendation, Verdict};
+use super::recommend::{gpu_to_slice_ops, one_gpu_lists, owner_of, Owner, Recommendation, Verdict};
 
 /// How right-sizing treats opted-in pods at admission.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,8 +68,9 @@ pub fn admit(
     if !settings.pod_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
         return None;
     }
-    let containers = whole_gpu_containers(pod);
-    if containers.is_empty() {
+    let spec = pod.spec.as_ref()?;
+    // A container asking for more than one GPU is left alone, and so is the pod.
+    if spec.containers.iter().all(|c| one_gpu_lists(c).is_empty()) || asks_for_several_gpus(spec) {
         return None;
     }
     let owner = owner_of(pod);
@@ -79,13 +80,7 @@ pub fn admit(
     let annotation = match settings.mode {
         RightsizingMode::DryRun => WOULD_RIGHTSIZE,
         RightsizingMode::Enforce => {
-            for (i, fields) in &containers {
-                for field in fields {
-                    let at = format!("/spec/containers/{i}/resources/{field}");
-                    ops.push(json!({"op": "remove", "path": format!("{at}/nvidia.com~1gpu")}));
-                    ops.push(json!({"op": "add", "path": format!("{at}/{}", resource.replace('/', "~1")), "value": "1"}));
-                }
-            }
+            ops.extend(gpu_to_slice_ops(spec, "/spec", &resource));
             RIGHTSIZED
         }
     };
@@ -96,30 +91,14 @@ pub fn admit(
     Some(Value::Array(ops))
 }
 
-/// Each container asking for exactly one whole GPU, with the resource lists (`limits`,
-/// `requests`) that say so.
-fn whole_gpu_containers(pod: &Pod) -> Vec<(usize, Vec<&'static str>)> {
-    let Some(spec) = &pod.spec else { return Vec::new() };
-    let mut out = Vec::new();
-    for (i, c) in spec.containers.iter().enumerate() {
-        let Some(r) = &c.resources else { continue };
-        let one = |list: &Option<
-            std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-        >| { list.as_ref().and_then(|l| l.get(GPU_RESOURCE)).map(|q| q.0.trim() == "1") };
-        let fields: Vec<&'static str> = [("limits", one(&r.limits)), ("requests", one(&r.requests))]
+/// Whether a container asks for whole GPUs other than exactly one.
+fn asks_for_several_gpus(spec: &PodSpec) -> bool {
+    spec.containers.iter().filter_map(|c| c.resources.as_ref()).any(|r| {
+        [&r.limits, &r.requests]
             .into_iter()
-            .filter(|(_, is_one)| *is_one == Some(true))
-            .map(|(f, _)| f)
-            .collect();
-        // A container asking for more than one GPU is left alone, and so is the pod.
-        if [one(&r.limits), one(&r.requests)].contains(&Some(false)) {
-            return Vec::new();
-        }
-        if !fields.is_empty() {
-            out.push((i, fields));
-        }
-    }
-    out
+            .flatten()
+            .any(|l| l.get(GPU_RESOURCE).is_some_and(|q| q.0 != "1"))
+    })
 }
 
 /// The slice resource for `owner` and why: its recommendation, when every GPU model it was

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::ResourceExt;
 use serde::Serialize;
 
@@ -221,27 +221,40 @@ fn smallest_profile(model: &GpuModel, memory_mib: u64, compute_slices: u32) -> O
         .min_by_key(|&id| (model.profiles[id].memory_mib, model.profiles[id].compute_slices))
 }
 
-/// `kubectl patch` replacing `nvidia.com/gpu` by `resource` in each container of the owner's
-/// pod template that asks for one whole GPU (in limits, and in requests where set). JSON Patch
-/// escapes `/` as `~1` (RFC 6901).
+/// The resource lists (`limits`, `requests`) of `container` that ask for exactly one whole GPU.
+pub(crate) fn one_gpu_lists(container: &Container) -> Vec<&'static str> {
+    let Some(r) = &container.resources else { return Vec::new() };
+    [("limits", &r.limits), ("requests", &r.requests)]
+        .into_iter()
+        .filter(|(_, list)| list.as_ref().is_some_and(|l| l.get(GPU_RESOURCE).is_some_and(|q| q.0 == "1")))
+        .map(|(field, _)| field)
+        .collect()
+}
+
+/// JSON Patch operations replacing `nvidia.com/gpu: 1` by `resource` in each container of the
+/// pod spec at `base` that asks for one whole GPU (in limits, and in requests where set). JSON
+/// Patch escapes `/` as `~1` (RFC 6901).
+pub(crate) fn gpu_to_slice_ops(spec: &PodSpec, base: &str, resource: &str) -> Vec<serde_json::Value> {
+    let mut ops = Vec::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        for field in one_gpu_lists(c) {
+            let at = format!("{base}/containers/{i}/resources/{field}");
+            ops.push(serde_json::json!({"op": "remove", "path": format!("{at}/nvidia.com~1gpu")}));
+            let path = format!("{at}/{}", resource.replace('/', "~1"));
+            ops.push(serde_json::json!({"op": "add", "path": path, "value": "1"}));
+        }
+    }
+    ops
+}
+
+/// `kubectl patch` of the owner's pod template with [`gpu_to_slice_ops`].
 fn patch_command(owner: &Owner, pod: &Pod, resource: &str) -> Option<String> {
     let base = match owner.kind.as_str() {
         "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" => "/spec/template/spec",
         "CronJob" => "/spec/jobTemplate/spec/template/spec",
         _ => return None,
     };
-    let mut ops = Vec::new();
-    for (i, c) in pod.spec.as_ref()?.containers.iter().enumerate() {
-        let Some(resources) = &c.resources else { continue };
-        for (field, list) in [("limits", &resources.limits), ("requests", &resources.requests)] {
-            if list.as_ref().is_some_and(|l| l.get(GPU_RESOURCE).is_some_and(|q| q.0 == "1")) {
-                let at = format!("{base}/containers/{i}/resources/{field}");
-                ops.push(serde_json::json!({"op": "remove", "path": format!("{at}/nvidia.com~1gpu")}));
-                let path = format!("{at}/{}", resource.replace('/', "~1"));
-                ops.push(serde_json::json!({"op": "add", "path": path, "value": "1"}));
-            }
-        }
-    }
+    let ops = gpu_to_slice_ops(pod.spec.as_ref()?, base, resource);
     if ops.is_empty() {
         return None;
     }
