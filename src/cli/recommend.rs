@@ -108,7 +108,7 @@ async fn from_cluster() -> Result<(Vec<Arc<Pod>>, Vec<PodGpuUsage>), Failure> {
     })?;
     let pods = list::<Pod>(&client).await?;
     let mignodes = list::<MigNode>(&client).await?;
-    let usage = mignodes.iter().flat_map(|m| m.status.iter().flat_map(|s| s.usage.iter().cloned())).collect();
+    let usage = mignodes.iter().flat_map(|m| m.usage().iter().cloned()).collect();
     Ok((pods, usage))
 }
 

@@ -252,6 +252,13 @@ pub struct MigInstance {
     pub processes: u32,
 }
 
+impl MigNode {
+    /// What its agent measured of the pods holding its whole GPUs (`status.usage`).
+    pub fn usage(&self) -> &[PodGpuUsage] {
+        self.status.as_ref().map_or(&[], |s| &s.usage)
+    }
+}
+
 impl GpuInventory {
     /// Every pod the kubelet assigned the whole GPU to.
     pub fn pods(&self) -> impl Iterator<Item = &String> {

@@ -196,7 +196,7 @@ fn read_mignode(item: &Item<'_>, objects: &mut Objects) -> Result<(), Result<Ada
     objects.inventories.insert(node.name_any(), gpus);
     objects.advertised.extend(mig_objects::advertised(&node));
     objects.sharing.extend(mig_objects::sharing_pods(&node).map(String::from));
-    objects.usage.extend(node.status.iter().flat_map(|s| s.usage.iter().cloned()));
+    objects.usage.extend(node.usage().iter().cloned());
     Ok(())
 }
 

@@ -132,13 +132,24 @@ pub fn recommend(
     catalog: &Catalog,
     settings: &Settings,
 ) -> Vec<Recommendation> {
-    let by_key: BTreeMap<String, &Pod> = pods
-        .iter()
-        .map(|p| (format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()), *p))
-        .collect();
-    let mut groups: BTreeMap<(Owner, String), Vec<(&PodGpuUsage, &Pod)>> = BTreeMap::new();
+    if usage.is_empty() {
+        return Vec::new();
+    }
+    // Indexed by the measured pods, which are few, not by every pod: the controller calls this
+    // on every pass over the cluster's pods.
+    let mut measured: BTreeMap<(&str, &str), Vec<&PodGpuUsage>> = BTreeMap::new();
     for u in usage {
-        if let Some(pod) = by_key.get(&u.pod) {
+        if let Some(key) = u.pod.split_once('/') {
+            measured.entry(key).or_default().push(u);
+        }
+    }
+    let mut groups: BTreeMap<(Owner, String), Vec<(&PodGpuUsage, &Pod)>> = BTreeMap::new();
+    for pod in pods {
+        let key = (
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default(),
+        );
+        for u in measured.get(&key).into_iter().flatten() {
             groups.entry((owner_of(pod), u.model.clone())).or_default().push((u, pod));
         }
     }
@@ -156,6 +167,7 @@ fn judge(
     settings: &Settings,
 ) -> Recommendation {
     let mut pods: Vec<String> = members.iter().map(|(u, _)| u.pod.clone()).collect();
+    pods.sort();
     pods.dedup();
     let samples = members.iter().map(|(u, _)| u.samples).min().unwrap_or(0);
     let peak = members.iter().map(|(u, _)| u.peak_memory_mib).max().unwrap_or(0);

@@ -348,8 +348,7 @@ impl Controller {
     /// Whole GPUs right-sizing would give back, by namespace, with the default settings of
     /// `geometer recommend`.
     fn reclaimable(&self, seen: &Seen) -> BTreeMap<String, i64> {
-        let usage: Vec<_> =
-            seen.mignodes.values().flat_map(|m| m.status.iter().flat_map(|s| s.usage.clone())).collect();
+        let usage: Vec<_> = seen.mignodes.values().flat_map(|m| m.usage().iter().cloned()).collect();
         let pods: Vec<&Pod> = seen.pods.iter().map(|p| &**p).collect();
         let settings = crate::rightsizing::recommend::Settings::default();
         let mut out: BTreeMap<String, i64> = BTreeMap::new();

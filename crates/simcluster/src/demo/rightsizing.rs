@@ -28,8 +28,7 @@ pub(super) async fn follow(client: kube::Client, namespace: &'static str, seen: 
         let mignodes = Api::<MigNode>::all(client.clone()).list(&ListParams::default()).await;
         let pods = Api::<Pod>::namespaced(client.clone(), namespace).list(&ListParams::default()).await;
         let (Ok(mignodes), Ok(pods)) = (mignodes, pods) else { continue };
-        let usage: Vec<_> =
-            mignodes.items.iter().flat_map(|m| m.status.iter().flat_map(|s| s.usage.clone())).collect();
+        let usage: Vec<_> = mignodes.items.iter().flat_map(|m| m.usage().iter().cloned()).collect();
         let pods: Vec<&Pod> = pods.items.iter().collect();
         let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
         for r in recommend(&usage, &pods, Catalog::builtin(), &settings) {
