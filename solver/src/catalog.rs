@@ -266,6 +266,12 @@ impl GpuModel {
         self.profiles.len() - 1
     }
 
+    /// The GPU's memory, MiB: the catalog's figure, else its largest MIG profile's.
+    pub fn total_memory_mib(&self) -> u64 {
+        self.memory_mib
+            .unwrap_or_else(|| self.mig_profiles().map(|id| self.profiles[id].memory_mib).max().unwrap_or(0))
+    }
+
     /// Whether a MIG mode change of this model takes effect only after a GPU reset with every
     /// NVML client stopped: Ampere. Hopper and later change mode at once when idle (NVIDIA MIG
     /// user guide, "Enable MIG Mode"). Geometer's agent never resets a GPU, so the planner keeps

@@ -25,8 +25,7 @@ pub fn model_info(model: &GpuModel) -> ModelInfo {
         })
         .collect();
     profiles.sort_by_key(|p| (p.compute_slices, p.memory_slices));
-    let memory_mib =
-        model.memory_mib.unwrap_or_else(|| profiles.iter().map(|p| p.memory_mib).max().unwrap_or(0));
+    let memory_mib = model.total_memory_mib();
     ModelInfo {
         name: model.key.clone(),
         compute_slices: model.compute_slices,

@@ -227,15 +227,19 @@ impl Agent {
 
     /// Samples what each pod holding a whole GPU alone uses of it and sets `status.usage` (see
     /// [`usage`]). Measuring never fails a round: a GPU NVML cannot read is skipped and logged.
+    /// NVML is only called (off the runtime) when a whole GPU is held.
     async fn measure_into(&mut self, status: &mut MigNodeStatus, inventory: &Inventory, now: Timestamp) {
-        let nvml = self.nvml.clone();
-        let catalog = self.cfg.catalog.clone();
-        let gpus = inventory.gpus.clone();
-        let read = tokio::task::spawn_blocking(move || usage::sample(&*nvml, &catalog, &gpus)).await;
-        let (samples, errors) = read.unwrap_or_else(|e| {
-            tracing::warn!(node = %self.cfg.node, error = %e, "the usage sampling task failed");
+        let targets = usage::targets(&self.cfg.catalog, &inventory.gpus);
+        let (samples, errors) = if targets.is_empty() {
             (Vec::new(), Vec::new())
-        });
+        } else {
+            let nvml = self.nvml.clone();
+            let read = tokio::task::spawn_blocking(move || usage::sample(&*nvml, targets)).await;
+            read.unwrap_or_else(|e| {
+                tracing::warn!(node = %self.cfg.node, error = %e, "the usage sampling task failed");
+                (Vec::new(), Vec::new())
+            })
+        };
         for e in errors {
             tracing::warn!(node = %self.cfg.node, error = %e, "cannot measure a whole GPU's use this round");
         }

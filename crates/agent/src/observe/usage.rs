@@ -37,24 +37,44 @@ pub(crate) struct Sample {
     pub utilization: u32,
 }
 
-/// Reads a sample of every whole GPU held by exactly one pod. A GPU NVML cannot read this time
-/// is left out of this round (and said in the returned errors); the others are still sampled.
-pub(crate) fn sample(
-    nvml: &dyn NvmlBackend,
-    catalog: &Catalog,
-    gpus: &[GpuInventory],
-) -> (Vec<Sample>, Vec<NvmlError>) {
+/// A whole GPU held by exactly one pod, of a model the catalog knows: what a round measures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pod: String,
+    gpu: u32,
+    model: String,
+    total_mib: u64,
+}
+
+/// The GPUs of the inventory a round measures (none on a node without whole GPUs in use).
+pub(crate) fn targets(catalog: &Catalog, gpus: &[GpuInventory]) -> Vec<Target> {
+    gpus.iter()
+        .filter(|g| !g.mig_mode.current && g.shared_with.is_empty())
+        .filter_map(|g| {
+            let (pod, model) = (g.pod.as_ref()?, catalog.find(&g.model)?);
+            Some(Target {
+                pod: pod.clone(),
+                gpu: g.index,
+                model: model.key.clone(),
+                total_mib: model.total_memory_mib(),
+            })
+        })
+        .collect()
+}
+
+/// Reads a sample of every target. A GPU NVML cannot read this time is left out of this round
+/// (and said in the returned errors); the others are still sampled.
+pub(crate) fn sample(nvml: &dyn NvmlBackend, targets: Vec<Target>) -> (Vec<Sample>, Vec<NvmlError>) {
     let mut samples = Vec::new();
     let mut errors = Vec::new();
-    for gpu in gpus.iter().filter(|g| !g.mig_mode.current && g.shared_with.is_empty()) {
-        let (Some(pod), Some(model)) = (&gpu.pod, catalog.find(&gpu.model)) else { continue };
-        let read = nvml.gpu_processes(gpu.index).and_then(|p| Ok((p, nvml.utilization(gpu.index)?)));
+    for t in targets {
+        let read = nvml.gpu_processes(t.gpu).and_then(|p| Ok((p, nvml.utilization(t.gpu)?)));
         match read {
             Ok((processes, utilization)) => samples.push(Sample {
-                pod: pod.clone(),
-                gpu: gpu.index,
-                model: model.key.clone(),
-                total_mib: model.memory_mib.unwrap_or_else(|| model.profiles[model.whole()].memory_mib),
+                pod: t.pod,
+                gpu: t.gpu,
+                model: t.model,
+                total_mib: t.total_mib,
                 memory_mib: processes
                     .iter()
                     .filter_map(|p| p.used_memory_bytes)
