@@ -61,6 +61,7 @@ fn policy() -> MigPolicy {
                 ..Disruption::default()
             },
             solver: SolverLimits { time_limit_ms: 10_000, ..SolverLimits::default() },
+            rightsizing: None,
         },
     )
 }

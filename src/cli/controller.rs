@@ -2,6 +2,7 @@
 //! `crate::controller`). Runs against the in-cluster config or the current kubeconfig.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
@@ -9,6 +10,8 @@ use clap::Args;
 
 use super::catalog::CatalogSource;
 use super::output::Failure;
+use geometer_controller::rightsizing::webhook::certs::{CertSource, Managed};
+use geometer_controller::rightsizing::webhook::WebhookSettings;
 use geometer_controller::LeaseSettings;
 use geometer_controller::Metrics;
 use geometer_controller::{self as controller, RunError, Settings};
@@ -31,6 +34,43 @@ pub struct ControllerArgs {
     /// This replica's name in the lease and in events [default: POD_NAME, else host name].
     #[arg(long, env = "POD_NAME", value_name = "NAME")]
     pub identity: Option<String>,
+    /// Serve the right-sizing webhook over HTTPS here (e.g. 0.0.0.0:9443); none when unset.
+    #[arg(long, value_name = "ADDR")]
+    pub webhook_addr: Option<SocketAddr>,
+    /// The webhook's certificate: `tls.crt` and `tls.key` in this folder, re-read when they
+    /// change (a Secret kept by cert-manager). Without it the controller keeps its own CA and
+    /// certificate in --webhook-secret and writes the CA into --webhook-configuration.
+    #[arg(long, value_name = "DIR")]
+    pub webhook_cert_dir: Option<PathBuf>,
+    /// Secret of the self-managed certificate, in the controller's namespace.
+    #[arg(long, value_name = "NAME", default_value = "geometer-webhook-tls")]
+    pub webhook_secret: String,
+    /// MutatingWebhookConfiguration whose webhooks get the self-managed CA as caBundle.
+    #[arg(long, value_name = "NAME", default_value = "geometer-rightsizing")]
+    pub webhook_configuration: String,
+    /// DNS names and IP addresses the API server reaches the webhook by, comma-separated
+    /// [default: geometer-webhook.NAMESPACE.svc].
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub webhook_names: Vec<String>,
+}
+
+impl ControllerArgs {
+    fn webhook(&self) -> Option<WebhookSettings> {
+        let certs = match &self.webhook_cert_dir {
+            Some(dir) => CertSource::Dir(dir.clone()),
+            None => CertSource::Managed(Managed {
+                namespace: self.lease_namespace.clone(),
+                secret: self.webhook_secret.clone(),
+                configuration: self.webhook_configuration.clone(),
+                names: if self.webhook_names.is_empty() {
+                    vec![format!("geometer-webhook.{}.svc", self.lease_namespace)]
+                } else {
+                    self.webhook_names.clone()
+                },
+            }),
+        };
+        Some(WebhookSettings { addr: self.webhook_addr?, certs })
+    }
 }
 
 fn default_identity() -> String {
@@ -44,6 +84,7 @@ pub fn run(args: ControllerArgs) -> Result<(), Failure> {
     let catalog = args.catalog.load()?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let mut settings = Settings::new(identity.clone(), Arc::new(catalog));
+    settings.webhook = args.webhook();
     if !args.no_leader_election {
         settings.lease = Some(LeaseSettings::new(args.lease_namespace.clone(), identity));
     }
@@ -76,6 +117,7 @@ pub fn run(args: ControllerArgs) -> Result<(), Failure> {
             Ok(()) => Ok(()),
             Err(e @ RunError::Leader(_)) => Err(Failure::internal(e.into())),
             Err(e @ RunError::LostLeadership) => Err(Failure::internal(e.into())),
+            Err(e @ RunError::Webhook { .. }) => Err(Failure::bad_input(anyhow!("--webhook-addr: {e}"))),
         }
     })
 }

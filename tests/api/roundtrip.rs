@@ -30,6 +30,7 @@ fn a_minimal_policy_gets_safe_defaults() {
             stabilisation_seconds: 600,
             disruption: Disruption::default(),
             solver: SolverLimits::default(),
+            rightsizing: None,
         }
     );
 }

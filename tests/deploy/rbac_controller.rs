@@ -36,7 +36,16 @@ const CONTROLLER: &str = "geometer-controller";
 
 /// Permissions granted although no scenario exercises them, each with the reason it is needed.
 /// (group, resource, verb, reason)
-const CONTROLLER_UNOBSERVED: &[(&str, &str, &str, &str)] = &[];
+/// The right-sizing webhook's certificate calls are not made against the in-memory API server
+/// (it serves no Secrets or webhook configurations); tests/k8s/rightsizing_webhook.rs makes them
+/// on the real control plane as this ServiceAccount, with RBAC enforced.
+const CONTROLLER_UNOBSERVED: &[(&str, &str, &str, &str)] = &[
+    ("", "secrets", "create", "the webhook's certificate Secret, on first start"),
+    ("", "secrets", "get", "the webhook's certificate, read by every replica"),
+    ("", "secrets", "update", "the webhook's certificate, renewed before it expires"),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get", "the webhook's caBundle"),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update", "the webhook's caBundle"),
+];
 
 /// Guards against a hang only.
 const PATIENCE: Duration = Duration::from_secs(60);

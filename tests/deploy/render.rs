@@ -9,6 +9,7 @@ use clap::Parser;
 use deploy_support::{kubectl_available, kustomizations, object, render};
 use geometer_api::{MigNode, MigPlan, MigPolicy, PolicyMode};
 use geometer_apiserver::ApiServer;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -67,6 +68,7 @@ fn check_type(doc: &Value) -> Result<(), String> {
     }
     dispatch!(
         Namespace,
+        MutatingWebhookConfiguration,
         ServiceAccount,
         Service,
         Deployment,
@@ -205,6 +207,61 @@ fn controller_runs_two_replicas_behind_a_budget_and_a_metrics_service() {
             assert!(
                 container_ports.iter().any(|p| target == *p),
                 "{dir}: Service port {target} names no container port ({container_ports:?})"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_rightsizing_webhook_never_blocks_pods_and_reaches_the_controller() {
+    if !kubectl_available() {
+        return;
+    }
+    for dir in kustomizations() {
+        let objects = render(&dir);
+        let deploy = object(&objects, "Deployment", "geometer-controller");
+        let listen =
+            flag(&args(deploy), "--webhook-addr").expect("the controller serves the webhook").to_string();
+        let port: i64 = listen.rsplit(':').next().unwrap().parse().unwrap();
+        let ports = deploy["spec"]["template"]["spec"]["containers"][0]["ports"].as_array().unwrap();
+        let named =
+            ports.iter().find(|p| p["containerPort"] == port).expect("a container port for the webhook");
+        let service = object(&objects, "Service", "geometer-webhook");
+        assert!(
+            selects(&service["spec"]["selector"], pod_labels(deploy)),
+            "{dir}: the Service selects the controller"
+        );
+        assert_eq!(
+            service["spec"]["ports"][0]["targetPort"], named["name"],
+            "{dir}: the Service reaches that port"
+        );
+
+        let configuration: MutatingWebhookConfiguration = serde_json::from_value(
+            object(&objects, "MutatingWebhookConfiguration", "geometer-rightsizing").clone(),
+        )
+        .unwrap();
+        let webhooks = configuration.webhooks.unwrap();
+        let paths: Vec<_> =
+            webhooks.iter().map(|w| w.client_config.service.as_ref().unwrap().path.clone()).collect();
+        assert_eq!(paths, [Some("/rightsize/pod".into()), Some("/rightsize/namespace".into())], "{dir}");
+        for w in &webhooks {
+            assert_eq!(
+                w.failure_policy.as_deref(),
+                Some("Ignore"),
+                "{dir}: {} must never block pod creation",
+                w.name
+            );
+            let target = w.client_config.service.as_ref().unwrap();
+            assert_eq!(
+                (target.name.as_str(), target.namespace.as_str(), target.port),
+                ("geometer-webhook", service["metadata"]["namespace"].as_str().unwrap(), Some(443)),
+                "{dir}: {} calls the webhook Service",
+                w.name
+            );
+            let rules = w.rules.as_ref().unwrap();
+            assert!(
+                rules.iter().all(|r| r.operations.as_deref() == Some(&["CREATE".to_string()][..])),
+                "{dir}: pod creation only"
             );
         }
     }

@@ -14,5 +14,6 @@ mod disruption;
 mod leader;
 mod review;
 mod rightsizing;
+mod rightsizing_webhook;
 mod support;
 mod whole_gpus;

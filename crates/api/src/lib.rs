@@ -38,8 +38,8 @@ pub use plan::{
 };
 pub use plan::{MAX_PLAN_DEMAND_ENTRIES, MAX_PLAN_EVICTIONS, MAX_PLAN_NODES};
 pub use policy::{
-    Batching, Disruption, GpuMode, MigPolicy, MigPolicySpec, MigPolicyStatus, PolicyMode, SolverLimits,
-    DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS,
+    Batching, Disruption, GpuMode, MigPolicy, MigPolicySpec, MigPolicyStatus, PolicyMode, Rightsizing,
+    RightsizingMode, SolverLimits, DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS,
 };
 
 /// Re-exported so users of the API need not depend on k8s-openapi's path for conditions.

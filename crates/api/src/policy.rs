@@ -124,6 +124,13 @@ pub struct MigPolicySpec {
     /// Limits on the solver and on the size of one plan.
     #[serde(default)]
     pub solver: SolverLimits,
+
+    /// Right-sizing at admission: a new pod that opted in (label `geometer.dev/rightsizing:
+    /// enabled` on the pod or on its namespace) and asks for one whole GPU gets the MIG slice its
+    /// workload was measured to need. Unset: off. Where several policies set it, the first by
+    /// name is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rightsizing: Option<Rightsizing>,
 }
 
 /// A GPU's mode.
@@ -146,6 +153,45 @@ pub enum PolicyMode {
     Approve,
     /// Apply plans as soon as they are published.
     Auto,
+}
+
+/// How right-sizing treats new pods that opted in.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rightsizing {
+    /// DryRun only annotates a pod with the request it would get
+    /// (`geometer.dev/would-rightsize`); Enforce replaces its `nvidia.com/gpu: 1` by the slice
+    /// and records the change in `geometer.dev/rightsized`.
+    #[serde(default)]
+    pub mode: RightsizingMode,
+    /// Room added on top of the measured peak memory and mean utilisation, percent.
+    #[serde(default = "default_rightsizing_headroom_percent")]
+    #[schemars(range(max = 100))]
+    pub headroom_percent: u32,
+    /// Samples each measured pod needs before its workload is right-sized.
+    #[serde(default = "default_rightsizing_min_samples")]
+    #[schemars(range(min = 1))]
+    pub min_samples: u32,
+}
+
+impl Default for Rightsizing {
+    fn default() -> Self {
+        Rightsizing {
+            mode: RightsizingMode::default(),
+            headroom_percent: default_rightsizing_headroom_percent(),
+            min_samples: default_rightsizing_min_samples(),
+        }
+    }
+}
+
+/// What right-sizing does to a pod that opted in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum RightsizingMode {
+    /// Annotate the pod with the request it would get; change nothing else.
+    #[default]
+    DryRun,
+    /// Replace the pod's `nvidia.com/gpu: 1` by the recommended slice, and annotate it.
+    Enforce,
 }
 
 /// A round starts when demand has been quiet for `idleSeconds`, or `maxSeconds` after the first
@@ -271,6 +317,12 @@ fn default_max_nodes_reconfiguring() -> u32 {
 }
 fn default_drain_timeout_seconds() -> u32 {
     600
+}
+fn default_rightsizing_headroom_percent() -> u32 {
+    20
+}
+fn default_rightsizing_min_samples() -> u32 {
+    30
 }
 fn default_time_limit_ms() -> u32 {
     5000

@@ -135,6 +135,7 @@ pub fn examples() -> Vec<(&'static str, Value)> {
                 "disruption": {"doNotDisruptAnnotations": ["geometer.dev/do-not-disrupt"], "drainTimeoutSeconds": 600,
                     "evictionAllowed": true, "maxNodesReconfiguring": 1},
                 "forecastWindowSeconds": 60, "headroom": {"1g.10gb": 1}, "mode": "DryRun",
+                "rightsizing": {"mode": "Enforce", "headroomPercent": 20, "minSamples": 30},
                 "nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}], "matchLabels": {"pool": "a"}},
                 "solver": {"maxGpusChanged": 4, "maxNodesChanged": 2, "timeLimitMs": 5000}, "stabilisationSeconds": 600},
             "status": {"conditions": [condition], "lastPlan": "bounds-1", "managedGpus": 8, "managedNodes": 1, "observedGeneration": 1}}),

@@ -42,6 +42,7 @@ pub fn policy(mode: PolicyMode, eviction_allowed: bool) -> MigPolicy {
                 ..Disruption::default()
             },
             solver: SolverLimits { time_limit_ms: 5000, ..SolverLimits::default() },
+            rightsizing: None,
         },
     )
 }

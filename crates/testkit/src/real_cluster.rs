@@ -128,13 +128,19 @@ impl RealCluster {
     /// Starts (or restarts) controller replica `name` as `geometer controller`, with leader
     /// election, as the controller ServiceAccount.
     pub fn start_controller(&mut self, name: &str) {
+        self.start_controller_with(name, &[]);
+    }
+
+    /// [`RealCluster::start_controller`] with more flags.
+    pub fn start_controller_with(&mut self, name: &str, flags: &[String]) {
         self.kill_controller(name);
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "controller".into(),
             format!("--metrics-addr=127.0.0.1:{}", free_port()),
             format!("--lease-namespace={GEOMETER_NAMESPACE}"),
             format!("--identity={name}"),
         ];
+        args.extend(flags.iter().cloned());
         let process = self.spawn_geometer(
             &format!("controller {name}"),
             &format!("controller-{name}"),
@@ -376,6 +382,11 @@ impl RealCluster {
             .await
             .expect("deployment")
     }
+}
+
+/// A loopback port free now, for a process the test starts.
+pub fn loopback_port() -> u16 {
+    free_port()
 }
 
 /// `--simulate` counts: consecutive GPUs of one model, in order (the agent adds them so).

@@ -9,47 +9,29 @@
 //! would be forgotten: a pod whose workload has no recommendation now takes the decision recorded
 //! on its running siblings (same owner) instead.
 //!
-//! The HTTPS server that answers the API server's AdmissionReviews, its certificate, the
-//! MutatingWebhookConfiguration and the MigPolicy field carrying [`Rightsizing`] are not built
-//! yet; this is the decision they will serve, tested directly. (No policy field exists until the
-//! webhook acts on it.)
+//! Which pods opted in is first the API server's business: the MutatingWebhookConfiguration
+//! sends only pods labelled [`OPT_IN`], or pods of namespaces labelled so (see
+//! [`super::webhook`]). A pod sent as opted in by label is checked again here.
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use geometer_api::resources::GPU_RESOURCE;
+use geometer_api::RightsizingMode;
 
 use super::recommend::{gpu_to_slice_ops, one_gpu_lists, owner_of, Owner, Recommendation, Verdict};
 
-/// How right-sizing treats opted-in pods at admission.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rightsizing {
-    pub mode: RightsizingMode,
-    /// Labels a pod must carry to opt in (all of them).
-    pub pod_selector: std::collections::BTreeMap<String, String>,
-}
-
-/// What right-sizing does to an opted-in pod.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum RightsizingMode {
-    /// Annotate the pod with the request it would get; change nothing else.
-    #[default]
-    DryRun,
-    /// Replace the pod's `nvidia.com/gpu: 1` by the recommended slice, and annotate it.
-    Enforce,
-}
-
-/// The label a pod carries to opt in, unless the settings name others.
+/// The label a pod (or its namespace) carries to opt in.
 pub const OPT_IN: (&str, &str) = ("geometer.dev/rightsizing", "enabled");
 
-impl Default for Rightsizing {
-    fn default() -> Self {
-        Rightsizing {
-            mode: RightsizingMode::default(),
-            pod_selector: [(OPT_IN.0.to_string(), OPT_IN.1.to_string())].into(),
-        }
-    }
+/// How a pod opted in, as the webhook configuration that sent it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptIn {
+    /// By its own [`OPT_IN`] label.
+    Pod,
+    /// Its namespace carries the label (the API server's namespaceSelector checked it).
+    Namespace,
 }
 
 /// Annotation on a pod right-sizing changed: `<old> -> <new> (<why>)`.
@@ -60,12 +42,12 @@ pub const WOULD_RIGHTSIZE: &str = "geometer.dev/would-rightsize";
 /// The JSON Patch (RFC 6902) for a new pod, or `None` when right-sizing leaves it alone.
 pub fn admit(
     pod: &Pod,
-    settings: &Rightsizing,
+    mode: RightsizingMode,
+    opt_in: OptIn,
     recommendations: &[Recommendation],
     siblings: &[&Pod],
 ) -> Option<Value> {
-    let labels = pod.labels();
-    if !settings.pod_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+    if opt_in == OptIn::Pod && pod.labels().get(OPT_IN.0).map(String::as_str) != Some(OPT_IN.1) {
         return None;
     }
     let spec = pod.spec.as_ref()?;
@@ -77,7 +59,7 @@ pub fn admit(
     let (resource, why) = decided(&owner, recommendations, siblings)?;
     let note = format!("{GPU_RESOURCE}=1 -> {resource}=1 ({why})");
     let mut ops = Vec::new();
-    let annotation = match settings.mode {
+    let annotation = match mode {
         RightsizingMode::DryRun => WOULD_RIGHTSIZE,
         RightsizingMode::Enforce => {
             ops.extend(gpu_to_slice_ops(spec, "/spec", &resource));
@@ -185,9 +167,7 @@ mod tests {
         }
     }
 
-    fn enforce() -> Rightsizing {
-        Rightsizing { mode: RightsizingMode::Enforce, ..Rightsizing::default() }
-    }
+    const ENFORCE: RightsizingMode = RightsizingMode::Enforce;
 
     /// The pod after the patch.
     fn patched(pod: &Pod, patch: Value) -> Pod {
@@ -200,7 +180,7 @@ mod tests {
     #[test]
     fn an_opted_in_pod_gets_the_recommended_slice_and_says_so() {
         let new = pod("chat-7c-b", true, "1", None);
-        let out = patched(&new, admit(&new, &enforce(), &[recommendation(slice())], &[]).unwrap());
+        let out = patched(&new, admit(&new, ENFORCE, OptIn::Pod, &[recommendation(slice())], &[]).unwrap());
         let r = out.spec.unwrap().containers[1].resources.clone().unwrap();
         for list in [r.limits.unwrap(), r.requests.unwrap()] {
             assert!(!list.contains_key("nvidia.com/gpu"));
@@ -215,8 +195,10 @@ mod tests {
     #[test]
     fn dry_run_only_annotates() {
         let new = pod("chat-7c-b", true, "1", Some(json!({"team": "chat"})));
-        let settings = Rightsizing::default();
-        let out = patched(&new, admit(&new, &settings, &[recommendation(slice())], &[]).unwrap());
+        let out = patched(
+            &new,
+            admit(&new, RightsizingMode::DryRun, OptIn::Pod, &[recommendation(slice())], &[]).unwrap(),
+        );
         let annotations = out.metadata.annotations.clone().unwrap();
         assert!(annotations[WOULD_RIGHTSIZE].contains("nvidia.com/mig-1g.10gb"));
         assert_eq!(annotations["team"], "chat");
@@ -229,12 +211,24 @@ mod tests {
     #[test]
     fn pods_not_opted_in_or_not_one_gpu_or_not_recommended_a_slice_are_left_alone() {
         let slice = [recommendation(slice())];
-        assert_eq!(admit(&pod("a", false, "1", None), &enforce(), &slice, &[]), None, "no opt-in label");
-        assert_eq!(admit(&pod("a", true, "2", None), &enforce(), &slice, &[]), None, "two GPUs");
+        assert_eq!(
+            admit(&pod("a", false, "1", None), ENFORCE, OptIn::Pod, &slice, &[]),
+            None,
+            "no opt-in label"
+        );
+        assert!(
+            admit(&pod("a", false, "1", None), ENFORCE, OptIn::Namespace, &slice, &[]).is_some(),
+            "its namespace opted in"
+        );
+        assert_eq!(admit(&pod("a", true, "2", None), ENFORCE, OptIn::Pod, &slice, &[]), None, "two GPUs");
         let whole =
             [recommendation(Verdict::WholeGpu { needed_memory_mib: 90_000, needed_compute_slices: 7 })];
-        assert_eq!(admit(&pod("a", true, "1", None), &enforce(), &whole, &[]), None, "needs the GPU");
-        assert_eq!(admit(&pod("a", true, "1", None), &enforce(), &[], &[]), None, "never measured");
+        assert_eq!(
+            admit(&pod("a", true, "1", None), ENFORCE, OptIn::Pod, &whole, &[]),
+            None,
+            "needs the GPU"
+        );
+        assert_eq!(admit(&pod("a", true, "1", None), ENFORCE, OptIn::Pod, &[], &[]), None, "never measured");
     }
 
     #[test]
@@ -248,7 +242,7 @@ mod tests {
             ),
         );
         let new = pod("chat-7c-c", true, "1", None);
-        let out = patched(&new, admit(&new, &enforce(), &[], &[&earlier]).unwrap());
+        let out = patched(&new, admit(&new, ENFORCE, OptIn::Pod, &[], &[&earlier]).unwrap());
         let limits = out.spec.unwrap().containers[1].resources.clone().unwrap().limits.unwrap();
         assert_eq!(limits["nvidia.com/mig-2g.20gb"].0, "1");
         assert!(out.metadata.annotations.unwrap()[RIGHTSIZED]

@@ -26,6 +26,8 @@ pub enum RunError {
     Leader(#[from] LeaderError),
     #[error("lost the leader lease; exiting so that a fresh start waits for it again")]
     LostLeadership,
+    #[error("the right-sizing webhook cannot listen on {addr}: {source}")]
+    Webhook { addr: std::net::SocketAddr, source: std::io::Error },
 }
 
 /// Runs until `shutdown` completes (or leadership is lost).
@@ -39,6 +41,20 @@ pub async fn run(
     tokio::pin!(shutdown);
     let changed = Arc::new(Notify::new());
     let (caches, _watches) = Caches::start(&client, changed.clone());
+    let _webhook = match &settings.webhook {
+        Some(webhook) => Some(
+            crate::rightsizing::webhook::start(
+                webhook,
+                client.clone(),
+                caches.clone(),
+                settings.catalog.clone(),
+                metrics.clone(),
+            )
+            .await
+            .map_err(|source| RunError::Webhook { addr: webhook.addr, source })?,
+        ),
+        None => None,
+    };
     tokio::select! {
         () = caches.ready() => {}
         () = &mut shutdown => return Ok(()),

@@ -79,6 +79,7 @@ pub struct Metrics {
     rounds: Family<OutcomeLabel, Counter>,
     leader: Gauge,
     reclaimable: Family<NamespaceLabel, Gauge>,
+    admissions: Family<OutcomeLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -123,6 +124,12 @@ impl Metrics {
             "Whole GPUs that right-sizing would give back if the measured workloads asked for the recommended slices, by namespace",
             reclaimable.clone(),
         );
+        let admissions = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "rightsizing_admissions",
+            "Pods the right-sizing webhook answered, by outcome (rightsized, would_rightsize, unchanged)",
+            admissions.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
             plans,
@@ -133,6 +140,7 @@ impl Metrics {
             rounds,
             leader,
             reclaimable,
+            admissions,
         }
     }
 
@@ -141,6 +149,10 @@ impl Metrics {
         for (namespace, n) in counts {
             self.reclaimable.get_or_create(&NamespaceLabel { namespace: namespace.clone() }).set(*n);
         }
+    }
+
+    pub fn count_admission(&self, outcome: &str) {
+        self.admissions.get_or_create(&OutcomeLabel { outcome: outcome.to_string() }).inc();
     }
 
     pub fn set_plans_by_phase(&self, counts: &BTreeMap<String, i64>) {

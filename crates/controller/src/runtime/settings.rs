@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use geometer_solver::catalog::Catalog;
 
+use crate::rightsizing::webhook::WebhookSettings;
 use crate::runtime::leader::LeaseSettings;
 
 #[derive(Debug, Clone)]
@@ -18,6 +19,8 @@ pub struct Settings {
     pub resync: Duration,
     /// After a change, wait this long for more before the pass, so a burst is one pass.
     pub debounce: Duration,
+    /// The right-sizing webhook; None serves none.
+    pub webhook: Option<WebhookSettings>,
 }
 
 impl Settings {
@@ -28,6 +31,7 @@ impl Settings {
             lease: None,
             resync: Duration::from_secs(30),
             debounce: Duration::from_millis(100),
+            webhook: None,
         }
     }
 }

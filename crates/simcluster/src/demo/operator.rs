@@ -48,6 +48,7 @@ pub fn demo_policy(mode: PolicyMode) -> MigPolicy {
                 ..Disruption::default()
             },
             solver: SolverLimits { time_limit_ms: 2000, ..SolverLimits::default() },
+            rightsizing: None,
         },
     )
 }

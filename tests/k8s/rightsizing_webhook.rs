@@ -1,0 +1,137 @@
+//! The right-sizing webhook on the real control plane: the real kube-apiserver calls the
+//! controller's HTTPS webhook (its certificate issued by the controller, its CA written by the
+//! controller into the MutatingWebhookConfiguration of `deploy/base`, as the controller's
+//! ServiceAccount with RBAC enforced). A Deployment of whole-GPU pods that opted in is measured;
+//! its next pods are admitted asking for the recommended slice and land on slices the planner
+//! created. With the controller down, pods are created unchanged (`failurePolicy: Ignore`).
+
+use geometer_api::{MigNode, PolicyMode, Rightsizing, RightsizingMode};
+use geometer_controller::rightsizing::admission::{OPT_IN, RIGHTSIZED};
+use geometer_simcluster::MigPod;
+use geometer_testkit::e2e::policy;
+use geometer_testkit::real_cluster::{loopback_port, RealCluster, NS};
+use geometer_testkit::wait::wait_until;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::support::{geometer, two_nodes};
+
+const CONFIGURATION: &str = "geometer-rightsizing";
+
+/// The resources the pods of `app` ask for, per pod, of those running.
+async fn running_asking(k8s: &RealCluster, app: &str) -> Vec<(String, Vec<String>)> {
+    let pods = Api::<Pod>::namespaced(k8s.admin.clone(), NS);
+    let list = pods.list(&ListParams::default().labels(&format!("app={app}"))).await.expect("pods").items;
+    list.iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .map(|p| (p.name_any(), limits(p)))
+        .collect()
+}
+
+fn limits(pod: &Pod) -> Vec<String> {
+    let containers = pod.spec.iter().flat_map(|s| &s.containers);
+    containers
+        .flat_map(|c| c.resources.iter().flat_map(|r| r.limits.iter().flat_map(|l| l.keys().cloned())))
+        .collect()
+}
+
+/// Points both webhooks of deploy/base's configuration at `port` on this machine (the API
+/// server runs here; in a cluster they name the geometer-webhook Service).
+async fn webhook_at(k8s: &RealCluster, port: u16) {
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "replace", "path": "/webhooks/0/clientConfig", "value": {"url": format!("https://127.0.0.1:{port}/rightsize/pod")}},
+        {"op": "replace", "path": "/webhooks/1/clientConfig", "value": {"url": format!("https://127.0.0.1:{port}/rightsize/namespace")}},
+    ]))
+    .unwrap();
+    Api::<MutatingWebhookConfiguration>::all(k8s.admin.clone())
+        .patch(CONFIGURATION, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .expect("the webhook configuration of deploy/base");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opted_in_pods_are_admitted_asking_for_their_measured_slice() {
+    let mut policy = policy(PolicyMode::Auto, false);
+    policy.spec.rightsizing =
+        Some(Rightsizing { mode: RightsizingMode::Enforce, headroom_percent: 20, min_samples: 3 });
+    let Some(mut k8s) = RealCluster::start("rightsizing-webhook", geometer(), &two_nodes(), &policy).await
+    else {
+        return;
+    };
+    let port = loopback_port();
+    webhook_at(&k8s, port).await;
+    k8s.start_agents();
+    k8s.start_controller_with(
+        "controller-0",
+        &[format!("--webhook-addr=127.0.0.1:{port}"), "--webhook-names=127.0.0.1".into()],
+    );
+    let configurations = Api::<MutatingWebhookConfiguration>::all(k8s.admin.clone());
+    wait_until(
+        "the controller wrote its CA into both webhooks",
+        || async {
+            let c = configurations.get(CONFIGURATION).await.ok()?;
+            c.webhooks?
+                .iter()
+                .all(|w| w.client_config.ca_bundle.as_ref().is_some_and(|b| !b.0.is_empty()))
+                .then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
+
+    // A chat model using 7,000 MiB and 5% of an 80 GB GPU, asking for the whole GPU, opted in.
+    let template = MigPod::new(NS, "chat").gpus(1).uses(7_000, 5).label(OPT_IN.0, OPT_IN.1).build();
+    k8s.deploy("chat", 2, template).await;
+    wait_until(
+        "2 chat pods running on whole GPUs (nothing measured yet: admitted unchanged)",
+        || async {
+            let running = running_asking(&k8s, "chat").await;
+            (running.len() == 2 && running.iter().all(|(_, r)| r == &["nvidia.com/gpu"])).then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
+    wait_until(
+        "the agents measured both pods 3 times",
+        || async {
+            let nodes = Api::<MigNode>::all(k8s.admin.clone()).list(&ListParams::default()).await.ok()?.items;
+            let usage: Vec<_> = nodes.iter().flat_map(|n| n.usage().to_vec()).collect();
+            (usage.len() == 2 && usage.iter().all(|u| u.samples >= 3)).then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
+
+    // The next pods of the Deployment are admitted asking for the slice.
+    k8s.scale("chat", 4).await;
+    wait_until(
+        "2 more chat pods running on 1g.10gb slices",
+        || async {
+            k8s.check_alive();
+            let running = running_asking(&k8s, "chat").await;
+            let sliced = running.iter().filter(|(_, r)| r == &["nvidia.com/mig-1g.10gb"]).count();
+            (running.len() == 4 && sliced == 2).then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
+    let pods = Api::<Pod>::namespaced(k8s.admin.clone(), NS);
+    let all = pods.list(&ListParams::default().labels("app=chat")).await.expect("pods").items;
+    let notes: Vec<&String> = all.iter().filter_map(|p| p.annotations().get(RIGHTSIZED)).collect();
+    assert_eq!(notes.len(), 2, "the two right-sized pods say so");
+    for note in notes {
+        assert!(note.starts_with("nvidia.com/gpu=1 -> nvidia.com/mig-1g.10gb=1 (deployment/chat measured on H100-80GB: peak 7000 MiB"), "{note}");
+    }
+    assert!(k8s.pods_without_devices().is_empty());
+
+    // Geometer down: an opted-in pod is created unchanged, not refused.
+    k8s.kill_controller("controller-0");
+    let bare = MigPod::new(NS, "while-down").gpus(1).label(OPT_IN.0, OPT_IN.1).build();
+    let created =
+        pods.create(&PostParams::default(), &bare).await.expect("created although the webhook is down");
+    assert_eq!(limits(&created), ["nvidia.com/gpu"]);
+    assert!(created.annotations().get(RIGHTSIZED).is_none());
+}
