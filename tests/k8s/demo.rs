@@ -35,4 +35,23 @@ async fn the_demo_runs_on_the_real_control_plane() {
     assert!(summary_number(&text, "GPUs reconfigured") >= 1, "{text}");
     let plans = text.lines().find(|l| l.trim_start().starts_with("plans")).unwrap();
     assert!(!plans.contains(" 0 applied"), "{plans}\n{text}");
+
+    // The demo's over-provisioned chat Deployment keeps running: `geometer recommend` on the
+    // cluster says what its replicas use (the simulated NVML reports 7,000 MiB and 5%).
+    let out = Command::new(geometer())
+        .args(["recommend", "--min-samples", "3", "-o", "json"])
+        .env("KUBECONFIG", cp.kubeconfig(Identity::Admin))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let recommendations = report["recommendations"].as_array().expect("recommendations");
+    let chat = recommendations
+        .iter()
+        .find(|r| r["owner"]["name"] == "chat")
+        .unwrap_or_else(|| panic!("the chat Deployment is recommended: {report}\n{text}"));
+    assert_eq!(chat["owner"]["kind"], "Deployment");
+    assert_eq!(chat["model"], "H100-80GB");
+    assert_eq!(chat["peakMemoryMib"], 7_000, "{chat}");
+    assert_eq!(chat["verdict"]["profile"], "1g.10gb", "{chat}");
 }

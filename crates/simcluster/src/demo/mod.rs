@@ -194,6 +194,7 @@ async fn play(
     let mut background = watchers(&client, &cluster, options, console, kubeconfig_path, &milestones);
     let arrivals = workload::arrivals(scenario, options.nodes, options.duration_s, options.seed);
     let submissions = workload::Submissions::default();
+    workload::start_chat(&client, NAMESPACE).await.map_err(DemoError::Setup)?;
     let recommended = rightsizing::Seen::default();
     background.push(tokio::spawn(rightsizing::follow(client.clone(), NAMESPACE, recommended.clone())));
     background.push(tokio::spawn(workload::play(

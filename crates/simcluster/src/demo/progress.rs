@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, ResourceExt};
@@ -16,7 +16,7 @@ use kube::{Api, ResourceExt};
 use super::display::{counts, Console};
 use super::scenario::Scenario;
 use super::summary::UsageSample;
-use super::workload::Arrival;
+use super::workload::{Arrival, WORKLOAD_LABEL};
 use super::{DemoOptions, NAMESPACE};
 use crate::{pod_requests, SimCluster};
 use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPlanPhase, PolicyMode};
@@ -38,11 +38,13 @@ pub(super) struct Progress {
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
-/// Pending pods of the workload per MIG resource, and running pods.
+/// Pending pods of the workload's arrivals per MIG resource, and running ones (the `chat`
+/// service runs on after the workload, so it is not counted).
 async fn pod_counts(client: &kube::Client) -> (BTreeMap<String, u64>, usize) {
     let mut pending = BTreeMap::new();
     let mut running = 0;
-    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE).list(&Default::default()).await;
+    let arrivals = ListParams::default().labels(&format!("{}={}", WORKLOAD_LABEL.0, WORKLOAD_LABEL.1));
+    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE).list(&arrivals).await;
     for pod in pods.map(|l| l.items).unwrap_or_default().iter() {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some();

@@ -69,6 +69,10 @@ pub fn rightsizing_lines<'a>(recommended: impl Iterator<Item = &'a Recommendatio
     if whole > 0 {
         lines.push(format!("{whole} measured workloads need their whole GPUs"));
     }
+    if !lines.is_empty() {
+        // The chat replicas keep running after the summary, so the cluster still says the same.
+        lines.push("the cluster says the same: geometer recommend --min-samples 3 (with --keep-serving, or --join)".into());
+    }
     lines
 }
 

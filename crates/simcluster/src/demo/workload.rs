@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
@@ -161,7 +162,7 @@ async fn submit(
     mut s: Submitted,
     run_seconds: f64,
 ) {
-    let pod = whole_gpu_workload(MigPod::new(namespace, &s.name), &s.original, s.profile)
+    let pod = whole_gpu_workload(MigPod::new(namespace, &s.name), s.profile)
         .slice(s.profile, 1)
         .resources("2", "16Gi")
         .run_seconds((run_seconds * 1000.0).round() / 1000.0)
@@ -175,25 +176,65 @@ async fn submit(
     }
 }
 
-/// Whole-GPU pods run on the Hopper nodes (see [`super::scenario::WHOLE_GPU_MODEL`]) and are of
-/// two kinds: every other one a replica of the `chat` Deployment, a small
-/// model that uses 7,000 MiB and 5% of its GPU (over-provisioned: right-sizing finds it), the
-/// others training jobs that use most of theirs.
-fn whole_gpu_workload(pod: MigPod, name: &str, profile: &str) -> MigPod {
+/// Whole-GPU jobs run on the Hopper nodes (see [`super::scenario::WHOLE_GPU_MODEL`]): training
+/// jobs that use most of their GPU.
+fn whole_gpu_workload(pod: MigPod, profile: &str) -> MigPod {
     if profile != geometer_solver::catalog::WHOLE {
         return pod;
     }
-    let pod = pod.node_selector("geometer.dev/gpu-model", super::scenario::WHOLE_GPU_MODEL);
-    let index: u64 = name.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
-    if index.is_multiple_of(2) {
-        pod.of_deployment(CHAT.0, CHAT.1).uses(7_000, 5)
-    } else {
-        pod.uses(60_000, 85)
-    }
+    pod.node_selector("geometer.dev/gpu-model", super::scenario::WHOLE_GPU_MODEL).uses(60_000, 85)
 }
 
 /// The over-provisioned Deployment of the demo and its ReplicaSet's hash.
 pub const CHAT: (&str, &str) = ("chat", "5f6d8c");
+/// Its replicas.
+pub const CHAT_REPLICAS: i32 = 2;
+
+/// The `chat` service: a small model that uses 7,000 MiB and 5% of the whole GPU each replica
+/// asks for (right-sizing finds it). It runs for the whole demo and after, as a service does,
+/// on the Hopper nodes, and is not evicted. Where the cluster runs a Deployment controller (a
+/// real control plane) it is a real Deployment; the in-memory API server serves no `apps/v1`,
+/// so there its replicas are pods that name a ReplicaSet of it.
+pub async fn start_chat(client: &kube::Client, namespace: &str) -> Result<(), String> {
+    let replica = |name: &str| {
+        MigPod::new(namespace, name)
+            .gpus(1)
+            .node_selector("geometer.dev/gpu-model", super::scenario::WHOLE_GPU_MODEL)
+            .uses(7_000, 5)
+            .resources("2", "16Gi")
+            .annotation(geometer_api::DO_NOT_DISRUPT_ANNOTATION, "true")
+            .label("app", CHAT.0)
+    };
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let deployment = deployment(namespace, replica(CHAT.0).build())?;
+    match deployments.create(&PostParams::default(), &deployment).await {
+        Ok(_) => return Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(format!("cannot create deployment/{}: {e}", CHAT.0)),
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    for i in 0..CHAT_REPLICAS {
+        let name = format!("{}-{}-{i}", CHAT.0, CHAT.1);
+        let pod = replica(&name).of_deployment(CHAT.0, CHAT.1).build();
+        pods.create(&PostParams::default(), &pod).await.map_err(|e| format!("cannot create pod {name}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The Deployment of [`CHAT_REPLICAS`] pods like `template`.
+fn deployment(namespace: &str, template: Pod) -> Result<Deployment, String> {
+    let mut spec = serde_json::to_value(template.spec.unwrap_or_default()).map_err(|e| e.to_string())?;
+    spec["restartPolicy"] = serde_json::json!("Always");
+    let deployment = serde_json::json!({
+        "metadata": {"name": CHAT.0, "namespace": namespace},
+        "spec": {
+            "replicas": CHAT_REPLICAS,
+            "selector": {"matchLabels": {"app": CHAT.0}},
+            "template": {"metadata": {"labels": template.metadata.labels, "annotations": template.metadata.annotations}, "spec": spec},
+        },
+    });
+    serde_json::from_value(deployment).map_err(|e| format!("the chat Deployment does not read back: {e}"))
+}
 
 #[cfg(test)]
 mod tests {
