@@ -10,7 +10,7 @@ use clap::Args;
 
 use super::catalog::CatalogSource;
 use super::output::Failure;
-use geometer_controller::rightsizing::webhook::certs::{CertSource, Managed};
+use geometer_controller::rightsizing::webhook::store::{CertSource, Managed};
 use geometer_controller::rightsizing::webhook::WebhookSettings;
 use geometer_controller::LeaseSettings;
 use geometer_controller::Metrics;

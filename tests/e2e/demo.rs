@@ -51,7 +51,9 @@ async fn auto_mode_reconfigures_gpus_and_serves_the_shifting_workload() {
     assert!(text.contains("Summary") && text.contains("pods served"), "{text}");
     assert!(text.contains("Ready ("), "node steps are shown: {text}");
     assert!(
-        text.contains("deployment/chat on H100-80GB: 2 pods measured, peak 7000 MiB, 5% busy -> ask for 1g.10gb"),
+        text.contains(
+            "deployment/chat on H100-80GB: 2 pods measured, peak 7000 MiB, 5% busy -> ask for 1g.10gb"
+        ),
         "the over-provisioned chat service is right-sized: {text}"
     );
 }

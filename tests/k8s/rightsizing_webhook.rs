@@ -3,7 +3,13 @@
 //! controller into the MutatingWebhookConfiguration of `deploy/base`, as the controller's
 //! ServiceAccount with RBAC enforced). A Deployment of whole-GPU pods that opted in is measured;
 //! its next pods are admitted asking for the recommended slice and land on slices the planner
-//! created. With the controller down, pods are created unchanged (`failurePolicy: Ignore`).
+//! created; so is a replica of a namespace that opted in. With the controller down, pods are
+//! created unchanged (`failurePolicy: Ignore`).
+//!
+//! Both webhooks are pointed at the controller by URL: this control plane has no Service
+//! network (no kube-proxy, no cluster DNS), so the `geometer-webhook` Service of deploy/base
+//! and the certificate's `*.svc` name are not exercised here (tests/deploy/render.rs checks
+//! that the Service reaches the controller's webhook port).
 
 use geometer_api::{MigNode, PolicyMode, Rightsizing, RightsizingMode};
 use geometer_controller::rightsizing::admission::{OPT_IN, RIGHTSIZED};
@@ -12,7 +18,7 @@ use geometer_testkit::e2e::policy;
 use geometer_testkit::real_cluster::{loopback_port, RealCluster, NS};
 use geometer_testkit::wait::wait_until;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -50,6 +56,13 @@ async fn webhook_at(k8s: &RealCluster, port: u16) {
         .patch(CONFIGURATION, &PatchParams::default(), &Patch::<()>::Json(patch))
         .await
         .expect("the webhook configuration of deploy/base");
+}
+
+/// `pod` as the API server admits it (created, then deleted again).
+async fn admitted_while(pods: &Api<Pod>, pod: &Pod) -> Pod {
+    let created = pods.create(&PostParams::default(), pod).await.expect("created, never refused");
+    pods.delete(&created.name_any(), &Default::default()).await.expect("deleted");
+    created
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,6 +139,19 @@ async fn opted_in_pods_are_admitted_asking_for_their_measured_slice() {
         assert!(note.starts_with("nvidia.com/gpu=1 -> nvidia.com/mig-1g.10gb=1 (deployment/chat measured on H100-80GB: peak 7000 MiB"), "{note}");
     }
     assert!(k8s.pods_without_devices().is_empty());
+
+    // A namespace that opted in: a replica without the pod label goes through the other webhook.
+    let namespaces = Api::<Namespace>::all(k8s.admin.clone());
+    let label = json!({"metadata": {"labels": {OPT_IN.0: OPT_IN.1}}});
+    namespaces.patch(NS, &PatchParams::default(), &Patch::Merge(&label)).await.expect("label the namespace");
+    let sibling =
+        all.iter().find(|p| p.annotations().contains_key(RIGHTSIZED)).expect("a right-sized replica");
+    let mut replica = MigPod::new(NS, "chat-by-namespace").gpus(1).build();
+    replica.metadata.labels =
+        Some([("pod-template-hash".to_string(), sibling.labels()["pod-template-hash"].clone())].into());
+    replica.metadata.owner_references = sibling.metadata.owner_references.clone();
+    let admitted = admitted_while(&pods, &replica).await;
+    assert_eq!(limits(&admitted), ["nvidia.com/mig-1g.10gb"], "{:?}", admitted.metadata);
 
     // Geometer down: an opted-in pod is created unchanged, not refused.
     k8s.kill_controller("controller-0");

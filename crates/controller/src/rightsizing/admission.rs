@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-use geometer_api::resources::GPU_RESOURCE;
+use geometer_api::resources::{mig_profile, GPU_RESOURCE};
 use geometer_api::RightsizingMode;
 
 use super::recommend::{gpu_to_slice_ops, one_gpu_lists, owner_of, Owner, Recommendation, Verdict};
@@ -39,24 +39,43 @@ pub const RIGHTSIZED: &str = "geometer.dev/rightsized";
 /// Annotation on a pod right-sizing would change in DryRun mode.
 pub const WOULD_RIGHTSIZE: &str = "geometer.dev/would-rightsize";
 
-/// The JSON Patch (RFC 6902) for a new pod, or `None` when right-sizing leaves it alone.
+/// Whether right-sizing may change `pod` at all, before any recommendation is looked at: it
+/// opted in, and asks for exactly one whole GPU in its containers and none in its init
+/// containers (a slice for the main container would leave the init container's GPU, which a
+/// node in MIG mode does not have).
+pub fn candidate(pod: &Pod, opt_in: OptIn) -> bool {
+    if opt_in == OptIn::Pod && pod.labels().get(OPT_IN.0).map(String::as_str) != Some(OPT_IN.1) {
+        return false;
+    }
+    let Some(spec) = pod.spec.as_ref() else { return false };
+    let init_gpus = spec.init_containers.iter().flatten().any(|c| {
+        c.resources.as_ref().is_some_and(|r| {
+            [&r.limits, &r.requests].into_iter().flatten().any(|l| l.contains_key(GPU_RESOURCE))
+        })
+    });
+    !init_gpus && spec.containers.iter().any(|c| !one_gpu_lists(c).is_empty()) && !asks_for_several_gpus(spec)
+}
+
+/// The JSON Patch (RFC 6902) for a new pod, or `None` when right-sizing leaves it alone. A slice
+/// of a profile not in `allowed_profiles` (when it names any) is never asked for.
 pub fn admit(
     pod: &Pod,
     mode: RightsizingMode,
     opt_in: OptIn,
+    allowed_profiles: &[String],
     recommendations: &[Recommendation],
     siblings: &[&Pod],
 ) -> Option<Value> {
-    if opt_in == OptIn::Pod && pod.labels().get(OPT_IN.0).map(String::as_str) != Some(OPT_IN.1) {
+    if !candidate(pod, opt_in) {
         return None;
     }
     let spec = pod.spec.as_ref()?;
-    // A container asking for more than one GPU is left alone, and so is the pod.
-    if spec.containers.iter().all(|c| one_gpu_lists(c).is_empty()) || asks_for_several_gpus(spec) {
-        return None;
-    }
     let owner = owner_of(pod);
     let (resource, why) = decided(&owner, recommendations, siblings)?;
+    let profile = mig_profile(&resource)?;
+    if !allowed_profiles.is_empty() && !allowed_profiles.iter().any(|p| p == profile) {
+        return None;
+    }
     let note = format!("{GPU_RESOURCE}=1 -> {resource}=1 ({why})");
     let mut ops = Vec::new();
     let annotation = match mode {
@@ -180,7 +199,8 @@ mod tests {
     #[test]
     fn an_opted_in_pod_gets_the_recommended_slice_and_says_so() {
         let new = pod("chat-7c-b", true, "1", None);
-        let out = patched(&new, admit(&new, ENFORCE, OptIn::Pod, &[recommendation(slice())], &[]).unwrap());
+        let out =
+            patched(&new, admit(&new, ENFORCE, OptIn::Pod, &[], &[recommendation(slice())], &[]).unwrap());
         let r = out.spec.unwrap().containers[1].resources.clone().unwrap();
         for list in [r.limits.unwrap(), r.requests.unwrap()] {
             assert!(!list.contains_key("nvidia.com/gpu"));
@@ -197,7 +217,7 @@ mod tests {
         let new = pod("chat-7c-b", true, "1", Some(json!({"team": "chat"})));
         let out = patched(
             &new,
-            admit(&new, RightsizingMode::DryRun, OptIn::Pod, &[recommendation(slice())], &[]).unwrap(),
+            admit(&new, RightsizingMode::DryRun, OptIn::Pod, &[], &[recommendation(slice())], &[]).unwrap(),
         );
         let annotations = out.metadata.annotations.clone().unwrap();
         assert!(annotations[WOULD_RIGHTSIZE].contains("nvidia.com/mig-1g.10gb"));
@@ -212,23 +232,47 @@ mod tests {
     fn pods_not_opted_in_or_not_one_gpu_or_not_recommended_a_slice_are_left_alone() {
         let slice = [recommendation(slice())];
         assert_eq!(
-            admit(&pod("a", false, "1", None), ENFORCE, OptIn::Pod, &slice, &[]),
+            admit(&pod("a", false, "1", None), ENFORCE, OptIn::Pod, &[], &slice, &[]),
             None,
             "no opt-in label"
         );
         assert!(
-            admit(&pod("a", false, "1", None), ENFORCE, OptIn::Namespace, &slice, &[]).is_some(),
+            admit(&pod("a", false, "1", None), ENFORCE, OptIn::Namespace, &[], &slice, &[]).is_some(),
             "its namespace opted in"
         );
-        assert_eq!(admit(&pod("a", true, "2", None), ENFORCE, OptIn::Pod, &slice, &[]), None, "two GPUs");
+        assert_eq!(
+            admit(&pod("a", true, "2", None), ENFORCE, OptIn::Pod, &[], &slice, &[]),
+            None,
+            "two GPUs"
+        );
         let whole =
             [recommendation(Verdict::WholeGpu { needed_memory_mib: 90_000, needed_compute_slices: 7 })];
         assert_eq!(
-            admit(&pod("a", true, "1", None), ENFORCE, OptIn::Pod, &whole, &[]),
+            admit(&pod("a", true, "1", None), ENFORCE, OptIn::Pod, &[], &whole, &[]),
             None,
             "needs the GPU"
         );
-        assert_eq!(admit(&pod("a", true, "1", None), ENFORCE, OptIn::Pod, &[], &[]), None, "never measured");
+        assert_eq!(
+            admit(&pod("a", true, "1", None), ENFORCE, OptIn::Pod, &[], &[], &[]),
+            None,
+            "never measured"
+        );
+        let not_allowed = ["2g.20gb".to_string()];
+        assert_eq!(
+            admit(&pod("a", true, "1", None), ENFORCE, OptIn::Pod, &not_allowed, &slice, &[]),
+            None,
+            "profile not allowed"
+        );
+        let mut with_init = pod("a", true, "1", None);
+        with_init.spec.as_mut().unwrap().init_containers = Some(vec![serde_json::from_value(
+            json!({"name": "warm", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}),
+        )
+        .unwrap()]);
+        assert_eq!(
+            admit(&with_init, ENFORCE, OptIn::Pod, &[], &slice, &[]),
+            None,
+            "an init container holds the GPU"
+        );
     }
 
     #[test]
@@ -242,7 +286,7 @@ mod tests {
             ),
         );
         let new = pod("chat-7c-c", true, "1", None);
-        let out = patched(&new, admit(&new, ENFORCE, OptIn::Pod, &[], &[&earlier]).unwrap());
+        let out = patched(&new, admit(&new, ENFORCE, OptIn::Pod, &[], &[], &[&earlier]).unwrap());
         let limits = out.spec.unwrap().containers[1].resources.clone().unwrap().limits.unwrap();
         assert_eq!(limits["nvidia.com/mig-2g.20gb"].0, "1");
         assert!(out.metadata.annotations.unwrap()[RIGHTSIZED]

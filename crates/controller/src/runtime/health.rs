@@ -24,6 +24,9 @@ pub type MetricsText = Arc<dyn Fn() -> String + Send + Sync>;
 #[derive(Debug, Default)]
 pub struct Health {
     ready: AtomicBool,
+    /// Set while a part that must serve before the replica is ready does not (the right-sizing
+    /// webhook without its certificate).
+    not_serving: AtomicBool,
     failed: Mutex<Option<String>>,
 }
 
@@ -33,7 +36,12 @@ impl Health {
     }
 
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::SeqCst)
+        self.ready.load(Ordering::SeqCst) && !self.not_serving.load(Ordering::SeqCst)
+    }
+
+    /// Whether the parts that must serve do (see [`Health::is_ready`]).
+    pub fn set_serving(&self, serving: bool) {
+        self.not_serving.store(!serving, Ordering::SeqCst);
     }
 
     pub fn set_failed(&self, why: impl Into<String>) {

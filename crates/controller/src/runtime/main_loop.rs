@@ -49,6 +49,7 @@ pub async fn run(
                 caches.clone(),
                 settings.catalog.clone(),
                 metrics.clone(),
+                health.clone(),
             )
             .await
             .map_err(|source| RunError::Webhook { addr: webhook.addr, source })?,

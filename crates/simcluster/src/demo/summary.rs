@@ -71,7 +71,10 @@ pub fn rightsizing_lines<'a>(recommended: impl Iterator<Item = &'a Recommendatio
     }
     if !lines.is_empty() {
         // The chat replicas keep running after the summary, so the cluster still says the same.
-        lines.push("the cluster says the same: geometer recommend --min-samples 3 (with --keep-serving, or --join)".into());
+        lines.push(
+            "the cluster says the same: geometer recommend --min-samples 3 (with --keep-serving, or --join)"
+                .into(),
+        );
     }
     lines
 }

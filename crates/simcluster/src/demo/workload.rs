@@ -216,7 +216,9 @@ pub async fn start_chat(client: &kube::Client, namespace: &str) -> Result<(), St
     for i in 0..CHAT_REPLICAS {
         let name = format!("{}-{}-{i}", CHAT.0, CHAT.1);
         let pod = replica(&name).of_deployment(CHAT.0, CHAT.1).build();
-        pods.create(&PostParams::default(), &pod).await.map_err(|e| format!("cannot create pod {name}: {e}"))?;
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .map_err(|e| format!("cannot create pod {name}: {e}"))?;
     }
     Ok(())
 }

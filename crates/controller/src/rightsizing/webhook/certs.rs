@@ -1,54 +1,18 @@
-//! The webhook's serving certificate, handled as operators usually do:
-//!
-//! - **Managed** (the default in `deploy/`): the controller keeps a CA and a serving certificate
-//!   in a Secret of its namespace, shared by its replicas, renews them 30 days before they
-//!   expire, and writes the CA into the `caBundle` of its MutatingWebhookConfiguration. This is
-//!   what Kueue's internal certificate management does (kubernetes-sigs/kueue
-//!   `pkg/util/cert/cert.go`, over open-policy-agent/cert-controller `pkg/rotator/rotator.go`).
-//! - **Directory**: `tls.crt` and `tls.key` in a folder, re-read when they change: a Secret
-//!   that cert-manager keeps, mounted into the pod, with cert-manager's CA injector filling the
-//!   `caBundle` (`cert-manager.io/inject-ca-from`).
+//! The webhook's certificates: a CA, a serving certificate it signs, and what the TLS server
+//! presents ([`Serving`]). Where they are kept is [`super::store`].
 
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use jiff::{tz::TimeZone, SignedDuration, Timestamp};
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::ByteString;
-use kube::api::PostParams;
-use kube::{Api, Client};
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+    KeyPair, KeyUsagePurpose,
 };
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use thiserror::Error;
-
-/// Where the serving certificate comes from.
-#[derive(Debug, Clone)]
-pub enum CertSource {
-    /// Kept by the controller in a Secret; the CA goes into the webhook configuration.
-    Managed(Managed),
-    /// `tls.crt` and `tls.key` in this folder, kept by someone else (cert-manager).
-    Dir(PathBuf),
-}
-
-/// The objects a managed certificate lives in, and the names it is valid for.
-#[derive(Debug, Clone)]
-pub struct Managed {
-    pub namespace: String,
-    /// The Secret (type `kubernetes.io/tls`, with `ca.crt`).
-    pub secret: String,
-    /// The MutatingWebhookConfiguration whose webhooks get the CA as `caBundle`.
-    pub configuration: String,
-    /// DNS names and IP addresses the API server reaches the webhook by.
-    pub names: Vec<String>,
-}
 
 #[derive(Debug, Error)]
 pub enum CertError {
@@ -61,41 +25,68 @@ pub enum CertError {
 }
 
 /// Certificates are renewed this long before they expire.
-const RENEW_BEFORE: SignedDuration = SignedDuration::from_hours(30 * 24);
-/// A serving certificate's life; its CA lives ten times as long.
-const VALID_DAYS: i64 = 365;
-const NOT_AFTER: &str = "geometer.dev/not-after";
-const NAMES: &str = "geometer.dev/names";
+pub const RENEW_BEFORE: SignedDuration = SignedDuration::from_hours(30 * 24);
+/// A serving certificate's life.
+const SERVING_DAYS: i64 = 365;
+/// The CA's life: it outlives many serving certificates, so renewing one changes nothing the
+/// API server trusts.
+const CA_DAYS: i64 = 10 * 365;
+const CA_NAME: &str = "geometer-webhook-ca";
 
-/// PEM texts of a serving certificate, its key, and the CAs a client should trust.
+/// PEM texts of a serving certificate and its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Material {
     pub cert_pem: String,
     pub key_pem: String,
-    pub ca_pem: String,
 }
 
-/// A fresh CA and a serving certificate for `names` signed by it, valid from `now`.
-pub fn issue(names: &[String], now: Timestamp) -> Result<(Material, Timestamp), CertError> {
-    let not_after = now + SignedDuration::from_hours(VALID_DAYS * 24);
+/// A CA: its certificate, its key, and when it expires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ca {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub not_after: Timestamp,
+}
+
+/// The parameters every Geometer webhook CA is made with; with the CA's key they rebuild its
+/// issuer (the subject and the key identifier derive from these and the key).
+fn ca_params() -> Result<CertificateParams, rcgen::Error> {
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.distinguished_name.push(DnType::CommonName, "geometer-webhook-ca");
+    ca.distinguished_name.push(DnType::CommonName, CA_NAME);
     ca.key_usages =
         vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-    validity(&mut ca, now, now + SignedDuration::from_hours(10 * VALID_DAYS * 24));
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
+    Ok(ca)
+}
 
-    let mut serving = CertificateParams::new(names.to_vec())?;
-    serving
-        .distinguished_name
-        .push(DnType::CommonName, names.first().map_or("geometer-webhook", |n| n.as_str()));
-    serving.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-    serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    validity(&mut serving, now, not_after);
-    let key = KeyPair::generate()?;
-    let cert = serving.signed_by(&key, &ca)?;
-    Ok((Material { cert_pem: cert.pem(), key_pem: key.serialize_pem(), ca_pem: ca.pem() }, not_after))
+impl Ca {
+    /// A new CA, valid from `now` for [`CA_DAYS`].
+    pub fn new(now: Timestamp) -> Result<Ca, CertError> {
+        let not_after = now + SignedDuration::from_hours(CA_DAYS * 24);
+        let mut params = ca_params()?;
+        validity(&mut params, now, not_after);
+        let key = KeyPair::generate()?;
+        let key_pem = key.serialize_pem();
+        let ca = CertifiedIssuer::self_signed(params, key)?;
+        Ok(Ca { cert_pem: ca.pem(), key_pem, not_after })
+    }
+
+    /// A serving certificate for `names` (DNS names or IP addresses) signed by this CA, valid
+    /// from `now` for [`SERVING_DAYS`], and when it expires.
+    pub fn issue(&self, names: &[String], now: Timestamp) -> Result<(Material, Timestamp), CertError> {
+        let issuer = Issuer::new(ca_params()?, KeyPair::from_pem(&self.key_pem)?);
+        let not_after = now + SignedDuration::from_hours(SERVING_DAYS * 24);
+        let mut serving = CertificateParams::new(names.to_vec())?;
+        serving
+            .distinguished_name
+            .push(DnType::CommonName, names.first().map_or("geometer-webhook", |n| n.as_str()));
+        serving.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        validity(&mut serving, now, not_after);
+        let key = KeyPair::generate()?;
+        let cert = serving.signed_by(&key, &issuer)?;
+        Ok((Material { cert_pem: cert.pem(), key_pem: key.serialize_pem() }, not_after))
+    }
 }
 
 /// Valid from midnight UTC of the day before `now` to midnight UTC of `until`'s day.
@@ -109,12 +100,20 @@ fn validity(params: &mut CertificateParams, now: Timestamp, until: Timestamp) {
     params.not_after = day(until);
 }
 
+/// The first PEM block of `pem` (a bundle's newest CA).
+pub fn first_pem(pem: &str) -> Option<String> {
+    const END: &str = "-----END CERTIFICATE-----";
+    let end = pem.find(END)? + END.len();
+    Some(format!("{}\n", pem[..end].trim_start()))
+}
+
 /// The certificate the TLS server presents; swapped when it is renewed.
 #[derive(Debug, Default)]
 pub struct Serving(RwLock<Option<(Material, Arc<CertifiedKey>)>>);
 
 impl Serving {
-    /// Presents `material` from the next handshake on (unchanged material is kept as is).
+    /// Presents `material` from the next handshake on (unchanged material is kept as is; a
+    /// broken one is refused and the current one kept).
     pub fn set(&self, material: &Material) -> Result<(), CertError> {
         let mut current = self.0.write().unwrap_or_else(|p| p.into_inner());
         if current.as_ref().is_some_and(|(m, _)| m == material) {
@@ -124,6 +123,7 @@ impl Serving {
         Ok(())
     }
 
+    /// Whether a certificate is presented (the replica can answer the API server).
     pub fn is_set(&self) -> bool {
         self.0.read().unwrap_or_else(|p| p.into_inner()).is_some()
     }
@@ -135,7 +135,8 @@ impl ResolvesServerCert for Serving {
     }
 }
 
-fn certified_key(material: &Material) -> Result<CertifiedKey, CertError> {
+/// The certificate chain and key, checked to belong together (a pair read mid-rotation may not).
+pub fn certified_key(material: &Material) -> Result<CertifiedKey, CertError> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(material.cert_pem.as_bytes())
         .collect::<Result<_, _>>()
         .map_err(|e| CertError::Unusable(format!("tls.crt is not PEM certificates: {e}")))?;
@@ -146,155 +147,11 @@ fn certified_key(material: &Material) -> Result<CertifiedKey, CertError> {
         .map_err(|e| CertError::Unusable(format!("tls.key is not a PEM private key: {e}")))?;
     let key = rustls::crypto::ring::sign::any_supported_type(&key)
         .map_err(|e| CertError::Unusable(format!("tls.key cannot sign: {e}")))?;
-    Ok(CertifiedKey::new(chain, key))
-}
-
-/// The current material from `source`: read from the folder, or the managed Secret's (issued
-/// or renewed first where needed, and its CA written into the webhook configuration).
-pub async fn current(client: &Client, source: &CertSource, now: Timestamp) -> Result<Material, CertError> {
-    match source {
-        CertSource::Dir(dir) => {
-            let read = |file: &str| {
-                let path = dir.join(file);
-                std::fs::read_to_string(&path)
-                    .map_err(|e| CertError::Unusable(format!("cannot read {}: {e}", path.display())))
-            };
-            Ok(Material { cert_pem: read("tls.crt")?, key_pem: read("tls.key")?, ca_pem: String::new() })
-        }
-        CertSource::Managed(managed) => {
-            let material = secret(client, managed, now).await?;
-            inject_ca(client, managed, &material.ca_pem).await?;
-            Ok(material)
-        }
-    }
-}
-
-/// The managed Secret's material, issuing it when missing, expiring, or for other names.
-async fn secret(client: &Client, managed: &Managed, now: Timestamp) -> Result<Material, CertError> {
-    let api = Api::<Secret>::namespaced(client.clone(), &managed.namespace);
-    let what = || format!("Secret {}/{}", managed.namespace, managed.secret);
-    let existing =
-        api.get_opt(&managed.secret).await.map_err(|source| CertError::Api { what: what(), source })?;
-    if let Some(material) = existing.as_ref().and_then(|s| still_good(s, &managed.names, now)) {
-        return Ok(material);
-    }
-    let (mut material, not_after) = issue(&managed.names, now)?;
-    // Clients keep trusting the CA before this one until they read the new bundle.
-    if let Some(previous) = existing.as_ref().and_then(|s| text(s, "ca.crt")).and_then(|ca| first_pem(&ca)) {
-        material.ca_pem.push_str(&previous);
-    }
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(managed.secret.clone()),
-            namespace: Some(managed.namespace.clone()),
-            resource_version: existing.as_ref().and_then(|s| s.metadata.resource_version.clone()),
-            annotations: Some(
-                [
-                    (NOT_AFTER.to_string(), not_after.to_string()),
-                    (NAMES.to_string(), managed.names.join(",")),
-                ]
-                .into(),
-            ),
-            labels: existing.as_ref().and_then(|s| s.metadata.labels.clone()),
-            ..ObjectMeta::default()
-        },
-        type_: Some("kubernetes.io/tls".into()),
-        data: Some(
-            [("tls.crt", &material.cert_pem), ("tls.key", &material.key_pem), ("ca.crt", &material.ca_pem)]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), ByteString(v.clone().into_bytes())))
-                .collect(),
-        ),
-        ..Secret::default()
-    };
-    // Two replicas may race: the loser's write conflicts, and it takes the winner's.
-    let written = match existing {
-        None => api.create(&PostParams::default(), &secret).await,
-        Some(_) => api.replace(&managed.secret, &PostParams::default(), &secret).await,
-    };
-    match written {
-        Ok(_) => {
-            tracing::info!(secret = %what(), names = ?managed.names, not_after = %not_after, "issued the webhook's certificate");
-            Ok(material)
-        }
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            let winner =
-                api.get(&managed.secret).await.map_err(|source| CertError::Api { what: what(), source })?;
-            still_good(&winner, &managed.names, now).ok_or_else(|| {
-                CertError::Unusable(format!("{} changed under us and is not usable yet", what()))
-            })
-        }
-        Err(source) => Err(CertError::Api { what: what(), source }),
-    }
-}
-
-/// The Secret's material while it is valid for `names` for longer than [`RENEW_BEFORE`].
-fn still_good(secret: &Secret, names: &[String], now: Timestamp) -> Option<Material> {
-    let annotations = secret.metadata.annotations.as_ref()?;
-    let not_after: Timestamp = annotations.get(NOT_AFTER)?.parse().ok()?;
-    if not_after - RENEW_BEFORE <= now || annotations.get(NAMES)? != &names.join(",") {
-        return None;
-    }
-    let material = Material {
-        cert_pem: text(secret, "tls.crt")?,
-        key_pem: text(secret, "tls.key")?,
-        ca_pem: text(secret, "ca.crt")?,
-    };
-    certified_key(&material).ok().map(|_| material)
-}
-
-fn text(secret: &Secret, key: &str) -> Option<String> {
-    let bytes = secret.data.as_ref()?.get(key)?;
-    String::from_utf8(bytes.0.clone()).ok()
-}
-
-/// The first PEM block of `pem`.
-fn first_pem(pem: &str) -> Option<String> {
-    const END: &str = "-----END CERTIFICATE-----";
-    let end = pem.find(END)? + END.len();
-    Some(format!("{}\n", pem[..end].trim_start()))
-}
-
-/// Writes `ca_pem` as the `caBundle` of every webhook of the configuration. A missing
-/// configuration is not an error (the webhook is not installed); the next round tries again.
-async fn inject_ca(client: &Client, managed: &Managed, ca_pem: &str) -> Result<(), CertError> {
-    let api = Api::<MutatingWebhookConfiguration>::all(client.clone());
-    let what = || format!("MutatingWebhookConfiguration {}", managed.configuration);
-    let Some(mut configuration) = api
-        .get_opt(&managed.configuration)
-        .await
-        .map_err(|source| CertError::Api { what: what(), source })?
-    else {
-        tracing::warn!(configuration = %managed.configuration, "the webhook configuration is not installed; the API server will not call the webhook");
-        return Ok(());
-    };
-    let bundle = ByteString(ca_pem.as_bytes().to_vec());
-    let mut changed = false;
-    for webhook in configuration.webhooks.iter_mut().flatten() {
-        if webhook.client_config.ca_bundle.as_ref() != Some(&bundle) {
-            webhook.client_config.ca_bundle = Some(bundle.clone());
-            changed = true;
-        }
-    }
-    if changed {
-        configuration.metadata.managed_fields = None;
-        api.replace(&managed.configuration, &PostParams::default(), &configuration)
-            .await
-            .map_err(|source| CertError::Api { what: what(), source })?;
-        tracing::info!(configuration = %managed.configuration, "wrote the webhook's CA into the configuration");
-    }
-    Ok(())
-}
-
-/// Keeps `serving` current from `source`, checking every `every`.
-pub async fn keep(client: Client, source: CertSource, serving: Arc<Serving>, every: std::time::Duration) {
-    loop {
-        match current(&client, &source, Timestamp::now()).await.and_then(|m| serving.set(&m)) {
-            Ok(()) => {}
-            Err(e) => tracing::warn!(error = %e, "the webhook's certificate is not ready; retrying"),
-        }
-        tokio::time::sleep(every).await;
-    }
+    let certified = CertifiedKey::new(chain, key);
+    certified
+        .keys_match()
+        .map_err(|e| CertError::Unusable(format!("tls.key is not the key of tls.crt: {e}")))?;
+    Ok(certified)
 }
 
 #[cfg(test)]
@@ -305,55 +162,34 @@ mod tests {
         vec!["geometer-webhook.geometer-system.svc".into(), "127.0.0.1".into()]
     }
 
-    fn secret_of(material: &Material, not_after: Timestamp, names: &[String]) -> Secret {
-        Secret {
-            metadata: ObjectMeta {
-                annotations: Some(
-                    [(NOT_AFTER.to_string(), not_after.to_string()), (NAMES.to_string(), names.join(","))]
-                        .into(),
-                ),
-                ..ObjectMeta::default()
-            },
-            data: Some(
-                [
-                    ("tls.crt", &material.cert_pem),
-                    ("tls.key", &material.key_pem),
-                    ("ca.crt", &material.ca_pem),
-                ]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), ByteString(v.clone().into_bytes())))
-                .collect(),
-            ),
-            ..Secret::default()
-        }
-    }
-
     #[test]
-    fn an_issued_certificate_is_served_and_kept_until_a_month_before_it_expires() {
+    fn serving_certificates_of_one_ca_are_usable_and_expire_after_a_year() {
         let now: Timestamp = "2026-12-04T00:00:00Z".parse().unwrap();
-        let (material, not_after) = issue(&names(), now).unwrap();
+        let ca = Ca::new(now).unwrap();
+        assert_eq!(ca.not_after, "2036-12-01T00:00:00Z".parse::<Timestamp>().unwrap());
+        let (first, not_after) = ca.issue(&names(), now).unwrap();
         assert_eq!(not_after, "2027-12-04T00:00:00Z".parse::<Timestamp>().unwrap());
-        assert!(certified_key(&material).is_ok());
-        let secret = secret_of(&material, not_after, &names());
-        assert_eq!(still_good(&secret, &names(), now), Some(material.clone()));
-        let late = not_after - SignedDuration::from_hours(29 * 24);
-        assert_eq!(still_good(&secret, &names(), late), None, "renewed 30 days before it expires");
-        assert_eq!(still_good(&secret, &names()[..1], now), None, "renewed for other names");
+        let (second, _) = ca.issue(&names(), not_after).unwrap();
+        assert!(certified_key(&first).is_ok() && certified_key(&second).is_ok());
+        assert_ne!(first, second, "a renewal is a new key and certificate");
     }
 
     #[test]
-    fn a_secret_with_a_broken_key_is_not_used() {
+    fn a_key_that_is_not_the_certificates_is_refused() {
         let now = Timestamp::now();
-        let (mut material, not_after) = issue(&names(), now).unwrap();
-        material.key_pem = "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n".into();
-        assert_eq!(still_good(&secret_of(&material, not_after, &names()), &names(), now), None);
+        let ca = Ca::new(now).unwrap();
+        let (a, _) = ca.issue(&names(), now).unwrap();
+        let (b, _) = ca.issue(&names(), now).unwrap();
+        let mixed = Material { cert_pem: a.cert_pem, key_pem: b.key_pem };
+        assert!(certified_key(&mixed).unwrap_err().to_string().contains("not the key of tls.crt"));
+        let serving = Serving::default();
+        assert!(serving.set(&mixed).is_err() && !serving.is_set(), "nothing half-presented");
     }
 
     #[test]
-    fn the_bundle_keeps_only_the_newest_previous_ca() {
-        let (a, _) = issue(&names(), Timestamp::now()).unwrap();
-        let (b, _) = issue(&names(), Timestamp::now()).unwrap();
-        let bundle = format!("{}{}", b.ca_pem, a.ca_pem);
-        assert_eq!(first_pem(&bundle).unwrap().trim(), b.ca_pem.trim());
+    fn a_bundles_first_ca_is_its_newest() {
+        let (a, b) = (Ca::new(Timestamp::now()).unwrap(), Ca::new(Timestamp::now()).unwrap());
+        let bundle = format!("{}{}", b.cert_pem, a.cert_pem);
+        assert_eq!(first_pem(&bundle).unwrap().trim(), b.cert_pem.trim());
     }
 }

@@ -13,30 +13,36 @@
 pub mod certs;
 pub mod review;
 pub mod server;
+pub mod store;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use k8s_openapi::api::core::v1::Pod;
-use kube::{Client, ResourceExt};
+use kube::Client;
 use tokio::net::TcpListener;
 
+use geometer_api::decoded::Decoded;
+use geometer_api::MigPolicy;
 use geometer_solver::catalog::Catalog;
 
 use crate::rightsizing::admission::OptIn;
 use crate::runtime::cache::{split, Caches};
+use crate::runtime::health::Health;
 use crate::runtime::metrics::Metrics;
-use certs::{CertSource, Serving};
-use review::{Inputs, Outcome};
+use certs::Serving;
+use review::{Measured, Outcome};
+use store::CertSource;
 
 /// Where the API server sends pods that opted in by their own label.
 pub const POD_PATH: &str = "/rightsize/pod";
 /// Where the API server sends pods of namespaces that opted in.
 pub const NAMESPACE_PATH: &str = "/rightsize/namespace";
-/// How often the certificate is checked (renewal, the CA in the configuration, files changed).
-const CERT_CHECK: Duration = Duration::from_secs(60);
+/// How often the certificate is checked: renewal, files changed, and the CA in the webhook
+/// configuration (a configuration deleted and re-created, or replaced by a deploy tool, has no
+/// `caBundle` until then). Two small GETs per replica.
+const CERT_CHECK: Duration = Duration::from_secs(15);
 
 /// Where the webhook listens and where its certificate comes from.
 #[derive(Debug, Clone)]
@@ -58,28 +64,42 @@ impl Drop for Webhook {
     }
 }
 
-/// Binds `settings.addr` and starts serving from `caches`.
+/// Binds `settings.addr` and starts serving from `caches`. The replica is not ready (`/readyz`)
+/// until it presents a certificate, so that the Service sends the API server only to replicas
+/// that can answer.
 pub async fn start(
     settings: &WebhookSettings,
     client: Client,
     caches: Caches,
     catalog: Arc<Catalog>,
     metrics: Arc<Metrics>,
+    health: Arc<Health>,
 ) -> std::io::Result<Webhook> {
     let listener = TcpListener::bind(settings.addr).await?;
     let serving = Arc::new(Serving::default());
     let acceptor = server::tls(serving.clone()).map_err(std::io::Error::other)?;
     let handler: server::Handler =
         Arc::new(move |path, body| handle(path, body, &caches, &catalog, &metrics));
-    let keeper = tokio::spawn(certs::keep(client, settings.certs.clone(), serving, CERT_CHECK));
+    let keeper = tokio::spawn(store::keep(client, settings.certs.clone(), serving.clone(), CERT_CHECK));
     let addr = settings.addr;
-    let server = tokio::spawn(async move {
-        if let Err(e) = server::serve(listener, acceptor, handler, std::future::pending()).await {
-            tracing::error!(%addr, error = %e, "the right-sizing webhook stopped serving");
+    let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server = {
+        let stopped = stopped.clone();
+        tokio::spawn(async move {
+            server::serve(listener, acceptor, handler, std::future::pending()).await;
+            tracing::error!(%addr, "the right-sizing webhook stopped serving");
+            stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    health.set_serving(false);
+    let readiness = tokio::spawn(async move {
+        loop {
+            health.set_serving(serving.is_set() && !stopped.load(std::sync::atomic::Ordering::SeqCst));
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
     tracing::info!(%addr, "serving the right-sizing webhook");
-    Ok(Webhook { tasks: vec![keeper, server] })
+    Ok(Webhook { tasks: vec![keeper, server, readiness] })
 }
 
 /// One request: the AdmissionReview's answer, or an error status for what is not one.
@@ -105,16 +125,22 @@ fn handle(
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     let policies = split(&caches.policies).read;
-    let mignodes = split(&caches.mignodes).read;
-    let pods: Vec<Arc<Pod>> =
-        split(&caches.pods).read.into_iter().filter(|p| p.namespace() == request.namespace).collect();
-    let inputs = Inputs {
-        policies: policies.iter().map(|p| &**p).collect(),
-        mignodes: mignodes.iter().map(|m| &**m).collect(),
-        pods: pods.iter().map(|p| &**p).collect(),
-        catalog,
+    let policies: Vec<&MigPolicy> = policies.iter().map(|p| &**p).collect();
+    let measured = |namespace: &str| Measured {
+        mignodes: split(&caches.mignodes).read,
+        pods: caches
+            .pods
+            .state()
+            .into_iter()
+            .filter_map(|p| match &*p {
+                Decoded::Read(pod) if pod.metadata.namespace.as_deref() == Some(namespace) => {
+                    Some(pod.clone())
+                }
+                _ => None,
+            })
+            .collect(),
     };
-    let (answer, outcome) = review::respond(&request, opt_in, &inputs);
+    let (answer, outcome) = review::respond(&request, opt_in, &policies, catalog, measured);
     metrics.count_admission(outcome.as_str());
     if outcome != Outcome::Unchanged {
         tracing::info!(namespace = ?request.namespace, outcome = outcome.as_str(), "right-sized a new pod at admission");
@@ -126,5 +152,5 @@ fn handle(
 }
 
 fn error(status: StatusCode, message: String) -> (StatusCode, Vec<u8>) {
-    (status, serde_json::json!({ "error": message }).to_string().into_bytes())
+    (status, server::error_body(&message))
 }

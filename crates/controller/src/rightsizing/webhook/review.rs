@@ -10,19 +10,20 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use kube::core::DynamicObject;
 use kube::ResourceExt;
 
-use geometer_api::{MigNode, MigPolicy, PodGpuUsage, Rightsizing};
+use std::sync::Arc;
+
+use geometer_api::{GpuMode, MigNode, MigPolicy, PodGpuUsage, PolicyMode, Rightsizing, RightsizingMode};
 use geometer_solver::catalog::Catalog;
 
-use crate::rightsizing::admission::{admit, OptIn};
+use crate::rightsizing::admission::{admit, candidate, OptIn};
 use crate::rightsizing::recommend::{recommend, Settings};
 
-/// What a review reads: the policies, what the agents measured, and the pods of the namespace.
-pub struct Inputs<'a> {
-    pub policies: Vec<&'a MigPolicy>,
-    pub mignodes: Vec<&'a MigNode>,
-    /// Pods of the new pod's namespace (its running siblings, and the measured pods).
-    pub pods: Vec<&'a Pod>,
-    pub catalog: &'a Catalog,
+/// What a review reads beyond the policies, loaded only for a pod right-sizing may change:
+/// what the agents measured, and the pods of the new pod's namespace (its running siblings, and
+/// the measured pods).
+pub struct Measured {
+    pub mignodes: Vec<Arc<MigNode>>,
+    pub pods: Vec<Arc<Pod>>,
 }
 
 /// What the webhook did to a pod, for the metrics.
@@ -53,59 +54,69 @@ pub fn request(body: &[u8]) -> Result<AdmissionRequest<Pod>, String> {
     review.try_into().map_err(|_| "the AdmissionReview has no request".to_string())
 }
 
-/// The policy whose `rightsizing` applies: the first by name that sets it.
-pub fn rightsizing<'a>(policies: &[&'a MigPolicy]) -> Option<&'a Rightsizing> {
-    let mut setting: Vec<&MigPolicy> =
-        policies.iter().copied().filter(|p| p.spec.rightsizing.is_some()).collect();
-    setting.sort_by_key(|p| p.name_any());
-    setting.first().and_then(|p| p.spec.rightsizing.as_ref())
+/// The policy whose `rightsizing` applies, and it: the first policy by name that sets it.
+pub fn rightsizing<'a>(policies: &[&'a MigPolicy]) -> Option<(&'a MigPolicy, &'a Rightsizing)> {
+    let mut setting: Vec<(&MigPolicy, &Rightsizing)> =
+        policies.iter().filter_map(|p| Some((*p, p.spec.rightsizing.as_ref()?))).collect();
+    setting.sort_by_key(|(p, _)| p.name_any());
+    setting.first().copied()
 }
 
-/// The answer to `request`, and what it did.
+/// The answer to `request`, and what it did. `measured` is called only for a pod right-sizing
+/// may change under a policy that turns it on (most reviews never read the pod cache).
+///
+/// Enforce only annotates, as DryRun does, where the policy never applies plans (its `mode` is
+/// DryRun) or may not put GPUs in MIG mode (`allowedModes`): no slice would be made for the pod.
 pub fn respond(
     request: &AdmissionRequest<Pod>,
     opt_in: OptIn,
-    inputs: &Inputs<'_>,
+    policies: &[&MigPolicy],
+    catalog: &Catalog,
+    measured: impl FnOnce(&str) -> Measured,
 ) -> (AdmissionReview<DynamicObject>, Outcome) {
-    let allowed = AdmissionResponse::from(request);
     let unchanged = || (AdmissionResponse::from(request).into_review(), Outcome::Unchanged);
-    let (Operation::Create, Some(pod)) = (&request.operation, &request.object) else {
+    let (Operation::Create, Some(pod), Some(namespace)) =
+        (&request.operation, &request.object, &request.namespace)
+    else {
         return unchanged();
     };
-    let Some(policy) = rightsizing(&inputs.policies) else {
+    let Some((policy, rightsizing)) = rightsizing(policies) else {
         return unchanged();
     };
+    if !candidate(pod, opt_in) {
+        return unchanged();
+    }
     // A pod made from a template has no name yet, and may have no namespace in its metadata:
     // the request carries the namespace.
     let mut pod = pod.clone();
-    if pod.metadata.namespace.is_none() {
-        pod.metadata.namespace = request.namespace.clone();
-    }
-    let usage: Vec<PodGpuUsage> = inputs.mignodes.iter().flat_map(|m| m.usage().iter().cloned()).collect();
+    pod.metadata.namespace = Some(namespace.clone());
+    let Measured { mignodes, pods } = measured(namespace);
+    let usage: Vec<PodGpuUsage> = mignodes.iter().flat_map(|m| m.usage().iter().cloned()).collect();
+    let pods: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
     let settings = Settings {
-        headroom_percent: policy.headroom_percent,
-        min_samples: policy.min_samples,
+        headroom_percent: rightsizing.headroom_percent,
+        min_samples: rightsizing.min_samples,
         percentile: false,
     };
-    let recommendations = recommend(&usage, &inputs.pods, inputs.catalog, &settings);
-    let Some(patch) = admit(&pod, policy.mode, opt_in, &recommendations, &inputs.pods) else {
+    let recommendations = recommend(&usage, &pods, catalog, &settings);
+    let makes_slices = policy.spec.mode != PolicyMode::DryRun
+        && (policy.spec.allowed_modes.is_empty() || policy.spec.allowed_modes.contains(&GpuMode::Mig));
+    let mode = if makes_slices { rightsizing.mode } else { RightsizingMode::DryRun };
+    let allowed = &policy.spec.allowed_profiles;
+    let Some(patch) = admit(&pod, mode, opt_in, allowed, &recommendations, &pods) else {
         return unchanged();
     };
-    let outcome = match policy.mode {
-        geometer_api::RightsizingMode::Enforce => Outcome::Rightsized,
-        geometer_api::RightsizingMode::DryRun => Outcome::WouldRightsize,
+    let outcome = match mode {
+        RightsizingMode::Enforce => Outcome::Rightsized,
+        RightsizingMode::DryRun => Outcome::WouldRightsize,
     };
-    let patch: json_patch::Patch = match serde_json::from_value(patch) {
-        Ok(patch) => patch,
-        Err(e) => {
-            tracing::error!(error = %e, "right-sizing built a JSON patch that does not read back; pod left alone");
-            return unchanged();
-        }
-    };
-    match allowed.with_patch(patch) {
+    let patched = serde_json::from_value::<json_patch::Patch>(patch)
+        .map_err(|e| e.to_string())
+        .and_then(|patch| AdmissionResponse::from(request).with_patch(patch).map_err(|e| e.to_string()));
+    match patched {
         Ok(response) => (response.into_review(), outcome),
         Err(e) => {
-            tracing::error!(error = %e, "cannot serialize the right-sizing patch; pod left alone");
+            tracing::error!(error = %e, "right-sizing built a patch it cannot send; pod left alone");
             unchanged()
         }
     }
@@ -153,14 +164,12 @@ mod tests {
     }
 
     fn answer(body: &[u8], policy: &MigPolicy) -> (Value, Outcome) {
-        let (pod, node) = (measured_pod(), mignode());
-        let inputs = Inputs {
-            policies: vec![policy],
-            mignodes: vec![&node],
-            pods: vec![&pod],
-            catalog: Catalog::builtin(),
+        let measured = |namespace: &str| {
+            assert_eq!(namespace, "ml", "the pods of the request's namespace are read");
+            Measured { mignodes: vec![Arc::new(mignode())], pods: vec![Arc::new(measured_pod())] }
         };
-        let (review, outcome) = respond(&request(body).unwrap(), OptIn::Pod, &inputs);
+        let request = request(body).unwrap();
+        let (review, outcome) = respond(&request, OptIn::Pod, &[policy], Catalog::builtin(), measured);
         (serde_json::to_value(review).unwrap(), outcome)
     }
 
@@ -190,6 +199,17 @@ mod tests {
         assert!(review["response"].get("patch").is_none());
         let enforce = policy(Some(json!({"mode": "Enforce"})));
         assert_eq!(answer(&body("UPDATE", labels), &enforce).1, Outcome::Unchanged);
+    }
+
+    #[test]
+    fn enforce_only_annotates_where_the_policy_makes_no_slices() {
+        let labels = json!({"pod-template-hash": "7c", "geometer.dev/rightsizing": "enabled"});
+        let mut dry_run = policy(Some(json!({"mode": "Enforce"})));
+        dry_run.spec.mode = PolicyMode::DryRun;
+        assert_eq!(answer(&body("CREATE", labels.clone()), &dry_run).1, Outcome::WouldRightsize);
+        let mut whole_only = policy(Some(json!({"mode": "Enforce"})));
+        whole_only.spec.allowed_modes = vec![GpuMode::Whole];
+        assert_eq!(answer(&body("CREATE", labels), &whole_only).1, Outcome::WouldRightsize);
     }
 
     #[test]
