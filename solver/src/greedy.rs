@@ -16,8 +16,15 @@ use crate::plan::realize::{realize, Decision};
 use crate::plan::{Plan, PlanError, PlanOptions, SolverUsed};
 use crate::snapshot::Snapshot;
 
-/// Plans with the greedy baseline. `bound` is all plannable demand (no LP is solved).
+/// Plans with the greedy baseline. `bound` is all plannable demand (no LP is solved). Gangs are
+/// held by planning again without the ones it leaves short (see [`crate::plan::gangs`]).
 pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Result<Plan, PlanError> {
+    crate::plan::gangs::all_or_nothing(snapshot, catalog, options.ignore_gangs, |s| {
+        plan_round(s, catalog, options)
+    })
+}
+
+fn plan_round(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Result<Plan, PlanError> {
     let started = Instant::now();
     let problem = Problem::new(snapshot, catalog, options)?;
     let decision = decide(&problem);

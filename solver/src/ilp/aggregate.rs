@@ -22,6 +22,8 @@ pub(crate) struct DemandClass {
     /// Pending pods in the class (0 for evictable running pods).
     pub pending: u32,
     pub running: bool,
+    /// The gang ([`Problem::gangs`]) of its pods: a gang's members are classes of their own.
+    pub gang: Option<usize>,
 }
 
 pub(crate) struct Group {
@@ -77,27 +79,29 @@ pub(crate) fn aggregate(problem: &Problem, candidates: &Candidates) -> Aggregate
     // Pods with the same constraints share one eligibility list (see prepare), so the list's
     // address identifies it; ids are handed out in pod order, so they do not depend on it.
     let mut lists: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut index: BTreeMap<(Needs, u64, bool, usize), usize> = BTreeMap::new();
-    let mut class_for = |needs: &Needs, weight: u64, running: bool, eligible: &Arc<[usize]>| -> usize {
-        let next = lists.len();
-        let list = *lists.entry(eligible.as_ptr() as usize).or_insert(next);
-        let key = (needs.clone(), weight, running, list);
-        *index.entry(key).or_insert_with(|| {
-            demand.push(DemandClass { needs: needs.clone(), weight, pending: 0, running });
-            demand_eligible.push(eligible.clone());
-            demand.len() - 1
-        })
-    };
+    #[allow(clippy::type_complexity)] // (needs, weight, running, eligibility list, gang)
+    let mut index: BTreeMap<(Needs, u64, bool, usize, Option<usize>), usize> = BTreeMap::new();
+    let mut class_for =
+        |needs: &Needs, weight: u64, running: bool, eligible: &Arc<[usize]>, gang: Option<usize>| -> usize {
+            let next = lists.len();
+            let list = *lists.entry(eligible.as_ptr() as usize).or_insert(next);
+            let key = (needs.clone(), weight, running, list, gang);
+            *index.entry(key).or_insert_with(|| {
+                demand.push(DemandClass { needs: needs.clone(), weight, pending: 0, running, gang });
+                demand_eligible.push(eligible.clone());
+                demand.len() - 1
+            })
+        };
     let mut pending_class = vec![usize::MAX; problem.pending.len()];
     let mut pending_counts: BTreeMap<usize, u32> = BTreeMap::new();
     for (i, p) in problem.plannable() {
-        let d = class_for(&p.needs, p.weight, false, &p.eligible);
+        let d = class_for(&p.needs, p.weight, false, &p.eligible, p.gang);
         pending_class[i] = d;
         *pending_counts.entry(d).or_default() += 1;
     }
     let mut running_class = BTreeMap::new();
     for (r, pod) in problem.running.iter().enumerate() {
-        running_class.insert(r, class_for(&pod.needs, 0, true, &pod.eligible));
+        running_class.insert(r, class_for(&pod.needs, 0, true, &pod.eligible, None));
     }
     for (d, count) in pending_counts {
         demand[d].pending = count;

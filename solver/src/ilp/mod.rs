@@ -42,6 +42,18 @@ pub fn plan_cached(
     options: &PlanOptions,
     cache: &GeometryCache,
 ) -> Result<Plan, PlanError> {
+    crate::plan::gangs::all_or_nothing(snapshot, catalog, options.ignore_gangs, |s| {
+        plan_round(s, catalog, options, cache)
+    })
+}
+
+/// One planning of `snapshot` (gangs held by the model; [`plan_cached`] checks the result).
+fn plan_round(
+    snapshot: &Snapshot,
+    catalog: &Catalog,
+    options: &PlanOptions,
+    cache: &GeometryCache,
+) -> Result<Plan, PlanError> {
     let started = Instant::now();
     let problem = Problem::new(snapshot, catalog, options)?;
     let deadline = problem.deadline;

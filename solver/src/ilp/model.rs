@@ -32,6 +32,7 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate, count_freed: bool) -> Mo
     let (fixed_free, fixed_total) = fixed_free_slices(problem, agg);
     let mut b = Builder::with_variables(problem, agg, count_freed);
     b.placement_rows();
+    b.gang_rows();
     b.capacity_rows(&fixed_free);
     let changed = b.changed_terms();
     b.change_limits(&changed);
@@ -156,6 +157,29 @@ impl<'p> Builder<'p> {
                 row.push((self.met[&d], -1.0));
             }
             self.lp.row(row, 0.0, 0.0);
+        }
+    }
+
+    /// All or nothing per gang: a binary `z` per gang that still needs members; its classes meet
+    /// at least `need` pods when `z` is 1 and none when it is 0.
+    fn gang_rows(&mut self) {
+        let agg = self.agg;
+        let mut members: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (&d, &met) in &self.met {
+            if let Some(g) = agg.demand[d].gang {
+                members.entry(g).or_default().push(met);
+            }
+        }
+        for (g, mets) in members {
+            let z = self.lp.var(0.0, 1.0, true);
+            let need = f64::from(self.problem.gangs[g].need);
+            let mut at_least: Vec<(usize, f64)> = mets.iter().map(|&m| (m, 1.0)).collect();
+            at_least.push((z, -need));
+            self.lp.row(at_least, 0.0, f64::INFINITY);
+            for &m in &mets {
+                let pending = self.lp.vars[m].hi;
+                self.lp.row(vec![(m, 1.0), (z, -pending)], f64::NEG_INFINITY, 0.0);
+            }
         }
     }
 

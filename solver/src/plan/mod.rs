@@ -3,6 +3,8 @@
 //! decision into a [`Plan`] with reasons and an objective that both planners score alike.
 
 pub(crate) mod assign;
+mod gang_capacity;
+pub(crate) mod gangs;
 pub(crate) mod prepare;
 pub(crate) mod realize;
 mod render;
@@ -20,7 +22,12 @@ use crate::snapshot::{PodKey, SnapshotError};
 pub struct PlanOptions {
     /// Overrides `policy.timeLimitMs`; default 10 s.
     pub time_limit: Option<Duration>,
+    /// Plan every pod on its own, as if none were in a gang (for comparisons: the simulator's
+    /// gang-unaware baseline).
+    pub ignore_gangs: bool,
 }
+
+pub use gangs::GangOutcome;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PlanError {
@@ -112,6 +119,8 @@ pub enum UnmetReason {
     Capacity { detail: String },
     /// Room could have been made but a policy limit stopped it.
     PolicyLimit { limit: String },
+    /// Its gang cannot reach its minimum in this plan, so none of its members gets slices.
+    Gang { detail: String },
 }
 
 impl UnmetReason {
@@ -130,6 +139,7 @@ impl UnmetReason {
             UnmetReason::NoEligibleNode { detail } => format!("no eligible node: {detail}"),
             UnmetReason::Capacity { detail } => format!("capacity: {detail}"),
             UnmetReason::PolicyLimit { limit } => format!("policy limit reached: {limit}"),
+            UnmetReason::Gang { detail } => detail.clone(),
         }
     }
 }
@@ -224,6 +234,9 @@ pub struct Plan {
     pub solve_ms: u64,
     /// Anything a reviewer should know: time limit hit, fallback reasons, approximations.
     pub notes: Vec<String>,
+    /// Every gang with pending members: how many the plan places, and why one is left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gangs: Vec<GangOutcome>,
 }
 
 impl Plan {

@@ -61,7 +61,13 @@ pub(crate) fn score<'p, 'a>(
     };
     let mut objective =
         Objective { evictions: assignment.evicted.len() as u32, gpus_changed, ..Objective::default() };
+    // Members of a gang that falls short of its minimum serve nothing: they would hold their
+    // slices idle, waiting.
+    let complete = super::gangs::complete(problem, &assignment.pending);
     for (i, p) in problem.pending.iter().enumerate() {
+        if p.gang.is_some_and(|g| !complete[g]) {
+            continue;
+        }
         if matches!((&p.status, &assignment.pending[i]), (PodStatus::Plannable, Some(_))) {
             if problem.is_expected(i) {
                 // Not a pod of the cluster: it only scores the room prepared for it.
@@ -172,6 +178,7 @@ impl Scored<'_, '_> {
             gap,
             solve_ms: started.elapsed().as_millis() as u64,
             notes,
+            gangs: Vec::new(),
         }
     }
 }

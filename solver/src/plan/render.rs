@@ -85,6 +85,22 @@ pub(super) fn table(plan: &Plan, catalog: &Catalog) -> String {
             let _ = writeln!(out, "  {mark} {:width$}  prio {:>6}  {req}  {what}", p.pod, p.priority);
         }
     }
+    if !plan.gangs.is_empty() {
+        let _ = writeln!(out, "\nGangs (all or nothing):");
+        for g in &plan.gangs {
+            let mark = if g.complete() { "+" } else { "x" };
+            let counted =
+                if g.counted > 0 { format!(", {} counted already", g.counted) } else { String::new() };
+            let why = g.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {mark} gang {}: {} of {} members placed{counted}{why}",
+                g.name,
+                g.counted + g.placed,
+                g.min_members
+            );
+        }
+    }
     let nodes: BTreeSet<&str> = changed.iter().map(|g| g.node.as_str()).collect();
     let placed_new = plan.pods.iter().filter(|p| p.placement == SliceSource::NewSlices).count();
     let existing = plan.pods.iter().filter(|p| p.placement == SliceSource::ExistingSlices).count();

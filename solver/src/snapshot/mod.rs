@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) use feasibility::first_failure;
 pub use feasibility::{eligibility, eligibility_after_evictions, Freeable, Ineligible};
 pub use pod_key::{PodKey, PodKeyError};
-pub use validate::SnapshotError;
+pub use validate::{SnapshotError, MAX_GANG_MEMBERS};
 
 /// A cluster as the planner sees it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -45,6 +45,26 @@ pub struct Snapshot {
     /// inventory); the plan repeats it so a reader knows the starts are a guess.
     #[serde(default)]
     pub placements_inferred: bool,
+    /// Groups of pods that run all together or not at all (a PodGroup's `minMember`, a Kueue pod
+    /// group's total count). A pending pod names its gang in `gang`; a pod in none is a gang of
+    /// one. The planner gives a gang's pending members slices only when enough of them get
+    /// slices in the same plan to reach its minimum.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gangs: Vec<Gang>,
+}
+
+/// A gang: pods that must all start together, at least `min_members` of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Gang {
+    /// `namespace/name` of the group, as its pods name it.
+    pub name: String,
+    /// Members that must run at once.
+    pub min_members: u32,
+    /// Members that count towards the minimum without slices from this plan: running ones, and
+    /// pending ones that ask for no MIG slice or whole GPU.
+    #[serde(default)]
+    pub members_counted: u32,
 }
 
 /// A managed node: the facts that decide which pods may land on it, and its GPUs.
@@ -123,6 +143,9 @@ pub struct Pod {
     /// Running pods only: carries a do-not-disrupt annotation; never evicted.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub do_not_disrupt: bool,
+    /// Pending pods only: the gang ([`Snapshot::gangs`]) it belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<String>,
 }
 
 impl Pod {

@@ -24,12 +24,34 @@ fn err(field: impl Into<String>, value: impl Into<String>, problem: impl Into<St
     SnapshotError { field: field.into(), value: value.into(), problem: problem.into() }
 }
 
+/// Largest gang minimum accepted (far above any GPU cluster's pod count per job).
+pub const MAX_GANG_MEMBERS: u32 = 100_000;
+
 impl Snapshot {
+    /// Gang names are unique and their minimums within bounds; the names.
+    fn validate_gangs(&self) -> Result<HashSet<&str>, SnapshotError> {
+        let mut names = HashSet::with_capacity(self.gangs.len());
+        for (i, gang) in self.gangs.iter().enumerate() {
+            if !names.insert(gang.name.as_str()) {
+                return Err(err(format!("gangs[{i}].name"), &gang.name, "gang listed twice"));
+            }
+            if gang.min_members == 0 || gang.min_members > MAX_GANG_MEMBERS {
+                return Err(err(
+                    format!("gangs[{i}].minMembers"),
+                    gang.min_members.to_string(),
+                    format!("a gang needs 1 to {MAX_GANG_MEMBERS} members"),
+                ));
+            }
+        }
+        Ok(names)
+    }
+
     /// Checks names, references and every current geometry against `catalog`. Linear in the
     /// snapshot: field paths are only written out for an error, and a model or geometry shared
     /// by many GPUs is looked up and checked once.
     pub fn validate(&self, catalog: &Catalog) -> Result<(), SnapshotError> {
         let node_names = self.validate_nodes(catalog)?;
+        let gangs = self.validate_gangs()?;
         let mut pods: HashSet<(&str, &str)> = HashSet::with_capacity(self.pending.len() + self.running.len());
         for (i, pod) in self.pending.iter().enumerate() {
             let at = || format!("pending[{i}]");
@@ -50,6 +72,13 @@ impl Snapshot {
             }
             if !pods.insert((&pod.namespace, &pod.name)) {
                 return Err(err(format!("{}.name", at()), pod.key().to_string(), "pod listed twice"));
+            }
+            if let Some(gang) = pod.gang.as_deref().filter(|g| !gangs.contains(g)) {
+                return Err(err(
+                    format!("{}.gang", at()),
+                    gang,
+                    "no gang of this name in `gangs`; add it with its minMembers",
+                ));
             }
         }
         for (i, pod) in self.running.iter().enumerate() {

@@ -275,7 +275,7 @@ fn the_geometry_search_of_a_model_within_the_bound_stops_at_the_plans_deadline()
         "nodes:\n- name: a\n  gpus: [{index: 0, model: WIDE-1}]\npending:\n- {namespace: ml, name: p, requests: {1g.2gb: 3}}\n",
     )
     .unwrap();
-    let options = PlanOptions { time_limit: Some(Duration::from_millis(1)) };
+    let options = PlanOptions { time_limit: Some(Duration::from_millis(1)), ..PlanOptions::default() };
     let plan = geometer_solver::plan(&snapshot, &catalog, &options).unwrap();
     assert!(
         plan.notes.iter().any(|n| n.contains("geometry search for WIDE-1 stopped at the time limit")),

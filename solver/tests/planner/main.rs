@@ -2,6 +2,7 @@
 //! exact optimiser it is checked against.
 
 mod expected;
+mod gangs;
 mod optimal;
 mod properties;
 mod scenarios;

@@ -71,7 +71,8 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(
     if snapshot.nodes.is_empty() {
         eprintln!("warning: no managed MIG nodes in the snapshot (GPU Operator labels, MIG capacity or MigNode objects)");
     }
-    let options = PlanOptions { time_limit: args.time_limit_ms.map(Duration::from_millis) };
+    let options =
+        PlanOptions { time_limit: args.time_limit_ms.map(Duration::from_millis), ..PlanOptions::default() };
     let mut plan =
         args.solver.plan(&snapshot, &catalog, &options).context("cannot plan this snapshot").map_err(bad)?;
     plan.notes.extend(warnings);

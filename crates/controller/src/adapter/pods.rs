@@ -302,6 +302,7 @@ pub fn planner_pod(
         tolerations,
         node: spec.node_name.clone().filter(|n| !n.is_empty()),
         do_not_disrupt,
+        gang: None,
     })
 }
 

@@ -223,6 +223,7 @@ mod tests {
             gap: 0.0,
             solve_ms: 7,
             notes: vec![],
+            gangs: vec![],
         }
     }
 

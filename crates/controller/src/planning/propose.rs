@@ -214,7 +214,10 @@ fn forecast(input: &RoundInput<'_>) -> Vec<geometer_solver::snapshot::Pod> {
 /// The solver options a policy asks for (its time limit).
 pub fn options(policy: &MigPolicy) -> PlanOptions {
     let limit = policy.spec.solver.time_limit_ms;
-    PlanOptions { time_limit: (limit > 0).then(|| Duration::from_millis(limit.into())) }
+    PlanOptions {
+        time_limit: (limit > 0).then(|| Duration::from_millis(limit.into())),
+        ..PlanOptions::default()
+    }
 }
 
 /// Runs the solver under the policy's time limit (ILP, greedy fallback inside), its geometry

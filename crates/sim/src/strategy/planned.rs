@@ -160,6 +160,7 @@ impl PlannerStrategy {
             }),
             placements_inferred: false,
             expected: self.forecast(view),
+            gangs: Vec::new(),
         }
     }
 
@@ -229,7 +230,7 @@ impl Strategy for PlannerStrategy {
 
     fn plan(&mut self, view: &PlanView<'_>) -> Result<Option<Replan>, StrategyError> {
         let snapshot = self.snapshot(view);
-        let options = PlanOptions { time_limit: Some(self.time_limit) };
+        let options = PlanOptions { time_limit: Some(self.time_limit), ..PlanOptions::default() };
         let fail = |reason: String| StrategyError::Plan {
             strategy: self.kind.to_string(),
             time_s: view.now as f64 / 1000.0,

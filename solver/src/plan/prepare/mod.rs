@@ -86,6 +86,15 @@ pub(crate) struct PendingInfo<'a> {
     /// (shared between pods with the same constraints).
     pub eligible: Arc<[usize]>,
     pub status: PodStatus,
+    /// Its gang ([`Problem::gangs`]), if it is in one that still needs members.
+    pub gang: Option<usize>,
+}
+
+/// A gang that still needs members: `need` of its pending members must get slices in the same
+/// plan, or none may.
+#[derive(Clone, Debug)]
+pub(crate) struct GangInfo {
+    pub need: u32,
 }
 
 #[derive(Clone)]
@@ -117,6 +126,8 @@ pub(crate) struct Problem<'a> {
     pub pending: Vec<PendingInfo<'a>>,
     /// Only the evictable ones.
     pub running: Vec<RunningInfo>,
+    /// Gangs with pending members that are not complete without them.
+    pub gangs: Vec<GangInfo>,
     /// Per node: what its evictable pods request (pods' eligibility counts it as free).
     pub freeable: Vec<Freeable>,
     /// Per node: whether its CPU or memory could bind a plan (see [`pressure`]).
@@ -224,6 +235,7 @@ impl<'a> Problem<'a> {
             gpus: layout.gpus,
             pending: Vec::new(),
             running,
+            gangs: Vec::new(),
             freeable,
             pressed: Vec::new(),
             max_gpus_changed: policy.max_gpus_changed,
@@ -236,6 +248,7 @@ impl<'a> Problem<'a> {
         let mut ctx = PendingContext { nodes: &node_order, key_index: &key_index, cache: BTreeMap::new() };
         problem.whole_floor = policy.min_whole_gpus.map_or(0, |min| min.min(problem.whole_gpus(None)));
         problem.add_pending(snapshot, &mut ctx);
+        problem.add_gangs(snapshot);
         problem.pressed = pressure::resources_may_bind(&problem);
         Ok(problem)
     }
@@ -266,6 +279,23 @@ impl<'a> Problem<'a> {
         self.pending = pending;
     }
 
+    /// The gangs that need some of their pending members, and each member's gang. A gang whose
+    /// counted members reach its minimum already is none: its pending members are planned like
+    /// any pod.
+    fn add_gangs(&mut self, snapshot: &Snapshot) {
+        let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+        for gang in &snapshot.gangs {
+            let need = gang.min_members.saturating_sub(gang.members_counted);
+            if need > 0 {
+                index.insert(&gang.name, self.gangs.len());
+                self.gangs.push(GangInfo { need });
+            }
+        }
+        for p in &mut self.pending {
+            p.gang = p.pod.gang.as_deref().and_then(|g| index.get(g).copied());
+        }
+    }
+
     fn pending_info(
         &mut self,
         pod: &'a Pod,
@@ -289,6 +319,7 @@ impl<'a> Problem<'a> {
             needs,
             eligible: Arc::from(Vec::new()),
             status: PodStatus::Plannable,
+            gang: None,
         };
         if let Some(profile) = unknown {
             info.status = PodStatus::Unmet(UnmetReason::UnknownProfile { profile });
