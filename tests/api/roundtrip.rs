@@ -119,6 +119,12 @@ fn sample_plan() -> MigPlan {
                 profile: "7g.80gb".into(),
                 reason: "no free GPU matches the pod's node selector".into(),
             }],
+            gangs: vec![geometer_api::DemandGang {
+                gang: "ml/train".into(),
+                min_members: 8,
+                members: 7,
+                reason: Some("7 of 8 placeable on eligible nodes; needs 8".into()),
+            }],
         },
         objective: 2001.5,
         bound: Some(2003.0),

@@ -39,6 +39,7 @@ fn plan_spec() -> MigPlanSpec {
                 DemandMet { pod: "ml/b".into(), profile: "3g.40gb".into(), node: "gpu-1".into() },
             ],
             unmet: vec![],
+            gangs: vec![],
         },
         objective: 2.0,
         bound: Some(2.0),

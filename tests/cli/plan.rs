@@ -178,3 +178,35 @@ fn help_describes_every_flag() {
         assert!(text.contains(flag), "{flag} missing from --help");
     }
 }
+
+#[test]
+fn gangs_declared_by_podgroups_and_kueue_are_planned_all_or_nothing() {
+    let plan = plan_json(&["--snapshot", &example("gangs.yaml")]);
+    let gang = |name: &str| {
+        plan["gangs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {plan}"))
+    };
+    // Coscheduling PodGroup minMember 4: the two GPUs hold all four workers.
+    assert_eq!(
+        (gang("ml/allreduce")["minMembers"].as_u64(), gang("ml/allreduce")["placed"].as_u64()),
+        (Some(4), Some(4))
+    );
+    for i in 0..4 {
+        assert_eq!(pod(&plan, &format!("ml/allreduce-{i}"))["node"], "h100-1");
+    }
+    // Kueue total count 3: none of it beside the larger gang, and said why.
+    assert_eq!(gang("ml/sweep")["placed"], 0);
+    assert!(
+        pod(&plan, "ml/sweep-0")["reason"]["detail"].as_str().unwrap().starts_with("gang ml/sweep: "),
+        "{plan}"
+    );
+    // Volcano PodGroup minMember 3 of whole GPUs on two GPUs: never.
+    assert!(gang("ml/big")["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("no geometry of the eligible GPUs could ever hold it"));
+}

@@ -33,8 +33,8 @@ pub use node::{
     MigNodePhase, MigNodeSpec, MigNodeStatus, PodGpuUsage, StepAction,
 };
 pub use plan::{
-    Demand, DemandMet, DemandUnmet, Eviction, GpuChange, GpuOperations, MigPlan, MigPlanPhase, MigPlanSpec,
-    MigPlanStatus, NodeChange, NodeProgress, NodeProgressPhase, PlanSummary,
+    Demand, DemandGang, DemandMet, DemandUnmet, Eviction, GpuChange, GpuOperations, MigPlan, MigPlanPhase,
+    MigPlanSpec, MigPlanStatus, NodeChange, NodeProgress, NodeProgressPhase, PlanSummary,
 };
 pub use plan::{MAX_PLAN_DEMAND_ENTRIES, MAX_PLAN_EVICTIONS, MAX_PLAN_NODES};
 pub use policy::{

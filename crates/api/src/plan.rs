@@ -222,6 +222,24 @@ pub struct Demand {
     #[serde(default)]
     #[schemars(length(max = MAX_PLAN_DEMAND_ENTRIES))]
     pub unmet: Vec<DemandUnmet>,
+    /// Gangs with pending members (PodGroups, Kueue pod groups): planned all or nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PLAN_DEMAND_ENTRIES))]
+    pub gangs: Vec<DemandGang>,
+}
+
+/// A gang in a plan: how many members it places, and why one is left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DemandGang {
+    /// `namespace/name` of the group.
+    pub gang: String,
+    pub min_members: u32,
+    /// Members running already or placed by this plan.
+    pub members: u32,
+    /// E.g. `7 of 8 placeable on eligible nodes; needs 8`; absent when the gang is complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A pending pod and the node where the plan makes a slice for it.

@@ -176,6 +176,17 @@ fn read_items<'t>(list_kind: &str, items: impl Iterator<Item = Item<'t>>) -> Obj
                 e.map_err(bad).unwrap_or_else(|e| e)
             }),
             "MigPolicy" => mig_policy_value(item.into_value(), index).map(|p| objects.policies.push(p)),
+            "PodGroup" => match super::gangs::pod_group(&item.into_value()) {
+                Ok(Some(group)) => {
+                    objects.pod_groups.push(group);
+                    Ok(())
+                }
+                Ok(None) => {
+                    *objects.ignored.entry(kind.clone()).or_default() += 1;
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
             _ => {
                 let kind = if kind.is_empty() { "(no kind)".into() } else { kind.clone() };
                 *objects.ignored.entry(kind).or_default() += 1;

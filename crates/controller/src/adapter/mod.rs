@@ -5,6 +5,7 @@
 //! inventory where there is one; otherwise from the GPU Operator's labels and the node's
 //! `nvidia.com/mig-*` capacity, with placements inferred (and the snapshot says so).
 
+pub mod gangs;
 mod list;
 pub mod mig_objects;
 pub mod nodes;
@@ -59,6 +60,8 @@ pub struct Objects {
     pub sharing: BTreeSet<String>,
     /// What pods use of the whole GPUs they hold (`MigNode.status.usage`), for right-sizing.
     pub usage: Vec<geometer_api::PodGpuUsage>,
+    /// PodGroups (coscheduling, Volcano): the minimum of each gang they declare.
+    pub pod_groups: Vec<gangs::PodGroupMin>,
 }
 
 /// A snapshot and what the reader should know about how it was made.
@@ -130,11 +133,31 @@ pub fn build_snapshot(
         classify_pods(objects, &requests, &snapshot, &do_not_disrupt, now, &mut warnings, &mut skipped);
     snapshot.pending = pending;
     snapshot.running = running;
+    add_gangs(objects, &requests, &mut snapshot, &mut warnings, &mut skipped);
     for pod in snapshot.running.iter_mut().filter(|p| objects.sharing.contains(p.key().as_str())) {
         pod.do_not_disrupt = true;
     }
     snapshot.policy = policy.map(|p| p.policy);
     Ok(Built { snapshot, warnings, skipped })
+}
+
+/// Each pending pod's gang, and the gangs with pending members.
+fn add_gangs(
+    objects: &Objects,
+    requests: &[Option<BTreeMap<String, u64>>],
+    snapshot: &mut Snapshot,
+    warnings: &mut Vec<String>,
+    skipped: &mut Vec<AdapterError>,
+) {
+    let asks: Vec<Option<bool>> =
+        requests.iter().map(|r| r.as_ref().map(|r| !pods::gpu_requests(r).is_empty())).collect();
+    let found = gangs::gangs(&objects.pods, &asks, &objects.pod_groups, warnings, skipped);
+    let mut used = BTreeSet::new();
+    for pod in &mut snapshot.pending {
+        pod.gang = found.of_pod.get(&pod.key()).cloned();
+        used.extend(pod.gang.clone());
+    }
+    snapshot.gangs = found.gangs.into_iter().filter(|g| used.contains(&g.name)).collect();
 }
 
 /// The `--policy` file's, else the first MigPolicy by name (saying so when there are more).

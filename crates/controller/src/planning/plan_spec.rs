@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::Resource;
 
 use geometer_api::{
-    Demand, DemandMet, DemandUnmet, Eviction, GpuChange, GpuOperations, MigPlanSpec, NodeChange,
+    Demand, DemandGang, DemandMet, DemandUnmet, Eviction, GpuChange, GpuOperations, MigPlanSpec, NodeChange,
     PlacedInstance, MAX_PLAN_DEMAND_ENTRIES, MAX_PLAN_EVICTIONS, MAX_PLAN_NODES,
 };
 
@@ -72,6 +72,16 @@ pub(crate) fn to_spec(policy: &str, plan: &Plan) -> MigPlanSpec {
             }
         }
     }
+    demand.gangs = plan
+        .gangs
+        .iter()
+        .map(|g| DemandGang {
+            gang: g.name.clone(),
+            min_members: g.min_members,
+            members: g.counted + g.placed,
+            reason: g.reason.clone(),
+        })
+        .collect();
     let mut spec = MigPlanSpec {
         policy: policy.to_string(),
         approved: false,
@@ -92,6 +102,7 @@ pub(crate) fn to_spec(policy: &str, plan: &Plan) -> MigPlanSpec {
     spec.evictions.truncate(MAX_PLAN_EVICTIONS);
     spec.demand.met.truncate(MAX_PLAN_DEMAND_ENTRIES);
     spec.demand.unmet.truncate(MAX_PLAN_DEMAND_ENTRIES);
+    spec.demand.gangs.truncate(MAX_PLAN_DEMAND_ENTRIES);
     spec
 }
 
