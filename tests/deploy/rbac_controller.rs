@@ -94,7 +94,7 @@ async fn controller_scenario() -> BTreeSet<Access> {
         .expect("leads in time")
         .expect("election runs");
 
-    let (caches, watches) = Caches::start(&client, Arc::new(Notify::new()));
+    let (caches, watches) = Caches::start(&client, Arc::new(Notify::new()), &[]);
     tokio::time::timeout(PATIENCE, caches.ready()).await.expect("caches fill");
     assert_eq!(caches.pods.state().len(), 1, "the pod cache holds the seeded pod");
 
@@ -179,6 +179,17 @@ async fn loop_scenario() -> BTreeSet<Access> {
         server
             .seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": ns}})).unwrap())
             .expect("namespace");
+    }
+    // The gang schedulers' PodGroup CRDs, so that the controller watches PodGroups.
+    for (group, version) in [("scheduling.x-k8s.io", "v1alpha1"), ("scheduling.volcano.sh", "v1beta1")] {
+        server
+            .seed_value(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": format!("podgroups.{group}")},
+                "spec": {"group": group, "scope": "Namespaced",
+                    "names": {"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup", "listKind": "PodGroupList"},
+                    "versions": [{"name": version, "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
+            .expect("PodGroup CRD");
     }
     for object in [
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-a"},

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 mod demo;
+mod gangs;
 mod operator;
 mod rightsizing;
 mod simcluster;

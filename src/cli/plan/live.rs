@@ -49,7 +49,14 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog) -> Result<(), Failure> {
         let mignodes: BTreeMap<String, Arc<MigNode>> = list::<MigNode>(&client).await?.into_iter().map(|m| (m.name_any(), m)).collect();
         let mut policies = list::<MigPolicy>(&client).await?;
         policies.sort_by_key(|p| p.name_any());
-        Ok::<_, Failure>(plan_all(args, &catalog, &nodes, &pods, &mignodes, &policies))
+        let (pod_groups, unreadable) = geometer_controller::list_pod_groups(&client)
+            .await
+            .map_err(|e| Failure::internal(anyhow!("cannot list PodGroups: {e}")))?;
+        for why in unreadable {
+            eprintln!("warning: {why}; its pods are planned on their own");
+        }
+        let cluster = Cluster { nodes: &nodes, pods: &pods, mignodes: &mignodes, pod_groups: &pod_groups };
+        Ok::<_, Failure>(plan_all(args, &catalog, &cluster, &policies))
     })?;
     if results.is_empty() {
         return Err(Failure::no(anyhow!(
@@ -59,14 +66,21 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog) -> Result<(), Failure> {
     output::print(args.output, &results, || render(&results, &catalog))
 }
 
+/// What `geometer plan` read from the cluster.
+struct Cluster<'a> {
+    nodes: &'a [Arc<Node>],
+    pods: &'a [Arc<Pod>],
+    mignodes: &'a BTreeMap<String, Arc<MigNode>>,
+    pod_groups: &'a [geometer_controller::adapter::gangs::PodGroupMin],
+}
+
 fn plan_all(
     args: &PlanArgs,
     catalog: &Catalog,
-    nodes: &[Arc<Node>],
-    pods: &[Arc<Pod>],
-    mignodes: &BTreeMap<String, Arc<MigNode>>,
+    cluster: &Cluster<'_>,
     policies: &[Arc<MigPolicy>],
 ) -> Vec<PolicyPlan> {
+    let Cluster { nodes, pods, mignodes, pod_groups } = *cluster;
     let facts = policy_status::node_facts(nodes, mignodes, catalog);
     let reports = policy_status::validate(policies, &facts, &policy_status::known_profiles(catalog));
     let node_map: BTreeMap<String, Arc<Node>> = nodes.iter().map(|n| (n.name_any(), n.clone())).collect();
@@ -88,6 +102,7 @@ fn plan_all(
                 nodes: &node_map,
                 mignodes,
                 pods,
+                pod_groups,
                 now: jiff::Timestamp::now(),
             };
             match round::prepare(&input, catalog) {

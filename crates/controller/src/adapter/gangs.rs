@@ -114,6 +114,14 @@ fn declared(pod: &Pod) -> Result<Option<(Source, String, Option<u32>)>, AdapterE
     Ok(Some((Source::Kueue, format!("{namespace}/{group}"), Some(min))))
 }
 
+/// Whether `pod` says it is in a gang (however well).
+pub fn declares_gang(pod: &Pod) -> bool {
+    let labels = pod.metadata.labels.as_ref();
+    let annotations = pod.metadata.annotations.as_ref();
+    labels.is_some_and(|l| l.contains_key(COSCHEDULING_LABEL) || l.contains_key(KUEUE_LABEL))
+        || annotations.is_some_and(|a| VOLCANO_ANNOTATIONS.iter().any(|k| a.contains_key(*k)))
+}
+
 /// The gangs of the cluster and the gang of each pending pod that asks for slices.
 #[derive(Debug, Default)]
 pub struct Gangs {

@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, 
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
+use crate::adapter::gangs::PodGroupMin;
 use crate::adapter::{self, pods as adapter_pods, AdapterError, Objects};
 use geometer_api::{MigNode, MigPlan, MigPlanPhase, MigPlanStatus, MigPolicy};
 
@@ -67,6 +68,8 @@ pub struct RoundInput<'a> {
     pub nodes: &'a BTreeMap<String, Arc<Node>>,
     pub mignodes: &'a BTreeMap<String, Arc<MigNode>>,
     pub pods: &'a [Arc<Pod>],
+    /// Gang minimums declared by PodGroups.
+    pub pod_groups: &'a [PodGroupMin],
     /// The round's clock, for the forecast window.
     pub now: Timestamp,
 }
@@ -138,12 +141,20 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
             Err(e) => excluded.push((name.clone(), e.to_string())),
         }
     }
-    let mut objects = Objects { inventories, advertised, sharing, ..Objects::default() };
+    let mut objects = Objects {
+        inventories,
+        advertised,
+        sharing,
+        pod_groups: input.pod_groups.to_vec(),
+        ..Objects::default()
+    };
     for name in &included {
         objects.nodes.push(input.nodes[*name].clone());
     }
     for pod in input.pods {
-        if on_nodes_or_demand(pod, &included) && adapter_pods::effective_requests(pod).is_ok() {
+        // Gang members anywhere count towards their gang's minimum.
+        let wanted = on_nodes_or_demand(pod, &included) || adapter::gangs::declares_gang(pod);
+        if wanted && adapter_pods::effective_requests(pod).is_ok() {
             objects.pods.push(pod.clone());
         }
     }

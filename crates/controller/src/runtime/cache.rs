@@ -1,5 +1,6 @@
 //! Watches and caches (kube-runtime reflectors) of everything the controller reads: pods,
-//! nodes, MigNodes, MigPolicies and MigPlans. Every change wakes the controller loop; the loop
+//! nodes, MigNodes, MigPolicies and MigPlans, and the PodGroups of the gang schedulers whose
+//! CRDs the cluster serves at start. Every change wakes the controller loop; the loop
 //! then reads whole, consistent-enough copies of the caches. Writes go to the API server and
 //! come back through the watches. Objects are cached as [`Decoded`]: one that does not decode
 //! is kept as its name and error instead of failing the whole list.
@@ -8,6 +9,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
@@ -19,6 +21,8 @@ use geometer_api::{MigNode, MigPlan, MigPolicy};
 
 use geometer_api::decoded::{Decoded, Unreadable};
 
+use crate::adapter::gangs::PodGroupMin;
+
 use super::projection::{self, Projection};
 
 /// Read handles of the caches.
@@ -29,6 +33,8 @@ pub struct Caches {
     pub mignodes: Store<Decoded<MigNode>>,
     pub policies: Store<Decoded<MigPolicy>>,
     pub plans: Store<Decoded<MigPlan>>,
+    /// PodGroups (scheduler-plugins, Volcano), one store per kind the cluster serves.
+    pub pod_groups: Vec<(ApiResource, Store<DynamicObject>)>,
 }
 
 /// A cache's objects: those read, and those that could not be.
@@ -66,15 +72,20 @@ impl Drop for Watches {
 }
 
 impl Caches {
-    /// Starts one watch per kind; each change notifies `changed`.
-    pub fn start(client: &Client, changed: Arc<Notify>) -> (Caches, Watches) {
+    /// Starts one watch per kind, and one per PodGroup kind in `pod_groups` (see
+    /// [`pod_group_kinds`]); each change notifies `changed`.
+    pub fn start(client: &Client, changed: Arc<Notify>, pod_groups: &[ApiResource]) -> (Caches, Watches) {
         let mut tasks = Vec::new();
         let pods = spawn_reflector(client, changed.clone(), &mut tasks);
         let nodes = spawn_reflector(client, changed.clone(), &mut tasks);
         let mignodes = spawn_reflector(client, changed.clone(), &mut tasks);
         let policies = spawn_reflector(client, changed.clone(), &mut tasks);
-        let plans = spawn_reflector(client, changed, &mut tasks);
-        (Caches { pods, nodes, mignodes, policies, plans }, Watches { tasks })
+        let plans = spawn_reflector(client, changed.clone(), &mut tasks);
+        let pod_groups = pod_groups
+            .iter()
+            .map(|ar| (ar.clone(), spawn_dynamic_reflector(client, ar, changed.clone(), &mut tasks)))
+            .collect();
+        (Caches { pods, nodes, mignodes, policies, plans, pod_groups }, Watches { tasks })
     }
 
     /// Waits until every cache holds a full list.
@@ -86,7 +97,82 @@ impl Caches {
         let _ = self.mignodes.wait_until_ready().await;
         let _ = self.policies.wait_until_ready().await;
         let _ = self.plans.wait_until_ready().await;
+        for (_, store) in &self.pod_groups {
+            let _ = store.wait_until_ready().await;
+        }
     }
+}
+
+/// The PodGroup kinds of the gang schedulers the cluster serves (scheduler-plugins'
+/// `scheduling.x-k8s.io`, Volcano's `scheduling.volcano.sh`), each at its preferred version. A
+/// scheduler installed later is seen when the controller restarts.
+pub async fn pod_group_kinds(client: &Client) -> Vec<ApiResource> {
+    use crate::adapter::gangs::{COSCHEDULING_GROUP, VOLCANO_GROUP};
+    let mut kinds = Vec::new();
+    for group in [COSCHEDULING_GROUP, VOLCANO_GROUP] {
+        match kube::discovery::group(client, group).await {
+            Ok(served) => kinds.extend(served.recommended_kind("PodGroup").map(|(ar, _)| ar)),
+            Err(e) => tracing::debug!(group, error = %e, "no PodGroups of this group served"),
+        }
+    }
+    if !kinds.is_empty() {
+        tracing::info!(kinds = ?kinds.iter().map(|k| k.api_version.clone()).collect::<Vec<_>>(), "watching PodGroups for gangs");
+    }
+    kinds
+}
+
+/// Every PodGroup the cluster serves, read once (`geometer plan` against a live cluster), and
+/// the ones that cannot be read, each naming its field and value.
+pub async fn list_pod_groups(client: &Client) -> Result<(Vec<PodGroupMin>, Vec<String>), kube::Error> {
+    let (mut groups, mut bad) = (Vec::new(), Vec::new());
+    for ar in pod_group_kinds(client).await {
+        let list = Api::<DynamicObject>::all_with(client.clone(), &ar).list(&Default::default()).await?;
+        for object in list.items {
+            match pod_group_of(&object, &ar) {
+                Ok(Some(group)) => groups.push(group),
+                Ok(None) => {}
+                Err(e) => bad.push(e.to_string()),
+            }
+        }
+    }
+    Ok((groups, bad))
+}
+
+/// A cached or listed PodGroup read as the adapter reads one from a List.
+pub(crate) fn pod_group_of(
+    object: &DynamicObject,
+    ar: &ApiResource,
+) -> Result<Option<PodGroupMin>, crate::adapter::AdapterError> {
+    let mut value = serde_json::to_value(object).unwrap_or_default();
+    value["apiVersion"] = ar.api_version.clone().into();
+    value["kind"] = ar.kind.clone().into();
+    crate::adapter::gangs::pod_group(&value)
+}
+
+fn spawn_dynamic_reflector(
+    client: &Client,
+    ar: &ApiResource,
+    changed: Arc<Notify>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Store<DynamicObject> {
+    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let reader = writer.as_reader();
+    let kind = ar.api_version.clone();
+    let stream = watcher(Api::<DynamicObject>::all_with(client.clone(), ar), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer);
+    tasks.push(tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => changed.notify_one(),
+                Err(e) => {
+                    tracing::warn!(kind = %kind, error = %e, "PodGroup watch failed; retrying with backoff")
+                }
+            }
+        }
+    }));
+    reader
 }
 
 fn spawn_reflector<K>(

@@ -40,7 +40,8 @@ pub async fn run(
 ) -> Result<(), RunError> {
     tokio::pin!(shutdown);
     let changed = Arc::new(Notify::new());
-    let (caches, _watches) = Caches::start(&client, changed.clone());
+    let pod_groups = crate::runtime::cache::pod_group_kinds(&client).await;
+    let (caches, _watches) = Caches::start(&client, changed.clone(), &pod_groups);
     let _webhook = match &settings.webhook {
         Some(webhook) => Some(
             crate::rightsizing::webhook::start(

@@ -50,6 +50,29 @@ impl BadObject {
         }
     }
 
+    /// An object of a kind known only at run time (a PodGroup) whose content cannot be used.
+    pub(crate) fn invalid_dynamic(
+        object: &kube::core::DynamicObject,
+        ar: &kube::core::ApiResource,
+        why: String,
+    ) -> BadObject {
+        let meta = &object.metadata;
+        BadObject {
+            kind: "PodGroup",
+            reference: ObjectReference {
+                api_version: Some(ar.api_version.clone()),
+                kind: Some(ar.kind.clone()),
+                name: meta.name.clone(),
+                namespace: meta.namespace.clone(),
+                uid: meta.uid.clone(),
+                resource_version: meta.resource_version.clone(),
+                ..ObjectReference::default()
+            },
+            why,
+            unreadable: false,
+        }
+    }
+
     /// An object that decoded but whose content cannot be used; `why` names the field.
     pub(crate) fn invalid<K: Resource<DynamicType = ()>>(object: &K, why: String) -> BadObject {
         BadObject { kind: kind_name::<K>(), reference: object.object_ref(&()), why, unreadable: false }

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPlanPhase, MigPolicy};
 
+use crate::adapter::gangs::PodGroupMin;
 use crate::adapter::{nodes as adapter_nodes, pods as adapter_pods, AdapterError};
 use crate::planning::batching::{BatchWindows, Batcher};
 use crate::planning::propose;
@@ -34,6 +35,8 @@ struct Seen {
     mignodes: BTreeMap<String, Arc<MigNode>>,
     policies: Vec<Arc<MigPolicy>>,
     plans: Vec<Arc<MigPlan>>,
+    /// Gang minimums declared by PodGroups.
+    pod_groups: Vec<PodGroupMin>,
     /// Objects left out of this pass, and why.
     bad: Vec<BadObject>,
 }
@@ -88,7 +91,24 @@ impl Controller {
         }
         policies.sort_by_key(|p| p.name_any());
         plans.sort_by_key(|p| (p.creation_timestamp().map(|t| t.0), p.name_any()));
-        Seen { pods, nodes: by_name(nodes), mignodes: by_name(mignodes), policies, plans, bad }
+        let pod_groups = self.pod_groups(&mut bad);
+        Seen { pods, nodes: by_name(nodes), mignodes: by_name(mignodes), policies, plans, pod_groups, bad }
+    }
+
+    /// The cached PodGroups' minimums; one that cannot be read is reported and left out (its
+    /// pods are planned on their own).
+    fn pod_groups(&self, bad: &mut Vec<BadObject>) -> Vec<PodGroupMin> {
+        let mut out = Vec::new();
+        for (ar, store) in &self.caches.pod_groups {
+            for object in store.state() {
+                match cache::pod_group_of(&object, ar) {
+                    Ok(Some(group)) => out.push(group),
+                    Ok(None) => {}
+                    Err(e) => bad.push(BadObject::invalid_dynamic(&object, ar, e.to_string())),
+                }
+            }
+        }
+        out
     }
 
     /// One pass; returns when the next pass is due even if nothing changes.
@@ -246,6 +266,7 @@ impl Controller {
             nodes: &seen.nodes,
             mignodes: &seen.mignodes,
             pods: &seen.pods,
+            pod_groups: &seen.pod_groups,
             now,
         };
         let started = Instant::now();
