@@ -44,6 +44,7 @@ impl World {
             nodes: &self.nodes,
             mignodes: &self.mignodes,
             pods: &self.pods,
+            pod_groups: &[],
             now: now(),
         };
         prepare(&input, Catalog::builtin()).unwrap()
