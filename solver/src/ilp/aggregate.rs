@@ -228,6 +228,16 @@ impl Split {
         };
         let pooled_multi_slice = take(multi, &mut alone, MAX_NODES_ON_THEIR_OWN);
         let pooled_resources = take(bound, &mut alone, MAX_RESOURCE_NODES_ON_THEIR_OWN);
+        // Nodes a gang's members may land on, so that the model can count the nodes a gang
+        // spreads over (its last level); where there are too many, they stay pooled and the
+        // gang is only kept to few node groups.
+        let gang: BTreeSet<usize> = per_node
+            .iter()
+            .enumerate()
+            .filter(|(_, sig)| sig.iter().any(|d| demand[*d].gang.is_some()))
+            .map(|(n, _)| n)
+            .collect();
+        let _ = take(gang, &mut alone, MAX_NODES_ON_THEIR_OWN);
         Split { alone, pooled_multi_slice, pooled_resources }
     }
 }

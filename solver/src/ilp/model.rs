@@ -22,7 +22,8 @@ pub(crate) struct Model {
     pub x: Vec<Vec<usize>>,
     /// `(demand class, group) -> variable`.
     pub y: BTreeMap<(usize, usize), usize>,
-    /// In order: demand met, evictions, expected demand, GPUs changed, headroom, free ranges.
+    /// In order: demand met, evictions, expected demand, GPUs changed, headroom, free ranges,
+    /// and where there are gangs, the node groups their members spread over.
     pub levels: Vec<Level>,
 }
 
@@ -38,7 +39,12 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate, count_freed: bool) -> Mo
     b.change_limits(&changed);
     b.whole_floor_row();
     let headroom = b.headroom_rows(&fixed_total);
-    let levels = b.levels(&changed, headroom);
+    let spread = b.gang_spread();
+    let mut levels = b.levels(&changed, headroom);
+    if !spread.is_empty() {
+        let range = spread.len() as f64;
+        levels.push(Level { name: "gang spread", coefs: spread, range });
+    }
     Model { lp: b.lp, x: b.x, y: b.y, levels }
 }
 
@@ -181,6 +187,26 @@ impl<'p> Builder<'p> {
                 self.lp.row(vec![(m, 1.0), (z, -pending)], f64::NEG_INFINITY, 0.0);
             }
         }
+    }
+
+    /// Per gang class and node group, a binary that is 1 where any of the class's pods land
+    /// there: the last level keeps their number down, so that a gang's members land on few
+    /// nodes when that costs nothing else. Returns the level's terms.
+    fn gang_spread(&mut self) -> Vec<(usize, f64)> {
+        let agg = self.agg;
+        let mut terms = Vec::new();
+        let gang_y: Vec<(usize, f64)> = self
+            .y
+            .iter()
+            .filter(|((d, _), _)| agg.demand[*d].gang.is_some() && !agg.demand[*d].running)
+            .map(|(_, &v)| (v, self.lp.vars[v].hi))
+            .collect();
+        for (y, most) in gang_y {
+            let used = self.lp.var(0.0, 1.0, true);
+            self.lp.row(vec![(y, 1.0), (used, -most)], f64::NEG_INFINITY, 0.0);
+            terms.push((used, -1.0));
+        }
+        terms
     }
 
     /// Slices per group and profile; CPU and memory per group.

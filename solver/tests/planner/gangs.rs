@@ -155,3 +155,41 @@ fn a_completable_gang_is_planned_whole() {
         unaware.pods.iter().filter(|p| p.node.is_some() && p.pod.as_str().starts_with("ml/w-")).count();
     assert_eq!(members, 2, "{}", unaware.render_table());
 }
+
+#[test]
+fn a_gangs_members_land_on_as_few_nodes_as_cost_nothing_else() {
+    // Four 3g.40gb workers: the GPUs of nodes a and b would do, as would both of c's.
+    let s = snapshot(
+        r#"
+nodes:
+- name: a
+  gpus:
+  - {index: 0, model: H100-80GB, instances: [{profile: 7g.80gb, start: 0}]}
+- name: b
+  gpus:
+  - {index: 0, model: H100-80GB, instances: [{profile: 7g.80gb, start: 0}]}
+- name: c
+  gpus:
+  - {index: 0, model: H100-80GB, instances: [{profile: 7g.80gb, start: 0}]}
+  - {index: 1, model: H100-80GB, instances: [{profile: 7g.80gb, start: 0}]}
+pending:
+- {namespace: ml, name: w-0, requests: {3g.40gb: 1}, gang: ml/job}
+- {namespace: ml, name: w-1, requests: {3g.40gb: 1}, gang: ml/job}
+- {namespace: ml, name: w-2, requests: {3g.40gb: 1}, gang: ml/job}
+- {namespace: ml, name: w-3, requests: {3g.40gb: 1}, gang: ml/job}
+gangs:
+- {name: ml/job, minMembers: 4}
+"#,
+    );
+    let plan = ilp(&s);
+    let nodes: std::collections::BTreeSet<&str> =
+        plan.pods.iter().filter_map(|p| p.node.as_deref()).collect();
+    assert_eq!(plan.objective.pods_met, 4, "{}", plan.render_table());
+    assert_eq!(plan.objective.gpus_changed, 2, "{}", plan.render_table());
+    assert_eq!(
+        nodes.into_iter().collect::<Vec<_>>(),
+        ["c"],
+        "one node holds the whole gang: {}",
+        plan.render_table()
+    );
+}
