@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes control plane that the end-to-end suite runs against:
 # kube-apiserver, kube-scheduler and kube-controller-manager from the k8s.io/kubernetes module,
-# and etcd from go.etcd.io/etcd/server/v3, into a cache folder keyed by version. Nothing built
-# here is committed; a second run with the binaries present does nothing.
+# and etcd from go.etcd.io/etcd/server/v3, into a cache folder keyed by version; and, into the
+# same folder, helm from helm.sh/helm/v3 (the chart tests). Nothing built here is committed; a
+# second run with the binaries present does nothing.
 #
 #   scripts/k8s-control-plane.sh          build (or reuse) and print the bin folder
 #   scripts/k8s-control-plane.sh --print  print the bin folder without building
@@ -17,6 +18,7 @@ set -euo pipefail
 
 K8S_VERSION="${GEOMETER_K8S_VERSION:-v1.33.13}"
 ETCD_VERSION="${GEOMETER_ETCD_VERSION:-v3.6.16}"
+HELM_VERSION="${GEOMETER_HELM_VERSION:-v3.17.3}"
 CACHE_ROOT="${GEOMETER_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/geometer/control-plane}"
 BIN="$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
 BINARIES=(kube-apiserver kube-scheduler kube-controller-manager etcd)
@@ -29,7 +31,7 @@ fi
 have_all() {
   for b in "${BINARIES[@]}"; do [ -x "$BIN/$b" ] || return 1; done
 }
-if have_all; then
+if have_all && [ -x "$BIN/helm" ]; then
   echo "$BIN"
   exit 0
 fi
@@ -103,9 +105,22 @@ EOF
   go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3
 }
 
-echo "k8s-control-plane: building Kubernetes $K8S_VERSION and etcd $ETCD_VERSION into $BIN" >&2
-(build_kubernetes)
-(build_etcd)
-have_all || { echo "k8s-control-plane: build finished without every binary in $BIN" >&2; exit 1; }
+# helm's module has no replace directives, so `go install` builds it as released.
+build_helm() {
+  GOBIN="$BIN" go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+}
+
+if ! have_all; then
+  echo "k8s-control-plane: building Kubernetes $K8S_VERSION and etcd $ETCD_VERSION into $BIN" >&2
+  (build_kubernetes)
+  (build_etcd)
+  have_all || { echo "k8s-control-plane: build finished without every binary in $BIN" >&2; exit 1; }
+fi
+if [ ! -x "$BIN/helm" ]; then
+  echo "k8s-control-plane: building helm $HELM_VERSION into $BIN" >&2
+  (build_helm)
+  [ -x "$BIN/helm" ] || { echo "k8s-control-plane: helm was not built into $BIN" >&2; exit 1; }
+fi
 echo "k8s-control-plane: built in $(( $(date +%s) - started ))s ($(du -sh "$BIN" | cut -f1))" >&2
 echo "$BIN"

@@ -8,7 +8,7 @@ use deploy_support::{read, repo};
 use geometer_api as api;
 
 const REGENERATE: &str =
-    "regenerate both with `cargo run -- crds --out-dir crds && cargo run -- crds --out-dir deploy/base/crds`";
+    "regenerate them with `cargo run -- crds --out-dir crds && cargo run -- crds --out-dir deploy/base/crds && cargo run -- crds --out-dir deploy/helm/geometer/crds`";
 
 #[test]
 fn deploy_base_crds_are_the_generated_crds() {

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 mod crds;
+mod helm;
 mod operator_image;
 mod rbac;
 mod rbac_controller;

@@ -11,6 +11,7 @@ mod demand_shift;
 mod demo;
 mod differential;
 mod disruption;
+mod helm;
 mod leader;
 mod review;
 mod rightsizing;

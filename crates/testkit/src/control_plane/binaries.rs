@@ -48,3 +48,16 @@ pub fn binaries() -> Result<Binaries, String> {
     }
     Ok(bins)
 }
+
+/// `helm`, built into the control plane's folder by the same script, or what is missing.
+pub fn helm() -> Result<PathBuf, String> {
+    let helm = folder()?.join("helm");
+    if helm.is_file() {
+        Ok(helm)
+    } else {
+        Err(format!(
+            "helm is not built ({} is missing); run scripts/k8s-control-plane.sh (make test does)",
+            helm.display()
+        ))
+    }
+}
