@@ -275,6 +275,7 @@ impl Agent {
 
     /// Writes `status` if it differs from what the server has; remembers the result.
     pub(crate) async fn write_status(&mut self, status: &MigNodeStatus) -> Result<(), StepError> {
+        self.metrics.phase(status.phase);
         let server = self.mem.mignode.as_ref().and_then(|m| m.status.as_ref());
         let Some(patch) = status_patch(server, status) else { return Ok(()) };
         let updated = self
@@ -337,6 +338,9 @@ impl Agent {
         let Some(mignode) = self.mem.mignode.clone() else { return };
         let generation = mignode.metadata.generation;
         let mut status = mignode.status.clone().unwrap_or_default();
+        if let (StepError::Nvml(_), Some(step)) = (error, &status.step) {
+            self.metrics.nvml_error(step.action);
+        }
         let now = self.clock.now();
         let mut message =
             format!("{error}. Retrying in {}s (attempt {}).", retry_in.as_secs().max(1), self.mem.failures);

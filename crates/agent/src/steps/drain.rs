@@ -98,6 +98,7 @@ impl Agent {
         match eviction::evict(&self.client, pod).await? {
             EvictionOutcome::Evicted => {
                 self.mem.evictions.remove(pod_ref);
+                self.metrics.evicted();
                 let note = format!("evicted {pod_ref}: its MIG instance is being removed");
                 self.event(EventType::Normal, "Evicted", "Evict", note, None).await;
             }
@@ -145,6 +146,7 @@ impl Agent {
         if let Some(deadline) = deadline {
             held.pause = held.pause.min(self.clock.until(deadline).max(Duration::from_millis(1)));
         }
+        self.metrics.set_drain_blocked(held.reason);
         let (blocked, reason, message) = match held.reason {
             Some(reason) => {
                 let mut message = held.blocked.join("; ");

@@ -41,6 +41,17 @@ struct NamespaceLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SliceLabel {
+    profile: String,
+    policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabel {
+    policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: String,
 }
@@ -80,6 +91,11 @@ pub struct Metrics {
     leader: Gauge,
     reclaimable: Family<NamespaceLabel, Gauge>,
     admissions: Family<OutcomeLabel, Counter>,
+    advertised: Family<SliceLabel, Gauge>,
+    allocated: Family<SliceLabel, Gauge>,
+    demand_age: Family<ProfileLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    plan_apply: Histogram,
+    gap: Family<PolicyLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -130,6 +146,37 @@ impl Metrics {
             "Pods the right-sizing webhook answered, by outcome (rightsized, would_rightsize, unchanged)",
             admissions.clone(),
         );
+        let advertised = Family::<SliceLabel, Gauge>::default();
+        registry.register(
+            "mig_slices_advertised",
+            "MIG slices (and whole GPUs, profile whole) that exist on the policy's nodes, by profile",
+            advertised.clone(),
+        );
+        let allocated = Family::<SliceLabel, Gauge>::default();
+        registry.register(
+            "mig_slices_allocated",
+            "MIG slices (and whole GPUs) the kubelet gave to pods on the policy's nodes, by profile",
+            allocated.clone(),
+        );
+        let demand_age = Family::<ProfileLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "demand_oldest_seconds",
+            "Seconds the oldest pending pod asking for the profile has existed",
+            demand_age.clone(),
+        );
+        // 10 s .. ~2.8 h: a plan drains and repartitions nodes one batch after another.
+        let plan_apply = Histogram::new(exponential_buckets(10.0, 2.0, 11));
+        registry.register(
+            "plan_apply_seconds",
+            "Seconds from a MigPlan's publication to its last node finishing, for plans that succeeded",
+            plan_apply.clone(),
+        );
+        let gap = Family::<PolicyLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "plan_gap_ratio",
+            "The last round's (bound - demand met) / bound: 0 when the plan is proven optimal",
+            gap.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
             plans,
@@ -141,6 +188,11 @@ impl Metrics {
             leader,
             reclaimable,
             admissions,
+            advertised,
+            allocated,
+            demand_age,
+            plan_apply,
+            gap,
         }
     }
 
@@ -149,6 +201,32 @@ impl Metrics {
         for (namespace, n) in counts {
             self.reclaimable.get_or_create(&NamespaceLabel { namespace: namespace.clone() }).set(*n);
         }
+    }
+
+    /// `(profile, policy) -> (advertised, allocated)`.
+    pub fn set_slices(&self, slices: &BTreeMap<(String, String), (i64, i64)>) {
+        self.advertised.clear();
+        self.allocated.clear();
+        for ((profile, policy), (advertised, allocated)) in slices {
+            let label = SliceLabel { profile: profile.clone(), policy: policy.clone() };
+            self.advertised.get_or_create(&label).set(*advertised);
+            self.allocated.get_or_create(&label).set(*allocated);
+        }
+    }
+
+    pub fn set_demand_age(&self, oldest: &BTreeMap<String, f64>) {
+        self.demand_age.clear();
+        for (profile, seconds) in oldest {
+            self.demand_age.get_or_create(&ProfileLabel { profile: profile.clone() }).set(*seconds);
+        }
+    }
+
+    pub fn observe_plan_applied(&self, seconds: f64) {
+        self.plan_apply.observe(seconds);
+    }
+
+    pub fn set_gap(&self, policy: &str, gap: f64) {
+        self.gap.get_or_create(&PolicyLabel { policy: policy.to_string() }).set(gap);
     }
 
     pub fn count_admission(&self, outcome: &str) {

@@ -23,6 +23,7 @@ use crate::policy::validation::{KnownProfiles, PolicyReport};
 use crate::rollout::lifecycle::{reconcile_plan, PlanInputs};
 use crate::runtime::cache::{self, Caches};
 use crate::runtime::execute::Executor;
+use crate::runtime::fleet;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::quarantine::{self, BadObject, Quarantine};
 use crate::runtime::settings::Settings;
@@ -54,6 +55,8 @@ pub(crate) struct Controller {
     geometries: Arc<GeometryCache>,
     /// Bad objects already reported.
     quarantine: Quarantine,
+    /// Succeeded plans already timed (`plan_apply_seconds`); `None` until the first pass.
+    timed_plans: Option<std::collections::BTreeSet<String>>,
 }
 
 impl Controller {
@@ -68,6 +71,7 @@ impl Controller {
             batchers: BTreeMap::new(),
             newest_seen: BTreeMap::new(),
             quarantine: Quarantine::default(),
+            timed_plans: None,
         }
     }
 
@@ -139,6 +143,9 @@ impl Controller {
         let before_rounds_ms = started.elapsed().as_millis() as u64;
         wake = wake.min(self.rounds(&seen, &reports, &newest, &demand, now).await);
         self.count(&seen, &reports, &demand);
+        for seconds in fleet::newly_succeeded(&seen.plans, &mut self.timed_plans) {
+            self.metrics.observe_plan_applied(seconds);
+        }
         tracing::debug!(
             read_ms,
             before_rounds_ms,
@@ -300,6 +307,7 @@ impl Controller {
             }
         };
         self.metrics.observe_solve(solved.solve_ms as f64 / 1000.0);
+        self.metrics.set_gap(&policy.name_any(), solved.gap);
         let solved_at = Instant::now();
         let pods: BTreeMap<geometer_solver::PodKey, &Pod> =
             seen.pods.iter().map(|p| (crate::adapter::pods::key(p), &**p)).collect();
@@ -364,6 +372,8 @@ impl Controller {
         self.metrics.set_gpus_by_state(&gpus);
         self.metrics.set_skipped_by_kind(&quarantine::count_by_kind(&seen.bad));
         self.metrics.set_reclaimable_by_namespace(&self.reclaimable(seen));
+        self.metrics.set_slices(&fleet::slices(&seen.mignodes, reports));
+        self.metrics.set_demand_age(&fleet::oldest_demand(&seen.pods, demand, Timestamp::now()));
     }
 
     /// Whole GPUs right-sizing would give back, by namespace, with the default settings of
