@@ -2,7 +2,8 @@
 # Builds the real Kubernetes control plane that the end-to-end suite runs against:
 # kube-apiserver, kube-scheduler and kube-controller-manager from the k8s.io/kubernetes module,
 # and etcd from go.etcd.io/etcd/server/v3, into a cache folder keyed by version; and, into the
-# same folder, helm from helm.sh/helm/v3 (the chart tests). Nothing built here is committed; a
+# same folder, helm from helm.sh/helm/v3 (the chart tests) and promtool from
+# github.com/prometheus/prometheus (the alert and metrics checks). Nothing built here is committed; a
 # second run with the binaries present does nothing.
 #
 #   scripts/k8s-control-plane.sh          build (or reuse) and print the bin folder
@@ -19,6 +20,9 @@ set -euo pipefail
 K8S_VERSION="${GEOMETER_K8S_VERSION:-v1.33.13}"
 ETCD_VERSION="${GEOMETER_ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${GEOMETER_HELM_VERSION:-v3.17.3}"
+# Prometheus 3.x is tagged v0.3xx.y as a Go module.
+PROMETHEUS_VERSION="${GEOMETER_PROMETHEUS_VERSION:-v0.316.0}"
+TOOLS=(helm promtool)
 CACHE_ROOT="${GEOMETER_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/geometer/control-plane}"
 BIN="$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
 BINARIES=(kube-apiserver kube-scheduler kube-controller-manager etcd)
@@ -31,7 +35,10 @@ fi
 have_all() {
   for b in "${BINARIES[@]}"; do [ -x "$BIN/$b" ] || return 1; done
 }
-if have_all && [ -x "$BIN/helm" ]; then
+have_tools() {
+  for b in "${TOOLS[@]}"; do [ -x "$BIN/$b" ] || return 1; done
+}
+if have_all && have_tools; then
   echo "$BIN"
   exit 0
 fi
@@ -120,7 +127,11 @@ fi
 if [ ! -x "$BIN/helm" ]; then
   echo "k8s-control-plane: building helm $HELM_VERSION into $BIN" >&2
   (build_helm)
-  [ -x "$BIN/helm" ] || { echo "k8s-control-plane: helm was not built into $BIN" >&2; exit 1; }
 fi
+if [ ! -x "$BIN/promtool" ]; then
+  echo "k8s-control-plane: building promtool (prometheus $PROMETHEUS_VERSION) into $BIN" >&2
+  (GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION")
+fi
+have_tools || { echo "k8s-control-plane: helm or promtool was not built into $BIN" >&2; exit 1; }
 echo "k8s-control-plane: built in $(( $(date +%s) - started ))s ($(du -sh "$BIN" | cut -f1))" >&2
 echo "$BIN"

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use geometer_testkit::control_plane::{helm, REQUIRE_ENV};
+use geometer_testkit::control_plane::{helm, tool_or_skip};
 use geometer_testkit::deploy::{kubectl_available, read, render, repo};
 use serde_json::Value;
 
@@ -19,16 +19,8 @@ const KUBE_VERSION: &str = "1.33.0";
 const HELM_LABELS: [&str; 3] =
     ["app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "helm.sh/chart"];
 
-/// helm, or `None` (the test skips, saying so) unless the control plane is required.
 fn helm_or_skip() -> Option<PathBuf> {
-    match helm() {
-        Ok(helm) => Some(helm),
-        Err(why) if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") => panic!("{why}"),
-        Err(why) => {
-            eprintln!("SKIPPED: {why}");
-            None
-        }
-    }
+    tool_or_skip(helm())
 }
 
 fn run(helm: &PathBuf, args: &[&str]) -> std::process::Output {
@@ -176,9 +168,12 @@ fn a_wrong_value_fails_naming_it() {
 #[test]
 fn the_optional_objects_render_when_asked() {
     let Some(helm) = helm_or_skip() else { return };
-    let objects = template(&helm, &["serviceMonitor.enabled=true", "policy.mode=Auto"]);
+    let objects =
+        template(&helm, &["serviceMonitor.enabled=true", "prometheusRule.enabled=true", "policy.mode=Auto"]);
     let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
     assert!(kinds.contains(&"ServiceMonitor") && kinds.contains(&"PodMonitor"), "{kinds:?}");
+    let rule = objects.iter().find(|o| o["kind"] == "PrometheusRule").expect("the alerts");
+    assert_eq!(rule["spec"]["groups"][0]["rules"].as_array().map(Vec::len), Some(6), "{rule}");
     let policy = objects.iter().find(|o| o["kind"] == "MigPolicy").expect("the default policy");
     assert_eq!(policy["spec"]["mode"], "Auto");
 }

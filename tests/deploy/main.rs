@@ -3,6 +3,7 @@
 
 mod crds;
 mod helm;
+mod monitoring;
 mod operator_image;
 mod rbac;
 mod rbac_controller;

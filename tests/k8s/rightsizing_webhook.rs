@@ -14,6 +14,7 @@
 use geometer_api::{MigNode, PolicyMode, Rightsizing, RightsizingMode};
 use geometer_controller::rightsizing::admission::{OPT_IN, RIGHTSIZED};
 use geometer_simcluster::MigPod;
+use geometer_testkit::control_plane::{promtool, tool_or_skip};
 use geometer_testkit::e2e::policy;
 use geometer_testkit::real_cluster::{loopback_port, RealCluster, NS};
 use geometer_testkit::wait::wait_until;
@@ -152,6 +153,37 @@ async fn opted_in_pods_are_admitted_asking_for_their_measured_slice() {
     replica.metadata.owner_references = sibling.metadata.owner_references.clone();
     let admitted = admitted_while(&pods, &replica).await;
     assert_eq!(limits(&admitted), ["nvidia.com/mig-1g.10gb"], "{:?}", admitted.metadata);
+
+    // Two replicas and the namespace's pod were right-sized. What the controller and an agent serve passes `promtool check metrics` (Prometheus'
+    // naming rules), and says what happened.
+    let controller = k8s.scrape("controller-0");
+    let agent = k8s.scrape("gpu-1");
+    assert!(
+        controller.contains("geometer_rightsizing_admissions_total{outcome=\"rightsized\"} 3"),
+        "{controller}"
+    );
+    assert!(controller.contains("geometer_mig_slices_allocated{"), "{controller}");
+    assert!(agent.contains("geometer_agent_phase_seconds_bucket{"), "{agent}");
+    if let Some(promtool) = tool_or_skip(promtool()) {
+        for (who, text) in [("controller", &controller), ("agent", &agent)] {
+            let mut child = std::process::Command::new(&promtool)
+                .args(["check", "metrics"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("promtool runs");
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "promtool check metrics on the {who}:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
 
     // Geometer down: an opted-in pod is created unchanged, not refused.
     k8s.kill_controller("controller-0");

@@ -29,6 +29,8 @@ pub struct RealCluster {
     geometer: PathBuf,
     agents: BTreeMap<String, Process>,
     controllers: BTreeMap<String, Process>,
+    /// The `/metrics` port of each agent (by node) and controller (by replica name).
+    metrics_ports: BTreeMap<String, u16>,
     /// Agent and controller starts so far, to keep every log.
     starts: u32,
     /// Dropped last: the processes above stop before the control plane does.
@@ -70,6 +72,7 @@ impl RealCluster {
             geometer: geometer.to_path_buf(),
             agents: BTreeMap::new(),
             controllers: BTreeMap::new(),
+            metrics_ports: BTreeMap::new(),
             starts: 0,
             cp,
         })
@@ -98,7 +101,9 @@ impl RealCluster {
             self.sim.pod_resources_socket(node).unwrap().display()
         ));
         args.push(format!("--device-plugin-namespace={DEVICE_PLUGIN_NAMESPACE}"));
-        args.push(format!("--metrics-addr=127.0.0.1:{}", free_port()));
+        let port = free_port();
+        self.metrics_ports.insert(node.to_string(), port);
+        args.push(format!("--metrics-addr=127.0.0.1:{port}"));
         for flag in [
             "--poll-interval=1s",
             "--usage-publish-interval=1s",
@@ -134,9 +139,11 @@ impl RealCluster {
     /// [`RealCluster::start_controller`] with more flags.
     pub fn start_controller_with(&mut self, name: &str, flags: &[String]) {
         self.kill_controller(name);
+        let port = free_port();
+        self.metrics_ports.insert(name.to_string(), port);
         let mut args: Vec<String> = vec![
             "controller".into(),
-            format!("--metrics-addr=127.0.0.1:{}", free_port()),
+            format!("--metrics-addr=127.0.0.1:{port}"),
             format!("--lease-namespace={GEOMETER_NAMESPACE}"),
             format!("--identity={name}"),
         ];
@@ -148,6 +155,21 @@ impl RealCluster {
             &args,
         );
         self.controllers.insert(name.to_string(), process);
+    }
+
+    /// What the agent of node `process`, or controller replica `process`, serves on `/metrics`.
+    pub fn scrape(&self, process: &str) -> String {
+        use std::io::{Read, Write};
+        let port =
+            self.metrics_ports.get(process).unwrap_or_else(|| panic!("no agent or controller {process}"));
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", *port)).expect("the metrics endpoint answers");
+        write!(stream, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("a response");
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        body.to_string()
     }
 
     pub fn kill_controller(&mut self, name: &str) {

@@ -100,7 +100,11 @@ impl AgentMetrics {
                 "Time the node spent in each phase of a reconfiguration (Cordoning, Draining, Repartitioning, Advertising, Uncordoning)",
                 metrics.phase_seconds.clone(),
             );
-            registry.register("geometer_agent_evictions", "Pods evicted to make room for a change", metrics.evictions.clone());
+            registry.register(
+                "geometer_agent_evictions",
+                "Pods evicted to make room for a change",
+                metrics.evictions.clone(),
+            );
             registry.register(
                 "geometer_agent_drain_blocked",
                 "1 while the node's drain is held up, by what holds it (the DrainBlocked condition's reason)",
@@ -155,7 +159,9 @@ impl AgentMetrics {
     /// What holds the drain up now (`None`: nothing).
     pub(crate) fn set_drain_blocked(&self, reason: Option<&str>) {
         for r in DRAIN_BLOCKERS {
-            self.drain_blocked.get_or_create(&ReasonLabel { reason: r.into() }).set(i64::from(reason == Some(r)));
+            self.drain_blocked
+                .get_or_create(&ReasonLabel { reason: r.into() })
+                .set(i64::from(reason == Some(r)));
         }
     }
 

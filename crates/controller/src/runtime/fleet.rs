@@ -35,7 +35,8 @@ pub(crate) fn slices(
                     entry.1 += i64::from(instance.pod.is_some());
                 }
                 if !gpu.mig_mode.current {
-                    let entry = out.entry((geometer_solver::catalog::WHOLE.to_string(), policy.clone())).or_default();
+                    let entry =
+                        out.entry((geometer_solver::catalog::WHOLE.to_string(), policy.clone())).or_default();
                     entry.0 += 1;
                     entry.1 += i64::from(gpu.pod.is_some());
                 }
@@ -109,7 +110,10 @@ mod tests {
         let counted = slices(&mignodes, &reports);
         assert_eq!(counted[&("3g.40gb".to_string(), "pool".to_string())], (2, 1));
         assert_eq!(counted[&("whole".to_string(), "pool".to_string())], (1, 1));
-        assert!(!counted.contains_key(&("1g.10gb".to_string(), "pool".to_string())), "no compute instance: not advertised");
+        assert!(
+            !counted.contains_key(&("1g.10gb".to_string(), "pool".to_string())),
+            "no compute instance: not advertised"
+        );
     }
 
     #[test]

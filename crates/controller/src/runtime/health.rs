@@ -16,6 +16,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use super::exposition;
+
 /// The OpenMetrics text served on `/metrics`, read at each scrape.
 pub type MetricsText = Arc<dyn Fn() -> String + Send + Sync>;
 
@@ -86,11 +88,14 @@ fn respond(req: &Request<Incoming>, metrics: &MetricsText, health: &Health) -> R
     }
     match req.uri().path() {
         "/metrics" => {
-            let mut response = text(StatusCode::OK, metrics());
-            response.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-            );
+            let accept = req.headers().get(http::header::ACCEPT).and_then(|a| a.to_str().ok());
+            let (body, format) = if exposition::wants_openmetrics(accept) {
+                (metrics(), exposition::OPENMETRICS)
+            } else {
+                (exposition::classic(&metrics()), exposition::CLASSIC)
+            };
+            let mut response = text(StatusCode::OK, body);
+            response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(format));
             response
         }
         "/healthz" => match health.failure() {

@@ -4,6 +4,7 @@
 pub(crate) mod actions;
 pub(crate) mod cache;
 pub(crate) mod execute;
+pub(crate) mod exposition;
 pub(crate) mod fleet;
 pub(crate) mod health;
 pub(crate) mod leader;

@@ -51,13 +51,35 @@ pub fn binaries() -> Result<Binaries, String> {
 
 /// `helm`, built into the control plane's folder by the same script, or what is missing.
 pub fn helm() -> Result<PathBuf, String> {
-    let helm = folder()?.join("helm");
-    if helm.is_file() {
-        Ok(helm)
+    tool("helm")
+}
+
+/// `promtool`, likewise.
+pub fn promtool() -> Result<PathBuf, String> {
+    tool("promtool")
+}
+
+fn tool(name: &str) -> Result<PathBuf, String> {
+    let path = folder()?.join(name);
+    if path.is_file() {
+        Ok(path)
     } else {
         Err(format!(
-            "helm is not built ({} is missing); run scripts/k8s-control-plane.sh (make test does)",
-            helm.display()
+            "{name} is not built ({} is missing); run scripts/k8s-control-plane.sh (make test does)",
+            path.display()
         ))
+    }
+}
+
+/// The tool `found`, or `None` (the test skips, saying why) unless the control plane is
+/// required ([`REQUIRE_ENV`]), when its absence fails the test.
+pub fn tool_or_skip(found: Result<PathBuf, String>) -> Option<PathBuf> {
+    match found {
+        Ok(path) => Some(path),
+        Err(why) if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") => panic!("{why}"),
+        Err(why) => {
+            eprintln!("SKIPPED: {why}");
+            None
+        }
     }
 }

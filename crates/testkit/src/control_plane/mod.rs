@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
 
 pub use audit::Eviction;
-pub use binaries::{binaries, helm, Binaries, REQUIRE_ENV};
+pub use binaries::{binaries, helm, promtool, tool_or_skip, Binaries, REQUIRE_ENV};
 pub use identity::{Identity, GEOMETER_NAMESPACE};
 pub(crate) use process::{free_port, Process};
 
