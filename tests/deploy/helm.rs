@@ -173,7 +173,7 @@ fn the_optional_objects_render_when_asked() {
     let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
     assert!(kinds.contains(&"ServiceMonitor") && kinds.contains(&"PodMonitor"), "{kinds:?}");
     let rule = objects.iter().find(|o| o["kind"] == "PrometheusRule").expect("the alerts");
-    assert_eq!(rule["spec"]["groups"][0]["rules"].as_array().map(Vec::len), Some(6), "{rule}");
+    assert_eq!(rule["spec"]["groups"][0]["rules"].as_array().map(Vec::len), Some(9), "{rule}");
     let policy = objects.iter().find(|o| o["kind"] == "MigPolicy").expect("the default policy");
     assert_eq!(policy["spec"]["mode"], "Auto");
 }
