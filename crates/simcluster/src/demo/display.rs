@@ -66,6 +66,23 @@ fn geometry(list: &[geometer_api::PlacedInstance]) -> String {
     list.iter().map(|p| p.profile.as_str()).collect::<Vec<_>>().join("+")
 }
 
+/// A changed GPU before and after, each as a row of its placement units (as `geometer plan`
+/// draws them); the profile lists where the catalog cannot draw the model.
+fn before_after(g: &geometer_api::GpuChange) -> Vec<String> {
+    let names = |list: &[geometer_api::PlacedInstance]| -> Vec<geometer_solver::plan::PlacedName> {
+        list.iter()
+            .map(|p| geometer_solver::plan::PlacedName { profile: p.profile.clone(), start: p.start })
+            .collect()
+    };
+    let model = geometer_solver::catalog::Catalog::builtin().find(&g.model);
+    let rows = model.and_then(|m| {
+        let before = geometer_solver::plan::slots::row(m, &names(&g.from))?;
+        let after = geometer_solver::plan::slots::row(m, &names(&g.to))?;
+        Some(vec![format!("      before: {before}"), format!("      after:  {after}")])
+    });
+    rows.unwrap_or_else(|| vec![format!("      {} -> {}", geometry(&g.from), geometry(&g.to))])
+}
+
 /// Prints each plan when it appears and each change of its phase.
 pub async fn follow_plans(
     client: kube::Client,
@@ -97,14 +114,10 @@ pub async fn follow_plans(
                 ));
                 for node in &plan.spec.nodes {
                     for g in node.gpus.iter().filter(|g| g.changes()) {
-                        console.say(format!(
-                            "    {} GPU {} ({}): {} -> {}",
-                            node.node,
-                            g.index,
-                            g.model,
-                            geometry(&g.from),
-                            geometry(&g.to)
-                        ));
+                        console.say(format!("    {} GPU {} ({}):", node.node, g.index, g.model));
+                        for line in before_after(g) {
+                            console.say(line);
+                        }
                     }
                 }
                 for e in &plan.spec.evictions {
