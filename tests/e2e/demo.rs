@@ -51,7 +51,7 @@ async fn auto_mode_reconfigures_gpus_and_serves_the_shifting_workload() {
     assert!(text.contains("Summary") && text.contains("pods served"), "{text}");
     assert!(text.contains("Ready ("), "node steps are shown: {text}");
     assert!(
-        text.lines().any(|l| l.trim_start().starts_with("after:  [") && l.ends_with(']')),
+        text.lines().any(|l| l.contains(" after:  [") && l.ends_with(']')),
         "each changed GPU is drawn as a row of its slots: {text}"
     );
     assert!(
