@@ -3,6 +3,7 @@
 
 mod crds;
 mod helm;
+mod krew;
 mod monitoring;
 mod operator_image;
 mod rbac;
