@@ -49,6 +49,10 @@ async fn auto_mode_reconfigures_gpus_and_serves_the_shifting_workload() {
         summary.submitted
     );
     assert!(text.contains("Summary") && text.contains("pods served"), "{text}");
+    let base = summary.without_geometer.as_ref().expect("the fixed-layout replay beside the run");
+    // The run resubmits the pods it evicts; the replay evicts none.
+    assert_eq!(base.submitted + summary.evictions, summary.submitted, "the same workload, replayed");
+    assert!(text.contains("without Geometer    the same workload, replayed"), "{text}");
     assert!(text.contains("Ready ("), "node steps are shown: {text}");
     assert!(
         text.lines().any(|l| l.contains(" after:  [") && l.ends_with(']')),

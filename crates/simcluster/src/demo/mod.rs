@@ -3,6 +3,7 @@
 //! and kubelet, the real controller and one real agent per node; then a seeded workload whose
 //! profile mix shifts, shown as it goes, and a summary at the end.
 
+mod baseline;
 pub mod display;
 mod operator;
 mod progress;
@@ -195,6 +196,7 @@ async fn play(
     let arrivals = workload::arrivals(scenario, options.nodes, options.duration_s, options.seed);
     let submissions = workload::Submissions::default();
     workload::start_chat(&client, NAMESPACE).await.map_err(DemoError::Setup)?;
+    let without_geometer = baseline::start(scenario, options, &arrivals).await?;
     let recommended = rightsizing::Seen::default();
     background.push(tokio::spawn(rightsizing::follow(client.clone(), NAMESPACE, recommended.clone())));
     background.push(tokio::spawn(workload::play(
@@ -212,6 +214,8 @@ async fn play(
     drop(operator);
     let m = *milestones.lock().unwrap_or_else(|p| p.into_inner());
     let mut summary = summarize_run(&client, &cluster, &submissions, &samples, m).await;
+    summary.utilisation = summary::mean_utilisation(&samples.samples, None, Some(samples.last_arrival));
+    summary.without_geometer = Some(Box::new(without_geometer.finish(samples.last_arrival)));
     let recommended = recommended.lock().unwrap_or_else(|p| p.into_inner());
     summary.rightsizing = summary::rightsizing_lines(recommended.values());
     console.raw("\n");

@@ -45,6 +45,11 @@ pub struct Summary {
     /// What right-sizing found: one line per workload that a slice would hold, and one for
     /// those that need their whole GPUs.
     pub rightsizing: Vec<String>,
+    /// The same workload on the initial layout kept fixed (its `utilisation_before` is its mean
+    /// memory-slice use until the last arrival).
+    pub without_geometer: Option<Box<Summary>>,
+    /// This run's mean memory-slice use until the last arrival, to compare with it.
+    pub utilisation: Option<f64>,
 }
 
 /// The summary's right-sizing lines from the recommendations seen during the run.
@@ -172,6 +177,28 @@ impl Summary {
             percent(self.utilisation_before),
             percent(self.utilisation_after)
         );
+        if let Some(base) = &self.without_geometer {
+            let _ = writeln!(out, "  without Geometer    the same workload, replayed at the same time on the initial layout kept fixed:");
+            let _ = writeln!(
+                out,
+                "                      pods served {} of {} ({} never started) vs {} with Geometer",
+                base.served, base.submitted, base.unserved, self.served
+            );
+            let _ = writeln!(
+                out,
+                "                      wait median {}, p95 {} vs {}, {} with Geometer",
+                secs(base.wait_median),
+                secs(base.wait_p95),
+                secs(self.wait_median),
+                secs(self.wait_p95)
+            );
+            let _ = writeln!(
+                out,
+                "                      memory slices used {} vs {} with Geometer (mean until the last arrival)",
+                percent(base.utilisation_before),
+                percent(self.utilisation)
+            );
+        }
         for (i, line) in self.rightsizing.iter().enumerate() {
             let label = if i == 0 { "right-sizing" } else { "" };
             let _ = writeln!(out, "  {label:<19} {line}");
