@@ -27,6 +27,11 @@ async fn dry_run_publishes_a_plan_kubectl_shows_and_leaves_the_gpus_alone() {
     assert!(table.contains("PODS-HELPED") && table.contains(&name), "{table}");
     let described = k8s.cp.kubectl(Identity::Admin, &["describe", "migplan", &name]).unwrap();
     assert!(described.contains("1g.10gb") && described.contains("DryRun"), "{described}");
+    // The compact review comes first, before the spec's lists of every instance.
+    let review = described.find("geometer.dev/review").expect("the review annotation");
+    let spec = described.find("Spec:").expect("the spec");
+    assert!(review < spec, "{described}");
+    assert!(described[review..spec].contains("gets 1g.10gb on gpu-"), "{described}");
     for node in ["gpu-1", "gpu-2"] {
         for gpu in 0..2 {
             assert_eq!(k8s.geometry(node, gpu), ["7g.80gb@0"], "DryRun never changes a GPU");

@@ -5,3 +5,4 @@ pub(crate) mod fingerprint;
 pub(crate) mod naming;
 pub(crate) mod plan_spec;
 pub(crate) mod propose;
+pub(crate) mod review;

@@ -275,11 +275,15 @@ pub(crate) fn decide(
         return Decision::Unchanged { plan: same.name_any() };
     }
     let plan_name = naming::plan_name(&name, now, content);
+    let review = super::review::text(&spec);
     let mut plan = MigPlan::new(&plan_name, spec);
     plan.metadata = ObjectMeta {
         name: Some(plan_name),
         labels: Some(BTreeMap::from([(POLICY_LABEL.to_string(), name.clone())])),
-        annotations: Some(BTreeMap::from([(CONTENT_ANNOTATION.to_string(), content.to_string())])),
+        annotations: Some(BTreeMap::from([
+            (CONTENT_ANNOTATION.to_string(), content.to_string()),
+            (super::review::REVIEW_ANNOTATION.to_string(), review),
+        ])),
         owner_references: owner(policy).map(|o| vec![o]),
         ..ObjectMeta::default()
     };
