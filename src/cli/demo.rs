@@ -78,6 +78,10 @@ pub struct DemoArgs {
     /// it and keep their GPUs in this folder.
     #[arg(long, value_name = "STATE_DIR", conflicts_with_all = ["kubeconfig", "keep_serving"])]
     pub join: Option<PathBuf>,
+    /// Serve the controller's and the agents' metrics on `/metrics` here (each agent's samples
+    /// labelled with its node), e.g. for scripts/render-dashboard.py.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 pub fn run(args: DemoArgs) -> Result<(), Failure> {
@@ -96,6 +100,7 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
         kubeconfig: args.kubeconfig,
         keep_serving: args.keep_serving,
         tick: Duration::from_secs_f64(args.tick),
+        metrics_addr: args.metrics_addr,
     };
     options.validate().map_err(|e| Failure::bad_input(e.into()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

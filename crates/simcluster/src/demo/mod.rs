@@ -5,6 +5,7 @@
 
 mod baseline;
 pub mod display;
+mod metrics;
 mod operator;
 mod progress;
 mod rightsizing;
@@ -55,6 +56,8 @@ pub struct DemoOptions {
     pub keep_serving: bool,
     /// Seconds between progress lines.
     pub tick: Duration,
+    /// Serve the controller's and the agents' metrics on `/metrics` here.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl Default for DemoOptions {
@@ -71,6 +74,7 @@ impl Default for DemoOptions {
             kubeconfig: None,
             keep_serving: false,
             tick: Duration::from_secs(3),
+            metrics_addr: None,
         }
     }
 }
@@ -85,6 +89,8 @@ pub enum DemoError {
     Duration(f64),
     #[error("cannot serve the API on 127.0.0.1: {0}")]
     Serve(std::io::Error),
+    #[error("--metrics-addr {addr}: cannot listen: {source}")]
+    Metrics { addr: std::net::SocketAddr, source: std::io::Error },
     #[error("cannot write the kubeconfig to {path}: {source}")]
     Kubeconfig { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
@@ -191,6 +197,10 @@ async fn play(
 ) -> Result<Summary, DemoError> {
     introduce(console, scenario, options, &cluster);
     let operator = operator::start(&client, &cluster, options, console).await?;
+    let _metrics = match options.metrics_addr {
+        Some(addr) => Some(serve_metrics(addr, &operator).await?),
+        None => None,
+    };
     let milestones = Arc::new(Mutex::new(progress::Milestones::default()));
     let mut background = watchers(&client, &cluster, options, console, kubeconfig_path, &milestones);
     let arrivals = workload::arrivals(scenario, options.nodes, options.duration_s, options.seed);
@@ -221,6 +231,30 @@ async fn play(
     console.raw("\n");
     console.raw(summary.render());
     Ok(summary)
+}
+
+/// Serves the operator's metrics on `addr` until the returned task is dropped.
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    operator: &OperatorHandles,
+) -> Result<AbortOnDrop, DemoError> {
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.map_err(|source| DemoError::Metrics { addr, source })?;
+    let (controller, agents) = (operator.controller_metrics.clone(), operator.agent_metrics.clone());
+    let text: geometer_controller::MetricsText = Arc::new(move || metrics::merged(&controller, &agents));
+    let health = Arc::new(geometer_controller::Health::default());
+    Ok(AbortOnDrop(tokio::spawn(async move {
+        let _ = geometer_controller::serve_health(listener, text, health, std::future::pending()).await;
+    })))
+}
+
+/// A task stopped when its handle goes.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The cluster, the mode and the workload's length, and what each node advertises.

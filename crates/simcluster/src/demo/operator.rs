@@ -57,6 +57,9 @@ pub fn demo_policy(mode: PolicyMode) -> MigPolicy {
 pub struct OperatorHandles {
     pub agents: BTreeMap<String, JoinHandle<()>>,
     pub controller: Option<JoinHandle<()>>,
+    /// The controller's and each agent's metrics (for `--metrics-addr`).
+    pub controller_metrics: Arc<Metrics>,
+    pub agent_metrics: BTreeMap<String, Arc<geometer_agent::AgentMetrics>>,
 }
 
 impl Drop for OperatorHandles {
@@ -92,24 +95,30 @@ pub(super) async fn start(
         .create(&PostParams::default(), &demo_policy(options.mode))
         .await
         .map_err(|e| DemoError::Setup(format!("cannot create the MigPolicy: {e}")))?;
-    let agents = cluster
-        .node_names()
-        .into_iter()
-        .map(|node| {
-            let handle = cluster.spawn_agent(&node, agent_config(cluster, &node));
-            (node, handle)
-        })
-        .collect();
+    let mut agents = BTreeMap::new();
+    let mut agent_metrics = BTreeMap::new();
+    for node in cluster.node_names() {
+        let metrics = Arc::new(geometer_agent::AgentMetrics::new());
+        let agent =
+            cluster.agent(&node, client.clone(), agent_config(cluster, &node)).with_metrics(metrics.clone());
+        agents.insert(node.clone(), tokio::spawn(agent.run()));
+        agent_metrics.insert(node, metrics);
+    }
     let _ = console;
-    Ok(OperatorHandles { agents, controller: Some(start_controller(client.clone())) })
+    let controller_metrics = Arc::new(Metrics::new());
+    let controller = start_controller_with(client.clone(), controller_metrics.clone());
+    Ok(OperatorHandles { agents, controller: Some(controller), controller_metrics, agent_metrics })
 }
 
 /// The real controller on `client`, without leader election (one replica), as a task.
 pub fn start_controller(client: kube::Client) -> JoinHandle<()> {
+    start_controller_with(client, Arc::new(Metrics::new()))
+}
+
+fn start_controller_with(client: kube::Client, metrics: Arc<Metrics>) -> JoinHandle<()> {
     let mut settings = Settings::new("demo-controller", Arc::new(Catalog::builtin().clone()));
     settings.resync = Duration::from_secs(5);
     tokio::spawn(async move {
-        let metrics = Arc::new(Metrics::new());
         let health = Arc::new(Health::default());
         if let Err(e) = controller::run(client, settings, metrics, health, std::future::pending()).await {
             tracing::error!(error = %e, "demo controller stopped");
