@@ -168,3 +168,74 @@ fn synthetic_gangs_geometer_never_holds_a_slice_idle() {
     assert!(unaware.gang_idle_memory_integral > 0);
     assert!(aware.gangs_started >= unaware.gangs_started);
 }
+
+/// Plans gang `g` once: a new 3g.40gb (start 4) beside the existing one on node-b's GPU for
+/// `new`, and the free 3g.40gb slices that already exist for `existing` (kept for them, or not).
+struct ExistingAndNew {
+    new: usize,
+    existing: Vec<(usize, usize)>,
+    three_g: Slot,
+    keep: bool,
+    planned: bool,
+}
+
+impl Strategy for ExistingAndNew {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::Geometer
+    }
+    fn initial_geometry(&self, _model: usize) -> Vec<Slot> {
+        vec![self.three_g]
+    }
+    fn plan(&mut self, _view: &PlanView<'_>) -> Result<Option<Replan>, StrategyError> {
+        if std::mem::replace(&mut self.planned, true) {
+            return Ok(None);
+        }
+        Ok(Some(Replan {
+            targets: vec![(1, vec![self.three_g, Slot { start: 4, ..self.three_g }])],
+            placements: vec![(self.new, 1)],
+            reservations: if self.keep { self.existing.clone() } else { Vec::new() },
+            ..Replan::default()
+        }))
+    }
+}
+
+#[test]
+fn slices_a_plan_puts_gang_members_on_are_kept_from_a_pod_arriving_meanwhile() {
+    // Two nodes of one A100-80GB, each with one free 3g.40gb. Gang g (three 3g.40gb) arrives
+    // at 0 s; at 5 s the plan puts w0 and w1 on those two slices and w2 on a new one on
+    // node-b, ready at 35 s. A lone 3g.40gb pod x arrives at 10 s, in between.
+    let nodes = ["node-a", "node-b"].map(|name| NodeSpec {
+        name: name.into(),
+        model: 0,
+        gpus: 1,
+        cpu_milli: None,
+        memory_mib: None,
+    });
+    let c = Cluster::new(vec![a100()], nodes.to_vec()).unwrap();
+    let csv = "name,arrival_s,duration_s,mig,gang\n\
+        w0,0,10,3g.40gb,g\nw1,0,10,3g.40gb,g\nw2,0,10,3g.40gb,g\nx,10,1000,3g.40gb,\n";
+    let trace = trace_format::parse("t.csv", csv).unwrap();
+    let w = Workload::new(&trace, &c, Mapping::Compute, WholeGpus::Whole);
+    let three_g = Slot { profile: w.profiles.iter().position(|p| p == "3g.40gb").unwrap(), start: 0 };
+    let plan =
+        |keep| ExistingAndNew { new: 2, existing: vec![(0, 0), (1, 1)], three_g, keep, planned: false };
+
+    // Kept (nominated): x cannot take them and waits; at 35 s w2 gets the new slice, w0 and w1
+    // theirs, and the gang starts at once. x runs when the gang ends at 45 s.
+    let mut strategy = plan(true);
+    let s = Engine::new(&c, &w, Timings::default(), &mut strategy).run().unwrap();
+    assert_eq!(s.gang_idle_memory_integral, 0);
+    assert_eq!((s.gang_timeouts, s.gangs_started, s.served), (0, 1, 4));
+    assert_eq!(s.outcomes[0].first_start, Some(35_000));
+    assert_eq!(s.outcomes[3].first_start, Some(45_000));
+
+    // Not kept: x takes node-a's slice at 10 s; at 35 s w2 and w1 get node-b's two slices
+    // and w2 holds its 4 memory slices idle to the Permit timeout at 95 s, as w0 has nowhere
+    // to go. The gang starts when x ends.
+    let mut strategy = plan(false);
+    let s = Engine::new(&c, &w, Timings::default(), &mut strategy).run().unwrap();
+    assert_eq!(s.gang_idle_memory_integral, 4 * 60_000);
+    assert_eq!((s.gang_timeouts, s.gangs_started, s.served), (1, 1, 4));
+    assert_eq!(s.outcomes[3].first_start, Some(10_000));
+    assert_eq!(s.outcomes[0].first_start, Some(1_010_000));
+}

@@ -25,7 +25,8 @@
 //! more members than its minimum), or evicted and placed again, runs as soon as it has slices.
 
 use crate::strategy::GangView;
-use crate::workload::GangIdx;
+use crate::trace::Millis;
+use crate::workload::{GangIdx, ProfileKey};
 
 use super::state::PodIdx;
 use super::{Engine, Event};
@@ -69,18 +70,37 @@ impl Engine<'_> {
         let mut assumed = Vec::new();
         for p in pending {
             let pod = &self.workload.pods[p];
-            if let Some(node) = self.state.find_node(pod, &self.requests[p]) {
+            // A member with slices kept for it takes those (its nominated node first).
+            let kept = self.pods[p].reserved;
+            if let Some(node) = kept {
+                self.state.unreserve(p, node);
+            }
+            let node = kept
+                .filter(|&n| self.state.fits(pod, &self.requests[p], n))
+                .or_else(|| self.state.find_node(pod, &self.requests[p]));
+            if let Some(node) = node {
                 let held = self.state.bind(p, pod, &self.requests[p], node);
                 assumed.push((p, node, held));
+            } else if let Some(node) = kept {
+                self.state.reserve(p, &self.requests[p], node);
             }
         }
         if assumed.len() < need {
             for (p, node, held) in assumed.iter().rev() {
                 self.state.release(&self.workload.pods[*p], *node, held);
             }
+            // Nothing was assumed: what was kept for a member is kept again.
+            for (p, _, _) in &assumed {
+                if let Some(node) = self.pods[*p].reserved {
+                    self.state.reserve(*p, &self.requests[*p], node);
+                }
+            }
             return false;
         }
         for (p, node, held) in assumed {
+            if self.pods[p].reserved.take().is_some() {
+                self.pods[p].promised = None;
+            }
             self.record_bind(p, node, held);
             self.after_bind(p);
         }
@@ -114,6 +134,73 @@ impl Engine<'_> {
         for p in std::mem::take(&mut run.holding) {
             self.stop_holding(p);
             self.start_running(p);
+        }
+        // Members beyond the minimum are pods like any other now: nothing is kept for them.
+        let freed = self.drop_reservations(g);
+        self.schedule(&freed);
+    }
+
+    /// Gives back the slices kept for the pending members of gang `g`; returns their profiles.
+    fn drop_reservations(&mut self, g: GangIdx) -> Vec<ProfileKey> {
+        let mut freed = Vec::new();
+        for &p in &self.workload.gangs[g].members {
+            freed.extend(self.unreserve(p));
+        }
+        freed
+    }
+
+    /// Gives back what is kept for `p`, and it is demand for the planner again.
+    fn unreserve(&mut self, p: PodIdx) -> Vec<ProfileKey> {
+        let Some(node) = self.pods[p].reserved.take() else { return Vec::new() };
+        if self.pods[p].promised == Some(node) {
+            self.pods[p].promised = None;
+        }
+        self.state.unreserve(p, node)
+    }
+
+    /// A plan that makes new slices for a gang's members and puts others of the same gang on
+    /// free slices that already exist: those slices are kept for them (no other pod may take
+    /// them, as for a pod nominated to a node) until the gang starts, or until the Permit
+    /// timeout after the plan's last node is ready. Without this, a pod arriving while the new
+    /// slices are made takes one of them, and the members placed on the new slices wait at
+    /// Permit, holding them idle, for a member that has nowhere to go. Only members of gangs
+    /// that have not started are kept for: any other pod the scheduler places at once.
+    pub(super) fn reserve(
+        &mut self,
+        placements: &[(PodIdx, usize)],
+        reservations: &[(PodIdx, usize)],
+        until: Millis,
+    ) {
+        for &(p, node) in reservations {
+            let Some(g) = self.waiting_gang(p) else { continue };
+            let run = &self.pods[p];
+            if run.pending_since.is_none() || run.promised.is_some() || run.reserved.is_some() {
+                continue;
+            }
+            if !placements.iter().any(|&(q, _)| self.workload.pods[q].gang == Some(g)) {
+                continue;
+            }
+            if node >= self.state.nodes.len() || !self.state.reserve(p, &self.requests[p], node) {
+                continue;
+            }
+            let run = &mut self.pods[p];
+            run.reserved = Some(node);
+            run.promised = Some(node);
+            run.reserve_stamp += 1;
+            let stamp = run.reserve_stamp;
+            self.push(until + self.timings.gang_timeout, Event::Unreserve { pod: p, stamp });
+        }
+    }
+
+    /// The slices kept for `p` by a plan are given back if it has not taken them yet.
+    pub(super) fn reservation_expired(&mut self, p: PodIdx, stamp: u32) {
+        if self.pods[p].reserve_stamp != stamp || self.pods[p].reserved.is_none() {
+            return;
+        }
+        let freed = self.unreserve(p);
+        self.schedule(&freed);
+        if !self.pending.is_empty() {
+            self.demand_changed();
         }
     }
 
@@ -152,6 +239,7 @@ impl Engine<'_> {
             freed.extend(held.iter().map(|(_, s)| s.profile));
             self.make_pending(p);
         }
+        freed.extend(self.drop_reservations(g));
         self.schedule(&freed);
         if !self.pending.is_empty() {
             self.demand_changed();

@@ -91,6 +91,11 @@ enum Event {
         gang: usize,
         epoch: u32,
     },
+    /// The slices kept for a gang member by a plan are given back unless it has them by now.
+    Unreserve {
+        pod: PodIdx,
+        stamp: u32,
+    },
     Arrive {
         pod: PodIdx,
     },
@@ -103,7 +108,10 @@ impl Event {
     fn class(&self) -> u8 {
         match self {
             Event::Depart { .. } => 0,
-            Event::Ready { .. } | Event::Stable { .. } | Event::GangTimeout { .. } => 1,
+            Event::Ready { .. }
+            | Event::Stable { .. }
+            | Event::GangTimeout { .. }
+            | Event::Unreserve { .. } => 1,
             Event::Arrive { .. } => 2,
             Event::BatchEnd { .. } => 3,
         }
@@ -126,6 +134,11 @@ struct PodRun {
     run: u32,
     /// A node whose reconfiguration (from an earlier plan) is making room for this pod.
     promised: Option<usize>,
+    /// A node keeping free slices that already existed for this pending gang member (a plan
+    /// put it there); see [`Replan::reservations`].
+    reserved: Option<usize>,
+    /// Bumped on every reservation, so that the expiry of an earlier one is ignored.
+    reserve_stamp: u32,
 }
 
 struct Reconfiguration {
@@ -257,6 +270,7 @@ impl<'a> Engine<'a> {
             }
             Event::BatchEnd { generation } => self.batch_end(generation)?,
             Event::GangTimeout { gang, epoch } => self.gang_timeout(gang, epoch),
+            Event::Unreserve { pod, stamp } => self.reservation_expired(pod, stamp),
         }
         let sample = Sample {
             time,
@@ -328,6 +342,7 @@ impl<'a> Engine<'a> {
         }
         run.running = Some((node, held));
         run.promised = None;
+        debug_assert!(run.reserved.is_none(), "bound while slices are kept for it");
     }
 
     /// A pod that just got its slices runs, unless its gang has not started.
@@ -486,6 +501,7 @@ impl<'a> Engine<'a> {
         }
         let placements: Vec<(PodIdx, usize)> =
             replan.placements.into_iter().filter(|(_, node)| by_node.contains_key(node)).collect();
+        let reservations = replan.reservations;
         // A plan that makes room for nobody is not worth a reconfiguration.
         if placements.is_empty() {
             return Ok(());
@@ -518,6 +534,7 @@ impl<'a> Engine<'a> {
             drained.insert(node, ());
             self.make_pending(p);
         }
+        let mut last_ready = self.now;
         for (&node, targets) in &by_node {
             let destroys = targets
                 .iter()
@@ -541,12 +558,14 @@ impl<'a> Engine<'a> {
             let steps = self.timings.reconfigure + self.timings.plugin_restart;
             let drain = if drained.contains_key(&node) { self.timings.drain } else { 0 };
             self.push(self.now + drain + steps, Event::Ready { node });
+            last_ready = last_ready.max(self.now + drain + steps);
             self.in_flight.insert(node, Reconfiguration { targets: targets.clone() });
             if self.timings.stabilisation > 0 {
                 self.stable_at[node] = self.now + self.timings.stabilisation;
                 self.push(self.stable_at[node], Event::Stable { node });
             }
         }
+        self.reserve(&placements, &reservations, last_ready);
         for (p, node) in placements {
             if let Some(run) = self.pods.get_mut(p).filter(|r| r.pending_since.is_some()) {
                 run.promised = Some(node);

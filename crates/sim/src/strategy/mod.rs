@@ -179,6 +179,10 @@ pub struct Replan {
     pub evictions: Vec<usize>,
     /// Pending (or evicted) pods the plan makes room for, and on which node.
     pub placements: Vec<(usize, usize)>,
+    /// Pending pods the plan puts on free slices that already exist, and on which node. The
+    /// engine keeps those slices for a gang member until its gang starts (or the Permit
+    /// timeout after the plan's last node is ready), like a pod's `nominatedNodeName`.
+    pub reservations: Vec<(usize, usize)>,
     pub planner_time: Duration,
 }
 

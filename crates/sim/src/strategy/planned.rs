@@ -232,9 +232,17 @@ impl PlannerStrategy {
             replan.evictions.push(p);
             replan.placements.push((p, node(&eviction.rescheduled_to)?));
         }
-        for outcome in plan.pods.iter().filter(|o| o.placement == SliceSource::NewSlices) {
-            if let Some(n) = &outcome.node {
-                replan.placements.push((pod(&outcome.pod)?, node(n)?));
+        for outcome in &plan.pods {
+            let Some(n) = &outcome.node else { continue };
+            match outcome.placement {
+                SliceSource::NewSlices => replan.placements.push((pod(&outcome.pod)?, node(n)?)),
+                // A gang-aware plan keeps those slices for the gang's members; a gang-unaware
+                // one (the comparison) does not know the pods belong together.
+                SliceSource::ExistingSlices if self.kind.gang_aware() => {
+                    replan.reservations.push((pod(&outcome.pod)?, node(n)?))
+                }
+                SliceSource::ExistingSlices => {}
+                SliceSource::Unmet => {}
             }
         }
         Ok(replan)
