@@ -150,7 +150,7 @@ impl Engine<'_> {
     }
 
     /// Gives back what is kept for `p`, and it is demand for the planner again.
-    fn unreserve(&mut self, p: PodIdx) -> Vec<ProfileKey> {
+    pub(super) fn unreserve(&mut self, p: PodIdx) -> Vec<ProfileKey> {
         let Some(node) = self.pods[p].reserved.take() else { return Vec::new() };
         if self.pods[p].promised == Some(node) {
             self.pods[p].promised = None;

@@ -462,7 +462,8 @@ impl<'a> Engine<'a> {
                     node: n,
                     index_on_node: i as u32,
                     model: gpu.model,
-                    slots: gpu.slots.iter().map(|s| (s.slot, s.pod)).collect(),
+                    // A slice kept for a gang member is its: a plan may not give it to another.
+                    slots: gpu.slots.iter().map(|s| (s.slot, s.pod.or(s.reserved))).collect(),
                 });
             }
         }
@@ -515,6 +516,12 @@ impl<'a> Engine<'a> {
                 .ok_or_else(|| self.bad_plan(format!("pod index {p} does not exist")))?;
             if pod.do_not_disrupt {
                 return Err(self.bad_plan(format!("it evicts do-not-disrupt pod {}", pod.name)));
+            }
+            // A gang member whose slices are kept (shown to the planner as its) gives them
+            // back: the plan moves it elsewhere.
+            if self.pods[p].reserved.is_some() {
+                self.unreserve(p);
+                continue;
             }
             if self.pods[p].running.is_none() {
                 return Err(self.bad_plan(format!("it evicts pod {}, which is not running", pod.name)));
