@@ -73,7 +73,7 @@ impl Engine<'_> {
             // A member with slices kept for it takes those (its nominated node first).
             let kept = self.pods[p].reserved;
             if let Some(node) = kept {
-                self.state.unreserve(p, node);
+                self.state.unreserve(p, pod, node);
             }
             let node = kept
                 .filter(|&n| self.state.fits(pod, &self.requests[p], n))
@@ -82,7 +82,7 @@ impl Engine<'_> {
                 let held = self.state.bind(p, pod, &self.requests[p], node);
                 assumed.push((p, node, held));
             } else if let Some(node) = kept {
-                self.state.reserve(p, &self.requests[p], node);
+                self.state.reserve(p, pod, &self.requests[p], node);
             }
         }
         if assumed.len() < need {
@@ -92,7 +92,7 @@ impl Engine<'_> {
             // Nothing was assumed: what was kept for a member is kept again.
             for (p, _, _) in &assumed {
                 if let Some(node) = self.pods[*p].reserved {
-                    self.state.reserve(*p, &self.requests[*p], node);
+                    self.state.reserve(*p, &self.workload.pods[*p], &self.requests[*p], node);
                 }
             }
             return false;
@@ -155,7 +155,7 @@ impl Engine<'_> {
         if self.pods[p].promised == Some(node) {
             self.pods[p].promised = None;
         }
-        self.state.unreserve(p, node)
+        self.state.unreserve(p, &self.workload.pods[p], node)
     }
 
     /// A plan that makes new slices for a gang's members and puts others of the same gang on
@@ -180,7 +180,9 @@ impl Engine<'_> {
             if !placements.iter().any(|&(q, _)| self.workload.pods[q].gang == Some(g)) {
                 continue;
             }
-            if node >= self.state.nodes.len() || !self.state.reserve(p, &self.requests[p], node) {
+            if node >= self.state.nodes.len()
+                || !self.state.reserve(p, &self.workload.pods[p], &self.requests[p], node)
+            {
                 continue;
             }
             let run = &mut self.pods[p];

@@ -214,12 +214,24 @@ impl ClusterState {
         held
     }
 
-    /// Keeps free instances on `node` for `p` (lowest GPU first), enough for `items`; false
-    /// (and nothing kept) if the node has not that many free.
-    pub(super) fn reserve(&mut self, p: PodIdx, items: &[(ProfileKey, u32)], node: usize) -> bool {
-        if !items.iter().all(|&(k, c)| self.nodes[node].free[k] >= c) {
+    /// Keeps free instances on `node` for `p` (lowest GPU first), enough for `items`, and its
+    /// CPU and memory; false (and nothing kept) if the node has not that much free.
+    pub(super) fn reserve(
+        &mut self,
+        p: PodIdx,
+        pod: &SimPod,
+        items: &[(ProfileKey, u32)],
+        node: usize,
+    ) -> bool {
+        let state = &mut self.nodes[node];
+        if !items.iter().all(|&(k, c)| state.free[k] >= c)
+            || !state.cpu_free.is_none_or(|free| free >= pod.cpu_milli)
+            || !state.memory_free.is_none_or(|free| free >= pod.memory_mib)
+        {
             return false;
         }
+        state.cpu_free = state.cpu_free.map(|f| f - pod.cpu_milli);
+        state.memory_free = state.memory_free.map(|f| f - pod.memory_mib);
         for &(key, count) in items {
             let mut left = count;
             for g in self.node_gpus(node) {
@@ -236,13 +248,18 @@ impl ClusterState {
     }
 
     /// Gives back what is kept for `p` on `node`; returns the profiles freed.
-    pub(super) fn unreserve(&mut self, p: PodIdx, node: usize) -> Vec<ProfileKey> {
+    pub(super) fn unreserve(&mut self, p: PodIdx, pod: &SimPod, node: usize) -> Vec<ProfileKey> {
         let mut freed = Vec::new();
         for g in self.node_gpus(node) {
             for s in self.gpus[g].slots.iter_mut().filter(|s| s.reserved == Some(p)) {
                 s.reserved = None;
                 freed.push(s.slot.profile);
             }
+        }
+        if !freed.is_empty() {
+            let state = &mut self.nodes[node];
+            state.cpu_free = state.cpu_free.map(|f| f + pod.cpu_milli);
+            state.memory_free = state.memory_free.map(|f| f + pod.memory_mib);
         }
         self.recount(node);
         freed
