@@ -225,8 +225,8 @@ impl ClusterState {
     ) -> bool {
         let state = &mut self.nodes[node];
         if !items.iter().all(|&(k, c)| state.free[k] >= c)
-            || !state.cpu_free.is_none_or(|free| free >= pod.cpu_milli)
-            || !state.memory_free.is_none_or(|free| free >= pod.memory_mib)
+            || state.cpu_free.is_some_and(|free| free < pod.cpu_milli)
+            || state.memory_free.is_some_and(|free| free < pod.memory_mib)
         {
             return false;
         }
