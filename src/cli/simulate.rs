@@ -70,7 +70,8 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "MAP", default_value = "")]
     pub model_map: String,
     /// Strategy to run (repeat for several; default all): whole-gpu, static:all-balanced,
-    /// static:all-1g, greedy, geometer, geometer-evict.
+    /// static:all-1g, greedy, geometer, geometer-evict, geometer-no-gangs (Geometer planning
+    /// every pod on its own; in the default set only when the trace has gangs).
     #[arg(long = "strategy", value_name = "S")]
     pub strategies: Vec<String>,
     /// Seed for the load mode's shuffle and for --generate.
@@ -121,6 +122,15 @@ pub struct SimulateArgs {
     /// defaults). The greedy baseline never forecasts.
     #[arg(long, value_name = "SECS", value_parser = crate::cli::bounds::scenario_seconds)]
     pub forecast_secs: Option<f64>,
+    /// A gang member holding its slices waits this long for the rest of its gang before the
+    /// gang's waiting members give them back (the Coscheduling plugin's
+    /// permitWaitingTimeSeconds). 0: they wait for ever.
+    #[arg(long, default_value_t = 60.0, value_parser = crate::cli::bounds::scenario_seconds)]
+    pub gang_timeout_secs: f64,
+    /// Pods asking for more than one whole GPU (num_gpu > 1, gpu_milli 1000) become gangs of
+    /// one-GPU workers that must all start together (applied after --load picks the pods).
+    #[arg(long)]
+    pub multi_gpu_gangs: bool,
     /// Time limit for one ILP planning call, in milliseconds.
     #[arg(long, default_value_t = 2000, value_parser = crate::cli::bounds::time_limit_ms)]
     pub plan_time_limit_ms: u64,
@@ -137,6 +147,10 @@ pub struct SimulateArgs {
     /// Geometer's CSV format.
     #[arg(long, value_name = "N", value_parser = crate::cli::bounds::generated_pods)]
     pub generate: Option<usize>,
+    /// With --generate: this share of jobs (0 to 1) are gangs of 2-8 workers, each asking for
+    /// the same 1g.10gb, 2g.20gb or 3g.40gb, that must all start together.
+    #[arg(long, value_name = "SHARE", requires = "generate")]
+    pub gangs: Option<f64>,
     #[command(flatten)]
     pub catalog: CatalogSource,
 }
@@ -163,13 +177,20 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         if pods == 0 || pods > 10_000_000 {
             return Err(bad(anyhow!("--generate {pods}: give between 1 and 10000000 pods")));
         }
-        print!("{}", geometer::to_csv(&Synthetic::mig_80gb(pods, args.seed).generate()));
+        let mut synthetic = Synthetic::mig_80gb(pods, args.seed);
+        if let Some(share) = args.gangs {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(bad(anyhow!("--gangs {share}: give a share of jobs between 0 and 1")));
+            }
+            synthetic = synthetic.with_gangs(share);
+        }
+        print!("{}", geometer::to_csv(&synthetic.generate()));
         return Ok(());
     }
     let catalog = args.catalog.load()?;
     let mapping: Mapping = args.mapping.parse().map_err(|e: String| bad(anyhow!(e)))?;
     let model_map = alibaba::ModelMap::parse(&args.model_map).map_err(|e| bad(anyhow!(e)))?;
-    let kinds = strategy_kinds(&args.strategies)?;
+    let named = named_strategies(&args.strategies)?;
     let timings = Timings {
         drain: millis("--drain-secs", args.drain_secs)?,
         reconfigure: millis("--reconfig-secs", args.reconfig_secs)?,
@@ -177,6 +198,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         batch_idle: millis("--batch-idle-secs", args.batch_idle_secs)?,
         batch_max: millis("--batch-max-secs", args.batch_max_secs)?,
         stabilisation: millis("--stabilisation-secs", args.stabilisation_secs)?,
+        gang_timeout: millis("--gang-timeout-secs", args.gang_timeout_secs)?,
     };
     let forecast = match args.forecast_secs {
         Some(secs) => millis("--forecast-secs", secs)?,
@@ -214,12 +236,16 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
                 .sum(),
         });
     }
+    if args.multi_gpu_gangs {
+        trace = geometer_sim::trace::gangs::split_multi_gpu(&trace);
+    }
     let whole_gpus = match args.whole_gpus {
         WholeGpusArg::Whole => WholeGpus::Whole,
         WholeGpusArg::FullProfile => WholeGpus::FullProfile,
     };
     let workload = Workload::new(&trace, &cluster, mapping, whole_gpus);
     notes.extend(workload.notes.iter().cloned());
+    let kinds = if named.is_empty() { StrategyKind::defaults(!workload.gangs.is_empty()) } else { named };
     let mut summaries: Vec<Summary> = Vec::new();
     let started = Instant::now();
     for kind in &kinds {
@@ -257,10 +283,8 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn strategy_kinds(names: &[String]) -> Result<Vec<StrategyKind>, Failure> {
-    if names.is_empty() {
-        return Ok(StrategyKind::ALL.to_vec());
-    }
+/// The strategies `--strategy` names, in order, each once; empty when none is named.
+fn named_strategies(names: &[String]) -> Result<Vec<StrategyKind>, Failure> {
     let mut kinds = Vec::new();
     for name in names.iter().flat_map(|n| n.split(',')).map(str::trim) {
         let kind: StrategyKind = name.parse().map_err(|e: String| bad(anyhow!(e)))?;
@@ -378,8 +402,13 @@ fn describe(
         }
         None => "trace timestamps".into(),
     };
+    let gangs = if workload.gangs.is_empty() {
+        String::new()
+    } else {
+        format!("; {} gangs, Permit timeout {} s", workload.gangs.len(), args.gang_timeout_secs)
+    };
     format!(
-        "Trace {name}: {} pods, {mode}; cluster: {} ({} GPUs); mapping {}, --whole-gpus {}; drain {} s, reconfigure {} s, plugin restart {} s, batch {}/{} s, stabilisation {} s; Geometer forecast window {} s.",
+        "Trace {name}: {} pods, {mode}; cluster: {} ({} GPUs); mapping {}, --whole-gpus {}; drain {} s, reconfigure {} s, plugin restart {} s, batch {}/{} s, stabilisation {} s; Geometer forecast window {} s{gangs}.",
         workload.pods.len(),
         per_model.join(", "),
         cluster.gpu_count(),

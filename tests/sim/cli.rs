@@ -136,3 +136,49 @@ fn the_table_ends_with_a_bound_no_strategy_passes() {
     }
     assert!(served(&stdout, "geometer") > 0, "{stdout}");
 }
+
+/// The cell of `column` in the row whose first cell is `name`.
+fn cell(stdout: &str, name: &str, column: &str) -> String {
+    let header: Vec<&str> =
+        stdout.lines().find(|l| l.starts_with("| strategy |")).unwrap().split('|').collect();
+    let at = header.iter().position(|c| c.trim() == column).unwrap_or_else(|| panic!("{column}: {stdout}"));
+    let row =
+        stdout.lines().find(|l| l.starts_with(&format!("| {name} |"))).unwrap_or_else(|| panic!("{stdout}"));
+    row.split('|').nth(at).unwrap().trim().to_string()
+}
+
+#[test]
+fn a_generated_trace_with_gangs_compares_gang_aware_and_unaware_planning() {
+    let dir = tempfile::tempdir().unwrap();
+    let out =
+        geometer().args(["simulate", "--generate", "80", "--seed", "4", "--gangs", "0.5"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().next().unwrap().ends_with(",gang,gang_min"), "{text}");
+    let trace = dir.path().join("gangs.csv");
+    std::fs::write(&trace, text.as_bytes()).unwrap();
+    let out_dir = dir.path().join("out");
+    let out = geometer()
+        .args(["simulate", "--trace"])
+        .arg(&trace)
+        .args(["--cluster", "1xA100-80GB:2,1xH100-80GB:2", "--strategy", "geometer,geometer-no-gangs", "-o"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let idle = "memory slice-s held idle by waiting gang members";
+    assert_eq!(cell(&stdout, "geometer", idle), "0", "{stdout}");
+    let started = cell(&stdout, "geometer", "gangs started / total");
+    assert!(started.contains(" / "), "{stdout}");
+    assert!(stdout.contains("Permit timeout 60 s"), "{stdout}");
+    let csv = std::fs::read_to_string(out_dir.join("summary.csv")).unwrap();
+    assert!(
+        csv.lines().next().unwrap().ends_with(",gang_idle_slice_s,gpus_reconfigured_for_nothing"),
+        "{csv}"
+    );
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    // --gangs is a generator option.
+    let out = geometer().args(["simulate", "--gangs", "0.5", "--trace"]).arg(&trace).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -3,6 +3,7 @@
 
 mod accounting;
 mod cli;
+mod gangs;
 mod models;
 mod parsers;
 mod planned;

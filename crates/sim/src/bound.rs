@@ -191,6 +191,7 @@ mod tests {
             priority: 0,
             nodes: Vec::new(),
             do_not_disrupt: false,
+            gang: None,
         }
     }
 

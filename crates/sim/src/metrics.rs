@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::trace::Millis;
 
 /// The cluster at one instant (after every event at that time).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sample {
     pub time: Millis,
     /// Memory and compute slices held by running pods.
@@ -16,6 +16,9 @@ pub struct Sample {
     pub pending: u32,
     /// GPUs with MIG mode off.
     pub whole_gpus: u32,
+    /// Memory slices held by gang members waiting for their gang to start (part of
+    /// `memory_slices`).
+    pub gang_idle_memory: u64,
 }
 
 /// Accumulates a run's step functions exactly (slice-milliseconds as integers).
@@ -32,13 +35,14 @@ pub struct Recorder {
     pub saturated_memory_integral: u128,
     /// GPUs with MIG mode off, integrated over time (GPU-milliseconds).
     pub whole_gpu_integral: u128,
+    /// Memory slices held idle by waiting gang members, integrated (slice-milliseconds).
+    pub gang_idle_integral: u128,
     pub series: Vec<Sample>,
 }
 
 impl Recorder {
     pub fn new(capacity_memory: u64, capacity_compute: u64) -> Self {
-        let current =
-            Sample { time: 0, memory_slices: 0, compute_slices: 0, running: 0, pending: 0, whole_gpus: 0 };
+        let current = Sample::default();
         Recorder {
             capacity_memory,
             capacity_compute,
@@ -49,6 +53,7 @@ impl Recorder {
             saturated_time: 0,
             saturated_memory_integral: 0,
             whole_gpu_integral: 0,
+            gang_idle_integral: 0,
             series: vec![current],
         }
     }
@@ -60,6 +65,7 @@ impl Recorder {
             self.memory_integral += u128::from(self.current.memory_slices) * u128::from(dt);
             self.compute_integral += u128::from(self.current.compute_slices) * u128::from(dt);
             self.whole_gpu_integral += u128::from(self.current.whole_gpus) * u128::from(dt);
+            self.gang_idle_integral += u128::from(self.current.gang_idle_memory) * u128::from(dt);
             if self.demand_memory > self.capacity_memory {
                 self.saturated_time += dt;
                 self.saturated_memory_integral += u128::from(self.current.memory_slices) * u128::from(dt);
@@ -102,6 +108,17 @@ pub struct Summary {
     pub saturated_time: Millis,
     pub saturated_memory_integral: u128,
     pub gpus_reconfigured: u64,
+    /// Gangs in the workload, and those that started (reached their minimum at once).
+    pub gangs: usize,
+    pub gangs_started: usize,
+    /// Times a gang's waiting members gave their slices back at the Permit timeout.
+    pub gang_timeouts: u64,
+    /// Memory slices held by gang members waiting for their gang, integrated over the run
+    /// (slice-milliseconds): slices allocated to no running work.
+    pub gang_idle_memory_integral: u128,
+    /// GPU reconfigurations whose new slices only waiting gang members ever took (never a
+    /// running pod) before the GPU changed again or the run ended (`engine::changes`).
+    pub gpus_reconfigured_for_nothing: u64,
     /// GPUs with MIG mode off, integrated over the run (GPU-milliseconds), and at the end.
     pub whole_gpu_integral: u128,
     pub whole_gpus_end: u32,
@@ -146,6 +163,11 @@ impl Summary {
             return f64::from(self.whole_gpus_end);
         }
         self.whole_gpu_integral as f64 / self.end as f64
+    }
+
+    /// Memory slice-seconds held idle by gang members waiting for their gang.
+    pub fn gang_idle_slice_seconds(&self) -> f64 {
+        self.gang_idle_memory_integral as f64 / 1000.0
     }
 
     /// Mean share of memory slices allocated while demand exceeded capacity; `None` if it never did.
@@ -194,6 +216,7 @@ mod tests {
             running,
             pending,
             whole_gpus,
+            gang_idle_memory: 0,
         };
         let mut r = Recorder::new(16, 14);
         r.observe(sample(8, 7, 1, 0, 1), 8);

@@ -36,6 +36,21 @@ pub struct SimPod {
     /// Memory slices the pod's instances take on the reference model (a whole GPU: all of
     /// them): what it needs.
     pub need_memory_slices: u32,
+    /// Its gang (index into [`Workload::gangs`]), if it is a member of one.
+    pub gang: Option<GangIdx>,
+}
+
+/// Index into [`Workload::gangs`].
+pub type GangIdx = usize;
+
+/// A job's worker pods that run only together: none runs until `min_members` of them hold
+/// their slices at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimGang {
+    pub name: String,
+    pub min_members: u32,
+    /// Member pods, in workload order.
+    pub members: Vec<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +63,8 @@ pub struct Workload {
     pub whole_gpus: WholeGpus,
     pub summary: MappingSummary,
     pub notes: Vec<String>,
+    /// Gangs, in order of their first member.
+    pub gangs: Vec<SimGang>,
 }
 
 impl Workload {
@@ -72,6 +89,8 @@ impl Workload {
         let mut summary = MappingSummary::default();
         let (mut unknown_profile, mut unknown_model, mut unknown_node) = (0usize, 0usize, 0usize);
         let mut pods = Vec::with_capacity(trace.pods.len());
+        let mut gangs: Vec<SimGang> = Vec::new();
+        let mut gang_index: HashMap<&str, GangIdx> = HashMap::new();
         for pod in &trace.pods {
             let mapped = mapping.map(&pod.request, reference, whole_gpus);
             summary.record(&pod.request, &mapped, &full);
@@ -109,6 +128,16 @@ impl Workload {
                 unknown_node += usize::from(found.len() < pod.nodes.len());
                 found
             });
+            let gang = pod.gang.as_ref().map(|g| {
+                let index = *gang_index.entry(&g.name).or_insert_with(|| {
+                    gangs.push(SimGang { name: g.name.clone(), min_members: 0, members: Vec::new() });
+                    gangs.len() - 1
+                });
+                let gang = &mut gangs[index];
+                gang.members.push(pods.len());
+                gang.min_members = gang.min_members.max(g.min_members.unwrap_or(0));
+                index
+            });
             pods.push(SimPod {
                 name: pod.name.clone(),
                 arrival: pod.arrival,
@@ -122,7 +151,13 @@ impl Workload {
                 nodes,
                 do_not_disrupt: pod.do_not_disrupt,
                 need_memory_slices: need,
+                gang,
             });
+        }
+        // A gang without a minimum needs every member; a trace's readers keep it reachable.
+        for gang in &mut gangs {
+            let members = gang.members.len() as u32;
+            gang.min_members = if gang.min_members == 0 { members } else { gang.min_members.min(members) };
         }
         let mut notes = trace.notes.clone();
         if summary.shares.values().sum::<usize>() + summary.whole_gpu_pods > 0 {
@@ -137,6 +172,13 @@ impl Workload {
                 notes.push(format!("{count} pods {what}; those requests cannot be met there"));
             }
         }
-        Workload { pods, profiles, mapping, whole_gpus, summary, notes }
+        if !gangs.is_empty() {
+            let members: usize = gangs.iter().map(|g| g.members.len()).sum();
+            notes.push(format!(
+                "{} gangs ({members} member pods): a gang's members run only once enough of them hold their slices at once",
+                gangs.len()
+            ));
+        }
+        Workload { pods, profiles, mapping, whole_gpus, summary, notes, gangs }
     }
 }

@@ -1,9 +1,12 @@
 //! The discrete-event loop. Events: pod arrivals and departures, the end of a batching window,
-//! and a node finishing its reconfiguration. Each costs O(log n) plus the scheduling it causes.
+//! a node finishing its reconfiguration, and a gang's wait timing out. Each costs O(log n) plus
+//! the scheduling it causes.
 //!
-//! At one instant, events run in this order: departures, reconfigurations finishing, arrivals,
-//! batch ends; so capacity freed at time t is visible to a pod arriving at t.
+//! At one instant, events run in this order: departures, reconfigurations finishing and gang
+//! timeouts, arrivals, batch ends; so capacity freed at time t is visible to a pod arriving at t.
 
+mod changes;
+mod gangs;
 mod pending;
 mod state;
 #[cfg(test)]
@@ -21,6 +24,8 @@ use crate::strategy::{GpuView, NodeView, PlanView, Replan, Slot, Strategy, Strat
 use crate::trace::Millis;
 use crate::workload::{ProfileKey, Workload, WHOLE_GPU};
 
+use changes::ChangeLedger;
+use gangs::GangRun;
 use pending::PendingQueue;
 use state::{ClusterState, PodIdx};
 
@@ -40,6 +45,10 @@ pub struct Timings {
     /// A node a plan changed is not planned again for this long (MigPolicy
     /// `stabilisationSeconds`), counted from the plan.
     pub stabilisation: Millis,
+    /// How long a gang member holding its slices waits for the rest of its gang before the
+    /// gang's waiting members give them back (the Coscheduling plugin's
+    /// `permitWaitingTimeSeconds`, 60 s by default). 0: no timeout.
+    pub gang_timeout: Millis,
 }
 
 impl Default for Timings {
@@ -51,6 +60,7 @@ impl Default for Timings {
             batch_idle: 5_000,
             batch_max: 30_000,
             stabilisation: 0,
+            gang_timeout: 60_000,
         }
     }
 }
@@ -76,6 +86,16 @@ enum Event {
     Stable {
         node: usize,
     },
+    /// A gang's members have waited at Permit for as long as they may.
+    GangTimeout {
+        gang: usize,
+        epoch: u32,
+    },
+    /// The slices kept for a gang member by a plan are given back unless it has them by now.
+    Unreserve {
+        pod: PodIdx,
+        stamp: u32,
+    },
     Arrive {
         pod: PodIdx,
     },
@@ -88,7 +108,10 @@ impl Event {
     fn class(&self) -> u8 {
         match self {
             Event::Depart { .. } => 0,
-            Event::Ready { .. } | Event::Stable { .. } => 1,
+            Event::Ready { .. }
+            | Event::Stable { .. }
+            | Event::GangTimeout { .. }
+            | Event::Unreserve { .. } => 1,
             Event::Arrive { .. } => 2,
             Event::BatchEnd { .. } => 3,
         }
@@ -99,8 +122,10 @@ impl Event {
 struct PodRun {
     pending_since: Option<Millis>,
     waited: Millis,
-    /// Node and instances while running.
+    /// Node and instances while running, or while holding them for its gang.
     running: Option<(usize, Vec<(usize, Slot)>)>,
+    /// Since when it holds its instances waiting for its gang to start (not running yet).
+    holding_since: Option<Millis>,
     /// When the pod first started.
     first_start: Option<Millis>,
     finished: bool,
@@ -109,6 +134,11 @@ struct PodRun {
     run: u32,
     /// A node whose reconfiguration (from an earlier plan) is making room for this pod.
     promised: Option<usize>,
+    /// A node keeping free slices that already existed for this pending gang member (a plan
+    /// put it there); see [`Replan::reservations`].
+    reserved: Option<usize>,
+    /// Bumped on every reservation, so that the expiry of an earlier one is ignored.
+    reserve_stamp: u32,
 }
 
 struct Reconfiguration {
@@ -140,6 +170,11 @@ pub struct Engine<'a> {
     demand_memory: u64,
     running: u32,
     recorder: Recorder,
+    gangs: Vec<GangRun>,
+    /// Memory slices held by gang members waiting for their gang.
+    idle_memory: u64,
+    gang_timeouts: u64,
+    changes: ChangeLedger,
     gpus_reconfigured: u64,
     evictions: u64,
     planner_calls: u64,
@@ -164,8 +199,7 @@ impl<'a> Engine<'a> {
         let (capacity_memory, capacity_compute) = (cluster.memory_slices(), cluster.compute_slices());
         let mut recorder = Recorder::new(capacity_memory, capacity_compute);
         // GPUs that start with MIG off count from t=0.
-        let start =
-            Sample { time: 0, memory_slices: 0, compute_slices: 0, running: 0, pending: 0, whole_gpus: 0 };
+        let start = Sample::default();
         recorder.observe(Sample { whole_gpus: state.whole_gpus, ..start }, 0);
         Engine {
             cluster,
@@ -180,6 +214,10 @@ impl<'a> Engine<'a> {
             requests,
             state,
             pending: PendingQueue::new(workload.profiles.len()),
+            gangs: vec![GangRun::default(); workload.gangs.len()],
+            idle_memory: 0,
+            gang_timeouts: 0,
+            changes: ChangeLedger::default(),
             in_flight: BTreeMap::new(),
             stable_at: vec![0; cluster.nodes.len()],
             promised_to: BTreeMap::new(),
@@ -231,6 +269,8 @@ impl<'a> Engine<'a> {
                 }
             }
             Event::BatchEnd { generation } => self.batch_end(generation)?,
+            Event::GangTimeout { gang, epoch } => self.gang_timeout(gang, epoch),
+            Event::Unreserve { pod, stamp } => self.reservation_expired(pod, stamp),
         }
         let sample = Sample {
             time,
@@ -239,6 +279,7 @@ impl<'a> Engine<'a> {
             running: self.running,
             pending: self.pending.len() as u32,
             whole_gpus: self.state.whole_gpus,
+            gang_idle_memory: self.idle_memory,
         };
         self.recorder.observe(sample, self.demand_memory);
         Ok(true)
@@ -268,8 +309,12 @@ impl<'a> Engine<'a> {
         self.pending.insert(p, pod.priority, &self.requests[p]);
     }
 
-    /// Starts a pending pod on the first node with room; false if there is none.
+    /// Starts a pending pod on the first node with room; false if there is none. A member of a
+    /// gang that has not started is tried with its gang, all or nothing.
     fn try_start(&mut self, p: PodIdx) -> bool {
+        if let Some(g) = self.waiting_gang(p) {
+            return self.try_gang(g);
+        }
         let pod = &self.workload.pods[p];
         let Some(node) = self.state.find_node(pod, &self.requests[p]) else {
             return false;
@@ -278,19 +323,45 @@ impl<'a> Engine<'a> {
         true
     }
 
-    /// Binds a pending pod to `node`, which has room for it.
+    /// Binds a pending pod to `node`, which has room for it: it runs, or (a member of a gang
+    /// that has not started) waits for its gang.
     fn start_on(&mut self, p: PodIdx, node: usize) {
         let pod = &self.workload.pods[p];
         let held = self.state.bind(p, pod, &self.requests[p], node);
+        self.record_bind(p, node, held);
+        self.after_bind(p);
+    }
+
+    /// A pending pod now holds `held` on `node`.
+    fn record_bind(&mut self, p: PodIdx, node: usize, held: Vec<(usize, Slot)>) {
+        let pod = &self.workload.pods[p];
         self.pending.remove(p, pod.priority, &self.requests[p]);
         let run = &mut self.pods[p];
         if let Some(since) = run.pending_since.take() {
             run.waited += self.now - since;
         }
         run.running = Some((node, held));
-        run.first_start.get_or_insert(self.now);
         run.promised = None;
+        debug_assert!(run.reserved.is_none(), "bound while slices are kept for it");
+    }
+
+    /// A pod that just got its slices runs, unless its gang has not started.
+    fn after_bind(&mut self, p: PodIdx) {
+        match self.waiting_gang(p) {
+            Some(g) => self.hold(p, g),
+            None => self.start_running(p),
+        }
+    }
+
+    /// A pod holding its slices starts running.
+    fn start_running(&mut self, p: PodIdx) {
+        let pod = &self.workload.pods[p];
+        let run = &mut self.pods[p];
+        run.first_start.get_or_insert(self.now);
         let generation = run.run;
+        if let Some((_, held)) = &run.running {
+            self.changes.taken(held, true);
+        }
         self.running += 1;
         if let Some(duration) = pod.duration {
             self.push(self.now + duration, Event::Depart { pod: p, run: generation });
@@ -318,11 +389,19 @@ impl<'a> Engine<'a> {
         let mut profiles = profiles.to_vec();
         profiles.sort_unstable();
         profiles.dedup();
+        let mut gangs_tried = Vec::new();
         for key in profiles {
             let mut cursor = None;
             while self.state.free_total[key] > 0 {
                 let Some((entry, p)) = self.pending.next_wanting(key, cursor) else { break };
                 cursor = Some(entry);
+                // One all-or-nothing attempt per gang and offer is enough.
+                if let Some(g) = self.waiting_gang(p) {
+                    if gangs_tried.contains(&g) {
+                        continue;
+                    }
+                    gangs_tried.push(g);
+                }
                 self.try_start(p);
             }
         }
@@ -383,11 +462,13 @@ impl<'a> Engine<'a> {
                     node: n,
                     index_on_node: i as u32,
                     model: gpu.model,
-                    slots: gpu.slots.iter().map(|s| (s.slot, s.pod)).collect(),
+                    // A slice kept for a gang member is its: a plan may not give it to another.
+                    slots: gpu.slots.iter().map(|s| (s.slot, s.pod.or(s.reserved))).collect(),
                 });
             }
         }
-        PlanView { now: self.now, cluster: self.cluster, workload: self.workload, nodes, gpus, demand }
+        let gangs = self.gang_views(&demand);
+        PlanView { now: self.now, cluster: self.cluster, workload: self.workload, nodes, gpus, demand, gangs }
     }
 
     fn bad_plan(&self, reason: String) -> SimError {
@@ -421,6 +502,7 @@ impl<'a> Engine<'a> {
         }
         let placements: Vec<(PodIdx, usize)> =
             replan.placements.into_iter().filter(|(_, node)| by_node.contains_key(node)).collect();
+        let reservations = replan.reservations;
         // A plan that makes room for nobody is not worth a reconfiguration.
         if placements.is_empty() {
             return Ok(());
@@ -435,17 +517,31 @@ impl<'a> Engine<'a> {
             if pod.do_not_disrupt {
                 return Err(self.bad_plan(format!("it evicts do-not-disrupt pod {}", pod.name)));
             }
-            let Some((node, held)) = self.pods[p].running.take() else {
+            // A gang member whose slices are kept (shown to the planner as its) gives them
+            // back: the plan moves it elsewhere.
+            if self.pods[p].reserved.is_some() {
+                self.unreserve(p);
+                continue;
+            }
+            if self.pods[p].running.is_none() {
                 return Err(self.bad_plan(format!("it evicts pod {}, which is not running", pod.name)));
-            };
+            }
+            let holding = self.pods[p].holding_since.is_some();
+            if holding {
+                self.stop_holding(p);
+                self.leave_gang(p);
+            } else {
+                self.running -= 1;
+            }
+            let Some((node, held)) = self.pods[p].running.take() else { continue };
             self.state.release(pod, node, &held);
-            self.running -= 1;
             self.evictions += 1;
             self.pods[p].run += 1;
             self.pods[p].evicted += 1;
             drained.insert(node, ());
             self.make_pending(p);
         }
+        let mut last_ready = self.now;
         for (&node, targets) in &by_node {
             let destroys = targets
                 .iter()
@@ -469,12 +565,14 @@ impl<'a> Engine<'a> {
             let steps = self.timings.reconfigure + self.timings.plugin_restart;
             let drain = if drained.contains_key(&node) { self.timings.drain } else { 0 };
             self.push(self.now + drain + steps, Event::Ready { node });
+            last_ready = last_ready.max(self.now + drain + steps);
             self.in_flight.insert(node, Reconfiguration { targets: targets.clone() });
             if self.timings.stabilisation > 0 {
                 self.stable_at[node] = self.now + self.timings.stabilisation;
                 self.push(self.stable_at[node], Event::Stable { node });
             }
         }
+        self.reserve(&placements, &reservations, last_ready);
         for (p, node) in placements {
             if let Some(run) = self.pods.get_mut(p).filter(|r| r.pending_since.is_some()) {
                 run.promised = Some(node);
@@ -496,6 +594,8 @@ impl<'a> Engine<'a> {
     fn ready(&mut self, node: usize) -> Result<(), SimError> {
         let Some(reconfiguration) = self.in_flight.remove(&node) else { return Ok(()) };
         for (gpu, target) in &reconfiguration.targets {
+            let old: Vec<Slot> = self.state.gpus[*gpu].slots.iter().map(|s| s.slot).collect();
+            self.changes.reconfigured(*gpu, &old, target);
             if let Err((_, p)) = self.state.set_geometry(*gpu, target) {
                 let name = self.workload.pods[p].name.clone();
                 return Err(self.bad_plan(format!("pod {name} holds an instance its plan removes")));
@@ -507,6 +607,7 @@ impl<'a> Engine<'a> {
         // for the scheduler's choice); otherwise a pod earlier in the queue, promised a node
         // that is not ready yet, could take it, and a planner that evicts could chase that
         // pod around the cluster for ever.
+        let mut gangs_waiting = Vec::new();
         for p in self.promised_to.remove(&node).unwrap_or_default() {
             if self.pods[p].promised != Some(node) {
                 continue;
@@ -515,6 +616,16 @@ impl<'a> Engine<'a> {
             let pod = &self.workload.pods[p];
             if self.pods[p].pending_since.is_some() && self.state.fits(pod, &self.requests[p], node) {
                 self.start_on(p, node);
+                gangs_waiting.extend(self.waiting_gang(p));
+            }
+        }
+        // A gang placed partly on slices that already existed: its other members join now if
+        // that completes it.
+        gangs_waiting.sort_unstable();
+        gangs_waiting.dedup();
+        for g in gangs_waiting {
+            if !self.gangs[g].started {
+                self.try_gang(g);
             }
         }
         let offered: Vec<ProfileKey> =
@@ -526,17 +637,19 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    fn summary(self) -> Summary {
+    fn summary(mut self) -> Summary {
+        let since = |at: Option<Millis>| at.map_or(0, |t| self.now - t);
         let outcomes: Vec<PodOutcome> = self
             .pods
             .iter()
             .map(|r| PodOutcome {
-                served: r.first_start.is_some() && r.pending_since.is_none(),
+                served: r.first_start.is_some() && r.pending_since.is_none() && r.holding_since.is_none(),
                 first_start: r.first_start,
-                waited: r.waited + r.pending_since.map_or(0, |since| self.now - since),
+                waited: r.waited + since(r.pending_since) + since(r.holding_since),
                 evictions: r.evicted,
             })
             .collect();
+        let gpus_reconfigured_for_nothing = self.changes.close_all();
         let mut waits: Vec<Millis> = outcomes.iter().filter(|o| o.served).map(|o| o.waited).collect();
         waits.sort_unstable();
         let served = waits.len();
@@ -555,6 +668,11 @@ impl<'a> Engine<'a> {
             saturated_time: r.saturated_time,
             saturated_memory_integral: r.saturated_memory_integral,
             gpus_reconfigured: self.gpus_reconfigured,
+            gangs: self.gangs.len(),
+            gangs_started: self.gangs.iter().filter(|g| g.started).count(),
+            gang_timeouts: self.gang_timeouts,
+            gang_idle_memory_integral: r.gang_idle_integral,
+            gpus_reconfigured_for_nothing,
             whole_gpu_integral: r.whole_gpu_integral,
             whole_gpus_end: self.state.whole_gpus,
             evictions: self.evictions,

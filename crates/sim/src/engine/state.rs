@@ -14,6 +14,9 @@ pub(crate) type PodIdx = usize;
 pub(crate) struct SlotState {
     pub slot: Slot,
     pub pod: Option<PodIdx>,
+    /// Free, but kept for this pod (a gang member a plan put on this slice): nobody else may
+    /// take it, as kube-scheduler keeps room for a pod nominated to a node.
+    pub reserved: Option<PodIdx>,
 }
 
 #[derive(Debug, Clone)]
@@ -91,7 +94,8 @@ impl ClusterState {
             let geometry = initial(spec.model);
             let first_gpu = state.gpus.len();
             for _ in 0..spec.gpus {
-                let slots = geometry.iter().map(|s| SlotState { slot: *s, pod: None }).collect();
+                let slots =
+                    geometry.iter().map(|s| SlotState { slot: *s, pod: None, reserved: None }).collect();
                 state.gpus.push(GpuState { node: n, model: spec.model, slots });
                 state.whole_gpus += u32::from(is_whole(geometry.iter()));
             }
@@ -118,7 +122,7 @@ impl ClusterState {
         let old = std::mem::take(&mut self.nodes[node].free);
         let mut free = vec![0u32; old.len()];
         for g in self.node_gpus(node) {
-            for s in self.gpus[g].slots.iter().filter(|s| s.pod.is_none()) {
+            for s in self.gpus[g].slots.iter().filter(|s| s.pod.is_none() && s.reserved.is_none()) {
                 free[s.slot.profile] += 1;
             }
         }
@@ -191,7 +195,7 @@ impl ClusterState {
             for g in self.node_gpus(node) {
                 let model = self.gpus[g].model;
                 for s in self.gpus[g].slots.iter_mut() {
-                    if left > 0 && s.pod.is_none() && s.slot.profile == key {
+                    if left > 0 && s.pod.is_none() && s.reserved.is_none() && s.slot.profile == key {
                         s.pod = Some(p);
                         left -= 1;
                         held.push((g, s.slot));
@@ -208,6 +212,57 @@ impl ClusterState {
         state.memory_free = state.memory_free.map(|f| f - pod.memory_mib);
         self.recount(node);
         held
+    }
+
+    /// Keeps free instances on `node` for `p` (lowest GPU first), enough for `items`, and its
+    /// CPU and memory; false (and nothing kept) if the node has not that much free.
+    pub(super) fn reserve(
+        &mut self,
+        p: PodIdx,
+        pod: &SimPod,
+        items: &[(ProfileKey, u32)],
+        node: usize,
+    ) -> bool {
+        let state = &mut self.nodes[node];
+        if !items.iter().all(|&(k, c)| state.free[k] >= c)
+            || state.cpu_free.is_some_and(|free| free < pod.cpu_milli)
+            || state.memory_free.is_some_and(|free| free < pod.memory_mib)
+        {
+            return false;
+        }
+        state.cpu_free = state.cpu_free.map(|f| f - pod.cpu_milli);
+        state.memory_free = state.memory_free.map(|f| f - pod.memory_mib);
+        for &(key, count) in items {
+            let mut left = count;
+            for g in self.node_gpus(node) {
+                for s in self.gpus[g].slots.iter_mut() {
+                    if left > 0 && s.pod.is_none() && s.reserved.is_none() && s.slot.profile == key {
+                        s.reserved = Some(p);
+                        left -= 1;
+                    }
+                }
+            }
+        }
+        self.recount(node);
+        true
+    }
+
+    /// Gives back what is kept for `p` on `node`; returns the profiles freed.
+    pub(super) fn unreserve(&mut self, p: PodIdx, pod: &SimPod, node: usize) -> Vec<ProfileKey> {
+        let mut freed = Vec::new();
+        for g in self.node_gpus(node) {
+            for s in self.gpus[g].slots.iter_mut().filter(|s| s.reserved == Some(p)) {
+                s.reserved = None;
+                freed.push(s.slot.profile);
+            }
+        }
+        if !freed.is_empty() {
+            let state = &mut self.nodes[node];
+            state.cpu_free = state.cpu_free.map(|f| f + pod.cpu_milli);
+            state.memory_free = state.memory_free.map(|f| f + pod.memory_mib);
+        }
+        self.recount(node);
+        freed
     }
 
     /// Frees what a pod holds on `node`.
@@ -236,7 +291,10 @@ impl ClusterState {
         }
         let slots = target
             .iter()
-            .map(|t| SlotState { slot: *t, pod: old.iter().find(|s| s.slot == *t).and_then(|s| s.pod) })
+            .map(|t| {
+                let kept = old.iter().find(|s| s.slot == *t);
+                SlotState { slot: *t, pod: kept.and_then(|s| s.pod), reserved: kept.and_then(|s| s.reserved) }
+            })
             .collect();
         let was_whole = self.gpus[gpu].is_whole();
         self.gpus[gpu].slots = slots;

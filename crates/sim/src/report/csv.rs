@@ -11,12 +11,12 @@ fn opt(value: Option<f64>) -> String {
 /// One row per strategy, machine-readable (times in seconds, shares as fractions).
 pub fn summary_csv(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "strategy,pods,served,not_served,wait_p50_s,wait_p95_s,wait_p99_s,memory_share_mean,memory_share_saturated,saturated_s,compute_share_mean,gpus_reconfigured,whole_gpus_mean,whole_gpus_end,evictions,planner_calls,planner_ms_total,planner_ms_max,end_s\n",
+        "strategy,pods,served,not_served,wait_p50_s,wait_p95_s,wait_p99_s,memory_share_mean,memory_share_saturated,saturated_s,compute_share_mean,gpus_reconfigured,whole_gpus_mean,whole_gpus_end,evictions,planner_calls,planner_ms_total,planner_ms_max,end_s,gangs,gangs_started,gang_timeouts,gang_idle_slice_s,gpus_reconfigured_for_nothing\n",
     );
     for s in summaries {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{:.4},{},{:.3},{:.4},{},{:.3},{},{},{},{:.1},{:.1},{:.3}",
+            "{},{},{},{},{},{},{},{:.4},{},{:.3},{:.4},{},{:.3},{},{},{},{:.1},{:.1},{:.3},{},{},{},{:.3},{}",
             s.strategy,
             s.pods,
             s.served,
@@ -36,6 +36,11 @@ pub fn summary_csv(summaries: &[Summary]) -> String {
             s.planner_time.as_secs_f64() * 1000.0,
             s.planner_time_max.as_secs_f64() * 1000.0,
             s.end as f64 / 1000.0,
+            s.gangs,
+            s.gangs_started,
+            s.gang_timeouts,
+            s.gang_idle_slice_seconds(),
+            s.gpus_reconfigured_for_nothing,
         );
     }
     out

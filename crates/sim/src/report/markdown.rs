@@ -10,13 +10,26 @@ fn percent(value: Option<f64>) -> String {
     value.map_or_else(|| "-".into(), |v| format!("{:.1}%", v * 100.0))
 }
 
+/// The gang columns, in a table of a workload with gangs.
+const GANG_HEADER: &str = " gangs started / total | memory slice-s held idle by waiting gang members | gang Permit timeouts | GPUs reconfigured for nothing |";
+
 /// The comparison table printed on stdout; its last row is `bound`, the most pods any strategy
-/// could have served (`crate::bound`), when given.
+/// could have served (`crate::bound`), when given. A workload with gangs gets four more
+/// columns: gangs started, the memory slice-seconds their members held while waiting for the
+/// rest, how often that wait timed out, and GPUs reconfigured for nothing (`engine::changes`).
 pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
+    let gangs = summaries.iter().any(|s| s.gangs > 0);
     let mut out = String::from(
-        "| strategy | pods served | not served | wait p50 (s) | wait p95 (s) | wait p99 (s) | memory slices allocated (mean) | memory slices allocated while demand > capacity | compute slices allocated (mean) | GPUs reconfigured | GPUs whole (mean / end) | pods evicted | planner calls | planner time total / max (ms) |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| strategy | pods served | not served | wait p50 (s) | wait p95 (s) | wait p99 (s) | memory slices allocated (mean) | memory slices allocated while demand > capacity | compute slices allocated (mean) | GPUs reconfigured | GPUs whole (mean / end) | pods evicted | planner calls | planner time total / max (ms) |",
     );
+    if gangs {
+        out.push_str(GANG_HEADER);
+    }
+    out.push_str("\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    if gangs {
+        out.push_str("---:|---:|---:|---:|");
+    }
+    out.push('\n');
     for s in summaries {
         let planner = if s.planner_calls == 0 {
             "-".to_string()
@@ -27,7 +40,7 @@ pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
                 s.planner_time_max.as_secs_f64() * 1000.0
             )
         };
-        let _ = writeln!(
+        let _ = write!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} / {} | {} | {} | {} |",
             s.strategy,
@@ -46,13 +59,29 @@ pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
             s.planner_calls,
             planner,
         );
+        if gangs {
+            let _ = write!(
+                out,
+                " {} / {} | {:.0} | {} | {} |",
+                s.gangs_started,
+                s.gangs,
+                s.gang_idle_slice_seconds(),
+                s.gang_timeouts,
+                s.gpus_reconfigured_for_nothing
+            );
+        }
+        out.push('\n');
     }
     if let (Some(bound), Some(first)) = (bound, summaries.first()) {
-        let _ = writeln!(
+        let _ = write!(
             out,
             "| upper bound (capacity) | {bound} | {} | - | - | - | - | - | - | - | - | - | - | - |",
             first.pods.saturating_sub(bound)
         );
+        if gangs {
+            out.push_str(" - | - | - | - |");
+        }
+        out.push('\n');
     }
     out
 }

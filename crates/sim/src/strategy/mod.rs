@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use crate::cluster::Cluster;
 use crate::trace::Millis;
-use crate::workload::{ProfileKey, Workload, WHOLE_GPU};
+use crate::workload::{GangIdx, ProfileKey, Workload, WHOLE_GPU};
 
 pub use planned::{PlannerStrategy, MODEL_LABEL};
 pub use static_layout::{StaticLayout, StaticStrategy};
@@ -48,6 +48,9 @@ pub enum StrategyKind {
     /// The ILP planner with eviction allowed (never a do-not-disrupt pod): it may also evict
     /// a whole-GPU pod to change its GPU's mode.
     GeometerEvict,
+    /// [`StrategyKind::Geometer`] without gang awareness: every pod planned on its own
+    /// (`PlanOptions::ignore_gangs`), so a plan may give slices to part of a gang.
+    GeometerNoGangs,
 }
 
 impl StrategyKind {
@@ -60,8 +63,41 @@ impl StrategyKind {
         StrategyKind::GeometerEvict,
     ];
 
+    /// Every strategy `--strategy` accepts.
+    pub const ACCEPTED: [StrategyKind; 7] = [
+        StrategyKind::WholeGpu,
+        StrategyKind::Static(StaticLayout::AllBalanced),
+        StrategyKind::Static(StaticLayout::All1g),
+        StrategyKind::Greedy,
+        StrategyKind::Geometer,
+        StrategyKind::GeometerEvict,
+        StrategyKind::GeometerNoGangs,
+    ];
+
+    /// The strategies run when none is named: [`StrategyKind::ALL`], and for a workload with
+    /// gangs also `geometer-no-gangs` (without gangs it is `geometer`).
+    pub fn defaults(gangs: bool) -> Vec<StrategyKind> {
+        let mut kinds = StrategyKind::ALL.to_vec();
+        if gangs {
+            kinds.push(StrategyKind::GeometerNoGangs);
+        }
+        kinds
+    }
+
     pub fn is_dynamic(&self) -> bool {
-        matches!(self, StrategyKind::Greedy | StrategyKind::Geometer | StrategyKind::GeometerEvict)
+        matches!(
+            self,
+            StrategyKind::Greedy
+                | StrategyKind::Geometer
+                | StrategyKind::GeometerEvict
+                | StrategyKind::GeometerNoGangs
+        )
+    }
+
+    /// Plans a gang's members together (all or nothing). The greedy baseline does not: the
+    /// scripts it stands for know no gangs.
+    pub fn gang_aware(&self) -> bool {
+        matches!(self, StrategyKind::Geometer | StrategyKind::GeometerEvict)
     }
 }
 
@@ -73,6 +109,7 @@ impl fmt::Display for StrategyKind {
             StrategyKind::Greedy => write!(f, "greedy"),
             StrategyKind::Geometer => write!(f, "geometer"),
             StrategyKind::GeometerEvict => write!(f, "geometer-evict"),
+            StrategyKind::GeometerNoGangs => write!(f, "geometer-no-gangs"),
         }
     }
 }
@@ -81,8 +118,8 @@ impl FromStr for StrategyKind {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        StrategyKind::ALL.into_iter().find(|k| k.to_string() == text).ok_or_else(|| {
-            let known: Vec<String> = StrategyKind::ALL.iter().map(ToString::to_string).collect();
+        StrategyKind::ACCEPTED.into_iter().find(|k| k.to_string() == text).ok_or_else(|| {
+            let known: Vec<String> = StrategyKind::ACCEPTED.iter().map(ToString::to_string).collect();
             format!("--strategy {text:?} is not known; use one of: {}", known.join(", "))
         })
     }
@@ -99,6 +136,17 @@ pub struct PlanView<'a> {
     pub gpus: Vec<GpuView>,
     /// Pending pods no earlier plan is already making room for, by pod index.
     pub demand: Vec<usize>,
+    /// Every gang that has not started and has a member in `demand`.
+    pub gangs: Vec<GangView>,
+}
+
+/// A gang that has not started, as a plan sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GangView {
+    pub gang: GangIdx,
+    /// Members that count towards its minimum without slices from this plan: those holding
+    /// slices (waiting for the rest) and those an earlier plan is already making room for.
+    pub members_counted: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +179,10 @@ pub struct Replan {
     pub evictions: Vec<usize>,
     /// Pending (or evicted) pods the plan makes room for, and on which node.
     pub placements: Vec<(usize, usize)>,
+    /// Pending pods the plan puts on free slices that already exist, and on which node. The
+    /// engine keeps those slices for a gang member until its gang starts (or the Permit
+    /// timeout after the plan's last node is ready), like a pod's `nominatedNodeName`.
+    pub reservations: Vec<(usize, usize)>,
     pub planner_time: Duration,
 }
 

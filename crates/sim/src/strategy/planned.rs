@@ -1,5 +1,6 @@
 //! The dynamic strategies: the solver's greedy baseline and its ILP planner (with and without
-//! eviction), fed a snapshot of the simulated cluster at the end of every batch.
+//! eviction, with and without gangs), fed a snapshot of the simulated cluster at the end of
+//! every batch.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -7,7 +8,7 @@ use std::time::{Duration, Instant};
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::{Plan, PlanOptions, SliceSource};
 use geometer_solver::snapshot::{
-    Gpu, Instance, Node, NodeSelectorTerm, Operator, Pod, Policy, Requirement, Snapshot,
+    Gang, Gpu, Instance, Node, NodeSelectorTerm, Operator, Pod, Policy, Requirement, Snapshot,
 };
 use geometer_solver::PodKey;
 
@@ -149,9 +150,17 @@ impl PlannerStrategy {
                 instances,
             });
         }
+        let gangs = self.gangs(view);
+        let mut pending: Vec<Pod> = view.demand.iter().map(|&p| self.pod(&pods[p], None)).collect();
+        for (pod, &p) in pending.iter_mut().zip(&view.demand) {
+            pod.gang = pods[p]
+                .gang
+                .map(|g| gang_name(view.workload, g))
+                .filter(|name| gangs.iter().any(|gang| &gang.name == name));
+        }
         Snapshot {
             nodes: nodes.into_values().collect(),
-            pending: view.demand.iter().map(|&p| self.pod(&pods[p], None)).collect(),
+            pending,
             running,
             policy: Some(Policy {
                 eviction_allowed: self.kind == StrategyKind::GeometerEvict,
@@ -160,8 +169,23 @@ impl PlannerStrategy {
             }),
             placements_inferred: false,
             expected: self.forecast(view),
-            gangs: Vec::new(),
+            gangs,
         }
+    }
+
+    /// The view's gangs for a gang-aware strategy; none for the others.
+    fn gangs(&self, view: &PlanView<'_>) -> Vec<Gang> {
+        if !self.kind.gang_aware() {
+            return Vec::new();
+        }
+        view.gangs
+            .iter()
+            .map(|g| Gang {
+                name: gang_name(view.workload, g.gang),
+                min_members: view.workload.gangs[g.gang].min_members,
+                members_counted: g.members_counted,
+            })
+            .collect()
     }
 
     /// The pods that arrived within the forecast window, as the pods the next window is
@@ -208,9 +232,17 @@ impl PlannerStrategy {
             replan.evictions.push(p);
             replan.placements.push((p, node(&eviction.rescheduled_to)?));
         }
-        for outcome in plan.pods.iter().filter(|o| o.placement == SliceSource::NewSlices) {
-            if let Some(n) = &outcome.node {
-                replan.placements.push((pod(&outcome.pod)?, node(n)?));
+        for outcome in &plan.pods {
+            let Some(n) = &outcome.node else { continue };
+            match outcome.placement {
+                SliceSource::NewSlices => replan.placements.push((pod(&outcome.pod)?, node(n)?)),
+                // A gang-aware plan keeps those slices for the gang's members; a gang-unaware
+                // one (the comparison) does not know the pods belong together.
+                SliceSource::ExistingSlices if self.kind.gang_aware() => {
+                    replan.reservations.push((pod(&outcome.pod)?, node(n)?))
+                }
+                SliceSource::ExistingSlices => {}
+                SliceSource::Unmet => {}
             }
         }
         Ok(replan)
@@ -230,7 +262,8 @@ impl Strategy for PlannerStrategy {
 
     fn plan(&mut self, view: &PlanView<'_>) -> Result<Option<Replan>, StrategyError> {
         let snapshot = self.snapshot(view);
-        let options = PlanOptions { time_limit: Some(self.time_limit), ..PlanOptions::default() };
+        let options =
+            PlanOptions { time_limit: Some(self.time_limit), ignore_gangs: !self.kind.gang_aware() };
         let fail = |reason: String| StrategyError::Plan {
             strategy: self.kind.to_string(),
             time_s: view.now as f64 / 1000.0,
@@ -247,4 +280,9 @@ impl Strategy for PlannerStrategy {
         replan.planner_time = planner_time;
         Ok(Some(replan))
     }
+}
+
+/// A gang's name as the planner reads it (`namespace/name`).
+fn gang_name(workload: &Workload, gang: usize) -> String {
+    format!("{NAMESPACE}/{}", workload.gangs[gang].name)
 }

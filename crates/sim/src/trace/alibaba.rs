@@ -188,6 +188,7 @@ pub fn to_trace(
             gpu_models,
             nodes: Vec::new(),
             do_not_disrupt,
+            gang: None,
         });
     }
     trace.pods.sort_by_key(|p| p.arrival);

@@ -1,7 +1,7 @@
 //! Geometer's own trace format, in CSV or YAML (the README's "Simulator" section documents it).
 //!
 //! CSV header (any column order; only `name` and `arrival_s` are required):
-//! `name,arrival_s,duration_s,mig,num_gpu,gpu_milli,cpu_milli,memory_mib,priority,gpu_models,nodes,do_not_disrupt`
+//! `name,arrival_s,duration_s,mig,num_gpu,gpu_milli,cpu_milli,memory_mib,priority,gpu_models,nodes,do_not_disrupt,gang,gang_min`
 //!
 //! `mig` is `1g.10gb`, `1g.10gb*2` or `1g.10gb*2|3g.40gb`; lists are `|`-separated.
 
@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 
 use super::records::{Row, Table};
-use super::{seconds_to_millis, GpuRequest, Trace, TraceError, TracePod};
+use super::{gangs, seconds_to_millis, GangRef, GpuRequest, Trace, TraceError, TracePod};
 
 const COLUMNS: &[&str] = &[
     "name",
@@ -26,7 +26,12 @@ const COLUMNS: &[&str] = &[
     "gpu_models",
     "nodes",
     "do_not_disrupt",
+    "gang",
+    "gang_min",
 ];
+
+/// The columns every trace has; `gang` and `gang_min` are written only for a trace with gangs.
+const PLAIN_COLUMNS: usize = 12;
 
 /// Reads a trace; YAML when the file name ends in `.yaml`/`.yml` or the text starts like YAML.
 pub fn parse(file: &str, text: &str) -> Result<Trace, TraceError> {
@@ -87,7 +92,20 @@ fn pod_from_row(row: &Row<'_, '_>) -> Result<TracePod, TraceError> {
         gpu_models: row.list("gpu_models"),
         nodes: row.list("nodes"),
         do_not_disrupt,
+        gang: gang_from_row(row)?,
     })
+}
+
+/// `gang` names the pod's gang; `gang_min` (only with `gang`) how many members must hold their
+/// slices at once.
+fn gang_from_row(row: &Row<'_, '_>) -> Result<Option<GangRef>, TraceError> {
+    let name = row.get("gang");
+    let min_members = match row.get("gang_min") {
+        "" => None,
+        _ if name.is_empty() => return Err(row.error("gang_min", "is only valid with a gang")),
+        _ => Some(row.number("gang_min", None)?),
+    };
+    Ok((!name.is_empty()).then(|| GangRef { name: name.to_string(), min_members }))
 }
 
 /// `1g.10gb*2|3g.40gb` into `[("1g.10gb", 2), ("3g.40gb", 1)]`, merging repeats.
@@ -171,6 +189,10 @@ struct YamlPod {
     nodes: Vec<String>,
     #[serde(default)]
     do_not_disrupt: bool,
+    #[serde(default)]
+    gang: Option<String>,
+    #[serde(default)]
+    gang_min: Option<u32>,
 }
 
 pub fn parse_yaml(file: &str, text: &str) -> Result<Trace, TraceError> {
@@ -205,6 +227,9 @@ pub fn parse_yaml(file: &str, text: &str) -> Result<Trace, TraceError> {
         if p.name.trim().is_empty() {
             return Err(field("name", p.name, "is required".into()));
         }
+        if let (None, Some(min)) = (&p.gang, p.gang_min) {
+            return Err(field("gang_min", min.to_string(), "is only valid with a gang".into()));
+        }
         pods.push(TracePod {
             name: p.name,
             arrival,
@@ -216,6 +241,7 @@ pub fn parse_yaml(file: &str, text: &str) -> Result<Trace, TraceError> {
             gpu_models: p.gpu_models,
             nodes: p.nodes,
             do_not_disrupt: p.do_not_disrupt,
+            gang: p.gang.map(|name| GangRef { name, min_members: p.gang_min }),
         });
     }
     finish(file, pods)
@@ -235,6 +261,7 @@ fn finish(file: &str, mut pods: Vec<TracePod>) -> Result<Trace, TraceError> {
     if pods.is_empty() {
         return Err(TraceError::Invalid { file: file.into(), reason: "the trace has no pods".into() });
     }
+    gangs::check(file, &pods)?;
     pods.sort_by_key(|p| p.arrival);
     Ok(Trace { pods, notes: Vec::new() })
 }
@@ -247,9 +274,12 @@ fn seconds(ms: u64) -> String {
     }
 }
 
-/// Writes a trace in the CSV format `parse_csv` reads.
+/// Writes a trace in the CSV format `parse_csv` reads (the gang columns only when some pod is
+/// in a gang).
 pub fn to_csv(trace: &Trace) -> String {
-    let mut out = COLUMNS.join(",");
+    let with_gangs = trace.pods.iter().any(|p| p.gang.is_some());
+    let columns = if with_gangs { COLUMNS } else { &COLUMNS[..PLAIN_COLUMNS] };
+    let mut out = columns.join(",");
     out.push('\n');
     for p in &trace.pods {
         let (mig, num_gpu, gpu_milli) = match &p.request {
@@ -262,7 +292,7 @@ pub fn to_csv(trace: &Trace) -> String {
                 (String::new(), num_gpu.to_string(), gpu_milli.to_string())
             }
         };
-        let _ = writeln!(
+        let _ = write!(
             out,
             "{},{},{},{},{},{},{},{},{},{},{},{}",
             p.name,
@@ -278,6 +308,13 @@ pub fn to_csv(trace: &Trace) -> String {
             p.nodes.join("|"),
             p.do_not_disrupt,
         );
+        if with_gangs {
+            let (name, min) = p.gang.as_ref().map_or((String::new(), String::new()), |g| {
+                (g.name.clone(), g.min_members.map(|m| m.to_string()).unwrap_or_default())
+            });
+            let _ = write!(out, ",{name},{min}");
+        }
+        out.push('\n');
     }
     out
 }
@@ -308,6 +345,33 @@ mod tests {
     fn yaml_reads_the_same_pods() {
         let yaml = "pods:\n- name: a\n  arrival_s: 0\n  duration_s: 10\n  mig: {1g.10gb: 2, 3g.40gb: 1}\n  priority: 5\n  do_not_disrupt: true\n  gpu_models: [A100-80GB, H100-80GB]\n- name: b\n  arrival_s: 1.5\n  num_gpu: 1\n  gpu_milli: 470\n";
         assert_eq!(parse("t.yaml", yaml).unwrap(), parse("t.csv", CSV).unwrap());
+    }
+
+    #[test]
+    fn gangs_round_trip_in_csv_and_read_the_same_from_yaml() {
+        let csv = "name,arrival_s,mig,gang,gang_min\nw0,0,1g.10gb,job,2\nw1,0,1g.10gb,job,\nw2,0,1g.10gb,job,\nx,1,2g.20gb,,\n";
+        let t = parse("t.csv", csv).unwrap();
+        assert_eq!(t.pods[0].gang, Some(GangRef { name: "job".into(), min_members: Some(2) }));
+        assert_eq!(t.pods[1].gang, Some(GangRef { name: "job".into(), min_members: None }));
+        assert_eq!(t.pods[3].gang, None);
+        let text = to_csv(&t);
+        assert!(text.lines().next().unwrap().ends_with(",gang,gang_min"), "{text}");
+        assert_eq!(parse("t.csv", &text).unwrap(), t);
+        let yaml = "pods:\n- {name: w0, arrival_s: 0, mig: {1g.10gb: 1}, gang: job, gang_min: 2}\n- {name: w1, arrival_s: 0, mig: {1g.10gb: 1}, gang: job}\n- {name: w2, arrival_s: 0, mig: {1g.10gb: 1}, gang: job}\n- {name: x, arrival_s: 1, mig: {2g.20gb: 1}}\n";
+        assert_eq!(parse("t.yaml", yaml).unwrap(), t);
+        // Without gangs the columns are not written: traces from before gangs stay the same.
+        let plain = parse("t.csv", CSV).unwrap();
+        assert!(!to_csv(&plain).contains("gang"));
+    }
+
+    #[test]
+    fn gang_errors_name_the_gang() {
+        let e = parse("t.csv", "name,arrival_s,mig,gang,gang_min\na,0,1g.10gb,,2\n").unwrap_err().to_string();
+        assert!(e.contains("\"gang_min\"") && e.contains("only valid with a gang"), "{e}");
+        let e = parse("t.csv", "name,arrival_s,mig,gang,gang_min\na,0,1g.10gb,job,3\nb,0,1g.10gb,job,\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"job\"") && e.contains("has 2 members"), "{e}");
     }
 
     #[test]

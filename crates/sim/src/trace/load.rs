@@ -7,7 +7,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::{Millis, Trace, TracePod};
+use super::{gangs, Millis, Trace, TracePod};
 
 /// How long a pod runs in load mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,38 +28,43 @@ pub struct LoadMode {
     pub lifetime: Lifetime,
 }
 
-/// Picks and orders pods. `gpus_of` says how many GPUs a pod requests (a share counts as a
-/// fraction); the pod that crosses the target is still submitted. When the trace runs out first,
-/// a note says how far it got.
+/// Picks and orders jobs (a pod, or a gang's members, which arrive together). `gpus_of` says how
+/// many GPUs a pod requests (a share counts as a fraction); the job that crosses the target is
+/// still submitted. When the trace runs out first, a note says how far it got.
 pub fn apply(
     trace: &Trace,
     mode: &LoadMode,
     capacity_gpus: f64,
     gpus_of: impl Fn(&TracePod) -> f64,
 ) -> Trace {
-    let mut order: Vec<usize> = (0..trace.pods.len()).collect();
+    let mut order = gangs::jobs(&trace.pods);
     order.shuffle(&mut ChaCha8Rng::seed_from_u64(mode.seed));
     let target = mode.load * capacity_gpus;
     let mut requested = 0.0;
     let mut out = Trace { pods: Vec::new(), notes: trace.notes.clone() };
-    for index in order {
+    let mut submitted = 0u64;
+    for job in order {
         if requested >= target {
             break;
         }
-        let mut pod = trace.pods[index].clone();
-        requested += gpus_of(&pod);
-        pod.arrival = out.pods.len() as Millis * mode.interval;
-        if mode.lifetime == Lifetime::Forever {
-            pod.duration = None;
+        for index in job {
+            let mut pod = trace.pods[index].clone();
+            requested += gpus_of(&pod);
+            pod.arrival = submitted * mode.interval;
+            if mode.lifetime == Lifetime::Forever {
+                pod.duration = None;
+            }
+            out.pods.push(pod);
         }
-        out.pods.push(pod);
+        submitted += 1;
     }
     let reached = if capacity_gpus > 0.0 { requested / capacity_gpus } else { 0.0 };
     out.notes.push(format!(
-        "load mode (seed {}): {} of {} pods submitted, one every {} s, requesting {:.1} GPUs = {:.0}% of {} GPUs{}",
+        "load mode (seed {}): {} of {} pods submitted, one {} every {} s, requesting {:.1} GPUs = {:.0}% of {} GPUs{}",
         mode.seed,
         out.pods.len(),
         trace.pods.len(),
+        if out.pods.len() as u64 == submitted { "pod" } else { "job (a pod, or a gang's members together)" },
         mode.interval as f64 / 1000.0,
         requested,
         reached * 100.0,
@@ -90,6 +95,7 @@ mod tests {
             gpu_models: vec![],
             nodes: vec![],
             do_not_disrupt: false,
+            gang: None,
         }
     }
 
@@ -116,5 +122,23 @@ mod tests {
         assert_eq!(out.pods.len(), 4);
         assert_eq!(out.pods[0].duration, Some(5000));
         assert!(out.notes.last().unwrap().contains("ran out"));
+    }
+
+    #[test]
+    fn a_gang_arrives_together_and_counts_all_its_gpus() {
+        let mut pods: Vec<TracePod> = (0..10).map(pod).collect();
+        for p in [2, 7, 9] {
+            pods[p].gang = Some(crate::trace::GangRef { name: "g".into(), min_members: None });
+        }
+        let trace = Trace { pods, notes: vec![] };
+        let mode = LoadMode { load: 1.0, seed: 5, interval: 1000, lifetime: Lifetime::Trace };
+        let out = apply(&trace, &mode, 100.0, |_| 0.5);
+        assert_eq!(out.pods.len(), 10, "{:?}", out.notes);
+        let members: Vec<&TracePod> = out.pods.iter().filter(|p| p.gang.is_some()).collect();
+        assert_eq!(members.len(), 3);
+        assert!(members.iter().all(|p| p.arrival == members[0].arrival));
+        // Eight jobs, one a second.
+        assert_eq!(out.pods.last().unwrap().arrival, 7_000);
+        assert!(out.notes.last().unwrap().contains("one job"), "{:?}", out.notes);
     }
 }

@@ -3,6 +3,7 @@
 //! Times are whole milliseconds so that event order and the accounting are exact.
 
 pub mod alibaba;
+pub mod gangs;
 pub mod geometer;
 pub mod load;
 mod records;
@@ -40,6 +41,17 @@ pub struct TracePod {
     pub nodes: Vec<String>,
     /// The pod carries `geometer.dev/do-not-disrupt`: never evicted.
     pub do_not_disrupt: bool,
+    /// The gang (a job's worker pods that start together) the pod belongs to; `None`: a pod on
+    /// its own.
+    pub gang: Option<GangRef>,
+}
+
+/// A pod's gang: its name, shared by every member, and how many members must hold their
+/// slices at once before any of them runs (`None`: every member of the gang in the trace).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GangRef {
+    pub name: String,
+    pub min_members: Option<u32>,
 }
 
 /// A trace, with what the reader noticed and the user should know (dropped rows, defaults).
