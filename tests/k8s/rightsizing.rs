@@ -3,32 +3,21 @@
 //! and once the patch is applied the real Deployment controller's new pods land on slices the
 //! planner created.
 
-use geometer_api::{MigNode, PolicyMode};
+use geometer_api::PolicyMode;
 use geometer_simcluster::MigPod;
 use geometer_testkit::control_plane::Identity;
 use geometer_testkit::e2e::policy;
 use geometer_testkit::real_cluster::{RealCluster, NS};
 use geometer_testkit::wait::wait_until;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::Api;
 
 use crate::support::{geometer, operator, two_nodes};
 
 /// Pods of Deployment `app` running, each asking for `resource`.
 async fn running_on(k8s: &RealCluster, app: &str, resource: &str) -> usize {
-    let pods = Api::<Pod>::namespaced(k8s.admin.clone(), NS);
-    let list = pods.list(&ListParams::default().labels(&format!("app={app}"))).await.expect("pods").items;
-    list.iter()
-        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        .filter(|p| {
-            let containers = p.spec.iter().flat_map(|s| &s.containers);
-            containers.into_iter().any(|c| {
-                c.resources.as_ref().and_then(|r| r.limits.as_ref()).is_some_and(|l| l.contains_key(resource))
-            })
-        })
-        .count()
+    k8s.running_limits(app).await.iter().filter(|(_, limits)| limits.iter().any(|l| l == resource)).count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,9 +36,7 @@ async fn measured_whole_gpu_pods_are_recommended_a_slice_and_land_on_it_once_pat
     wait_until(
         "the agents measured both pods 3 times",
         || async {
-            let nodes = Api::<MigNode>::all(k8s.admin.clone()).list(&ListParams::default()).await.ok()?.items;
-            let usage: Vec<_> =
-                nodes.iter().flat_map(|n| n.status.iter().flat_map(|s| s.usage.clone())).collect();
+            let usage = k8s.usage().await;
             (usage.len() == 2 && usage.iter().all(|u| u.samples >= 3 && u.peak_memory_mib == 7_000))
                 .then_some(())
         },

@@ -11,12 +11,12 @@
 //! and the certificate's `*.svc` name are not exercised here (tests/deploy/render.rs checks
 //! that the Service reaches the controller's webhook port).
 
-use geometer_api::{MigNode, PolicyMode, Rightsizing, RightsizingMode};
+use geometer_api::{PolicyMode, Rightsizing, RightsizingMode};
 use geometer_controller::rightsizing::admission::{OPT_IN, RIGHTSIZED};
 use geometer_simcluster::MigPod;
 use geometer_testkit::control_plane::{promtool, tool_or_skip};
 use geometer_testkit::e2e::policy;
-use geometer_testkit::real_cluster::{loopback_port, RealCluster, NS};
+use geometer_testkit::real_cluster::{limits, loopback_port, RealCluster, NS};
 use geometer_testkit::wait::wait_until;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -27,23 +27,6 @@ use serde_json::json;
 use crate::support::{geometer, two_nodes};
 
 const CONFIGURATION: &str = "geometer-rightsizing";
-
-/// The resources the pods of `app` ask for, per pod, of those running.
-async fn running_asking(k8s: &RealCluster, app: &str) -> Vec<(String, Vec<String>)> {
-    let pods = Api::<Pod>::namespaced(k8s.admin.clone(), NS);
-    let list = pods.list(&ListParams::default().labels(&format!("app={app}"))).await.expect("pods").items;
-    list.iter()
-        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        .map(|p| (p.name_any(), limits(p)))
-        .collect()
-}
-
-fn limits(pod: &Pod) -> Vec<String> {
-    let containers = pod.spec.iter().flat_map(|s| &s.containers);
-    containers
-        .flat_map(|c| c.resources.iter().flat_map(|r| r.limits.iter().flat_map(|l| l.keys().cloned())))
-        .collect()
-}
 
 /// Points both webhooks of deploy/base's configuration at `port` on this machine (the API
 /// server runs here; in a cluster they name the geometer-webhook Service).
@@ -102,7 +85,7 @@ async fn opted_in_pods_are_admitted_asking_for_their_measured_slice() {
     wait_until(
         "2 chat pods running on whole GPUs (nothing measured yet: admitted unchanged)",
         || async {
-            let running = running_asking(&k8s, "chat").await;
+            let running = k8s.running_limits("chat").await;
             (running.len() == 2 && running.iter().all(|(_, r)| r == &["nvidia.com/gpu"])).then_some(())
         },
         || k8s.logs(),
@@ -111,8 +94,7 @@ async fn opted_in_pods_are_admitted_asking_for_their_measured_slice() {
     wait_until(
         "the agents measured both pods 3 times",
         || async {
-            let nodes = Api::<MigNode>::all(k8s.admin.clone()).list(&ListParams::default()).await.ok()?.items;
-            let usage: Vec<_> = nodes.iter().flat_map(|n| n.usage().to_vec()).collect();
+            let usage = k8s.usage().await;
             (usage.len() == 2 && usage.iter().all(|u| u.samples >= 3)).then_some(())
         },
         || k8s.logs(),
@@ -125,7 +107,7 @@ async fn opted_in_pods_are_admitted_asking_for_their_measured_slice() {
         "2 more chat pods running on 1g.10gb slices",
         || async {
             k8s.check_alive();
-            let running = running_asking(&k8s, "chat").await;
+            let running = k8s.running_limits("chat").await;
             let sliced = running.iter().filter(|(_, r)| r == &["nvidia.com/mig-1g.10gb"]).count();
             (running.len() == 4 && sliced == 2).then_some(())
         },

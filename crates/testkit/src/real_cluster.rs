@@ -230,6 +230,23 @@ impl RealCluster {
             .collect()
     }
 
+    /// The Running pods of Deployment `app`, each with the resources its containers' limits name.
+    pub async fn running_limits(&self, app: &str) -> Vec<(String, Vec<String>)> {
+        self.pods_of(app)
+            .await
+            .into_iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .map(|p| (p.metadata.name.clone().unwrap_or_default(), limits(&p)))
+            .collect()
+    }
+
+    /// What the agents measured of the whole GPUs pods hold (`MigNode.status.usage`); empty
+    /// when the MigNodes cannot be listed.
+    pub async fn usage(&self) -> Vec<geometer_api::PodGpuUsage> {
+        let nodes = Api::<MigNode>::all(self.admin.clone()).list(&ListParams::default()).await;
+        nodes.map(|l| l.items.iter().flat_map(|n| n.usage().to_vec()).collect()).unwrap_or_default()
+    }
+
     /// Sets Deployment `app`'s replicas.
     pub async fn scale(&self, app: &str, replicas: i32) {
         let patch = json!({"spec": {"replicas": replicas}});
@@ -404,6 +421,14 @@ impl RealCluster {
             .await
             .expect("deployment")
     }
+}
+
+/// The resources the containers of `pod` name in their limits.
+pub fn limits(pod: &Pod) -> Vec<String> {
+    let containers = pod.spec.iter().flat_map(|s| &s.containers);
+    containers
+        .flat_map(|c| c.resources.iter().flat_map(|r| r.limits.iter().flat_map(|l| l.keys().cloned())))
+        .collect()
 }
 
 /// A loopback port free now, for a process the test starts.

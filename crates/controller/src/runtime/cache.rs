@@ -157,21 +157,10 @@ fn spawn_dynamic_reflector(
 ) -> Store<DynamicObject> {
     let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
     let reader = writer.as_reader();
-    let kind = ar.api_version.clone();
     let stream = watcher(Api::<DynamicObject>::all_with(client.clone(), ar), watcher::Config::default())
         .default_backoff()
         .reflect(writer);
-    tasks.push(tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => changed.notify_one(),
-                Err(e) => {
-                    tracing::warn!(kind = %kind, error = %e, "PodGroup watch failed; retrying with backoff")
-                }
-            }
-        }
-    }));
+    tasks.push(follow(stream, ar.api_version.clone(), changed));
     reader
 }
 
@@ -191,14 +180,24 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let kind = K::kind(&()).to_string();
     // Managed fields are dropped as each object is decoded (`Decoded`), and whatever else the
     // controller never reads before it is stored (`projection`).
     let stream = watcher(Api::<Decoded<K>>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .modify(projection::project)
         .reflect(writer);
-    tasks.push(tokio::spawn(async move {
+    tasks.push(follow(stream, K::kind(&()).to_string(), changed));
+    reader
+}
+
+/// Drives a reflector's watch: each event notifies `changed`; an error is logged and the watch
+/// retries with its backoff.
+fn follow<T>(
+    stream: impl futures::Stream<Item = Result<T, watcher::Error>> + Send + 'static,
+    kind: String,
+    changed: Arc<Notify>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
@@ -206,6 +205,5 @@ where
                 Err(e) => tracing::warn!(kind = %kind, error = %e, "watch failed; retrying with backoff"),
             }
         }
-    }));
-    reader
+    })
 }

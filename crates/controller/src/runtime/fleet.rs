@@ -13,6 +13,7 @@ use kube::ResourceExt;
 use geometer_api::{MigNode, MigPlan, MigPlanPhase};
 use geometer_solver::PodKey;
 
+use crate::adapter::pods;
 use crate::policy::validation::PolicyReport;
 
 /// `(profile, policy) -> (advertised, allocated)` slices on the policies' nodes. A slice is
@@ -54,8 +55,9 @@ pub(crate) fn oldest_demand(
 ) -> BTreeMap<String, f64> {
     let mut out: BTreeMap<String, f64> = BTreeMap::new();
     for pod in pods {
-        let key = PodKey::new(&pod.namespace().unwrap_or_default(), &pod.name_any());
-        let (Some(profiles), Some(created)) = (demand.get(&key), pod.creation_timestamp()) else { continue };
+        let (Some(profiles), Some(created)) = (demand.get(&pods::key(pod)), pod.creation_timestamp()) else {
+            continue;
+        };
         let age = now.duration_since(created.0).as_secs_f64().max(0.0);
         for profile in profiles.keys() {
             let oldest = out.entry(profile.clone()).or_default();

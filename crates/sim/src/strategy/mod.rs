@@ -63,16 +63,10 @@ impl StrategyKind {
         StrategyKind::GeometerEvict,
     ];
 
-    /// Every strategy `--strategy` accepts.
-    pub const ACCEPTED: [StrategyKind; 7] = [
-        StrategyKind::WholeGpu,
-        StrategyKind::Static(StaticLayout::AllBalanced),
-        StrategyKind::Static(StaticLayout::All1g),
-        StrategyKind::Greedy,
-        StrategyKind::Geometer,
-        StrategyKind::GeometerEvict,
-        StrategyKind::GeometerNoGangs,
-    ];
+    /// Every strategy `--strategy` accepts: [`StrategyKind::ALL`] and `geometer-no-gangs`.
+    pub fn accepted() -> impl Iterator<Item = StrategyKind> {
+        StrategyKind::ALL.into_iter().chain([StrategyKind::GeometerNoGangs])
+    }
 
     /// The strategies run when none is named: [`StrategyKind::ALL`], and for a workload with
     /// gangs also `geometer-no-gangs` (without gangs it is `geometer`).
@@ -118,8 +112,8 @@ impl FromStr for StrategyKind {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        StrategyKind::ACCEPTED.into_iter().find(|k| k.to_string() == text).ok_or_else(|| {
-            let known: Vec<String> = StrategyKind::ACCEPTED.iter().map(ToString::to_string).collect();
+        StrategyKind::accepted().find(|k| k.to_string() == text).ok_or_else(|| {
+            let known: Vec<String> = StrategyKind::accepted().map(|k| k.to_string()).collect();
             format!("--strategy {text:?} is not known; use one of: {}", known.join(", "))
         })
     }
