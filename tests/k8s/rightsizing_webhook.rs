@@ -130,11 +130,22 @@ async fn opted_in_pods_are_admitted_asking_for_their_measured_slice() {
     let sibling =
         all.iter().find(|p| p.annotations().contains_key(RIGHTSIZED)).expect("a right-sized replica");
     let mut replica = MigPod::new(NS, "chat-by-namespace").gpus(1).build();
+    replica.metadata.name = None;
+    replica.metadata.generate_name = Some("chat-by-namespace-".into());
     replica.metadata.labels =
         Some([("pod-template-hash".to_string(), sibling.labels()["pod-template-hash"].clone())].into());
     replica.metadata.owner_references = sibling.metadata.owner_references.clone();
-    let admitted = admitted_while(&pods, &replica).await;
-    assert_eq!(limits(&admitted), ["nvidia.com/mig-1g.10gb"], "{:?}", admitted.metadata);
+    // The API server matches namespaceSelector against its own cache of namespaces, which sees
+    // the new label a moment later: until then a pod is admitted without the webhook.
+    wait_until(
+        "a pod of the opted-in namespace admitted asking for the slice",
+        || async {
+            let admitted = admitted_while(&pods, &replica).await;
+            (limits(&admitted) == ["nvidia.com/mig-1g.10gb"]).then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
 
     // Two replicas and the namespace's pod were right-sized. What the controller and an agent serve passes `promtool check metrics` (Prometheus'
     // naming rules), and says what happened.
