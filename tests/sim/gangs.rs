@@ -239,3 +239,60 @@ fn slices_a_plan_puts_gang_members_on_are_kept_from_a_pod_arriving_meanwhile() {
     assert_eq!(s.outcomes[3].first_start, Some(10_000));
     assert_eq!(s.outcomes[0].first_start, Some(1_010_000));
 }
+
+/// Starts every GPU as `initial` and plays back `plans`, one per planner call.
+struct Scripted {
+    initial: Vec<Slot>,
+    plans: Vec<Replan>,
+}
+
+impl Strategy for Scripted {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::Geometer
+    }
+    fn initial_geometry(&self, _model: usize) -> Vec<Slot> {
+        self.initial.clone()
+    }
+    fn plan(&mut self, _view: &PlanView<'_>) -> Result<Option<Replan>, StrategyError> {
+        Ok((!self.plans.is_empty()).then(|| self.plans.remove(0)))
+    }
+}
+
+#[test]
+fn a_member_takes_its_kept_slice_on_a_node_cordoned_since() {
+    // Two nodes of one A100-80GB split 3g.40gb + 3g.40gb. Gang g: w0 (3g.40gb) and w1
+    // (2g.20gb), from 0 s. At 5 s a plan remakes node-b (4g + 2g + 1g) for w1 and keeps
+    // node-a's first 3g.40gb for w0. A 1g.10gb pod x arrives at 10 s; at 15 s a second plan
+    // remakes node-a around w0's kept slice (destroying the other 3g.40gb, so node-a is
+    // cordoned until 45 s). When node-b is ready at 35 s, w0 is already assumed on its kept
+    // slice, as a pod waiting at Permit is on a node cordoned after it: the gang starts then,
+    // and w1's slices are not held idle until the Permit timeout.
+    let nodes = ["node-a", "node-b"].map(|name| NodeSpec {
+        name: name.into(),
+        model: 0,
+        gpus: 1,
+        cpu_milli: None,
+        memory_mib: None,
+    });
+    let c = Cluster::new(vec![a100()], nodes.to_vec()).unwrap();
+    let csv = "name,arrival_s,duration_s,mig,gang\n\
+        w0,0,10,3g.40gb,g\nw1,0,10,2g.20gb,g\nx,10,1000,1g.10gb,\n";
+    let trace = trace_format::parse("t.csv", csv).unwrap();
+    let w = Workload::new(&trace, &c, Mapping::Compute, WholeGpus::Whole);
+    let slot =
+        |profile: &str, start| Slot { profile: w.profiles.iter().position(|p| p == profile).unwrap(), start };
+    let remade = |first: &str| vec![slot(first, 0), slot("2g.20gb", 4), slot("1g.10gb", 6)];
+    let for_w1 = Replan {
+        targets: vec![(1, remade("4g.40gb"))],
+        placements: vec![(1, 1)],
+        reservations: vec![(0, 0)],
+        ..Replan::default()
+    };
+    let for_x =
+        Replan { targets: vec![(0, remade("3g.40gb"))], placements: vec![(2, 0)], ..Replan::default() };
+    let mut strategy =
+        Scripted { initial: vec![slot("3g.40gb", 0), slot("3g.40gb", 4)], plans: vec![for_w1, for_x] };
+    let s = Engine::new(&c, &w, Timings::default(), &mut strategy).run().unwrap();
+    assert_eq!((s.gang_idle_memory_integral, s.gang_timeouts, s.gangs_started), (0, 0, 1));
+    assert_eq!((s.outcomes[0].first_start, s.outcomes[1].first_start), (Some(35_000), Some(35_000)));
+}

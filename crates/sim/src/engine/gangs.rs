@@ -70,15 +70,17 @@ impl Engine<'_> {
         let mut assumed = Vec::new();
         for p in pending {
             let pod = &self.workload.pods[p];
-            // A member with slices kept for it takes those (its nominated node first).
             let kept = self.pods[p].reserved;
+            // A member with slices kept for it takes those, even on a node cordoned since (it
+            // was assumed there, as a pod waiting at Permit is); otherwise the first fit.
             if let Some(node) = kept {
+                if let Some(held) = self.state.take_kept(p, &self.requests[p], node) {
+                    assumed.push((p, node, held));
+                    continue;
+                }
                 self.state.unreserve(p, pod, node);
             }
-            let node = kept
-                .filter(|&n| self.state.fits(pod, &self.requests[p], n))
-                .or_else(|| self.state.find_node(pod, &self.requests[p]));
-            if let Some(node) = node {
+            if let Some(node) = self.state.find_node(pod, &self.requests[p]) {
                 let held = self.state.bind(p, pod, &self.requests[p], node);
                 assumed.push((p, node, held));
             } else if let Some(node) = kept {

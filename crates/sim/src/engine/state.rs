@@ -247,6 +247,39 @@ impl ClusterState {
         true
     }
 
+    /// Gives `p` the instances kept for it on `node` (its CPU and memory are counted there
+    /// already) and returns what it holds; `None`, and nothing changed, unless they are
+    /// exactly `items`. The kept instances themselves, not any free ones of the same profile:
+    /// another GPU of the node may be reconfiguring.
+    pub(super) fn take_kept(
+        &mut self,
+        p: PodIdx,
+        items: &[(ProfileKey, u32)],
+        node: usize,
+    ) -> Option<Vec<(usize, Slot)>> {
+        let mut kept = Vec::new();
+        for g in self.node_gpus(node) {
+            kept.extend(self.gpus[g].slots.iter().filter(|s| s.reserved == Some(p)).map(|s| (g, s.slot)));
+        }
+        let count = |key| kept.iter().filter(|(_, s)| s.profile == key).count();
+        if kept.len() != items.iter().map(|&(_, c)| c as usize).sum::<usize>()
+            || items.iter().any(|&(key, c)| count(key) != c as usize)
+        {
+            return None;
+        }
+        for &(g, slot) in &kept {
+            let model = self.gpus[g].model;
+            if let Some(s) = self.gpus[g].slots.iter_mut().find(|s| s.slot == slot) {
+                s.reserved = None;
+                s.pod = Some(p);
+            }
+            let (m, c) = self.slices.0[model][slot.profile];
+            self.allocated_memory += u64::from(m);
+            self.allocated_compute += u64::from(c);
+        }
+        Some(kept)
+    }
+
     /// Gives back what is kept for `p` on `node`; returns the profiles freed.
     pub(super) fn unreserve(&mut self, p: PodIdx, pod: &SimPod, node: usize) -> Vec<ProfileKey> {
         let mut freed = Vec::new();
