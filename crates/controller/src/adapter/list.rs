@@ -8,10 +8,12 @@ use std::sync::Arc;
 use geometer_api::decode::{self, DecodeError};
 use geometer_api::{MigNode, MigPolicy};
 use geometer_solver::snapshot::Policy;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::projection::Projection;
 use super::{mig_objects, AdapterError, Objects, PolicyObject};
 
 /// Parses JSON or YAML text into a value; JSON first when it looks like JSON.
@@ -140,16 +142,23 @@ fn read_items<'t>(list_kind: &str, items: impl Iterator<Item = Item<'t>>) -> Obj
         "PodList" => "Pod",
         _ => "",
     };
+    let items: Vec<Item<'t>> = items.collect();
+    // A JSON List's items are slices of its text; YAML's are values, which the main thread
+    // built and which, decoded elsewhere, would be freed where it cannot reuse them (and
+    // scanning YAML is most of its time anyway).
+    let threads = if matches!(items.first(), Some(Item::Raw(_))) { threads_for(items.len()) } else { 1 };
+    gather(decode_all(items, implied, threads))
+}
+
+/// Decoded items into `Objects`, in List order.
+fn gather(reads: Vec<Read<'_>>) -> Objects {
     let mut objects = Objects::default();
     // (kind, namespace, name) -> the item that had it first: a second one is refused, not
     // allowed to replace the first without a word.
     let mut first: BTreeMap<(String, String, String), usize> = BTreeMap::new();
-    for (index, item) in items.enumerate() {
-        let (header, item) = item.header();
-        let kind = header.kind.unwrap_or_else(|| implied.to_string());
-        let name = header.metadata.name.unwrap_or_default();
+    for (index, read) in reads.into_iter().enumerate() {
+        let Read { kind, namespace, name, decoded } = read;
         if matches!(kind.as_str(), "Node" | "Pod" | "MigNode" | "MigPolicy") {
-            let namespace = header.metadata.namespace.unwrap_or_default();
             let key = (kind.clone(), namespace, name.clone());
             if let Some(&earlier) = first.get(&key) {
                 objects.skipped.push(AdapterError::Object {
@@ -168,30 +177,14 @@ fn read_items<'t>(list_kind: &str, items: impl Iterator<Item = Item<'t>>) -> Obj
             name: name.clone(),
             problem: e.to_string(),
         };
-        let read = match kind.as_str() {
-            "Node" => item.decode().map(|n| objects.nodes.push(Arc::new(n))).map_err(bad),
-            "Pod" => item.decode().map(|p| objects.pods.push(Arc::new(p))).map_err(bad),
-            "MigNode" => read_mignode(&item, &mut objects).map_err(|e| {
+        let read = match decoded {
+            Decoded::Node(node) => node.map(|n| objects.nodes.push(n)).map_err(bad),
+            Decoded::Pod(pod) => pod.map(|p| objects.pods.push(p)).map_err(bad),
+            Decoded::MigNode(node) => read_mignode(node, &mut objects).map_err(|e| {
                 objects.unreadable_inventories.insert(name.clone());
                 e.map_err(bad).unwrap_or_else(|e| e)
             }),
-            "MigPolicy" => mig_policy_value(item.into_value(), index).map(|p| objects.policies.push(p)),
-            "PodGroup" => match super::gangs::pod_group(&item.into_value()) {
-                Ok(Some(group)) => {
-                    objects.pod_groups.push(group);
-                    Ok(())
-                }
-                Ok(None) => {
-                    *objects.ignored.entry(kind.clone()).or_default() += 1;
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            },
-            _ => {
-                let kind = if kind.is_empty() { "(no kind)".into() } else { kind.clone() };
-                *objects.ignored.entry(kind).or_default() += 1;
-                Ok(())
-            }
+            Decoded::Other(item) => read_other(&kind, item, index, &mut objects),
         };
         if let Err(e) = read {
             objects.skipped.push(e);
@@ -200,9 +193,110 @@ fn read_items<'t>(list_kind: &str, items: impl Iterator<Item = Item<'t>>) -> Obj
     objects
 }
 
-/// A MigNode's inventory into `objects`; the inner error when the object does not decode.
-fn read_mignode(item: &Item<'_>, objects: &mut Objects) -> Result<(), Result<AdapterError, DecodeError>> {
-    let node: MigNode = item.decode().map_err(Err)?;
+/// An item's kind and name, and the item decoded by its kind (the many kinds: Nodes, Pods and
+/// MigNodes) or not yet (the few others).
+struct Read<'t> {
+    kind: String,
+    namespace: String,
+    name: String,
+    decoded: Decoded<'t>,
+}
+
+enum Decoded<'t> {
+    Node(Result<Arc<Node>, DecodeError>),
+    Pod(Result<Arc<Pod>, DecodeError>),
+    MigNode(Result<Box<MigNode>, DecodeError>),
+    Other(Item<'t>),
+}
+
+/// Items at most this many to a thread: below it a second thread costs more than it saves.
+const ITEMS_PER_THREAD: usize = 2_000;
+
+/// As many threads as there are cores for a large List, one for a small one.
+fn threads_for(items: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    cores.min(items / ITEMS_PER_THREAD).max(1)
+}
+
+/// Decodes the items on `threads` threads, and returns them in order (the items are
+/// independent: decoding them is most of reading a cluster's dump).
+fn decode_all<'t>(items: Vec<Item<'t>>, implied: &str, threads: usize) -> Vec<Read<'t>> {
+    let decode =
+        |chunk: Vec<Item<'t>>| chunk.into_iter().map(|item| decode_one(item, implied)).collect::<Vec<_>>();
+    if threads <= 1 {
+        return decode(items);
+    }
+    let per = items.len().div_ceil(threads);
+    let mut items = items.into_iter();
+    let own: Vec<Item<'t>> = items.by_ref().take(per).collect();
+    let mut chunks: Vec<Vec<Item<'t>>> = Vec::with_capacity(threads - 1);
+    for _ in 1..threads {
+        chunks.push(items.by_ref().take(per).collect());
+    }
+    // This thread decodes the first chunk: what it decodes is freed into its own allocator
+    // arena, which the rest of planning reuses (another thread's arena it cannot).
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks.into_iter().map(|chunk| scope.spawn(move || decode(chunk))).collect();
+        let mut reads = decode(own);
+        for handle in handles {
+            // A decoder does not panic on any input; if one did, the panic goes on here.
+            reads.extend(handle.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        reads
+    })
+}
+
+fn decode_one<'t>(item: Item<'t>, implied: &str) -> Read<'t> {
+    let (header, item) = item.header();
+    let kind = header.kind.unwrap_or_else(|| implied.to_string());
+    let decoded = match kind.as_str() {
+        "Node" => Decoded::Node(item.decode().map(projected)),
+        "Pod" => Decoded::Pod(item.decode().map(projected)),
+        "MigNode" => Decoded::MigNode(item.decode().map(Box::new)),
+        _ => Decoded::Other(item),
+    };
+    Read {
+        kind,
+        namespace: header.metadata.namespace.unwrap_or_default(),
+        name: header.metadata.name.unwrap_or_default(),
+        decoded,
+    }
+}
+
+/// Only what planning reads of an object is kept, as in the controller's caches: a large
+/// cluster's dump is mostly fields it never reads (images, volumes, environment).
+fn projected<K: Projection>(mut object: K) -> Arc<K> {
+    object.project();
+    Arc::new(object)
+}
+
+/// A MigPolicy or PodGroup item into `objects`; any other kind is counted as ignored.
+fn read_other(kind: &str, item: Item<'_>, index: usize, objects: &mut Objects) -> Result<(), AdapterError> {
+    match kind {
+        "MigPolicy" => mig_policy_value(item.into_value(), index).map(|p| objects.policies.push(p)),
+        "PodGroup" => match super::gangs::pod_group(&item.into_value())? {
+            Some(group) => {
+                objects.pod_groups.push(group);
+                Ok(())
+            }
+            None => {
+                *objects.ignored.entry(kind.to_string()).or_default() += 1;
+                Ok(())
+            }
+        },
+        _ => {
+            let kind = if kind.is_empty() { "(no kind)" } else { kind };
+            *objects.ignored.entry(kind.to_string()).or_default() += 1;
+            Ok(())
+        }
+    }
+}
+
+fn read_mignode(
+    node: Result<Box<MigNode>, DecodeError>,
+    objects: &mut Objects,
+) -> Result<(), Result<AdapterError, DecodeError>> {
+    let node = node.map_err(Err)?;
     let gpus = mig_objects::inventory(&node).map_err(Ok)?;
     objects.inventories.insert(node.name_any(), gpus);
     objects.advertised.extend(mig_objects::advertised(&node));
@@ -258,4 +352,46 @@ pub fn parse_policy(text: &str) -> Result<PolicyObject, AdapterError> {
         problem: format!("{e}; give a MigPolicy object or the fields allowedProfiles, headroom, evictionAllowed, maxGpusChanged, maxNodesChanged, timeLimitMs"),
     })?;
     Ok(PolicyObject { name: "policy file".into(), policy, ..PolicyObject::default() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A List of `n` Pods (every 7th asks for a broken quantity, the last repeats the first)
+    /// as JSON, read on `threads` threads.
+    fn read_on(text: &str, threads: usize) -> Objects {
+        #[derive(serde::Deserialize)]
+        struct RawList<'t> {
+            #[serde(borrow)]
+            items: Vec<&'t RawValue>,
+        }
+        let list: RawList = serde_json::from_str(text).unwrap();
+        gather(decode_all(list.items.into_iter().map(Item::Raw).collect(), "", threads))
+    }
+
+    #[test]
+    fn a_list_read_on_several_threads_is_read_as_on_one() {
+        let pod = |i: usize| {
+            let quantity = if i % 7 == 3 { serde_json::json!([1]) } else { serde_json::json!("1") };
+            serde_json::json!({"kind": "Pod", "metadata": {"name": format!("p{i}"), "namespace": "ml"},
+                "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/mig-1g.10gb": quantity}}}]}})
+        };
+        let mut items: Vec<_> = (0..5_000).map(pod).collect();
+        items.push(pod(0));
+        let text = serde_json::json!({"kind": "List", "items": items}).to_string();
+        let one = read_on(&text, 1);
+        let errors = |o: &Objects| o.skipped.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        let names = |o: &Objects| o.pods.iter().map(|p| p.name_any()).collect::<Vec<_>>();
+        for threads in [2, 3, 8] {
+            let many = read_on(&text, threads);
+            assert_eq!(names(&many), names(&one), "{threads} threads");
+            assert_eq!(errors(&many), errors(&one), "{threads} threads");
+        }
+        assert_eq!(one.pods.len(), 5_000 - 714);
+        assert!(errors(&one)[0].contains("items[3] (Pod p3)"), "{:?}", errors(&one)[0]);
+        assert!(errors(&one)
+            .last()
+            .is_some_and(|e| e.contains("items[5000]") && e.contains("second object")));
+    }
 }

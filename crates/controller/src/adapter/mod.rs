@@ -10,6 +10,7 @@ mod list;
 pub mod mig_objects;
 pub mod nodes;
 pub mod pods;
+pub(crate) mod projection;
 
 pub use list::{json_list, objects_of, parse_objects, parse_policy, parse_value};
 

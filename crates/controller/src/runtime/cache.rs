@@ -23,7 +23,7 @@ use geometer_api::decoded::{Decoded, Unreadable};
 
 use crate::adapter::gangs::PodGroupMin;
 
-use super::projection::{self, Projection};
+use crate::adapter::projection::{self, Projection};
 
 /// Read handles of the caches.
 #[derive(Clone)]

@@ -10,7 +10,6 @@ pub(crate) mod health;
 pub(crate) mod leader;
 pub(crate) mod main_loop;
 pub(crate) mod metrics;
-pub(crate) mod projection;
 pub(crate) mod quarantine;
 pub(crate) mod reconcile;
 pub(crate) mod settings;

@@ -1,5 +1,5 @@
-//! What the controller's caches keep of each object: only the fields planning, rollout and the
-//! policy status read. At 150,000 pods a whole Pod (volumes, environment, probes, container
+//! What the controller's caches, and `geometer plan --snapshot`'s reading of a List, keep of
+//! each object: only the fields planning, rollout and the policy status read. At 150,000 pods a whole Pod (volumes, environment, probes, container
 //! statuses, kubectl's last-applied copy of the object) is most of the controller's memory;
 //! kube-runtime's `WatchStreamExt::modify` (kube-rs, `kube-runtime/src/utils/watch_ext.rs`)
 //! trims each object as it arrives, before the reflector stores it.
@@ -55,7 +55,8 @@ fn project_container(c: Container) -> Container {
 
 impl Projection for Pod {
     /// Metadata (do-not-disrupt annotations, owners, labels), the requests, the node
-    /// constraints, priority and the binding; the phase and conditions of the status.
+    /// constraints, priority and the binding; the phase, conditions and start time of the
+    /// status.
     fn project(&mut self) {
         project_meta(&mut self.metadata);
         if let Some(spec) = self.spec.take() {
@@ -82,6 +83,8 @@ impl Projection for Pod {
                 phase: status.phase,
                 conditions: status.conditions,
                 nominated_node_name: status.nominated_node_name,
+                // A do-not-disrupt duration runs from it (`geometer_api::do_not_disrupt`).
+                start_time: status.start_time,
                 ..PodStatus::default()
             });
         }
@@ -166,6 +169,29 @@ mod tests {
         assert!(projected.status.as_ref().unwrap().container_statuses.is_none());
         assert!(!projected.annotations().contains_key(LAST_APPLIED));
         assert_eq!(projected.metadata.owner_references, whole.metadata.owner_references);
+    }
+
+    #[test]
+    fn a_do_not_disrupt_duration_runs_from_the_start_time_a_projected_pod_keeps() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let mut whole = kubelet_pod();
+        let key = "karpenter.sh/do-not-disrupt".to_string();
+        whole.metadata.annotations = Some([(key.clone(), "1h".to_string())].into());
+        whole.metadata.creation_timestamp = Some(Time("2026-06-01T10:00:00Z".parse().unwrap()));
+        let status = whole.status.as_mut().unwrap();
+        status.phase = Some("Running".into());
+        status.start_time = Some(Time("2026-06-01T11:50:00Z".parse().unwrap()));
+        let mut projected = whole.clone();
+        projected.project();
+        let now: jiff::Timestamp = "2026-06-01T12:00:00Z".parse().unwrap();
+        let keys = [key];
+        let protected =
+            |p: &Pod| planner_pod(p, &effective_requests(p).unwrap(), &keys, now).unwrap().do_not_disrupt;
+        assert!(protected(&whole));
+        assert!(
+            protected(&projected),
+            "created two hours ago, started ten minutes ago: protected 50 min more"
+        );
     }
 
     #[test]
