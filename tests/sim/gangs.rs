@@ -199,11 +199,8 @@ impl Strategy for ExistingAndNew {
     }
 }
 
-#[test]
-fn slices_a_plan_puts_gang_members_on_are_kept_from_a_pod_arriving_meanwhile() {
-    // Two nodes of one A100-80GB, each with one free 3g.40gb. Gang g (three 3g.40gb) arrives
-    // at 0 s; at 5 s the plan puts w0 and w1 on those two slices and w2 on a new one on
-    // node-b, ready at 35 s. A lone 3g.40gb pod x arrives at 10 s, in between.
+/// `node-a` and `node-b`, one A100-80GB each.
+fn two_one_gpu_a100_nodes() -> Cluster {
     let nodes = ["node-a", "node-b"].map(|name| NodeSpec {
         name: name.into(),
         model: 0,
@@ -211,7 +208,15 @@ fn slices_a_plan_puts_gang_members_on_are_kept_from_a_pod_arriving_meanwhile() {
         cpu_milli: None,
         memory_mib: None,
     });
-    let c = Cluster::new(vec![a100()], nodes.to_vec()).unwrap();
+    Cluster::new(vec![a100()], nodes.to_vec()).unwrap()
+}
+
+#[test]
+fn slices_a_plan_puts_gang_members_on_are_kept_from_a_pod_arriving_meanwhile() {
+    // Two nodes of one A100-80GB, each with one free 3g.40gb. Gang g (three 3g.40gb) arrives
+    // at 0 s; at 5 s the plan puts w0 and w1 on those two slices and w2 on a new one on
+    // node-b, ready at 35 s. A lone 3g.40gb pod x arrives at 10 s, in between.
+    let c = two_one_gpu_a100_nodes();
     let csv = "name,arrival_s,duration_s,mig,gang\n\
         w0,0,10,3g.40gb,g\nw1,0,10,3g.40gb,g\nw2,0,10,3g.40gb,g\nx,10,1000,3g.40gb,\n";
     let trace = trace_format::parse("t.csv", csv).unwrap();
@@ -267,14 +272,7 @@ fn a_member_takes_its_kept_slice_on_a_node_cordoned_since() {
     // cordoned until 45 s). When node-b is ready at 35 s, w0 is already assumed on its kept
     // slice, as a pod waiting at Permit is on a node cordoned after it: the gang starts then,
     // and w1's slices are not held idle until the Permit timeout.
-    let nodes = ["node-a", "node-b"].map(|name| NodeSpec {
-        name: name.into(),
-        model: 0,
-        gpus: 1,
-        cpu_milli: None,
-        memory_mib: None,
-    });
-    let c = Cluster::new(vec![a100()], nodes.to_vec()).unwrap();
+    let c = two_one_gpu_a100_nodes();
     let csv = "name,arrival_s,duration_s,mig,gang\n\
         w0,0,10,3g.40gb,g\nw1,0,10,2g.20gb,g\nx,10,1000,1g.10gb,\n";
     let trace = trace_format::parse("t.csv", csv).unwrap();
