@@ -157,7 +157,7 @@ fn gather(reads: Vec<Read<'_>>) -> Objects {
     // allowed to replace the first without a word.
     let mut first: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     for (index, read) in reads.into_iter().enumerate() {
-        let Read { kind, namespace, name, decoded } = read;
+        let Read { kind, namespace, name, typed } = read;
         if matches!(kind.as_str(), "Node" | "Pod" | "MigNode" | "MigPolicy") {
             let key = (kind.clone(), namespace, name.clone());
             if let Some(&earlier) = first.get(&key) {
@@ -177,14 +177,14 @@ fn gather(reads: Vec<Read<'_>>) -> Objects {
             name: name.clone(),
             problem: e.to_string(),
         };
-        let read = match decoded {
-            Decoded::Node(node) => node.map(|n| objects.nodes.push(n)).map_err(bad),
-            Decoded::Pod(pod) => pod.map(|p| objects.pods.push(p)).map_err(bad),
-            Decoded::MigNode(node) => read_mignode(node, &mut objects).map_err(|e| {
+        let read = match typed {
+            Typed::Node(node) => node.map(|n| objects.nodes.push(n)).map_err(bad),
+            Typed::Pod(pod) => pod.map(|p| objects.pods.push(p)).map_err(bad),
+            Typed::MigNode(node) => read_mignode(node, &mut objects).map_err(|e| {
                 objects.unreadable_inventories.insert(name.clone());
                 e.map_err(bad).unwrap_or_else(|e| e)
             }),
-            Decoded::Other(item) => read_other(&kind, item, index, &mut objects),
+            Typed::Other(item) => read_other(&kind, item, index, &mut objects),
         };
         if let Err(e) = read {
             objects.skipped.push(e);
@@ -199,10 +199,11 @@ struct Read<'t> {
     kind: String,
     namespace: String,
     name: String,
-    decoded: Decoded<'t>,
+    typed: Typed<'t>,
 }
 
-enum Decoded<'t> {
+/// An item decoded into its type, or (a kind read later) as it came.
+enum Typed<'t> {
     Node(Result<Arc<Node>, DecodeError>),
     Pod(Result<Arc<Pod>, DecodeError>),
     MigNode(Result<Box<MigNode>, DecodeError>),
@@ -249,17 +250,17 @@ fn decode_all<'t>(items: Vec<Item<'t>>, implied: &str, threads: usize) -> Vec<Re
 fn decode_one<'t>(item: Item<'t>, implied: &str) -> Read<'t> {
     let (header, item) = item.header();
     let kind = header.kind.unwrap_or_else(|| implied.to_string());
-    let decoded = match kind.as_str() {
-        "Node" => Decoded::Node(item.decode().map(projected)),
-        "Pod" => Decoded::Pod(item.decode().map(projected)),
-        "MigNode" => Decoded::MigNode(item.decode().map(Box::new)),
-        _ => Decoded::Other(item),
+    let typed = match kind.as_str() {
+        "Node" => Typed::Node(item.decode().map(projected)),
+        "Pod" => Typed::Pod(item.decode().map(projected)),
+        "MigNode" => Typed::MigNode(item.decode().map(Box::new)),
+        _ => Typed::Other(item),
     };
     Read {
         kind,
         namespace: header.metadata.namespace.unwrap_or_default(),
         name: header.metadata.name.unwrap_or_default(),
-        decoded,
+        typed,
     }
 }
 
@@ -358,8 +359,7 @@ pub fn parse_policy(text: &str) -> Result<PolicyObject, AdapterError> {
 mod tests {
     use super::*;
 
-    /// A List of `n` Pods (every 7th asks for a broken quantity, the last repeats the first)
-    /// as JSON, read on `threads` threads.
+    /// A JSON List's text read on `threads` threads.
     fn read_on(text: &str, threads: usize) -> Objects {
         #[derive(serde::Deserialize)]
         struct RawList<'t> {
@@ -372,6 +372,7 @@ mod tests {
 
     #[test]
     fn a_list_read_on_several_threads_is_read_as_on_one() {
+        // 5,001 Pods: every 7th asks for a broken quantity, the last repeats the first.
         let pod = |i: usize| {
             let quantity = if i % 7 == 3 { serde_json::json!([1]) } else { serde_json::json!("1") };
             serde_json::json!({"kind": "Pod", "metadata": {"name": format!("p{i}"), "namespace": "ml"},

@@ -1,6 +1,7 @@
 //! What the controller's caches, and `geometer plan --snapshot`'s reading of a List, keep of
-//! each object: only the fields planning, rollout and the policy status read. At 150,000 pods a whole Pod (volumes, environment, probes, container
-//! statuses, kubectl's last-applied copy of the object) is most of the controller's memory;
+//! each object: only the fields planning, rollout and the policy status read. At 150,000 pods
+//! a whole Pod (volumes, environment, probes, container statuses, kubectl's last-applied copy
+//! of the object) is most of the controller's memory;
 //! kube-runtime's `WatchStreamExt::modify` (kube-rs, `kube-runtime/src/utils/watch_ext.rs`)
 //! trims each object as it arrives, before the reflector stores it.
 //!
