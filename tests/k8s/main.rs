@@ -13,6 +13,7 @@ mod differential;
 mod disruption;
 mod helm;
 mod leader;
+mod pod_groups;
 mod review;
 mod rightsizing;
 mod rightsizing_webhook;
