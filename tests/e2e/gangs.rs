@@ -8,7 +8,7 @@ use std::time::Duration;
 use geometer_testkit::e2e as e2e_support;
 
 use e2e_support::{policy, wait_for, E2e, NS};
-use geometer_api::PolicyMode;
+use geometer_api::{DemandGang, MigPlan, PolicyMode};
 use geometer_simcluster::{ClusterSpec, MigPod, NodeSpec};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::DeleteParams;
@@ -17,12 +17,17 @@ use kube::Api;
 const FULL: &[(&str, u8)] = &[("7g.80gb", 0)];
 
 fn worker(name: &str, in_gang: bool) -> Pod {
+    member(name, in_gang.then_some(("train", 5)))
+}
+
+/// A 3g.40gb pod, in the Kueue pod group `(name, total count)` if given.
+fn member(name: &str, group: Option<(&str, u32)>) -> Pod {
     let pod = MigPod::new(NS, name).slice("3g.40gb", 1).run_seconds(3600.0);
-    let pod = if in_gang {
-        pod.label("kueue.x-k8s.io/pod-group-name", "train")
-            .annotation("kueue.x-k8s.io/pod-group-total-count", "5")
-    } else {
-        pod
+    let pod = match group {
+        Some((group, total)) => pod
+            .label("kueue.x-k8s.io/pod-group-name", group)
+            .annotation("kueue.x-k8s.io/pod-group-total-count", &total.to_string()),
+        None => pod,
     };
     pod.build()
 }
@@ -67,4 +72,23 @@ async fn a_gang_that_cannot_be_completed_changes_nothing_while_lone_pods_get_sli
         (lone.iter().filter(|p| e2e.running(&[p.as_str()])).count() == 4).then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_published_plan_lists_each_gang_with_the_members_it_places() {
+    let spec = ClusterSpec::new(vec![NodeSpec::new("gpu-1", "H100-80GB", 2, FULL)]);
+    let e2e = E2e::new(&spec, policy(PolicyMode::Auto, true)).await;
+    for name in ["pair-0", "pair-1"] {
+        e2e.submit(member(name, Some(("pair", 2)))).await;
+    }
+    let gangs = wait_for("a MigPlan listing gang ml/pair", || {
+        e2e.server.objects::<MigPlan>().into_iter().map(|p| p.spec.demand.gangs).find(|g| !g.is_empty())
+    })
+    .await;
+    assert_eq!(
+        gangs,
+        [DemandGang { gang: format!("{NS}/pair"), min_members: 2, members: 2, reason: None }],
+        "kubectl describe migplan shows the gang whole"
+    );
+    wait_for("the pair running", || e2e.running(&["pair-0", "pair-1"]).then_some(())).await;
 }

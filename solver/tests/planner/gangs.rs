@@ -193,3 +193,29 @@ gangs:
         plan.render_table()
     );
 }
+
+#[test]
+fn gangs_are_ranked_by_priority_like_pods() {
+    // Two free H100s hold four 3g.40gb: room for one of two gangs of four. Gang ml/a comes
+    // first by name; ml/b has the higher priority and gets the slices, whole.
+    let member = |gang: &str, i: u32, priority: i32| {
+        format!("- {{namespace: ml, name: {gang}-{i}, priority: {priority}, requests: {{3g.40gb: 1}}, gang: ml/{gang}}}\n")
+    };
+    let mut yaml = String::from(
+        "nodes:\n- name: n\n  gpus:\n  - {index: 0, model: H100-80GB, instances: [{profile: 7g.80gb, start: 0}]}\n  - {index: 1, model: H100-80GB, instances: [{profile: 7g.80gb, start: 0}]}\npending:\n",
+    );
+    for i in 0..4 {
+        yaml += &member("a", i, 0);
+        yaml += &member("b", i, 100);
+    }
+    yaml += "gangs:\n- {name: ml/a, minMembers: 4}\n- {name: ml/b, minMembers: 4}\n";
+    for plan in [ilp(&snapshot(&yaml)), greedy(&snapshot(&yaml))] {
+        let table = plan.render_table();
+        let placed: Vec<&str> =
+            plan.pods.iter().filter(|p| p.node.is_some()).map(|p| p.pod.as_str()).collect();
+        assert_eq!(placed, ["ml/b-0", "ml/b-1", "ml/b-2", "ml/b-3"], "{table}");
+        let gang = |name: &str| plan.gangs.iter().find(|g| g.name == name).unwrap();
+        assert!(gang("ml/b").complete(), "{table}");
+        assert!(!gang("ml/a").complete() && gang("ml/a").reason.is_some(), "{table}");
+    }
+}
