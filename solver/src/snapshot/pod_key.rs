@@ -27,7 +27,12 @@ impl PodKey {
     /// The key of pod `name` in `namespace`. Kubernetes names never contain `/`; the
     /// snapshot's validation rejects a pod whose name does.
     pub fn new(namespace: &str, name: &str) -> PodKey {
-        PodKey { text: format!("{namespace}/{name}"), slash: namespace.len() }
+        // Not `format!`: the controller keys every cached pod on every pass.
+        let mut text = String::with_capacity(namespace.len() + 1 + name.len());
+        text.push_str(namespace);
+        text.push('/');
+        text.push_str(name);
+        PodKey { text, slash: namespace.len() }
     }
 
     /// Reads `namespace/name`: exactly one `/`, with text on both sides.

@@ -102,6 +102,7 @@ fn plan_all(
                 nodes: &node_map,
                 mignodes,
                 pods,
+                requests: &Default::default(),
                 pod_groups,
                 now: jiff::Timestamp::now(),
             };

@@ -36,10 +36,11 @@ pub struct PolicyObject {
 /// turn MIG on under a GPU, that a pod uses.
 pub fn inventory(node: &MigNode) -> Result<Vec<Gpu>, AdapterError> {
     let gpus = node.status.as_ref().map(|s| s.gpus.as_slice()).unwrap_or_default();
-    let pod_at = |field: String, text: Option<&str>| {
+    // The field is only written out for an error: every pass reads every MigNode.
+    let pod_at = |field: &dyn Fn() -> String, text: Option<&str>| {
         text.map(PodKey::parse).transpose().map_err(|e| AdapterError::Field {
             object: format!("MigNode {}", node.name_any()),
-            field,
+            field: field(),
             value: e.text.clone(),
             problem: "not a `namespace/name` pod reference; the node agent writes it from the \
                       kubelet's PodResources, so check the agent's version and logs"
@@ -50,11 +51,11 @@ pub fn inventory(node: &MigNode) -> Result<Vec<Gpu>, AdapterError> {
     for (g, gpu) in gpus.iter().enumerate() {
         let mut instances = Vec::with_capacity(gpu.instances.len().max(1));
         for (i, (placed, pod)) in gpu.placed_instances().into_iter().enumerate() {
-            let field = match gpu.mig_mode.current {
+            let field = || match gpu.mig_mode.current {
                 true => format!("status.gpus[{g}].instances[{i}].pod"),
                 false => format!("status.gpus[{g}].pod"),
             };
-            let pod = pod_at(field, pod.map(String::as_str))?;
+            let pod = pod_at(&field, pod.map(String::as_str))?;
             instances.push(Instance { profile: placed.profile, start: placed.start, pod });
         }
         out.push(Gpu { index: gpu.index, model: gpu.model.clone(), instances });

@@ -14,7 +14,8 @@ pub(crate) mod projection;
 
 pub use list::{json_list, objects_of, parse_objects, parse_policy, parse_value};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use geometer_api::MigPolicy;
@@ -63,6 +64,9 @@ pub struct Objects {
     pub usage: Vec<geometer_api::PodGpuUsage>,
     /// PodGroups (coscheduling, Volcano): the minimum of each gang they declare.
     pub pod_groups: Vec<gangs::PodGroupMin>,
+    /// Requests already read of some of `pods` (the controller's, from its last pass); the
+    /// others are read here.
+    pub known_requests: pods::KnownRequests,
 }
 
 /// A snapshot and what the reader should know about how it was made.
@@ -74,6 +78,9 @@ pub struct Built {
     /// naming the object, field and value.
     pub skipped: Vec<AdapterError>,
 }
+
+/// A pod's effective requests, with advertised MIG resources named by their profile.
+type Requests<'r> = Cow<'r, BTreeMap<String, u64>>;
 
 fn selector_matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
@@ -96,10 +103,14 @@ pub fn build_snapshot(
     let selector = policy.as_ref().map(|p| p.node_selector.clone()).unwrap_or_default();
     let mut skipped = objects.skipped.clone();
     // A pod whose requests cannot be read is left out (and said why), not the whole snapshot.
-    let requests: Vec<Option<BTreeMap<String, u64>>> = objects
+    let requests: Vec<Option<Requests<'_>>> = objects
         .pods
         .iter()
-        .map(|pod| match pods::effective_requests(pod) {
+        .map(|pod| match objects.known_requests.get(pod) {
+            Some(known) => Ok(Cow::Borrowed(known)),
+            None => pods::effective_requests(pod).map(Cow::Owned),
+        })
+        .map(|read| match read {
             Ok(r) => Some(pods::as_profiles(r, &objects.advertised)),
             Err(e) => {
                 skipped.push(e);
@@ -145,7 +156,7 @@ pub fn build_snapshot(
 /// Each pending pod's gang, and the gangs with pending members.
 fn add_gangs(
     objects: &Objects,
-    requests: &[Option<BTreeMap<String, u64>>],
+    requests: &[Option<Requests<'_>>],
     snapshot: &mut Snapshot,
     warnings: &mut Vec<String>,
     skipped: &mut Vec<AdapterError>,
@@ -185,7 +196,7 @@ struct Usage<'o> {
 }
 
 impl<'o> Usage<'o> {
-    fn of(objects: &'o Objects, requests: &[Option<BTreeMap<String, u64>>]) -> Usage<'o> {
+    fn of(objects: &'o Objects, requests: &[Option<Requests<'_>>]) -> Usage<'o> {
         let mut usage = Usage { used: BTreeMap::new(), mig_users: BTreeMap::new() };
         for (pod, reqs) in objects.pods.iter().zip(requests) {
             let Some(reqs) = reqs else { continue };
@@ -194,9 +205,18 @@ impl<'o> Usage<'o> {
                 continue;
             }
             let used = usage.used.entry(node).or_default();
-            for (k, v) in reqs {
-                let e = used.entry(k.clone()).or_default();
-                *e = e.saturating_add(*v);
+            for (k, v) in reqs.iter() {
+                match used.get_mut(k) {
+                    Some(e) => *e = e.saturating_add(*v),
+                    None => {
+                        used.insert(k.clone(), *v);
+                    }
+                }
+            }
+            // Who uses which profile is only needed to infer a node's geometry from its labels;
+            // an agent's inventory says it.
+            if objects.inventories.contains_key(node) {
+                continue;
             }
             for (profile, count) in pods::gpu_requests(reqs) {
                 let list = usage.mig_users.entry(node).or_default().entry(profile).or_default();
@@ -248,21 +268,21 @@ fn node_facts(
 /// a pod asking for slices that is not demand (a gang, an init container, ...) is said why.
 fn classify_pods(
     objects: &Objects,
-    requests: &[Option<BTreeMap<String, u64>>],
+    requests: &[Option<Requests<'_>>],
     snapshot: &Snapshot,
     do_not_disrupt: &[String],
     now: jiff::Timestamp,
     warnings: &mut Vec<String>,
     skipped: &mut Vec<AdapterError>,
 ) -> (Vec<geometer_solver::snapshot::Pod>, Vec<geometer_solver::snapshot::Pod>) {
-    let users: BTreeSet<&PodKey> = snapshot
+    let users: HashSet<&PodKey> = snapshot
         .nodes
         .iter()
         .flat_map(|n| n.gpus.iter())
         .flat_map(|g| g.instances.iter())
         .filter_map(|i| i.pod.as_ref())
         .collect();
-    let managed: BTreeSet<&str> = snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
+    let managed: HashSet<&str> = snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
     let mut pending = Vec::new();
     let mut running = Vec::new();
     for (pod, reqs) in objects.pods.iter().zip(requests) {

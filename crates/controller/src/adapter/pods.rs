@@ -4,7 +4,9 @@
 use geometer_api::do_not_disrupt::{self, Verdict};
 use geometer_api::limits::MAX_SLICES_PER_POD;
 use geometer_api::resources::{mig_resource, GPU_RESOURCE, MIG_RESOURCE_PREFIX};
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use geometer_solver::snapshot::{
     NodeSelectorTerm, Operator, Pod as PlannerPod, Requirement, TaintEffect, Toleration, TolerationOperator,
@@ -32,17 +34,27 @@ fn err(pod: &Pod, field: String, value: &str, problem: &str) -> AdapterError {
 }
 
 /// Requests of one container in milli-units per resource; limits stand in for requests that
-/// are absent (as API defaulting does).
-fn container_requests(pod: &Pod, c: &Container, at: &str) -> Result<BTreeMap<String, u64>, AdapterError> {
+/// are absent (as API defaulting does). `at` names the container in an error; field paths are
+/// only written out for one (every pass reads every cached pod's requests).
+fn container_requests(
+    pod: &Pod,
+    c: &Container,
+    at: &dyn Fn() -> String,
+) -> Result<BTreeMap<String, u64>, AdapterError> {
     let mut out = BTreeMap::new();
     let Some(res) = &c.resources else { return Ok(out) };
     for (field, map) in [("limits", &res.limits), ("requests", &res.requests)] {
         for (name, q) in map.iter().flatten() {
-            let at = format!("{at}.resources.{field}.{name}");
+            let at = || format!("{}.resources.{field}.{name}", at());
             let milli = quantity::parse_scaled(&q.0, 1000.0)
-                .ok_or_else(|| err(pod, at.clone(), &q.0, "not a Kubernetes quantity (e.g. 500m, 2, 1Gi)"))?;
+                .ok_or_else(|| err(pod, at(), &q.0, "not a Kubernetes quantity (e.g. 500m, 2, 1Gi)"))?;
             check_mig_request(pod, &at, name, &q.0, milli)?;
-            out.insert(name.clone(), milli);
+            match out.get_mut(name) {
+                Some(value) => *value = milli,
+                None => {
+                    out.insert(name.clone(), milli);
+                }
+            }
         }
     }
     Ok(out)
@@ -52,14 +64,20 @@ fn container_requests(pod: &Pod, c: &Container, at: &str) -> Result<BTreeMap<Str
 /// of one profile: anything else is refused here instead of being rounded or sized into memory.
 /// (The API server refuses fractional extended resources too: kubernetes/kubernetes,
 /// `pkg/apis/core/validation/validation.go`, `validateResourceQuantityValue`.)
-fn check_mig_request(pod: &Pod, at: &str, name: &str, text: &str, milli: u64) -> Result<(), AdapterError> {
-    if !name.starts_with(MIG_RESOURCE_PREFIX) && name != GPU_RESOURCE {
+fn check_mig_request(
+    pod: &Pod,
+    at: &dyn Fn() -> String,
+    name: &str,
+    text: &str,
+    milli: u64,
+) -> Result<(), AdapterError> {
+    if !is_device(name) {
         return Ok(());
     }
     if !milli.is_multiple_of(1000) {
         return Err(err(
             pod,
-            at.to_string(),
+            at(),
             text,
             "MIG slices and GPUs are whole devices: request a whole number, e.g. 1",
         ));
@@ -67,12 +85,17 @@ fn check_mig_request(pod: &Pod, at: &str, name: &str, text: &str, milli: u64) ->
     if milli / 1000 > MAX_SLICES_PER_POD {
         return Err(err(
             pod,
-            at.to_string(),
+            at(),
             text,
             &format!("more slices of one profile than any node holds (at most {MAX_SLICES_PER_POD})"),
         ));
     }
     Ok(())
+}
+
+/// A MIG slice or a whole GPU: counted in whole devices.
+fn is_device(resource: &str) -> bool {
+    resource.starts_with(MIG_RESOURCE_PREFIX) || resource == GPU_RESOURCE
 }
 
 fn add(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
@@ -89,18 +112,74 @@ fn max_into(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
     }
 }
 
+/// Pods' effective requests already read, by the pod object they were read from: the
+/// controller reads every cached pod's requests on every pass and in every round, and parsing
+/// quantities again was most of a pass at 150,000 pods. An entry holds its pod, so an address
+/// is never reused while the entry lives, and a changed pod is a new object (the watch replaces
+/// it), read again.
+#[derive(Clone, Default)]
+pub struct KnownRequests {
+    by_pod: Arc<HashMap<usize, (Arc<Pod>, Arc<BTreeMap<String, u64>>)>>,
+}
+
+impl KnownRequests {
+    /// The requests of `pods`, reusing what `earlier` read of the same objects; those that
+    /// cannot be read come back with why.
+    pub fn read(
+        earlier: &KnownRequests,
+        pods: &[Arc<Pod>],
+    ) -> (KnownRequests, Vec<(Arc<Pod>, AdapterError)>) {
+        let mut by_pod = HashMap::with_capacity(pods.len());
+        let mut unreadable = Vec::new();
+        for pod in pods {
+            let address = Arc::as_ptr(pod) as usize;
+            let requests = match earlier.by_pod.get(&address) {
+                Some((same, requests)) if Arc::ptr_eq(same, pod) => requests.clone(),
+                _ => match effective_requests(pod) {
+                    Ok(requests) => Arc::new(requests),
+                    Err(e) => {
+                        unreadable.push((pod.clone(), e));
+                        continue;
+                    }
+                },
+            };
+            by_pod.insert(address, (pod.clone(), requests));
+        }
+        (KnownRequests { by_pod: Arc::new(by_pod) }, unreadable)
+    }
+
+    /// `pod`'s requests if they were read from this very object.
+    pub fn get(&self, pod: &Arc<Pod>) -> Option<&BTreeMap<String, u64>> {
+        match self.by_pod.get(&(Arc::as_ptr(pod) as usize)) {
+            Some((same, requests)) if Arc::ptr_eq(same, pod) => Some(requests),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for KnownRequests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KnownRequests({} pods)", self.by_pod.len())
+    }
+}
+
 /// Per resource, in milli-units: max(init containers, sum of containers) + overhead, with
 /// sidecars (restartable init containers) counted the way the scheduler does.
 pub fn effective_requests(pod: &Pod) -> Result<BTreeMap<String, u64>, AdapterError> {
     let Some(spec) = &pod.spec else { return Ok(BTreeMap::new()) };
     let mut sum = BTreeMap::new();
     for (i, c) in spec.containers.iter().enumerate() {
-        add(&mut sum, &container_requests(pod, c, &format!("spec.containers[{i}]"))?);
+        let reqs = container_requests(pod, c, &|| format!("spec.containers[{i}]"))?;
+        if sum.is_empty() {
+            sum = reqs;
+        } else {
+            add(&mut sum, &reqs);
+        }
     }
     let mut sidecars = BTreeMap::new();
     let mut init_max = BTreeMap::new();
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-        let reqs = container_requests(pod, c, &format!("spec.initContainers[{i}]"))?;
+        let reqs = container_requests(pod, c, &|| format!("spec.initContainers[{i}]"))?;
         if c.restart_policy.as_deref() == Some("Always") {
             add(&mut sum, &reqs);
             add(&mut sidecars, &reqs);
@@ -113,41 +192,40 @@ pub fn effective_requests(pod: &Pod) -> Result<BTreeMap<String, u64>, AdapterErr
     }
     max_into(&mut sum, &init_max);
     for (name, q) in spec.overhead.iter().flatten() {
-        let at = format!("spec.overhead.{name}");
+        let at = || format!("spec.overhead.{name}");
         let milli = quantity::parse_scaled(&q.0, 1000.0)
-            .ok_or_else(|| err(pod, at.clone(), &q.0, "not a Kubernetes quantity"))?;
+            .ok_or_else(|| err(pod, at(), &q.0, "not a Kubernetes quantity"))?;
         check_mig_request(pod, &at, name, &q.0, milli)?;
         add(&mut sum, &BTreeMap::from([(name.clone(), milli)]));
     }
-    for (name, &milli) in &sum {
+    for (name, &milli) in sum.iter().filter(|(name, _)| is_device(name)) {
         let slices = milli / 1000;
-        check_mig_request(
-            pod,
-            "spec.containers[*] (all containers together)",
-            name,
-            &slices.to_string(),
-            milli,
-        )?;
+        let at = || "spec.containers[*] (all containers together)".to_string();
+        check_mig_request(pod, &at, name, &slices.to_string(), milli)?;
     }
     Ok(sum)
 }
 
 /// Requests with each advertised MIG resource renamed to its catalog profile's resource
 /// (`advertised`: resource -> profile, see [`crate::adapter::mig_objects::advertised`]).
-pub fn as_profiles(
-    requests: BTreeMap<String, u64>,
+pub fn as_profiles<'r>(
+    requests: Cow<'r, BTreeMap<String, u64>>,
     advertised: &BTreeMap<String, String>,
-) -> BTreeMap<String, u64> {
-    if advertised.is_empty() {
+) -> Cow<'r, BTreeMap<String, u64>> {
+    let renamed = |name: &String| advertised.get(name).map(|profile| mig_resource(profile));
+    let kept = |name: &String| {
+        advertised.get(name).is_none_or(|profile| name.strip_prefix(MIG_RESOURCE_PREFIX) == Some(profile))
+    };
+    if requests.keys().all(kept) {
         return requests;
     }
     let mut out = BTreeMap::new();
-    for (name, value) in requests {
-        let name = advertised.get(&name).map_or(name, |profile| mig_resource(profile));
+    for (name, value) in requests.iter() {
+        let name = renamed(name).unwrap_or_else(|| name.clone());
         let e: &mut u64 = out.entry(name).or_default();
-        *e = e.saturating_add(value);
+        *e = e.saturating_add(*value);
     }
-    out
+    Cow::Owned(out)
 }
 
 /// MIG profile -> slices requested, and whole GPUs (`nvidia.com/gpu`) as the profile `whole`.
@@ -347,6 +425,49 @@ spec:
         assert_eq!(r["memory"], (1u64 << 30) * 1000);
         let mig = gpu_requests(&r);
         assert_eq!(mig, BTreeMap::from([("1g.10gb".to_string(), 2), ("3g.40gb".to_string(), 1)]));
+    }
+
+    fn asking(name: &str, profile: &str) -> Arc<Pod> {
+        Arc::new(pod(&format!(
+            "metadata: {{name: {name}, namespace: ml}}\nspec:\n  containers:\n  - name: a\n    resources: {{limits: {{nvidia.com/mig-{profile}: \"1\"}}}}\n"
+        )))
+    }
+
+    #[test]
+    fn requests_are_read_again_only_for_a_pod_the_watch_replaced() {
+        let (same, edited) = (asking("same", "1g.10gb"), asking("edited", "1g.10gb"));
+        let (first, bad) = KnownRequests::read(&KnownRequests::default(), &[same.clone(), edited.clone()]);
+        assert!(bad.is_empty());
+        // The watch replaces an edited pod with a new object, here asking for another profile.
+        let replaced = asking("edited", "3g.40gb");
+        let (second, _) = KnownRequests::read(&first, &[same.clone(), replaced.clone()]);
+        assert!(std::ptr::eq(first.get(&same).unwrap(), second.get(&same).unwrap()), "read once");
+        assert_eq!(
+            gpu_requests(second.get(&replaced).unwrap()),
+            BTreeMap::from([("3g.40gb".to_string(), 1)])
+        );
+        // The object it replaced is not answered for any more (nor is an equal copy never read).
+        assert!(second.get(&edited).is_none());
+        assert!(second.get(&asking("same", "1g.10gb")).is_none());
+    }
+
+    #[test]
+    fn a_pod_whose_requests_cannot_be_read_is_named_and_left_out_of_the_known_ones() {
+        let broken = Arc::new(pod(
+            "metadata: {name: broken, namespace: ml}\nspec:\n  containers:\n  - name: a\n    resources: {limits: {nvidia.com/mig-1g.10gb: \"0.5\"}}\n",
+        ));
+        let fine = asking("fine", "1g.10gb");
+        let (known, bad) = KnownRequests::read(&KnownRequests::default(), &[broken.clone(), fine.clone()]);
+        assert!(known.get(&broken).is_none() && known.get(&fine).is_some());
+        let [(pod, e)] = &bad[..] else { panic!("one unreadable pod, got {bad:?}") };
+        assert!(Arc::ptr_eq(pod, &broken));
+        let text = e.to_string();
+        assert!(
+            text.contains("ml/broken")
+                && text.contains("spec.containers[0].resources.limits.nvidia.com/mig-1g.10gb")
+                && text.contains("0.5"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -68,6 +68,8 @@ pub struct RoundInput<'a> {
     pub nodes: &'a BTreeMap<String, Arc<Node>>,
     pub mignodes: &'a BTreeMap<String, Arc<MigNode>>,
     pub pods: &'a [Arc<Pod>],
+    /// Requests already read of some of `pods`; the others are read in the round.
+    pub requests: &'a adapter_pods::KnownRequests,
     /// Gang minimums declared by PodGroups.
     pub pod_groups: &'a [PodGroupMin],
     /// The round's clock, for the forecast window.
@@ -146,6 +148,7 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
         advertised,
         sharing,
         pod_groups: input.pod_groups.to_vec(),
+        known_requests: input.requests.clone(),
         ..Objects::default()
     };
     for name in &included {
@@ -153,8 +156,9 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
     }
     for pod in input.pods {
         // Gang members anywhere count towards their gang's minimum.
-        let wanted = on_nodes_or_demand(pod, &included) || adapter::gangs::declares_gang(pod);
-        if wanted && adapter_pods::effective_requests(pod).is_ok() {
+        // One whose requests cannot be read is left out by `build_snapshot` (the controller's
+        // pass has reported it already).
+        if on_nodes_or_demand(pod, &included) || adapter::gangs::declares_gang(pod) {
             objects.pods.push(pod.clone());
         }
     }
@@ -168,17 +172,35 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
     // A node whose inventory the catalog cannot place (the catalog is wrong for that driver)
     // stays out instead of stopping the whole policy's planning.
     let snapshot = &mut built.snapshot;
-    let mut unplaceable = BTreeSet::new();
-    for node in &snapshot.nodes {
+    let unplaceable = unplaceable_nodes(&mut snapshot.nodes, catalog);
+    for (name, e) in &unplaceable {
+        excluded.push((name.clone(), format!("its inventory does not fit the catalog: {e}")));
+    }
+    snapshot.nodes.retain(|n| !unplaceable.contains_key(&n.name));
+    snapshot.running.retain(|p| p.node.as_ref().is_none_or(|n| !unplaceable.contains_key(n)));
+    Ok(Prepared { snapshot: built.snapshot, excluded, warnings: built.warnings, settling })
+}
+
+/// The nodes whose inventory does not validate against `catalog`, each with why. All are
+/// checked at once first (the usual case: none), then one by one.
+fn unplaceable_nodes(
+    nodes: &mut Vec<geometer_solver::snapshot::Node>,
+    catalog: &Catalog,
+) -> BTreeMap<String, geometer_solver::snapshot::SnapshotError> {
+    let all = Snapshot { nodes: std::mem::take(nodes), ..Snapshot::default() };
+    let valid = all.validate(catalog).is_ok();
+    *nodes = all.nodes;
+    if valid {
+        return BTreeMap::new();
+    }
+    let mut out = BTreeMap::new();
+    for node in nodes.iter() {
         let alone = Snapshot { nodes: vec![node.clone()], ..Snapshot::default() };
         if let Err(e) = alone.validate(catalog) {
-            unplaceable.insert(node.name.clone());
-            excluded.push((node.name.clone(), format!("its inventory does not fit the catalog: {e}")));
+            out.insert(node.name.clone(), e);
         }
     }
-    snapshot.nodes.retain(|n| !unplaceable.contains(&n.name));
-    snapshot.running.retain(|p| p.node.as_ref().is_none_or(|n| !unplaceable.contains(n)));
-    Ok(Prepared { snapshot: built.snapshot, excluded, warnings: built.warnings, settling })
+    out
 }
 
 /// Whether a pod is bound to one of `nodes`, or unbound and demand.

@@ -44,6 +44,7 @@ impl World {
             nodes: &self.nodes,
             mignodes: &self.mignodes,
             pods: &self.pods,
+            requests: &Default::default(),
             pod_groups: &[],
             now: now(),
         };

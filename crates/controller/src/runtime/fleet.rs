@@ -54,7 +54,7 @@ pub(crate) fn oldest_demand(
     now: Timestamp,
 ) -> BTreeMap<String, f64> {
     let mut out: BTreeMap<String, f64> = BTreeMap::new();
-    for pod in pods {
+    for pod in pods.iter().filter(|p| pods::bound_node(p).is_none()) {
         let (Some(profiles), Some(created)) = (demand.get(&pods::key(pod)), pod.creation_timestamp()) else {
             continue;
         };

@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPlanPhase, MigPolicy};
 
 use crate::adapter::gangs::PodGroupMin;
-use crate::adapter::{nodes as adapter_nodes, pods as adapter_pods, AdapterError};
+use crate::adapter::pods::KnownRequests;
+use crate::adapter::{nodes as adapter_nodes, AdapterError};
 use crate::planning::batching::{BatchWindows, Batcher};
 use crate::planning::propose;
 use crate::policy::status as policy_status;
@@ -32,6 +33,8 @@ use crate::world;
 /// The cluster as one pass reads it.
 struct Seen {
     pods: Vec<Arc<Pod>>,
+    /// Every pod's effective requests (those of `pods`).
+    requests: KnownRequests,
     nodes: BTreeMap<String, Arc<Node>>,
     mignodes: BTreeMap<String, Arc<MigNode>>,
     policies: Vec<Arc<MigPolicy>>,
@@ -57,6 +60,9 @@ pub(crate) struct Controller {
     quarantine: Quarantine,
     /// Succeeded plans already timed (`plan_apply_seconds`); `None` until the first pass.
     timed_plans: Option<std::collections::BTreeSet<String>>,
+    /// The pods' requests as the last pass read them: a pod the watch has not replaced since
+    /// is not read again.
+    requests: KnownRequests,
 }
 
 impl Controller {
@@ -72,19 +78,25 @@ impl Controller {
             newest_seen: BTreeMap::new(),
             quarantine: Quarantine::default(),
             timed_plans: None,
+            requests: KnownRequests::default(),
         }
     }
 
     /// The caches as this pass uses them: objects that cannot be read or used are left out
     /// and listed in `bad`.
-    fn read(&self) -> Seen {
+    fn read(&mut self) -> Seen {
         let mut bad = Vec::new();
         let pods = readable(cache::split(&self.caches.pods), &mut bad);
+        let (requests, unreadable) = KnownRequests::read(&self.requests, &pods);
+        self.requests = requests.clone();
+        for (pod, e) in &unreadable {
+            bad.push(BadObject::invalid(&**pod, e.to_string()));
+        }
+        let pods: Vec<Arc<Pod>> = pods.into_iter().filter(|p| requests.get(p).is_some()).collect();
         let nodes = readable(cache::split(&self.caches.nodes), &mut bad);
         let mignodes = readable(cache::split(&self.caches.mignodes), &mut bad);
         let mut policies = readable(cache::split(&self.caches.policies), &mut bad);
         let mut plans = readable(cache::split(&self.caches.plans), &mut bad);
-        let pods = usable(pods, &mut bad, |p| adapter_pods::effective_requests(p).map(|_| ()));
         let nodes = usable(nodes, &mut bad, |n| adapter_nodes::planner_node(n, &BTreeMap::new()).map(|_| ()));
         // A MigNode whose inventory cannot be read stays (its node is left out of each round,
         // which says why); it is reported here too.
@@ -96,7 +108,16 @@ impl Controller {
         policies.sort_by_key(|p| p.name_any());
         plans.sort_by_key(|p| (p.creation_timestamp().map(|t| t.0), p.name_any()));
         let pod_groups = self.pod_groups(&mut bad);
-        Seen { pods, nodes: by_name(nodes), mignodes: by_name(mignodes), policies, plans, pod_groups, bad }
+        Seen {
+            pods,
+            requests,
+            nodes: by_name(nodes),
+            mignodes: by_name(mignodes),
+            policies,
+            plans,
+            pod_groups,
+            bad,
+        }
     }
 
     /// The cached PodGroups' minimums; one that cannot be read is reported and left out (its
@@ -141,7 +162,7 @@ impl Controller {
         let demand = propose::demand(&seen.pods);
         let mut wake = self.plans(&seen, &reports, &newest, now).await;
         let before_rounds_ms = started.elapsed().as_millis() as u64;
-        wake = wake.min(self.rounds(&seen, &reports, &newest, &demand, now).await);
+        wake = wake.min(self.rounds(&seen, &reports, &newest, &demand, (now, started)).await);
         self.count(&seen, &reports, &demand);
         for seconds in fleet::newly_succeeded(&seen.plans, &mut self.timed_plans) {
             self.metrics.observe_plan_applied(seconds);
@@ -163,9 +184,13 @@ impl Controller {
         newest: &BTreeMap<String, Arc<MigPlan>>,
         now: Timestamp,
     ) -> Instant {
-        let world = world::world_view(seen.pods.iter().map(|p| &**p), seen.mignodes.values().map(|m| &**m));
         let mut wake = Instant::now() + Duration::from_secs(3600);
-        for plan in seen.plans.iter().filter(|p| !p.phase().is_final()) {
+        let open: Vec<&Arc<MigPlan>> = seen.plans.iter().filter(|p| !p.phase().is_final()).collect();
+        if open.is_empty() {
+            return wake;
+        }
+        let world = world::world_view(seen.pods.iter().map(|p| &**p), seen.mignodes.values().map(|m| &**m));
+        for plan in open {
             let policy_name = &plan.spec.policy;
             let policy = seen.policies.iter().find(|p| &p.name_any() == policy_name).map(|p| &**p);
             let report = reports.get(policy_name);
@@ -214,7 +239,7 @@ impl Controller {
         reports: &BTreeMap<String, PolicyReport>,
         newest: &BTreeMap<String, Arc<MigPlan>>,
         demand: &propose::DemandByPod,
-        now: Timestamp,
+        (now, read_at): (Timestamp, Instant),
     ) -> Instant {
         let instant = Instant::now();
         let mut wake = instant + Duration::from_secs(3600);
@@ -238,7 +263,9 @@ impl Controller {
             if let Some(n) = now_newest {
                 self.newest_seen.insert(name.clone(), n);
             }
-            batcher.observe(instant, propose::demand_fingerprint(policy, demand));
+            // The demand is as the caches were when this pass read them: a change counts from
+            // then, not from when the reading was done.
+            batcher.observe(read_at, propose::demand_fingerprint(policy, demand));
             if let Some(due) = batcher.poll(instant) {
                 tracing::info!(policy = %name, trigger = due.trigger.as_str(), waited_ms = due.waited.as_millis() as u64, "planning round");
                 let busy = seen.plans.iter().any(|p| {
@@ -273,6 +300,7 @@ impl Controller {
             nodes: &seen.nodes,
             mignodes: &seen.mignodes,
             pods: &seen.pods,
+            requests: &seen.requests,
             pod_groups: &seen.pod_groups,
             now,
         };
@@ -309,8 +337,13 @@ impl Controller {
         self.metrics.observe_solve(solved.solve_ms as f64 / 1000.0);
         self.metrics.set_gap(&policy.name_any(), solved.gap);
         let solved_at = Instant::now();
-        let pods: BTreeMap<geometer_solver::PodKey, &Pod> =
-            seen.pods.iter().map(|p| (crate::adapter::pods::key(p), &**p)).collect();
+        // The pods the round's events are about: pending ones.
+        let pods: BTreeMap<geometer_solver::PodKey, &Pod> = seen
+            .pods
+            .iter()
+            .filter(|p| crate::adapter::pods::bound_node(p).is_none())
+            .map(|p| (crate::adapter::pods::key(p), &**p))
+            .collect();
         let open: Vec<&MigPlan> = seen
             .plans
             .iter()
