@@ -6,11 +6,11 @@
 //! a List given with `--snapshot`), or from dcgm-exporter's metrics through Prometheus
 //! (`--prometheus URL`).
 
+use geometer_controller::adapter::PodView;
 use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
 use clap::Args;
-use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use serde::Serialize;
 
@@ -79,7 +79,7 @@ pub fn run(args: RecommendArgs) -> Result<(), Failure> {
             .block_on(prometheus::usage(url, &args.window, &catalog, jiff::Timestamp::now()))
             .map_err(|e| Failure::bad_input(anyhow!(e)))?;
     }
-    let pods: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
+    let pods: Vec<&PodView> = pods.iter().map(|p| &**p).collect();
     let recommendations = recommend(&usage, &pods, &catalog, &settings);
     let report = Report {
         gpus_given_back: recommendations.iter().map(|r| r.verdict.gpus_given_back()).sum(),
@@ -88,7 +88,7 @@ pub fn run(args: RecommendArgs) -> Result<(), Failure> {
     output::print(args.output, &report, || render(&report, usage.is_empty()))
 }
 
-fn from_snapshot(path: &str) -> Result<(Vec<Arc<Pod>>, Vec<PodGpuUsage>), Failure> {
+fn from_snapshot(path: &str) -> Result<(Vec<Arc<PodView>>, Vec<PodGpuUsage>), Failure> {
     let text = read_input(path, "--snapshot")?;
     let objects = match adapter::json_list(&text) {
         Some(objects) => objects,
@@ -100,13 +100,13 @@ fn from_snapshot(path: &str) -> Result<(Vec<Arc<Pod>>, Vec<PodGpuUsage>), Failur
     Ok((objects.pods, objects.usage))
 }
 
-async fn from_cluster() -> Result<(Vec<Arc<Pod>>, Vec<PodGpuUsage>), Failure> {
+async fn from_cluster() -> Result<(Vec<Arc<PodView>>, Vec<PodGpuUsage>), Failure> {
     let client = Client::try_default().await.map_err(|e| {
         Failure::bad_input(anyhow!(
             "no --snapshot and no cluster to read ({e}); give --snapshot FILE or point KUBECONFIG at a cluster"
         ))
     })?;
-    let pods = list::<Pod>(&client).await?;
+    let pods = list::<PodView>(&client).await?;
     let mignodes = list::<MigNode>(&client).await?;
     let usage = mignodes.iter().flat_map(|m| m.usage().iter().cloned()).collect();
     Ok((pods, usage))

@@ -2,6 +2,7 @@
 //! a whole GPU alone uses of it, as the simulated NVML reports the workload's footprint, and
 //! recommendations follow from those summaries.
 
+use geometer_controller::adapter::PodView;
 use geometer_testkit::e2e as e2e_support;
 
 use e2e_support::{policy, wait_for, E2e, NS};
@@ -33,7 +34,8 @@ async fn whole_gpu_pods_are_measured_and_recommended_a_slice() {
     assert_eq!(chat.mean_utilization_percent, 5);
 
     let pods = e2e.server.objects::<Pod>();
-    let pods: Vec<&Pod> = pods.iter().collect();
+    let pods: Vec<PodView> = pods.iter().map(PodView::from).collect();
+    let pods: Vec<&PodView> = pods.iter().collect();
     let settings = Settings { min_samples: 3, ..Settings::default() };
     let recommendations = recommend(&usage, &pods, Catalog::builtin(), &settings);
     let verdict = |name: &str| recommendations.iter().find(|r| r.owner.name == name).unwrap().verdict.clone();

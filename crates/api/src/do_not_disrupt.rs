@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 /// Whether a pod may be evicted, and if not, why and until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +35,18 @@ pub struct Blocked {
 /// Evaluates the do-not-disrupt annotations of `pod` at `now`. The first key (in `keys` order)
 /// that protects the pod wins; protections that already ran out are ignored.
 pub fn evaluate(pod: &Pod, keys: &[String], now: Timestamp) -> Verdict {
-    let Some(annotations) = pod.metadata.annotations.as_ref() else {
+    evaluate_meta(&pod.metadata, pod.status.as_ref().and_then(|s| s.start_time.as_ref()), keys, now)
+}
+
+/// [`evaluate`] from the pod's metadata and `status.startTime`: what a cache that keeps only
+/// some of a Pod's fields still has.
+pub fn evaluate_meta(
+    meta: &ObjectMeta,
+    start_time: Option<&Time>,
+    keys: &[String],
+    now: Timestamp,
+) -> Verdict {
+    let Some(annotations) = meta.annotations.as_ref() else {
         return Verdict::Allowed;
     };
     for key in keys {
@@ -61,7 +73,7 @@ pub fn evaluate(pod: &Pod, keys: &[String], now: Timestamp) -> Verdict {
                 })
             }
             Protection::For(duration) => {
-                let started = started_at(pod).unwrap_or(now);
+                let started = start_time.or(meta.creation_timestamp.as_ref()).map_or(now, |t| t.0);
                 let until = add(started, duration);
                 if until > now {
                     return Verdict::Blocked(Blocked {
@@ -97,16 +109,6 @@ fn protection(value: &str) -> Protection {
             None => Protection::Unreadable,
         }
     }
-}
-
-/// When the pod started: `status.startTime`, else its creation (a pod not yet started is
-/// protected from its creation on).
-fn started_at(pod: &Pod) -> Option<Timestamp> {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.start_time.as_ref())
-        .or(pod.metadata.creation_timestamp.as_ref())
-        .map(|t| t.0)
 }
 
 fn add(start: Timestamp, d: Duration) -> Timestamp {

@@ -2,10 +2,10 @@
 //! API scenarios as data, for the controller's unit tests: each builder states one object the
 //! way `kubectl get -o yaml` would show it, with only the fields that matter.
 
+use crate::adapter::PodView;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 
 use geometer_api::{MigNode, MigPlan, MigPolicy};
@@ -88,7 +88,7 @@ pub(crate) fn plan(name: &str, policy: &str, phase: &str, approved: bool, node: 
 }
 
 /// A pod: pending when `node` is None, else bound there.
-pub(crate) fn pod(namespace: &str, name: &str, node: Option<&str>) -> Pod {
+pub(crate) fn pod(namespace: &str, name: &str, node: Option<&str>) -> PodView {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"namespace": namespace, "name": name},
@@ -100,7 +100,7 @@ pub(crate) fn pod(namespace: &str, name: &str, node: Option<&str>) -> Pod {
 }
 
 /// A pending pod the scheduler marked `Unschedulable`: demand for a `profile` slice.
-pub(crate) fn unschedulable(namespace: &str, name: &str, profile: &str) -> Pod {
+pub(crate) fn unschedulable(namespace: &str, name: &str, profile: &str) -> PodView {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-{name}")},

@@ -1,10 +1,10 @@
 //! Conversions from API objects to the plain values the pure decision modules take.
 
+use crate::adapter::PodView;
 use std::collections::BTreeMap;
 
 use geometer_solver::PodKey;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use geometer_api::{MigNode, MigNodePhase, MigNodeStatus, MigPlanSpec, NodeProgress, NodeProgressPhase};
@@ -42,7 +42,7 @@ pub(crate) fn plan_basis(spec: &MigPlanSpec) -> PlanBasis {
 }
 
 /// Where a pod is now: pending, bound, or finished.
-pub(crate) fn pod_state(pod: &Pod) -> PodState {
+pub(crate) fn pod_state(pod: &PodView) -> PodState {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded") | Some("Failed")) || pod.metadata.deletion_timestamp.is_some() {
         return PodState::Finished;
@@ -55,7 +55,7 @@ pub(crate) fn pod_state(pod: &Pod) -> PodState {
 
 /// The world as supersession sees it: every pod, and each MigNode's instances.
 pub(crate) fn world_view<'a>(
-    pods: impl Iterator<Item = &'a Pod>,
+    pods: impl Iterator<Item = &'a PodView>,
     nodes: impl Iterator<Item = &'a MigNode>,
 ) -> WorldView {
     let mut world = WorldView::default();

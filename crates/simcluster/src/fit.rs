@@ -2,6 +2,7 @@
 //! required node affinity, taints against tolerations, cordon, and resources (CPU, memory,
 //! pod count, extended resources such as `nvidia.com/mig-1g.10gb`). Pure functions.
 
+use geometer_controller::adapter::PodView;
 use std::collections::BTreeMap;
 
 use geometer_controller::adapter::{nodes as adapter_nodes, pods as adapter_pods};
@@ -104,7 +105,8 @@ impl std::fmt::Display for Misfit {
 pub(crate) fn placement_misfit(pod: &Pod, node: &Node) -> Option<Misfit> {
     // A pod or node whose constraints cannot be read is refused by the API server's
     // validation in a real cluster; here it simply fits nowhere.
-    let Ok(planner_pod) = adapter_pods::planner_pod(pod, &BTreeMap::new(), &[], jiff::Timestamp::UNIX_EPOCH)
+    let pod = PodView::from(pod);
+    let Ok(planner_pod) = adapter_pods::planner_pod(&pod, &BTreeMap::new(), &[], jiff::Timestamp::UNIX_EPOCH)
     else {
         return Some(Misfit::Affinity);
     };

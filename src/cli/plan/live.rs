@@ -2,6 +2,7 @@
 //! the controller would plan now for each MigPolicy, read from the cluster. Read-only: it
 //! lists objects and writes nothing.
 
+use geometer_controller::adapter::PodView;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::Plan;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
@@ -45,7 +46,7 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog) -> Result<(), Failure> {
             Failure::bad_input(anyhow!("no --snapshot and no cluster to read ({e}); give --snapshot FILE or point KUBECONFIG at a cluster"))
         })?;
         let nodes = list::<Node>(&client).await?;
-        let pods = list::<Pod>(&client).await?;
+        let pods = list::<PodView>(&client).await?;
         let mignodes: BTreeMap<String, Arc<MigNode>> = list::<MigNode>(&client).await?.into_iter().map(|m| (m.name_any(), m)).collect();
         let mut policies = list::<MigPolicy>(&client).await?;
         policies.sort_by_key(|p| p.name_any());
@@ -69,7 +70,7 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog) -> Result<(), Failure> {
 /// What `geometer plan` read from the cluster.
 struct Cluster<'a> {
     nodes: &'a [Arc<Node>],
-    pods: &'a [Arc<Pod>],
+    pods: &'a [Arc<PodView>],
     mignodes: &'a BTreeMap<String, Arc<MigNode>>,
     pod_groups: &'a [geometer_controller::adapter::gangs::PodGroupMin],
 }
@@ -103,6 +104,7 @@ fn plan_all(
                 mignodes,
                 pods,
                 requests: &Default::default(),
+                inventories: &Default::default(),
                 pod_groups,
                 now: jiff::Timestamp::now(),
             };

@@ -19,10 +19,10 @@
 //! A gang's size is its minimum; its members that run already, or ask for no GPU, count
 //! towards it. A pod in no gang is a gang of one.
 
+use crate::adapter::PodView;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
 use geometer_solver::snapshot::{Gang, PodKey, MAX_GANG_MEMBERS};
@@ -84,7 +84,7 @@ pub fn pod_group(object: &Value) -> Result<Option<PodGroupMin>, AdapterError> {
 
 /// The gang a pod declares: its source, `namespace/name`, and the minimum it states itself
 /// (Kueue's total count; PodGroups state theirs in the PodGroup object).
-fn declared(pod: &Pod) -> Result<Option<(Source, String, Option<u32>)>, AdapterError> {
+fn declared(pod: &PodView) -> Result<Option<(Source, String, Option<u32>)>, AdapterError> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let labels = pod.metadata.labels.as_ref();
     let annotations = pod.metadata.annotations.as_ref();
@@ -115,7 +115,7 @@ fn declared(pod: &Pod) -> Result<Option<(Source, String, Option<u32>)>, AdapterE
 }
 
 /// Whether `pod` says it is in a gang (however well).
-pub fn declares_gang(pod: &Pod) -> bool {
+pub fn declares_gang(pod: &PodView) -> bool {
     let labels = pod.metadata.labels.as_ref();
     let annotations = pod.metadata.annotations.as_ref();
     labels.is_some_and(|l| l.contains_key(COSCHEDULING_LABEL) || l.contains_key(KUEUE_LABEL))
@@ -133,7 +133,7 @@ pub struct Gangs {
 /// GPUs (`None`: its requests could not be read). A pod whose declaration cannot be read is
 /// planned on its own, and said why; so are pods naming a PodGroup that is not there.
 pub fn gangs(
-    all_pods: &[Arc<Pod>],
+    all_pods: &[Arc<PodView>],
     asks_for_slices: &[Option<bool>],
     groups: &[PodGroupMin],
     warnings: &mut Vec<String>,
@@ -185,7 +185,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(name: &str, labels: Value, annotations: Value, node: Option<&str>) -> Arc<Pod> {
+    fn pod(name: &str, labels: Value, annotations: Value, node: Option<&str>) -> Arc<PodView> {
         Arc::new(
             serde_json::from_value(json!({
                 "metadata": {"name": name, "namespace": "ml", "labels": labels, "annotations": annotations},

@@ -2,13 +2,14 @@
 //! from its text, anything else as one value; each item by its kind, one that cannot be read
 //! skipped and named, never stopping the rest. Also the `--policy` file.
 
+use crate::adapter::PodView;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use geometer_api::decode::{self, DecodeError};
 use geometer_api::{MigNode, MigPolicy};
 use geometer_solver::snapshot::Policy;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -205,7 +206,7 @@ struct Read<'t> {
 /// An item decoded into its type, or (a kind read later) as it came.
 enum Typed<'t> {
     Node(Result<Arc<Node>, DecodeError>),
-    Pod(Result<Arc<Pod>, DecodeError>),
+    Pod(Result<Arc<PodView>, DecodeError>),
     MigNode(Result<Box<MigNode>, DecodeError>),
     Other(Item<'t>),
 }
@@ -299,7 +300,7 @@ fn read_mignode(
 ) -> Result<(), Result<AdapterError, DecodeError>> {
     let node = node.map_err(Err)?;
     let gpus = mig_objects::inventory(&node).map_err(Ok)?;
-    objects.inventories.insert(node.name_any(), gpus);
+    objects.inventories.insert(node.name_any(), Arc::new(gpus));
     objects.advertised.extend(mig_objects::advertised(&node));
     objects.sharing.extend(mig_objects::sharing_pods(&node).map(String::from));
     objects.usage.extend(node.usage().iter().cloned());

@@ -30,6 +30,10 @@ pub struct PolicyObject {
     pub do_not_disrupt: Vec<String>,
 }
 
+/// MigNodes' inventories already read, by the MigNode object they were read from (see
+/// [`crate::adapter::known`]).
+pub type KnownInventories = crate::adapter::known::Known<MigNode, std::sync::Arc<Vec<Gpu>>>;
+
 /// GPUs of a MigNode's inventory (what its agent read from NVML). A GPU with MIG mode off is
 /// the one instance `whole`, held by the pod using the GPU. A pod reference that cannot be
 /// read is an error naming the field: reading it as free would let a plan destroy a slice, or

@@ -6,9 +6,11 @@
 //! `nvidia.com/mig-*` capacity, with placements inferred (and the snapshot says so).
 
 pub mod gangs;
+pub mod known;
 mod list;
 pub mod mig_objects;
 pub mod nodes;
+pub mod pod_view;
 pub mod pods;
 pub(crate) mod projection;
 
@@ -22,10 +24,11 @@ use geometer_api::MigPolicy;
 use geometer_solver::catalog::Catalog;
 use geometer_solver::snapshot::Snapshot;
 use geometer_solver::PodKey;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use thiserror::Error;
 
 pub use mig_objects::PolicyObject;
+pub use pod_view::PodView;
 
 #[derive(Debug, Clone, Error)]
 pub enum AdapterError {
@@ -44,9 +47,9 @@ pub enum AdapterError {
 #[derive(Debug, Default)]
 pub struct Objects {
     pub nodes: Vec<Arc<Node>>,
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<PodView>>,
     /// MigNode inventories, by node name.
-    pub inventories: BTreeMap<String, Vec<geometer_solver::snapshot::Gpu>>,
+    pub inventories: BTreeMap<String, Arc<Vec<geometer_solver::snapshot::Gpu>>>,
     /// Resource the device plugin advertises -> catalog profile, as the agents published them
     /// (`MigNode.status.gpus[].advertisedAs`): how pod requests are read.
     pub advertised: BTreeMap<String, String>,
@@ -107,7 +110,7 @@ pub fn build_snapshot(
         .pods
         .iter()
         .map(|pod| match objects.known_requests.get(pod) {
-            Some(known) => Ok(Cow::Borrowed(known)),
+            Some(known) => Ok(Cow::Borrowed(&**known)),
             None => pods::effective_requests(pod).map(Cow::Owned),
         })
         .map(|read| match read {
@@ -240,7 +243,7 @@ fn node_facts(
     let empty = BTreeMap::new();
     let mut facts = nodes::planner_node(node, usage.used.get(name).unwrap_or(&empty))?;
     if let Some(gpus) = objects.inventories.get(name) {
-        facts.gpus = gpus.clone();
+        facts.gpus = gpus.to_vec();
         return Ok(Some((facts, false)));
     }
     let Some((product, model)) = nodes::product_model(node, catalog) else { return Ok(None) };

@@ -1,30 +1,32 @@
 //! Pods -> planner pods: effective requests as the scheduler computes them, constraints,
 //! and whether a pod is demand.
 
+use crate::adapter::pod_view::{ContainerView, PodViewSpec};
+use crate::adapter::PodView;
 use geometer_api::do_not_disrupt::{self, Verdict};
 use geometer_api::limits::MAX_SLICES_PER_POD;
 use geometer_api::resources::{mig_resource, GPU_RESOURCE, MIG_RESOURCE_PREFIX};
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use geometer_solver::snapshot::{
     NodeSelectorTerm, Operator, Pod as PlannerPod, Requirement, TaintEffect, Toleration, TolerationOperator,
 };
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
+use crate::adapter::known::{Interned, Known, Refused};
 use crate::adapter::AdapterError;
 use geometer_api::quantity;
 use geometer_solver::PodKey;
 
-pub fn key(pod: &Pod) -> PodKey {
+pub fn key(pod: &PodView) -> PodKey {
     PodKey::new(
         pod.metadata.namespace.as_deref().unwrap_or("default"),
         pod.metadata.name.as_deref().unwrap_or(""),
     )
 }
 
-fn err(pod: &Pod, field: String, value: &str, problem: &str) -> AdapterError {
+fn err(pod: &PodView, field: String, value: &str, problem: &str) -> AdapterError {
     AdapterError::Field {
         object: format!("Pod {}", key(pod)),
         field,
@@ -37,8 +39,8 @@ fn err(pod: &Pod, field: String, value: &str, problem: &str) -> AdapterError {
 /// are absent (as API defaulting does). `at` names the container in an error; field paths are
 /// only written out for one (every pass reads every cached pod's requests).
 fn container_requests(
-    pod: &Pod,
-    c: &Container,
+    pod: &PodView,
+    c: &ContainerView,
     at: &dyn Fn() -> String,
 ) -> Result<BTreeMap<String, u64>, AdapterError> {
     let mut out = BTreeMap::new();
@@ -65,7 +67,7 @@ fn container_requests(
 /// (The API server refuses fractional extended resources too: kubernetes/kubernetes,
 /// `pkg/apis/core/validation/validation.go`, `validateResourceQuantityValue`.)
 fn check_mig_request(
-    pod: &Pod,
+    pod: &PodView,
     at: &dyn Fn() -> String,
     name: &str,
     text: &str,
@@ -112,60 +114,25 @@ fn max_into(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
     }
 }
 
-/// Pods' effective requests already read, by the pod object they were read from: the
-/// controller reads every cached pod's requests on every pass and in every round, and parsing
-/// quantities again was most of a pass at 150,000 pods. An entry holds its pod, so an address
-/// is never reused while the entry lives, and a changed pod is a new object (the watch replaces
-/// it), read again.
-#[derive(Clone, Default)]
-pub struct KnownRequests {
-    by_pod: Arc<HashMap<usize, (Arc<Pod>, Arc<BTreeMap<String, u64>>)>>,
-}
+/// Pods' effective requests already read, by the pod object they were read from (see
+/// [`crate::adapter::known`]).
+pub type KnownRequests = Known<PodView, Arc<BTreeMap<String, u64>>>;
 
-impl KnownRequests {
-    /// The requests of `pods`, reusing what `earlier` read of the same objects; those that
-    /// cannot be read come back with why.
-    pub fn read(
-        earlier: &KnownRequests,
-        pods: &[Arc<Pod>],
-    ) -> (KnownRequests, Vec<(Arc<Pod>, AdapterError)>) {
-        let mut by_pod = HashMap::with_capacity(pods.len());
-        let mut unreadable = Vec::new();
-        for pod in pods {
-            let address = Arc::as_ptr(pod) as usize;
-            let requests = match earlier.by_pod.get(&address) {
-                Some((same, requests)) if Arc::ptr_eq(same, pod) => requests.clone(),
-                _ => match effective_requests(pod) {
-                    Ok(requests) => Arc::new(requests),
-                    Err(e) => {
-                        unreadable.push((pod.clone(), e));
-                        continue;
-                    }
-                },
-            };
-            by_pod.insert(address, (pod.clone(), requests));
-        }
-        (KnownRequests { by_pod: Arc::new(by_pod) }, unreadable)
-    }
-
-    /// `pod`'s requests if they were read from this very object.
-    pub fn get(&self, pod: &Arc<Pod>) -> Option<&BTreeMap<String, u64>> {
-        match self.by_pod.get(&(Arc::as_ptr(pod) as usize)) {
-            Some((same, requests)) if Arc::ptr_eq(same, pod) => Some(requests),
-            _ => None,
-        }
-    }
-}
-
-impl std::fmt::Debug for KnownRequests {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "KnownRequests({} pods)", self.by_pod.len())
-    }
+/// The requests of `pods`, reusing what `earlier` read of the same objects and sharing equal
+/// ones through `interned`; those that cannot be read come back with why.
+pub fn read_requests(
+    earlier: &KnownRequests,
+    pods: &[Arc<PodView>],
+    interned: &mut Interned<BTreeMap<String, u64>>,
+) -> (KnownRequests, Refused<PodView, AdapterError>) {
+    let read = Known::read(earlier, pods, |pod| effective_requests(pod).map(|r| interned.share(r)));
+    interned.forget_unused();
+    read
 }
 
 /// Per resource, in milli-units: max(init containers, sum of containers) + overhead, with
 /// sidecars (restartable init containers) counted the way the scheduler does.
-pub fn effective_requests(pod: &Pod) -> Result<BTreeMap<String, u64>, AdapterError> {
+pub fn effective_requests(pod: &PodView) -> Result<BTreeMap<String, u64>, AdapterError> {
     let Some(spec) = &pod.spec else { return Ok(BTreeMap::new()) };
     let mut sum = BTreeMap::new();
     for (i, c) in spec.containers.iter().enumerate() {
@@ -246,18 +213,18 @@ pub fn gpu_requests(requests: &BTreeMap<String, u64>) -> BTreeMap<String, u32> {
 }
 
 /// The node a pod is bound to (`spec.nodeName`), if any.
-pub fn bound_node(pod: &Pod) -> Option<&str> {
+pub fn bound_node(pod: &PodView) -> Option<&str> {
     pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
 }
 
 /// Whether a pod has finished (its requests no longer count on its node).
-pub fn is_terminal(pod: &Pod) -> bool {
+pub fn is_terminal(pod: &PodView) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
 /// Demand as in DESIGN.md: Pending, unbound, not nominated, `PodScheduled=False` with reason
 /// `Unschedulable`. `Err` says why a pending MIG pod is not (yet) demand.
-pub fn demand_check(pod: &Pod) -> Result<(), &'static str> {
+pub fn demand_check(pod: &PodView) -> Result<(), &'static str> {
     let status = pod.status.as_ref();
     if status.and_then(|s| s.phase.as_deref()) != Some("Pending") {
         return Err("not Pending");
@@ -283,12 +250,12 @@ pub fn demand_check(pod: &Pod) -> Result<(), &'static str> {
 /// `now` is when the do-not-disrupt annotations are read: a duration that has not run out, or
 /// a value that cannot be read, protects the pod exactly as the agent's drain will.
 pub fn planner_pod(
-    pod: &Pod,
+    pod: &PodView,
     requests: &BTreeMap<String, u64>,
     do_not_disrupt_keys: &[String],
     now: jiff::Timestamp,
 ) -> Result<PlannerPod, AdapterError> {
-    let no_spec = PodSpec::default();
+    let no_spec = PodViewSpec::default();
     let spec = pod.spec.as_ref().unwrap_or(&no_spec);
     let mut affinity = Vec::new();
     let required = spec
@@ -366,8 +333,11 @@ pub fn planner_pod(
             effect,
         });
     }
-    let do_not_disrupt =
-        matches!(do_not_disrupt::evaluate(pod, do_not_disrupt_keys, now), Verdict::Blocked(_));
+    let started = pod.status.as_ref().and_then(|s| s.start_time.as_ref());
+    let do_not_disrupt = matches!(
+        do_not_disrupt::evaluate_meta(&pod.metadata, started, do_not_disrupt_keys, now),
+        Verdict::Blocked(_)
+    );
     Ok(PlannerPod {
         namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
         name: pod.metadata.name.clone().unwrap_or_default(),
@@ -397,7 +367,7 @@ pub fn taint_effect(text: &str) -> Option<TaintEffect> {
 mod tests {
     use super::*;
 
-    fn pod(yaml: &str) -> Pod {
+    fn pod(yaml: &str) -> PodView {
         serde_saphyr::from_str(yaml).unwrap()
     }
 
@@ -427,7 +397,7 @@ spec:
         assert_eq!(mig, BTreeMap::from([("1g.10gb".to_string(), 2), ("3g.40gb".to_string(), 1)]));
     }
 
-    fn asking(name: &str, profile: &str) -> Arc<Pod> {
+    fn asking(name: &str, profile: &str) -> Arc<PodView> {
         Arc::new(pod(&format!(
             "metadata: {{name: {name}, namespace: ml}}\nspec:\n  containers:\n  - name: a\n    resources: {{limits: {{nvidia.com/mig-{profile}: \"1\"}}}}\n"
         )))
@@ -436,12 +406,18 @@ spec:
     #[test]
     fn requests_are_read_again_only_for_a_pod_the_watch_replaced() {
         let (same, edited) = (asking("same", "1g.10gb"), asking("edited", "1g.10gb"));
-        let (first, bad) = KnownRequests::read(&KnownRequests::default(), &[same.clone(), edited.clone()]);
+        let mut interned = Interned::default();
+        let (first, bad) =
+            read_requests(&KnownRequests::default(), &[same.clone(), edited.clone()], &mut interned);
         assert!(bad.is_empty());
+        assert!(
+            Arc::ptr_eq(first.get(&same).unwrap(), first.get(&edited).unwrap()),
+            "equal requests held once"
+        );
         // The watch replaces an edited pod with a new object, here asking for another profile.
         let replaced = asking("edited", "3g.40gb");
-        let (second, _) = KnownRequests::read(&first, &[same.clone(), replaced.clone()]);
-        assert!(std::ptr::eq(first.get(&same).unwrap(), second.get(&same).unwrap()), "read once");
+        let (second, _) = read_requests(&first, &[same.clone(), replaced.clone()], &mut interned);
+        assert!(Arc::ptr_eq(first.get(&same).unwrap(), second.get(&same).unwrap()), "read once");
         assert_eq!(
             gpu_requests(second.get(&replaced).unwrap()),
             BTreeMap::from([("3g.40gb".to_string(), 1)])
@@ -457,7 +433,11 @@ spec:
             "metadata: {name: broken, namespace: ml}\nspec:\n  containers:\n  - name: a\n    resources: {limits: {nvidia.com/mig-1g.10gb: \"0.5\"}}\n",
         ));
         let fine = asking("fine", "1g.10gb");
-        let (known, bad) = KnownRequests::read(&KnownRequests::default(), &[broken.clone(), fine.clone()]);
+        let (known, bad) = read_requests(
+            &KnownRequests::default(),
+            &[broken.clone(), fine.clone()],
+            &mut Interned::default(),
+        );
         assert!(known.get(&broken).is_none() && known.get(&fine).is_some());
         let [(pod, e)] = &bad[..] else { panic!("one unreadable pod, got {bad:?}") };
         assert!(Arc::ptr_eq(pod, &broken));

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use geometer_api::decoded::Decoded;
 use geometer_api::{MigNode, MigPlan, MigPolicy};
-use k8s_openapi::api::core::v1::{Affinity, Container, Node, NodeStatus, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
+
+use crate::adapter::PodView;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
@@ -43,54 +45,9 @@ fn project_meta(meta: &mut ObjectMeta) {
     }
 }
 
-/// A container's name and resources (and `restartPolicy`, which makes an init container a
-/// sidecar whose requests add up with the main containers').
-fn project_container(c: Container) -> Container {
-    Container {
-        name: c.name,
-        resources: c.resources,
-        restart_policy: c.restart_policy,
-        ..Container::default()
-    }
-}
-
-impl Projection for Pod {
-    /// Metadata (do-not-disrupt annotations, owners, labels), the requests, the node
-    /// constraints, priority and the binding; the phase, conditions and start time of the
-    /// status.
-    fn project(&mut self) {
-        project_meta(&mut self.metadata);
-        if let Some(spec) = self.spec.take() {
-            self.spec = Some(PodSpec {
-                containers: spec.containers.into_iter().map(project_container).collect(),
-                init_containers: spec
-                    .init_containers
-                    .map(|cs| cs.into_iter().map(project_container).collect()),
-                overhead: spec.overhead,
-                node_name: spec.node_name,
-                node_selector: spec.node_selector,
-                affinity: spec
-                    .affinity
-                    .map(|a| Affinity { node_affinity: a.node_affinity, ..Affinity::default() }),
-                tolerations: spec.tolerations,
-                priority: spec.priority,
-                priority_class_name: spec.priority_class_name,
-                scheduler_name: spec.scheduler_name,
-                ..PodSpec::default()
-            });
-        }
-        if let Some(status) = self.status.take() {
-            self.status = Some(PodStatus {
-                phase: status.phase,
-                conditions: status.conditions,
-                nominated_node_name: status.nominated_node_name,
-                // A do-not-disrupt duration runs from it (`geometer_api::do_not_disrupt`).
-                start_time: status.start_time,
-                ..PodStatus::default()
-            });
-        }
-    }
-}
+/// A pod is decoded as a [`PodView`], which holds only what Geometer reads; its metadata is
+/// trimmed here.
+impl Projection for PodView {}
 
 impl Projection for Node {
     /// Metadata (labels), the spec (taints, cordon) and the capacity and allocatable of the
@@ -120,8 +77,9 @@ mod tests {
     use kube::ResourceExt;
     use serde_json::json;
 
-    fn kubelet_pod() -> Pod {
-        serde_json::from_value(json!({
+    /// A Pod as a kubelet and kubectl leave it: much that Geometer never reads.
+    fn kubelet_pod() -> serde_json::Value {
+        json!({
             "metadata": {"name": "infer-0", "namespace": "ml", "uid": "u1", "labels": {"app": "infer"},
                 "annotations": {"karpenter.sh/do-not-disrupt": "true", LAST_APPLIED: "{\"huge\": true}"},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "infer", "uid": "r1"}]},
@@ -143,54 +101,63 @@ mod tests {
             "status": {"phase": "Pending", "nominatedNodeName": "n1",
                 "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
                 "containerStatuses": [{"name": "main", "image": "infer:v3", "imageID": "", "ready": false, "restartCount": 0}]}
-        }))
-        .unwrap()
+        })
+    }
+
+    /// The pod as the controller's cache holds it.
+    fn cached(value: serde_json::Value) -> PodView {
+        let mut view: PodView = serde_json::from_value(value).unwrap();
+        view.project();
+        view
     }
 
     #[test]
-    fn a_projected_pod_plans_exactly_as_the_whole_pod_and_keeps_nothing_else() {
-        let whole = kubelet_pod();
-        let mut projected = whole.clone();
-        projected.project();
+    fn a_cached_pod_keeps_what_planning_reads_and_nothing_else() {
+        let view = cached(kubelet_pod());
         let keys = ["karpenter.sh/do-not-disrupt".to_string()];
-        let now = jiff::Timestamp::now();
-        let plan = |p: &Pod| planner_pod(p, &effective_requests(p).unwrap(), &keys, now).unwrap();
-        assert_eq!(plan(&projected), plan(&whole));
-        assert_eq!(
-            effective_requests(&projected).unwrap(),
-            effective_requests(&whole).unwrap(),
-            "sidecars add up alike"
-        );
-        assert_eq!(demand_check(&projected), demand_check(&whole));
-        assert!(plan(&projected).do_not_disrupt);
-        let spec = projected.spec.as_ref().unwrap();
-        assert!(spec.volumes.is_none() && spec.service_account_name.is_none());
-        assert!(spec.containers[0].env.is_none() && spec.containers[0].command.is_none());
-        assert!(spec.affinity.as_ref().unwrap().pod_anti_affinity.is_none());
-        assert!(projected.status.as_ref().unwrap().container_statuses.is_none());
-        assert!(!projected.annotations().contains_key(LAST_APPLIED));
-        assert_eq!(projected.metadata.owner_references, whole.metadata.owner_references);
+        let requests = effective_requests(&view).unwrap();
+        // main 2 CPUs + the sidecar's 1 (a restartable init container adds up).
+        assert_eq!((requests["cpu"], requests["nvidia.com/mig-1g.10gb"]), (3000, 1000));
+        let planned = planner_pod(&view, &requests, &keys, jiff::Timestamp::now()).unwrap();
+        assert!(planned.do_not_disrupt);
+        assert_eq!(planned.priority, 100);
+        assert_eq!(planned.node_selector["nvidia.com/gpu.product"], "NVIDIA-H100-80GB-HBM3");
+        assert_eq!(planned.affinity.len(), 1);
+        assert_eq!(planned.tolerations.len(), 1);
+        assert_eq!(demand_check(&view), Err("nominated to a node (preemption in progress)"));
+        let text = serde_json::to_string(&view).unwrap();
+        for dropped in [
+            "volumes",
+            "env",
+            "command",
+            "image",
+            "podAntiAffinity",
+            "containerStatuses",
+            "serviceAccountName",
+        ] {
+            assert!(!text.contains(dropped), "{dropped} is kept: {text}");
+        }
+        assert!(!view.annotations().contains_key(LAST_APPLIED));
+        // A whole Pod (an admission review's) reads the same.
+        let whole: k8s_openapi::api::core::v1::Pod = serde_json::from_value(kubelet_pod()).unwrap();
+        let mut from_whole = PodView::from(&whole);
+        from_whole.project();
+        assert_eq!(from_whole, view);
     }
 
     #[test]
-    fn a_do_not_disrupt_duration_runs_from_the_start_time_a_projected_pod_keeps() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-        let mut whole = kubelet_pod();
-        let key = "karpenter.sh/do-not-disrupt".to_string();
-        whole.metadata.annotations = Some([(key.clone(), "1h".to_string())].into());
-        whole.metadata.creation_timestamp = Some(Time("2026-06-01T10:00:00Z".parse().unwrap()));
-        let status = whole.status.as_mut().unwrap();
-        status.phase = Some("Running".into());
-        status.start_time = Some(Time("2026-06-01T11:50:00Z".parse().unwrap()));
-        let mut projected = whole.clone();
-        projected.project();
+    fn a_do_not_disrupt_duration_runs_from_the_start_time_a_cached_pod_keeps() {
+        let mut pod = kubelet_pod();
+        pod["metadata"]["annotations"] = json!({"karpenter.sh/do-not-disrupt": "1h"});
+        pod["metadata"]["creationTimestamp"] = json!("2026-06-01T10:00:00Z");
+        pod["status"]["phase"] = json!("Running");
+        pod["status"]["startTime"] = json!("2026-06-01T11:50:00Z");
+        let view = cached(pod);
         let now: jiff::Timestamp = "2026-06-01T12:00:00Z".parse().unwrap();
-        let keys = [key];
-        let protected =
-            |p: &Pod| planner_pod(p, &effective_requests(p).unwrap(), &keys, now).unwrap().do_not_disrupt;
-        assert!(protected(&whole));
+        let keys = ["karpenter.sh/do-not-disrupt".to_string()];
+        let requests = effective_requests(&view).unwrap();
         assert!(
-            protected(&projected),
+            planner_pod(&view, &requests, &keys, now).unwrap().do_not_disrupt,
             "created two hours ago, started ten minutes ago: protected 50 min more"
         );
     }

@@ -4,12 +4,13 @@
 //! Lists are capped at the CRD's `maxItems`; the summary counts everything, also what a capped
 //! list had to leave out, so `kubectl get migplans` never undercounts.
 
+use crate::adapter::PodView;
 use std::collections::{BTreeMap, BTreeSet};
 
 use geometer_solver::catalog::WHOLE;
 use geometer_solver::plan::{PlacedName, Plan, SliceSource};
 use geometer_solver::PodKey;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 
 use geometer_api::{
@@ -131,7 +132,7 @@ fn rollout_order(plan: &Plan, nodes: BTreeMap<&str, Vec<GpuChange>>) -> Vec<Node
 /// round published nothing.
 pub(crate) fn pod_events(
     spec: &MigPlanSpec,
-    pods: &BTreeMap<PodKey, &Pod>,
+    pods: &BTreeMap<PodKey, &PodView>,
     plan: Option<&ObjectReference>,
 ) -> Vec<Action> {
     let plan_name = plan.and_then(|p| p.name.clone());

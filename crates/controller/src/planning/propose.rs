@@ -7,6 +7,7 @@
 //! inventory, or one that is mid-reconfiguration or failed, stays out of the round until it
 //! settles. Everything here is pure; [`crate::runtime::main_loop`] reads the caches and carries out the actions.
 
+use crate::adapter::PodView;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use geometer_solver::plan::{Plan, PlanOptions};
 use geometer_solver::snapshot::Snapshot;
 use geometer_solver::{GeometryCache, PodKey};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
@@ -44,7 +45,7 @@ pub(crate) type DemandByPod = BTreeMap<PodKey, BTreeMap<String, u32>>;
 
 /// Pending pods that are demand for MIG slices. A pod whose requests do not parse is left out
 /// (the API server validates quantities, so this only happens with hand-made objects).
-pub(crate) fn demand<'a>(pods: impl IntoIterator<Item = &'a Arc<Pod>>) -> DemandByPod {
+pub(crate) fn demand<'a>(pods: impl IntoIterator<Item = &'a Arc<PodView>>) -> DemandByPod {
     pods.into_iter()
         .filter(|pod| adapter_pods::demand_check(pod).is_ok())
         .filter_map(|pod| {
@@ -67,9 +68,11 @@ pub struct RoundInput<'a> {
     pub managed: &'a [String],
     pub nodes: &'a BTreeMap<String, Arc<Node>>,
     pub mignodes: &'a BTreeMap<String, Arc<MigNode>>,
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<PodView>],
     /// Requests already read of some of `pods`; the others are read in the round.
     pub requests: &'a adapter_pods::KnownRequests,
+    /// Inventories already read of some of `mignodes`; the others are read in the round.
+    pub inventories: &'a adapter::mig_objects::KnownInventories,
     /// Gang minimums declared by PodGroups.
     pub pod_groups: &'a [PodGroupMin],
     /// The round's clock, for the forecast window.
@@ -133,7 +136,9 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
             excluded.push((name.clone(), why));
             continue;
         }
-        match adapter::mig_objects::inventory(&input.mignodes[name]) {
+        let mignode = &input.mignodes[name];
+        let known = input.inventories.get(mignode).cloned();
+        match known.map_or_else(|| adapter::mig_objects::inventory(mignode).map(Arc::new), Ok) {
             Ok(gpus) => {
                 included.insert(name.as_str());
                 inventories.insert(name.to_string(), gpus);
@@ -204,7 +209,7 @@ fn unplaceable_nodes(
 }
 
 /// Whether a pod is bound to one of `nodes`, or unbound and demand.
-fn on_nodes_or_demand(pod: &Pod, nodes: &BTreeSet<&str>) -> bool {
+fn on_nodes_or_demand(pod: &PodView, nodes: &BTreeSet<&str>) -> bool {
     match adapter_pods::bound_node(pod) {
         Some(node) => nodes.contains(node),
         None => pod.spec.is_some() && adapter_pods::demand_check(pod).is_ok(),
@@ -282,7 +287,7 @@ pub(crate) fn decide(
     solved: &Plan,
     prepared: &Prepared,
     open: &[&MigPlan],
-    pods: &BTreeMap<PodKey, &Pod>,
+    pods: &BTreeMap<PodKey, &PodView>,
     now: Timestamp,
 ) -> Decision {
     let name = policy.name_any();

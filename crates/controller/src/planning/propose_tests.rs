@@ -1,4 +1,5 @@
 #![allow(clippy::unwrap_used)] // test code
+use crate::adapter::PodView;
 use crate::fixtures::{self, by_name, in_phase, mignode, unschedulable, Inst};
 use crate::planning::propose::*;
 
@@ -12,7 +13,7 @@ struct World {
     policy: MigPolicy,
     nodes: BTreeMap<String, Arc<Node>>,
     mignodes: BTreeMap<String, Arc<MigNode>>,
-    pods: Vec<Arc<Pod>>,
+    pods: Vec<Arc<PodView>>,
 }
 
 impl World {
@@ -45,6 +46,7 @@ impl World {
             mignodes: &self.mignodes,
             pods: &self.pods,
             requests: &Default::default(),
+            inventories: &Default::default(),
             pod_groups: &[],
             now: now(),
         };
@@ -56,7 +58,7 @@ impl World {
         let solved =
             solve(&prepared, Catalog::builtin(), &self.policy, &geometer_solver::GeometryCache::new())
                 .unwrap();
-        let pods: BTreeMap<geometer_solver::PodKey, &Pod> =
+        let pods: BTreeMap<geometer_solver::PodKey, &PodView> =
             self.pods.iter().map(|p| (adapter_pods::key(p), &**p)).collect();
         decide(&self.policy, &solved, &prepared, open, &pods, now())
     }
@@ -246,7 +248,7 @@ fn a_disallowed_profile_is_explained_on_the_pod() {
 }
 
 /// A pending pod created `age` seconds before the round.
-fn pending_since(name: &str, profile: &str, age: i64) -> Arc<Pod> {
+fn pending_since(name: &str, profile: &str, age: i64) -> Arc<PodView> {
     let mut pod = unschedulable("ml", name, profile);
     pod.metadata.creation_timestamp = Some(Time(now() - jiff::SignedDuration::from_secs(age)));
     Arc::new(pod)

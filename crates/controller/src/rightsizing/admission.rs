@@ -21,6 +21,7 @@ use geometer_api::resources::{mig_profile, GPU_RESOURCE};
 use geometer_api::RightsizingMode;
 
 use super::recommend::{gpu_to_slice_ops, one_gpu_lists, owner_of, Owner, Recommendation, Verdict};
+use crate::adapter::PodView;
 
 /// The label a pod (or its namespace) carries to opt in.
 pub const OPT_IN: (&str, &str) = ("geometer.dev/rightsizing", "enabled");
@@ -53,7 +54,9 @@ pub fn candidate(pod: &Pod, opt_in: OptIn) -> bool {
             [&r.limits, &r.requests].into_iter().flatten().any(|l| l.contains_key(GPU_RESOURCE))
         })
     });
-    !init_gpus && spec.containers.iter().any(|c| !one_gpu_lists(c).is_empty()) && !asks_for_several_gpus(spec)
+    !init_gpus
+        && spec.containers.iter().any(|c| !one_gpu_lists(c.resources.as_ref()).is_empty())
+        && !asks_for_several_gpus(spec)
 }
 
 /// The JSON Patch (RFC 6902) for a new pod, or `None` when right-sizing leaves it alone. A slice
@@ -64,7 +67,7 @@ pub fn admit(
     opt_in: OptIn,
     allowed_profiles: &[String],
     recommendations: &[Recommendation],
-    siblings: &[&Pod],
+    siblings: &[&PodView],
 ) -> Option<Value> {
     if !candidate(pod, opt_in) {
         return None;
@@ -81,7 +84,11 @@ pub fn admit(
     let annotation = match mode {
         RightsizingMode::DryRun => WOULD_RIGHTSIZE,
         RightsizingMode::Enforce => {
-            ops.extend(gpu_to_slice_ops(spec, "/spec", &resource));
+            ops.extend(gpu_to_slice_ops(
+                spec.containers.iter().map(|c| c.resources.as_ref()),
+                "/spec",
+                &resource,
+            ));
             RIGHTSIZED
         }
     };
@@ -104,7 +111,11 @@ fn asks_for_several_gpus(spec: &PodSpec) -> bool {
 
 /// The slice resource for `owner` and why: its recommendation, when every GPU model it was
 /// measured on recommends the same resource; otherwise what its running siblings were given.
-fn decided(owner: &Owner, recommendations: &[Recommendation], siblings: &[&Pod]) -> Option<(String, String)> {
+fn decided(
+    owner: &Owner,
+    recommendations: &[Recommendation],
+    siblings: &[&PodView],
+) -> Option<(String, String)> {
     let slices: Vec<(&String, &Recommendation)> = recommendations
         .iter()
         .filter(|r| &r.owner == owner)
@@ -131,7 +142,7 @@ fn decided(owner: &Owner, recommendations: &[Recommendation], siblings: &[&Pod])
     if measured > 0 {
         return None;
     }
-    siblings.iter().filter(|s| owner_of(s) == *owner).find_map(|s| {
+    siblings.iter().filter(|s| owner_of(**s) == *owner).find_map(|s| {
         let note = s.annotations().get(RIGHTSIZED)?;
         let (_, rest) = note.split_once(" -> ")?;
         let (resource, _) = rest.split_once('=')?;
@@ -286,7 +297,8 @@ mod tests {
             ),
         );
         let new = pod("chat-7c-c", true, "1", None);
-        let out = patched(&new, admit(&new, ENFORCE, OptIn::Pod, &[], &[], &[&earlier]).unwrap());
+        let out =
+            patched(&new, admit(&new, ENFORCE, OptIn::Pod, &[], &[], &[&PodView::from(&earlier)]).unwrap());
         let limits = out.spec.unwrap().containers[1].resources.clone().unwrap().limits.unwrap();
         assert_eq!(limits["nvidia.com/mig-2g.20gb"].0, "1");
         assert!(out.metadata.annotations.unwrap()[RIGHTSIZED]

@@ -8,9 +8,10 @@
 //! the smallest standard MIG profile (no `+me`/`+gfx`) of that model with both: least memory,
 //! then fewest compute slices.
 
+use crate::adapter::PodView;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::ResourceExt;
 use serde::Serialize;
 
@@ -54,7 +55,7 @@ impl std::fmt::Display for Owner {
 /// whose name the ReplicaSet's carries before `-<hash>` (how the Deployment controller names
 /// them: kubernetes/kubernetes, `pkg/controller/deployment/sync.go`); a pod without a
 /// controller is its own owner.
-pub fn owner_of(pod: &Pod) -> Owner {
+pub fn owner_of<K: kube::Resource>(pod: &K) -> Owner {
     let namespace = pod.namespace().unwrap_or_default();
     let controller = pod.owner_references().iter().find(|r| r.controller == Some(true));
     let Some(r) = controller else {
@@ -128,7 +129,7 @@ impl Verdict {
 /// that are not in `pods` (gone since) are left out.
 pub fn recommend(
     usage: &[PodGpuUsage],
-    pods: &[&Pod],
+    pods: &[&PodView],
     catalog: &Catalog,
     settings: &Settings,
 ) -> Vec<Recommendation> {
@@ -143,14 +144,14 @@ pub fn recommend(
             measured.entry(key).or_default().push(u);
         }
     }
-    let mut groups: BTreeMap<(Owner, String), Vec<(&PodGpuUsage, &Pod)>> = BTreeMap::new();
+    let mut groups: BTreeMap<(Owner, String), Vec<(&PodGpuUsage, &PodView)>> = BTreeMap::new();
     for pod in pods {
         let key = (
             pod.metadata.namespace.as_deref().unwrap_or_default(),
             pod.metadata.name.as_deref().unwrap_or_default(),
         );
         for u in measured.get(&key).into_iter().flatten() {
-            groups.entry((owner_of(pod), u.model.clone())).or_default().push((u, pod));
+            groups.entry((owner_of(*pod), u.model.clone())).or_default().push((u, pod));
         }
     }
     groups
@@ -162,7 +163,7 @@ pub fn recommend(
 fn judge(
     owner: Owner,
     model: String,
-    members: &[(&PodGpuUsage, &Pod)],
+    members: &[(&PodGpuUsage, &PodView)],
     catalog: &Catalog,
     settings: &Settings,
 ) -> Recommendation {
@@ -234,8 +235,8 @@ fn smallest_profile(model: &GpuModel, memory_mib: u64, compute_slices: u32) -> O
 }
 
 /// The resource lists (`limits`, `requests`) of `container` that ask for exactly one whole GPU.
-pub(crate) fn one_gpu_lists(container: &Container) -> Vec<&'static str> {
-    let Some(r) = &container.resources else { return Vec::new() };
+pub(crate) fn one_gpu_lists(resources: Option<&ResourceRequirements>) -> Vec<&'static str> {
+    let Some(r) = resources else { return Vec::new() };
     [("limits", &r.limits), ("requests", &r.requests)]
         .into_iter()
         .filter(|(_, list)| list.as_ref().is_some_and(|l| l.get(GPU_RESOURCE).is_some_and(|q| q.0 == "1")))
@@ -246,10 +247,14 @@ pub(crate) fn one_gpu_lists(container: &Container) -> Vec<&'static str> {
 /// JSON Patch operations replacing `nvidia.com/gpu: 1` by `resource` in each container of the
 /// pod spec at `base` that asks for one whole GPU (in limits, and in requests where set). JSON
 /// Patch escapes `/` as `~1` (RFC 6901).
-pub(crate) fn gpu_to_slice_ops(spec: &PodSpec, base: &str, resource: &str) -> Vec<serde_json::Value> {
+pub(crate) fn gpu_to_slice_ops<'r>(
+    containers: impl IntoIterator<Item = Option<&'r ResourceRequirements>>,
+    base: &str,
+    resource: &str,
+) -> Vec<serde_json::Value> {
     let mut ops = Vec::new();
-    for (i, c) in spec.containers.iter().enumerate() {
-        for field in one_gpu_lists(c) {
+    for (i, resources) in containers.into_iter().enumerate() {
+        for field in one_gpu_lists(resources) {
             let at = format!("{base}/containers/{i}/resources/{field}");
             ops.push(serde_json::json!({"op": "remove", "path": format!("{at}/nvidia.com~1gpu")}));
             let path = format!("{at}/{}", resource.replace('/', "~1"));
@@ -260,13 +265,14 @@ pub(crate) fn gpu_to_slice_ops(spec: &PodSpec, base: &str, resource: &str) -> Ve
 }
 
 /// `kubectl patch` of the owner's pod template with [`gpu_to_slice_ops`].
-fn patch_command(owner: &Owner, pod: &Pod, resource: &str) -> Option<String> {
+fn patch_command(owner: &Owner, pod: &PodView, resource: &str) -> Option<String> {
     let base = match owner.kind.as_str() {
         "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" => "/spec/template/spec",
         "CronJob" => "/spec/jobTemplate/spec/template/spec",
         _ => return None,
     };
-    let ops = gpu_to_slice_ops(pod.spec.as_ref()?, base, resource);
+    let containers = pod.spec.as_ref()?.containers.iter().map(|c| c.resources.as_ref());
+    let ops = gpu_to_slice_ops(containers, base, resource);
     if ops.is_empty() {
         return None;
     }
@@ -284,7 +290,7 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn pod(name: &str, owner: Option<(&str, &str)>, hash: Option<&str>) -> Pod {
+    fn pod(name: &str, owner: Option<(&str, &str)>, hash: Option<&str>) -> PodView {
         let owners = owner.map(|(kind, name)| {
             serde_json::json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "u", "controller": true}])
         });
@@ -327,7 +333,7 @@ mod tests {
             pod("a", Some(("ReplicaSet", "infer-7c")), Some("7c")),
             pod("b", Some(("ReplicaSet", "infer-7c")), Some("7c")),
         ];
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&PodView> = pods.iter().collect();
         let measured = [usage("a", 7_000, 5, 40), usage("b", 6_500, 8, 40)];
         let out = recommend(&measured, &refs, Catalog::builtin(), &Settings::default());
         assert_eq!(out.len(), 1);
@@ -361,7 +367,7 @@ mod tests {
     #[test]
     fn busy_or_big_or_young_groups_say_so() {
         let pods = [pod("busy", None, None), pod("big", None, None), pod("young", None, None)];
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&PodView> = pods.iter().collect();
         let measured =
             [usage("busy", 5_000, 50, 40), usage("big", 75_000, 10, 40), usage("young", 5_000, 5, 3)];
         let out = recommend(&measured, &refs, Catalog::builtin(), &Settings::default());

@@ -1,4 +1,5 @@
 #![allow(clippy::unwrap_used)] // test code
+use crate::adapter::PodView;
 use crate::fixtures::{self, by_name, in_phase, mignode, plan, pod, Inst};
 use crate::rollout::lifecycle::*;
 use crate::world::world_view;
@@ -12,7 +13,7 @@ struct Scenario {
     valid: bool,
     newer: Option<&'static str>,
     another_applying: Option<&'static str>,
-    pods: Vec<k8s_openapi::api::core::v1::Pod>,
+    pods: Vec<PodView>,
     nodes: Vec<MigNode>,
     now: i64,
 }

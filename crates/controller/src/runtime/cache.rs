@@ -5,10 +5,11 @@
 //! come back through the watches. Objects are cached as [`Decoded`]: one that does not decode
 //! is kept as its name and error instead of failing the whole list.
 
+use crate::adapter::PodView;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -28,7 +29,7 @@ use crate::adapter::projection::{self, Projection};
 /// Read handles of the caches.
 #[derive(Clone)]
 pub struct Caches {
-    pub pods: Store<Decoded<Pod>>,
+    pub pods: Store<Decoded<PodView>>,
     pub nodes: Store<Decoded<Node>>,
     pub mignodes: Store<Decoded<MigNode>>,
     pub policies: Store<Decoded<MigPolicy>>,

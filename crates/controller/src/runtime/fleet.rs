@@ -3,11 +3,11 @@
 //! exists to raise), the age of the oldest pending demand per profile, and how long each plan
 //! took from publication to success.
 
+use crate::adapter::PodView;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use geometer_api::{MigNode, MigPlan, MigPlanPhase};
@@ -49,7 +49,7 @@ pub(crate) fn slices(
 
 /// Per profile, seconds the oldest pending pod asking for it has waited.
 pub(crate) fn oldest_demand(
-    pods: &[Arc<Pod>],
+    pods: &[Arc<PodView>],
     demand: &BTreeMap<PodKey, BTreeMap<String, u32>>,
     now: Timestamp,
 ) -> BTreeMap<String, f64> {

@@ -1,6 +1,7 @@
 //! One pass of the controller over its caches: policies validated, open plans moved along their
 //! lifecycle, demand batched and due rounds planned. [`crate::runtime::main_loop`] calls it on every change.
 
+use crate::adapter::PodView;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,14 +9,16 @@ use std::time::Duration;
 use geometer_solver::catalog::Catalog;
 use geometer_solver::GeometryCache;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::{Client, Resource, ResourceExt};
 use tokio::time::Instant;
 
 use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPlanPhase, MigPolicy};
 
 use crate::adapter::gangs::PodGroupMin;
-use crate::adapter::pods::KnownRequests;
+use crate::adapter::known::{Interned, Known};
+use crate::adapter::mig_objects::{self, KnownInventories};
+use crate::adapter::pods::{self as adapter_pods, KnownRequests};
 use crate::adapter::{nodes as adapter_nodes, AdapterError};
 use crate::planning::batching::{BatchWindows, Batcher};
 use crate::planning::propose;
@@ -32,9 +35,11 @@ use crate::world;
 
 /// The cluster as one pass reads it.
 struct Seen {
-    pods: Vec<Arc<Pod>>,
+    pods: Vec<Arc<PodView>>,
     /// Every pod's effective requests (those of `pods`).
     requests: KnownRequests,
+    /// The inventories of the MigNodes that can be read.
+    inventories: KnownInventories,
     nodes: BTreeMap<String, Arc<Node>>,
     mignodes: BTreeMap<String, Arc<MigNode>>,
     policies: Vec<Arc<MigPolicy>>,
@@ -63,6 +68,10 @@ pub(crate) struct Controller {
     /// The pods' requests as the last pass read them: a pod the watch has not replaced since
     /// is not read again.
     requests: KnownRequests,
+    /// Distinct requests, each held once.
+    interned: Interned<BTreeMap<String, u64>>,
+    /// The MigNodes' inventories as the last pass read them.
+    inventories: KnownInventories,
 }
 
 impl Controller {
@@ -79,6 +88,8 @@ impl Controller {
             quarantine: Quarantine::default(),
             timed_plans: None,
             requests: KnownRequests::default(),
+            interned: Interned::default(),
+            inventories: KnownInventories::default(),
         }
     }
 
@@ -87,12 +98,12 @@ impl Controller {
     fn read(&mut self) -> Seen {
         let mut bad = Vec::new();
         let pods = readable(cache::split(&self.caches.pods), &mut bad);
-        let (requests, unreadable) = KnownRequests::read(&self.requests, &pods);
+        let (requests, unreadable) = adapter_pods::read_requests(&self.requests, &pods, &mut self.interned);
         self.requests = requests.clone();
         for (pod, e) in &unreadable {
             bad.push(BadObject::invalid(&**pod, e.to_string()));
         }
-        let pods: Vec<Arc<Pod>> = pods.into_iter().filter(|p| requests.get(p).is_some()).collect();
+        let pods: Vec<Arc<PodView>> = pods.into_iter().filter(|p| requests.get(p).is_some()).collect();
         let nodes = readable(cache::split(&self.caches.nodes), &mut bad);
         let mignodes = readable(cache::split(&self.caches.mignodes), &mut bad);
         let mut policies = readable(cache::split(&self.caches.policies), &mut bad);
@@ -100,10 +111,11 @@ impl Controller {
         let nodes = usable(nodes, &mut bad, |n| adapter_nodes::planner_node(n, &BTreeMap::new()).map(|_| ()));
         // A MigNode whose inventory cannot be read stays (its node is left out of each round,
         // which says why); it is reported here too.
-        for m in &mignodes {
-            if let Err(e) = crate::adapter::mig_objects::inventory(m) {
-                bad.push(BadObject::invalid(&**m, e.to_string()));
-            }
+        let (inventories, unreadable) =
+            Known::read(&self.inventories, &mignodes, |m| mig_objects::inventory(m).map(Arc::new));
+        self.inventories = inventories.clone();
+        for (m, e) in unreadable {
+            bad.push(BadObject::invalid(&*m, e.to_string()));
         }
         policies.sort_by_key(|p| p.name_any());
         plans.sort_by_key(|p| (p.creation_timestamp().map(|t| t.0), p.name_any()));
@@ -111,6 +123,7 @@ impl Controller {
         Seen {
             pods,
             requests,
+            inventories,
             nodes: by_name(nodes),
             mignodes: by_name(mignodes),
             policies,
@@ -301,6 +314,7 @@ impl Controller {
             mignodes: &seen.mignodes,
             pods: &seen.pods,
             requests: &seen.requests,
+            inventories: &seen.inventories,
             pod_groups: &seen.pod_groups,
             now,
         };
@@ -338,7 +352,7 @@ impl Controller {
         self.metrics.set_gap(&policy.name_any(), solved.gap);
         let solved_at = Instant::now();
         // The pods the round's events are about: pending ones.
-        let pods: BTreeMap<geometer_solver::PodKey, &Pod> = seen
+        let pods: BTreeMap<geometer_solver::PodKey, &PodView> = seen
             .pods
             .iter()
             .filter(|p| crate::adapter::pods::bound_node(p).is_none())
@@ -413,7 +427,7 @@ impl Controller {
     /// `geometer recommend`.
     fn reclaimable(&self, seen: &Seen) -> BTreeMap<String, i64> {
         let usage: Vec<_> = seen.mignodes.values().flat_map(|m| m.usage().iter().cloned()).collect();
-        let pods: Vec<&Pod> = seen.pods.iter().map(|p| &**p).collect();
+        let pods: Vec<&PodView> = seen.pods.iter().map(|p| &**p).collect();
         let settings = crate::rightsizing::recommend::Settings::default();
         let mut out: BTreeMap<String, i64> = BTreeMap::new();
         for r in crate::rightsizing::recommend::recommend(&usage, &pods, &self.catalog, &settings) {

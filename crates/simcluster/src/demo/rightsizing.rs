@@ -2,6 +2,7 @@
 //! turned into recommendations (as `geometer recommend` does), and the summary says what the
 //! over-provisioned `chat` Deployment should ask for.
 
+use geometer_controller::adapter::PodView;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,7 +30,8 @@ pub(super) async fn follow(client: kube::Client, namespace: &'static str, seen: 
         let pods = Api::<Pod>::namespaced(client.clone(), namespace).list(&ListParams::default()).await;
         let (Ok(mignodes), Ok(pods)) = (mignodes, pods) else { continue };
         let usage: Vec<_> = mignodes.items.iter().flat_map(|m| m.usage().iter().cloned()).collect();
-        let pods: Vec<&Pod> = pods.items.iter().collect();
+        let pods: Vec<PodView> = pods.items.iter().map(PodView::from).collect();
+        let pods: Vec<&PodView> = pods.iter().collect();
         let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
         for r in recommend(&usage, &pods, Catalog::builtin(), &settings) {
             let key = format!("{} {}", r.owner, r.model);

@@ -6,6 +6,8 @@
 //! `failurePolicy: Ignore` the pod is then created unchanged.
 
 use k8s_openapi::api::core::v1::Pod;
+
+use crate::adapter::PodView;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::DynamicObject;
 use kube::ResourceExt;
@@ -23,7 +25,7 @@ use crate::rightsizing::recommend::{recommend, Settings};
 /// the measured pods).
 pub struct Measured {
     pub mignodes: Vec<Arc<MigNode>>,
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<PodView>>,
 }
 
 /// What the webhook did to a pod, for the metrics.
@@ -92,7 +94,7 @@ pub fn respond(
     pod.metadata.namespace = Some(namespace.clone());
     let Measured { mignodes, pods } = measured(namespace);
     let usage: Vec<PodGpuUsage> = mignodes.iter().flat_map(|m| m.usage().iter().cloned()).collect();
-    let pods: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
+    let pods: Vec<&PodView> = pods.iter().map(|p| &**p).collect();
     let settings = Settings {
         headroom_percent: rightsizing.headroom_percent,
         min_samples: rightsizing.min_samples,
@@ -166,7 +168,10 @@ mod tests {
     fn answer(body: &[u8], policy: &MigPolicy) -> (Value, Outcome) {
         let measured = |namespace: &str| {
             assert_eq!(namespace, "ml", "the pods of the request's namespace are read");
-            Measured { mignodes: vec![Arc::new(mignode())], pods: vec![Arc::new(measured_pod())] }
+            Measured {
+                mignodes: vec![Arc::new(mignode())],
+                pods: vec![Arc::new(PodView::from(&measured_pod()))],
+            }
         };
         let request = request(body).unwrap();
         let (review, outcome) = respond(&request, OptIn::Pod, &[policy], Catalog::builtin(), measured);
