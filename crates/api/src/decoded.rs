@@ -45,6 +45,9 @@ impl<K> Decoded<K> {
 
 impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Through a value tree, not `RawValue`: kube-core's `WatchEvent` buffers its object
+        // (serde's internally tagged enum), from which a `RawValue` cannot be read, and every
+        // watch event failed that way.
         let mut value = Value::deserialize(d)?;
         // Managed fields are the bulk of most objects and never read here.
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {

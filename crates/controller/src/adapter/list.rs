@@ -216,8 +216,7 @@ const ITEMS_PER_THREAD: usize = 2_000;
 
 /// As many threads as there are cores for a large List, one for a small one.
 fn threads_for(items: usize) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    cores.min(items / ITEMS_PER_THREAD).max(1)
+    super::parallel::threads_for(items, ITEMS_PER_THREAD)
 }
 
 /// Decodes the items on `threads` threads, and returns them in order (the items are

@@ -10,6 +10,7 @@ pub mod known;
 mod list;
 pub mod mig_objects;
 pub mod nodes;
+mod parallel;
 pub mod pod_view;
 pub mod pods;
 pub(crate) mod projection;
@@ -269,6 +270,7 @@ fn node_facts(
 
 /// Pending pods that are MIG demand, and running pods that hold instances on managed nodes;
 /// a pod asking for slices that is not demand (a gang, an init container, ...) is said why.
+/// Pods are read on every core for a large cluster (each on its own), in order.
 fn classify_pods(
     objects: &Objects,
     requests: &[Option<Requests<'_>>],
@@ -286,31 +288,69 @@ fn classify_pods(
         .filter_map(|i| i.pod.as_ref())
         .collect();
     let managed: HashSet<&str> = snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
-    let mut pending = Vec::new();
-    let mut running = Vec::new();
-    for (pod, reqs) in objects.pods.iter().zip(requests) {
-        let Some(reqs) = reqs else { continue };
+    let pods: Vec<(&Arc<PodView>, &Option<Requests<'_>>)> = objects.pods.iter().zip(requests).collect();
+    let classify = |chunk: &[(&Arc<PodView>, &Option<Requests<'_>>)]| {
+        let mut classified = Classified::default();
+        for (pod, reqs) in chunk {
+            let Some(reqs) = reqs else { continue };
+            classified.add(pod, reqs, (&users, &managed), do_not_disrupt, now);
+        }
+        classified
+    };
+    let (mut pending, mut running) = (Vec::new(), Vec::new());
+    for part in parallel::in_order(&pods, PODS_PER_THREAD, classify) {
+        pending.extend(part.pending);
+        running.extend(part.running);
+        warnings.extend(part.warnings);
+        skipped.extend(part.skipped);
+    }
+    (pending, running)
+}
+
+/// Fewest pods worth a thread of their own when building a snapshot.
+const PODS_PER_THREAD: usize = 20_000;
+
+/// Some pods, sorted into the snapshot's pending and running ones.
+#[derive(Default)]
+struct Classified {
+    pending: Vec<geometer_solver::snapshot::Pod>,
+    running: Vec<geometer_solver::snapshot::Pod>,
+    warnings: Vec<String>,
+    skipped: Vec<AdapterError>,
+}
+
+impl Classified {
+    /// `pod` into pending (demand), running (holding an instance on a managed node) or neither.
+    fn add(
+        &mut self,
+        pod: &PodView,
+        reqs: &BTreeMap<String, u64>,
+        (users, managed): (&HashSet<&PodKey>, &HashSet<&str>),
+        do_not_disrupt: &[String],
+        now: jiff::Timestamp,
+    ) {
         let key = pods::key(pod);
         let into = match pods::bound_node(pod) {
-            Some(n) if managed.contains(n) && users.contains(&key) && !pods::is_terminal(pod) => &mut running,
-            Some(_) => continue,
-            None if pods::gpu_requests(reqs).is_empty() => continue,
+            Some(n) if managed.contains(n) && users.contains(&key) && !pods::is_terminal(pod) => {
+                &mut self.running
+            }
+            Some(_) => return,
+            None if pods::gpu_requests(reqs).is_empty() => return,
             None => match pods::demand_check(pod) {
-                Ok(()) => &mut pending,
+                Ok(()) => &mut self.pending,
                 Err(why) => {
                     if !pods::is_terminal(pod) {
-                        warnings.push(format!("pod {key} requests MIG slices but is not demand: {why}"));
+                        self.warnings.push(format!("pod {key} requests MIG slices but is not demand: {why}"));
                     }
-                    continue;
+                    return;
                 }
             },
         };
         match pods::planner_pod(pod, reqs, do_not_disrupt, now) {
             Ok(p) => into.push(p),
-            Err(e) => skipped.push(e),
+            Err(e) => self.skipped.push(e),
         }
     }
-    (pending, running)
 }
 
 #[cfg(test)]

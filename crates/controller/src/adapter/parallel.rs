@@ -1,0 +1,47 @@
+//! Independent items read on every core, in order: reading a large cluster's objects is most of
+//! `geometer plan --snapshot` and of a controller's planning round.
+
+/// `f` of consecutive chunks of `items` (at least `per_thread` items each, one chunk a core),
+/// in order. The calling thread does the first chunk: memory freed into a thread's allocator
+/// arena is reused by that thread only, and the rest of planning runs on this one.
+pub(crate) fn in_order<T: Sync, R: Send>(
+    items: &[T],
+    per_thread: usize,
+    f: impl Fn(&[T]) -> R + Sync,
+) -> Vec<R> {
+    let threads = threads_for(items.len(), per_thread);
+    if threads <= 1 {
+        return vec![f(items)];
+    }
+    let mut chunks = items.chunks(items.len().div_ceil(threads));
+    let own = chunks.next().unwrap_or_default();
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = chunks.map(|chunk| scope.spawn(move || f(chunk))).collect();
+        let mut out = vec![f(own)];
+        for handle in handles {
+            // `f` does not panic on any input; if it did, the panic goes on here.
+            out.push(handle.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        out
+    })
+}
+
+/// As many threads as there are cores, with at least `per_thread` items each; one for a few.
+pub(crate) fn threads_for(items: usize, per_thread: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    cores.min(items / per_thread.max(1)).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_come_back_in_order_and_cover_every_item() {
+        let items: Vec<u32> = (0..100_000).collect();
+        let parts = in_order(&items, 1_000, |chunk| chunk.to_vec());
+        assert_eq!(parts.concat(), items);
+        assert_eq!(in_order(&items[..10], 1_000, <[u32]>::len), vec![10], "a few items: one chunk");
+    }
+}
