@@ -1,8 +1,9 @@
-//! Reading what `kubectl get -o json|yaml` prints into [`Objects`]: a JSON List item by item
-//! from its text, anything else as one value; each item by its kind, one that cannot be read
+//! Reading what `kubectl get -o json|yaml` prints into [`Objects`]: a JSON List, or a YAML
+//! List in kubectl's shape, item by item from its text, anything else as one value; each item by its kind, one that cannot be read
 //! skipped and named, never stopping the rest. Also the `--policy` file.
 
 use crate::adapter::PodView;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::projection::Projection;
-use super::{mig_objects, AdapterError, Objects, PolicyObject};
+use super::{kubectl_yaml, mig_objects, AdapterError, Objects, PolicyObject};
 
 /// Parses JSON or YAML text into a value; JSON first when it looks like JSON.
 pub fn parse_value(text: &str) -> Result<Value, AdapterError> {
@@ -28,10 +29,25 @@ pub fn parse_value(text: &str) -> Result<Value, AdapterError> {
 }
 
 pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
-    if let Some(objects) = json_list(text) {
+    if let Some(objects) = json_list(text).or_else(|| yaml_list(text)) {
         return Ok(objects);
     }
     objects_of(parse_value(text)?)
+}
+
+/// A YAML List in kubectl's shape read item by item (`adapter::kubectl_yaml`), each item
+/// decoded as a JSON List's are; `None` when the text is not such a List, or holds YAML the
+/// general parser must read whole (an alias to another item's anchor, a syntax error), which
+/// is then read as one value, as if this path were not there.
+pub(crate) fn yaml_list(text: &str) -> Option<Objects> {
+    let list = kubectl_yaml::split_list(text)?;
+    let threads = threads_for(list.items.len());
+    let reads =
+        decode_all(list.items.into_iter().map(Item::Yaml).collect(), implied_kind(&list.kind), threads);
+    if reads.iter().any(|read| matches!(read.typed, Typed::WholeText)) {
+        return None;
+    }
+    Some(gather(reads))
 }
 
 /// A JSON List read item by item from its text, each decoded straight into its type (no value
@@ -51,13 +67,15 @@ pub fn json_list(text: &str) -> Option<Objects> {
     if !list.kind.ends_with("List") {
         return None;
     }
-    Some(read_items(&list.kind, list.items.into_iter().map(Item::Raw)))
+    Some(read_items(&list.kind, list.items.into_iter().map(|raw| Item::Json(Cow::Borrowed(raw.get())))))
 }
 
-/// One item of a List: a value (YAML, or JSON read whole), or its JSON text.
+/// One item of a List: a value (YAML or JSON read whole), its JSON text, or its YAML text
+/// (from a kubectl YAML List, not yet read).
 enum Item<'t> {
     Value(Value),
-    Raw(&'t RawValue),
+    Json(Cow<'t, str>),
+    Yaml(&'t str),
 }
 
 /// What an item is, read before the item itself.
@@ -81,8 +99,8 @@ impl Item<'_> {
     /// Its header; an item whose header does not read as strings becomes a value, so that
     /// decoding it names the field.
     fn header(self) -> (Header, Self) {
-        if let Item::Raw(raw) = &self {
-            if let Ok(header) = serde_json::from_str::<Header>(raw.get()) {
+        if let Item::Json(json) = &self {
+            if let Ok(header) = serde_json::from_str::<Header>(json) {
                 return (header, self);
             }
         }
@@ -96,16 +114,30 @@ impl Item<'_> {
     fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, DecodeError> {
         match self {
             Item::Value(value) => decode::from_value(value),
-            Item::Raw(raw) => decode::from_json_str(raw.get()),
+            Item::Json(json) => decode::from_json_str(json),
+            Item::Yaml(_) => unreachable!("a YAML item is read before it is decoded"),
         }
     }
 
     fn into_value(self) -> Value {
         match self {
             Item::Value(value) => value,
-            // Already parsed once as JSON (it is a slice of a List that parsed).
-            Item::Raw(raw) => serde_json::from_str(raw.get()).unwrap_or(Value::Null),
+            // Already parsed once as JSON (a slice of a List that parsed, or written here).
+            Item::Json(json) => serde_json::from_str(&json).unwrap_or(Value::Null),
+            Item::Yaml(_) => unreachable!("a YAML item is read before it is decoded"),
         }
+    }
+
+    /// A YAML item as JSON text, or, where the fast reader leaves it, as the general parser
+    /// reads it; `None` when that fails (the whole text is then read, to say why).
+    fn read_yaml(self) -> Option<Self> {
+        let Item::Yaml(text) = self else { return Some(self) };
+        if let Some(json) = kubectl_yaml::item_json(text) {
+            return Some(Item::Json(Cow::Owned(json)));
+        }
+        // A one-entry sequence: the item as it sits in the List.
+        let mut entry = geometer_solver::yaml::from_str::<Vec<Value>>(text).ok()?;
+        (entry.len() == 1).then(|| Item::Value(entry.remove(0)))
     }
 }
 
@@ -137,18 +169,20 @@ pub fn objects_of(mut value: Value) -> Result<Objects, AdapterError> {
 
 /// Each item by its kind into `Objects`, skipping (and naming) those that cannot be read.
 fn read_items<'t>(list_kind: &str, items: impl Iterator<Item = Item<'t>>) -> Objects {
-    // Items of a NodeList/PodList may omit their kind.
-    let implied = match list_kind {
+    let items: Vec<Item<'t>> = items.collect();
+    // A JSON List's items are slices of its text; values (a List read whole) were built by
+    // the main thread and, decoded elsewhere, would be freed where it cannot reuse them.
+    let threads = if matches!(items.first(), Some(Item::Json(_))) { threads_for(items.len()) } else { 1 };
+    gather(decode_all(items, implied_kind(list_kind), threads))
+}
+
+/// The kind of the items of a NodeList or PodList, which may omit theirs.
+fn implied_kind(list_kind: &str) -> &'static str {
+    match list_kind {
         "NodeList" => "Node",
         "PodList" => "Pod",
         _ => "",
-    };
-    let items: Vec<Item<'t>> = items.collect();
-    // A JSON List's items are slices of its text; YAML's are values, which the main thread
-    // built and which, decoded elsewhere, would be freed where it cannot reuse them (and
-    // scanning YAML is most of its time anyway).
-    let threads = if matches!(items.first(), Some(Item::Raw(_))) { threads_for(items.len()) } else { 1 };
-    gather(decode_all(items, implied, threads))
+    }
 }
 
 /// Decoded items into `Objects`, in List order.
@@ -186,6 +220,7 @@ fn gather(reads: Vec<Read<'_>>) -> Objects {
                 e.map_err(bad).unwrap_or_else(|e| e)
             }),
             Typed::Other(item) => read_other(&kind, item, index, &mut objects),
+            Typed::WholeText => unreachable!("a List with an item left to the whole text is read whole"),
         };
         if let Err(e) = read {
             objects.skipped.push(e);
@@ -209,6 +244,8 @@ enum Typed<'t> {
     Pod(Result<Arc<PodView>, DecodeError>),
     MigNode(Result<Box<MigNode>, DecodeError>),
     Other(Item<'t>),
+    /// A YAML item that only the whole List's text can tell about.
+    WholeText,
 }
 
 /// Items at most this many to a thread: below it a second thread costs more than it saves.
@@ -248,6 +285,14 @@ fn decode_all<'t>(items: Vec<Item<'t>>, implied: &str, threads: usize) -> Vec<Re
 }
 
 fn decode_one<'t>(item: Item<'t>, implied: &str) -> Read<'t> {
+    let Some(item) = item.read_yaml() else {
+        return Read {
+            kind: String::new(),
+            namespace: String::new(),
+            name: String::new(),
+            typed: Typed::WholeText,
+        };
+    };
     let (header, item) = item.header();
     let kind = header.kind.unwrap_or_else(|| implied.to_string());
     let typed = match kind.as_str() {
@@ -367,7 +412,8 @@ mod tests {
             items: Vec<&'t RawValue>,
         }
         let list: RawList = serde_json::from_str(text).unwrap();
-        gather(decode_all(list.items.into_iter().map(Item::Raw).collect(), "", threads))
+        let items = list.items.into_iter().map(|raw| Item::Json(Cow::Borrowed(raw.get()))).collect();
+        gather(decode_all(items, "", threads))
     }
 
     #[test]

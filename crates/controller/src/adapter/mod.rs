@@ -7,6 +7,7 @@
 
 pub mod gangs;
 pub mod known;
+mod kubectl_yaml;
 mod list;
 pub mod mig_objects;
 pub mod nodes;
@@ -514,7 +515,7 @@ items:
         let value = parse_value(&yaml).unwrap();
         let json = serde_json::to_string(&value).unwrap();
         let fast = json_list(&json).expect("a JSON List takes the item-by-item path");
-        let whole = objects_of(value).unwrap();
+        let whole = objects_of(value.clone()).unwrap();
         assert_eq!((fast.nodes.len(), fast.pods.len()), (1, 3));
         assert_eq!((fast.nodes.len(), fast.pods.len()), (whole.nodes.len(), whole.pods.len()));
         let errors = |o: &Objects| o.skipped.iter().map(|e| e.to_string()).collect::<Vec<_>>();
@@ -526,6 +527,15 @@ items:
         );
         assert!(errors(&fast)[1].contains("metadata.name` = 7"), "{:?}", errors(&fast));
         assert_eq!(fast.ignored, whole.ignored);
+        // A YAML List in kubectl's shape is read item by item too: in flow style (each item
+        // by the general parser) and in block style (each read fast), with the same errors.
+        let block = serde_saphyr::to_string(&value).unwrap();
+        for text in [&yaml, &block] {
+            let by_item = list::yaml_list(text).expect("a YAML List takes the item-by-item path");
+            assert_eq!((by_item.nodes.len(), by_item.pods.len()), (1, 3));
+            assert_eq!(errors(&by_item), errors(&whole));
+            assert_eq!(by_item.ignored, whole.ignored);
+        }
         // Not a List, or not JSON: the whole-value path reads it.
         assert!(json_list(&yaml).is_none());
         assert!(json_list(r#"{"kind": "Node", "metadata": {"name": "n"}}"#).is_none());
