@@ -270,6 +270,7 @@ impl ControlPlane {
         let deadline = Instant::now() + READY_WITHIN;
         let cert = self.dir.path().join("certs/apiserver.crt");
         let mut client = None;
+        let mut last = String::from("no answer yet");
         loop {
             if self.log_tail("kube-apiserver", 5).contains("address already in use") {
                 return Err(PortTaken);
@@ -280,13 +281,16 @@ impl ControlPlane {
             }
             if let Some(c) = &client {
                 let request = http::Request::get("/readyz").body(Vec::new()).expect("request");
-                if c.request_text(request).await.is_ok_and(|body| body.trim() == "ok") {
-                    return Ok(());
+                match c.request_text(request).await {
+                    Ok(body) if body.trim() == "ok" => return Ok(()),
+                    // Which check is failing (the answer names it), for the message below.
+                    Ok(body) => last = body,
+                    Err(e) => last = e.to_string(),
                 }
             }
             assert!(
                 Instant::now() < deadline,
-                "kube-apiserver not ready within {READY_WITHIN:?}:\n{}",
+                "kube-apiserver not ready within {READY_WITHIN:?} (last /readyz: {last}):\n{}",
                 self.log_tail("kube-apiserver", 40)
             );
             tokio::time::sleep(Duration::from_millis(200)).await;

@@ -6,13 +6,14 @@
 //! sequences, plain, quoted and block scalars, `{}` and `[]`. Here the List is split into its
 //! items by their `-` lines, and each item is turned into JSON text (decoded like a JSON
 //! List's items, on every core). What this reader does not know in an item (anchors, tags,
-//! flow collections, multi-line flow scalars, numbers other than decimal integers, keys that
-//! are not plain strings) leaves that item to the general parser; what it cannot split (a
-//! List that is not kubectl's shape) leaves the whole text to it. The general parser's answer
-//! is the reference: the tests compare the two on generated and on go-yaml's own output.
+//! flow collections, `? ` keys, indentation indicators, numbers other than decimal integers,
+//! YAML 1.1 booleans) leaves that item to the general parser; what it cannot split (a List
+//! that is not kubectl's shape) leaves the whole text to it. The general parser's answer is
+//! the reference: the tests compare the two on generated, edited and go-yaml's own output.
 //!
 //! Block scalars follow libyaml's `yaml_parser_scan_block_scalar` (yaml/libyaml,
-//! `src/scanner.c`), which go-yaml ports; the rest, the YAML 1.2 spec's block styles.
+//! `src/scanner.c`), which go-yaml ports; scalars folded over lines, the YAML 1.2 spec's line
+//! folding (§7.3); the rest, its block styles (§8).
 
 mod scalar;
 #[cfg(test)]
