@@ -27,6 +27,9 @@ use serde_json::Value;
 /// (the reader is recursive, and runs on threads with small stacks).
 const MAX_DEPTH: usize = 48;
 
+/// Past this many keys, a mapping whose keys are not sorted is left to the general parser.
+const UNSORTED_KEYS: usize = 32;
+
 /// A List's text split into its items.
 pub(crate) struct ListText<'t> {
     /// The List's `kind` (`List`, `NodeList`, ...).
@@ -268,9 +271,11 @@ impl<'t> Reader<'t> {
         let mut entry = first?;
         loop {
             let (key, after) = scalar::key(entry)?;
-            // kubectl writes keys sorted: a key after the last has no equal before it.
-            let new = keys.last().is_none_or(|last| *last < key) || !keys.contains(&key);
-            if !new {
+            // kubectl writes keys sorted: a key after the last has no equal before it. Others
+            // are compared with every key before them, up to a few (a long unsorted mapping
+            // would cost the square of its length here).
+            let sorted = keys.last().is_none_or(|last| *last < key);
+            if !sorted && (keys.len() > UNSORTED_KEYS || keys.contains(&key)) {
                 // Which of two equal keys wins is the general parser's to say.
                 return None;
             }

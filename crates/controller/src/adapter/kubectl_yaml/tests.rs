@@ -212,6 +212,21 @@ fn what_the_reader_does_not_know_in_an_item_is_left_to_the_general_parser() {
 }
 
 #[test]
+fn a_long_mapping_with_unsorted_keys_is_left_to_the_general_parser() {
+    let mapping = |keys: &mut dyn Iterator<Item = usize>| {
+        let entries: String = keys.map(|k| format!("  k{k:03}: {k}\n")).collect();
+        format!("- kind: Pod\n{entries}")
+    };
+    let sorted = mapping(&mut (0..100));
+    let unsorted = mapping(&mut (0..100).rev());
+    let short_unsorted = mapping(&mut (0..20).rev());
+    assert!(item_json(&sorted).is_some() && item_json(&short_unsorted).is_some());
+    assert_eq!(item_json(&unsorted), None);
+    let text = format!("kind: List\nitems:\n{unsorted}");
+    assert_eq!(fast(&text).map(|(items, _)| items), Some(general(&text).unwrap()));
+}
+
+#[test]
 fn a_list_not_in_kubectls_shape_is_left_whole() {
     let texts = [
         // `items` twice, a key a List has not, a second document, a stream marker.
