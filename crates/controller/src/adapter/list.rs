@@ -1,6 +1,7 @@
 //! Reading what `kubectl get -o json|yaml` prints into [`Objects`]: a JSON List, or a YAML
-//! List in kubectl's shape, item by item from its text, anything else as one value; each item by its kind, one that cannot be read
-//! skipped and named, never stopping the rest. Also the `--policy` file.
+//! List in kubectl's shape, item by item from its text, anything else as one value; each item
+//! by its kind, one that cannot be read skipped and named, never stopping the rest. Also the
+//! `--policy` file.
 
 use crate::adapter::PodView;
 use std::borrow::Cow;
@@ -39,15 +40,23 @@ pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
 /// decoded as a JSON List's are; `None` when the text is not such a List, or holds YAML the
 /// general parser must read whole (an alias to another item's anchor, a syntax error), which
 /// is then read as one value, as if this path were not there.
-pub(crate) fn yaml_list(text: &str) -> Option<Objects> {
+fn yaml_list(text: &str) -> Option<Objects> {
     let list = kubectl_yaml::split_list(text)?;
+    let implied = implied_kind(&list.kind);
     let threads = threads_for(list.items.len());
-    let reads =
-        decode_all(list.items.into_iter().map(Item::Yaml).collect(), implied_kind(&list.kind), threads);
-    if reads.iter().any(|read| matches!(read.typed, Typed::WholeText)) {
-        return None;
+    let reads = decode_all(list.items, threads, |text| yaml_item(text).map(|item| decode_one(item, implied)));
+    Some(gather(reads.into_iter().collect::<Option<Vec<_>>>()?))
+}
+
+/// A YAML item as JSON text, or, where the fast reader leaves it, as the general parser reads
+/// it; `None` when that fails (the whole text is then read, to say why).
+fn yaml_item(text: &str) -> Option<Item<'_>> {
+    if let Some(json) = kubectl_yaml::item_json(text) {
+        return Some(Item::Json(Cow::Owned(json)));
     }
-    Some(gather(reads))
+    // A one-entry sequence: the item as it sits in the List.
+    let mut entry = geometer_solver::yaml::from_str::<Vec<Value>>(text).ok()?;
+    (entry.len() == 1).then(|| Item::Value(entry.remove(0)))
 }
 
 /// A JSON List read item by item from its text, each decoded straight into its type (no value
@@ -70,12 +79,11 @@ pub fn json_list(text: &str) -> Option<Objects> {
     Some(read_items(&list.kind, list.items.into_iter().map(|raw| Item::Json(Cow::Borrowed(raw.get())))))
 }
 
-/// One item of a List: a value (YAML or JSON read whole), its JSON text, or its YAML text
-/// (from a kubectl YAML List, not yet read).
+/// One item of a List: a value (YAML or JSON read whole, or a YAML item the fast reader
+/// leaves), or its JSON text (a slice of a JSON List, or a YAML item written as JSON).
 enum Item<'t> {
     Value(Value),
     Json(Cow<'t, str>),
-    Yaml(&'t str),
 }
 
 /// What an item is, read before the item itself.
@@ -115,7 +123,6 @@ impl Item<'_> {
         match self {
             Item::Value(value) => decode::from_value(value),
             Item::Json(json) => decode::from_json_str(json),
-            Item::Yaml(_) => unreachable!("a YAML item is read before it is decoded"),
         }
     }
 
@@ -124,20 +131,7 @@ impl Item<'_> {
             Item::Value(value) => value,
             // Already parsed once as JSON (a slice of a List that parsed, or written here).
             Item::Json(json) => serde_json::from_str(&json).unwrap_or(Value::Null),
-            Item::Yaml(_) => unreachable!("a YAML item is read before it is decoded"),
         }
-    }
-
-    /// A YAML item as JSON text, or, where the fast reader leaves it, as the general parser
-    /// reads it; `None` when that fails (the whole text is then read, to say why).
-    fn read_yaml(self) -> Option<Self> {
-        let Item::Yaml(text) = self else { return Some(self) };
-        if let Some(json) = kubectl_yaml::item_json(text) {
-            return Some(Item::Json(Cow::Owned(json)));
-        }
-        // A one-entry sequence: the item as it sits in the List.
-        let mut entry = geometer_solver::yaml::from_str::<Vec<Value>>(text).ok()?;
-        (entry.len() == 1).then(|| Item::Value(entry.remove(0)))
     }
 }
 
@@ -173,7 +167,8 @@ fn read_items<'t>(list_kind: &str, items: impl Iterator<Item = Item<'t>>) -> Obj
     // A JSON List's items are slices of its text; values (a List read whole) were built by
     // the main thread and, decoded elsewhere, would be freed where it cannot reuse them.
     let threads = if matches!(items.first(), Some(Item::Json(_))) { threads_for(items.len()) } else { 1 };
-    gather(decode_all(items, implied_kind(list_kind), threads))
+    let implied = implied_kind(list_kind);
+    gather(decode_all(items, threads, |item| decode_one(item, implied)))
 }
 
 /// The kind of the items of a NodeList or PodList, which may omit theirs.
@@ -220,7 +215,6 @@ fn gather(reads: Vec<Read<'_>>) -> Objects {
                 e.map_err(bad).unwrap_or_else(|e| e)
             }),
             Typed::Other(item) => read_other(&kind, item, index, &mut objects),
-            Typed::WholeText => unreachable!("a List with an item left to the whole text is read whole"),
         };
         if let Err(e) = read {
             objects.skipped.push(e);
@@ -244,8 +238,6 @@ enum Typed<'t> {
     Pod(Result<Arc<PodView>, DecodeError>),
     MigNode(Result<Box<MigNode>, DecodeError>),
     Other(Item<'t>),
-    /// A YAML item that only the whole List's text can tell about.
-    WholeText,
 }
 
 /// Items at most this many to a thread: below it a second thread costs more than it saves.
@@ -256,24 +248,24 @@ fn threads_for(items: usize) -> usize {
     super::parallel::threads_for(items, ITEMS_PER_THREAD)
 }
 
-/// Decodes the items on `threads` threads, and returns them in order (the items are
-/// independent: decoding them is most of reading a cluster's dump).
-fn decode_all<'t>(items: Vec<Item<'t>>, implied: &str, threads: usize) -> Vec<Read<'t>> {
-    let decode =
-        |chunk: Vec<Item<'t>>| chunk.into_iter().map(|item| decode_one(item, implied)).collect::<Vec<_>>();
+/// `decode` of each item on `threads` threads, in order (the items are independent: decoding
+/// them is most of reading a cluster's dump).
+fn decode_all<T: Send, R: Send>(items: Vec<T>, threads: usize, decode: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let decode = |chunk: Vec<T>| chunk.into_iter().map(&decode).collect::<Vec<_>>();
     if threads <= 1 {
         return decode(items);
     }
     let per = items.len().div_ceil(threads);
     let mut items = items.into_iter();
-    let own: Vec<Item<'t>> = items.by_ref().take(per).collect();
-    let mut chunks: Vec<Vec<Item<'t>>> = Vec::with_capacity(threads - 1);
+    let own: Vec<T> = items.by_ref().take(per).collect();
+    let mut chunks: Vec<Vec<T>> = Vec::with_capacity(threads - 1);
     for _ in 1..threads {
         chunks.push(items.by_ref().take(per).collect());
     }
     // This thread decodes the first chunk: what it decodes is freed into its own allocator
     // arena, which the rest of planning reuses (another thread's arena it cannot).
     std::thread::scope(|scope| {
+        let decode = &decode;
         let handles: Vec<_> = chunks.into_iter().map(|chunk| scope.spawn(move || decode(chunk))).collect();
         let mut reads = decode(own);
         for handle in handles {
@@ -285,14 +277,6 @@ fn decode_all<'t>(items: Vec<Item<'t>>, implied: &str, threads: usize) -> Vec<Re
 }
 
 fn decode_one<'t>(item: Item<'t>, implied: &str) -> Read<'t> {
-    let Some(item) = item.read_yaml() else {
-        return Read {
-            kind: String::new(),
-            namespace: String::new(),
-            name: String::new(),
-            typed: Typed::WholeText,
-        };
-    };
     let (header, item) = item.header();
     let kind = header.kind.unwrap_or_else(|| implied.to_string());
     let typed = match kind.as_str() {
@@ -402,6 +386,7 @@ pub fn parse_policy(text: &str) -> Result<PolicyObject, AdapterError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::LIST;
     use super::*;
 
     /// A JSON List's text read on `threads` threads.
@@ -413,7 +398,7 @@ mod tests {
         }
         let list: RawList = serde_json::from_str(text).unwrap();
         let items = list.items.into_iter().map(|raw| Item::Json(Cow::Borrowed(raw.get()))).collect();
-        gather(decode_all(items, "", threads))
+        gather(decode_all(items, threads, |item| decode_one(item, "")))
     }
 
     #[test]
@@ -440,5 +425,38 @@ mod tests {
         assert!(errors(&one)
             .last()
             .is_some_and(|e| e.contains("items[5000]") && e.contains("second object")));
+    }
+
+    #[test]
+    fn a_json_list_is_read_item_by_item_as_its_yaml_form_is() {
+        let bad = "- kind: Pod\n  metadata: {name: broken, namespace: ml}\n  spec: {containers: [{name: c, resources: {limits: {nvidia.com/mig-1g.5gb: [1]}}}]}\n- kind: Pod\n  metadata: {name: 7, namespace: ml}\n  spec: {containers: oops}\n";
+        let yaml = format!("{LIST}{bad}");
+        let value = parse_value(&yaml).unwrap();
+        let json = serde_json::to_string(&value).unwrap();
+        let fast = json_list(&json).expect("a JSON List takes the item-by-item path");
+        let whole = objects_of(value.clone()).unwrap();
+        assert_eq!((fast.nodes.len(), fast.pods.len()), (1, 3));
+        assert_eq!((fast.nodes.len(), fast.pods.len()), (whole.nodes.len(), whole.pods.len()));
+        let errors = |o: &Objects| o.skipped.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        assert_eq!(errors(&fast), errors(&whole));
+        assert!(
+            errors(&fast)[0].contains("items[5] (Pod broken)") && errors(&fast)[0].contains("[1]"),
+            "{:?}",
+            errors(&fast)
+        );
+        assert!(errors(&fast)[1].contains("metadata.name` = 7"), "{:?}", errors(&fast));
+        assert_eq!(fast.ignored, whole.ignored);
+        // A YAML List in kubectl's shape is read item by item too: in flow style (each item
+        // by the general parser) and in block style (each read fast), with the same errors.
+        let block = serde_saphyr::to_string(&value).unwrap();
+        for text in [&yaml, &block] {
+            let by_item = yaml_list(text).expect("a YAML List takes the item-by-item path");
+            assert_eq!((by_item.nodes.len(), by_item.pods.len()), (1, 3));
+            assert_eq!(errors(&by_item), errors(&whole));
+            assert_eq!(by_item.ignored, whole.ignored);
+        }
+        // Not a List, or not JSON: the whole-value path reads it.
+        assert!(json_list(&yaml).is_none());
+        assert!(json_list(r#"{"kind": "Node", "metadata": {"name": "n"}}"#).is_none());
     }
 }

@@ -365,7 +365,7 @@ mod tests {
             .unwrap()
     }
 
-    const LIST: &str = r#"
+    pub(super) const LIST: &str = r#"
 apiVersion: v1
 kind: List
 items:
@@ -506,39 +506,6 @@ items:
         assert!(built.snapshot.nodes.iter().all(|n| n.name != "n1"));
         let err = built.skipped[0].to_string();
         assert!(err.contains("nvidia.com/gpu.count") && err.contains("Node n1"), "{err}");
-    }
-
-    #[test]
-    fn a_json_list_is_read_item_by_item_as_its_yaml_form_is() {
-        let bad = "- kind: Pod\n  metadata: {name: broken, namespace: ml}\n  spec: {containers: [{name: c, resources: {limits: {nvidia.com/mig-1g.5gb: [1]}}}]}\n- kind: Pod\n  metadata: {name: 7, namespace: ml}\n  spec: {containers: oops}\n";
-        let yaml = format!("{LIST}{bad}");
-        let value = parse_value(&yaml).unwrap();
-        let json = serde_json::to_string(&value).unwrap();
-        let fast = json_list(&json).expect("a JSON List takes the item-by-item path");
-        let whole = objects_of(value.clone()).unwrap();
-        assert_eq!((fast.nodes.len(), fast.pods.len()), (1, 3));
-        assert_eq!((fast.nodes.len(), fast.pods.len()), (whole.nodes.len(), whole.pods.len()));
-        let errors = |o: &Objects| o.skipped.iter().map(|e| e.to_string()).collect::<Vec<_>>();
-        assert_eq!(errors(&fast), errors(&whole));
-        assert!(
-            errors(&fast)[0].contains("items[5] (Pod broken)") && errors(&fast)[0].contains("[1]"),
-            "{:?}",
-            errors(&fast)
-        );
-        assert!(errors(&fast)[1].contains("metadata.name` = 7"), "{:?}", errors(&fast));
-        assert_eq!(fast.ignored, whole.ignored);
-        // A YAML List in kubectl's shape is read item by item too: in flow style (each item
-        // by the general parser) and in block style (each read fast), with the same errors.
-        let block = serde_saphyr::to_string(&value).unwrap();
-        for text in [&yaml, &block] {
-            let by_item = list::yaml_list(text).expect("a YAML List takes the item-by-item path");
-            assert_eq!((by_item.nodes.len(), by_item.pods.len()), (1, 3));
-            assert_eq!(errors(&by_item), errors(&whole));
-            assert_eq!(by_item.ignored, whole.ignored);
-        }
-        // Not a List, or not JSON: the whole-value path reads it.
-        assert!(json_list(&yaml).is_none());
-        assert!(json_list(r#"{"kind": "Node", "metadata": {"name": "n"}}"#).is_none());
     }
 
     #[test]

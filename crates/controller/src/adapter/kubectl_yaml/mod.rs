@@ -95,12 +95,12 @@ fn item_lines(text: &str) -> Option<(Vec<&str>, &str)> {
     let mut rest = text;
     while !rest.is_empty() {
         let (line, after) = split_line(rest);
-        let content = line.trim_start_matches(' ');
+        let Line { indent, .. } = Line::new(line);
+        let content = &line[indent..];
         if content.is_empty() || content.starts_with('#') {
             rest = after;
             continue;
         }
-        let indent = line.len() - content.len();
         let column = match column {
             Some(column) => column,
             None if is_entry(content) => *column.insert(indent),
@@ -236,7 +236,7 @@ impl<'t> Reader<'t> {
             None
         } else if !in_mapping && scalar::key(inline).is_some() {
             // `- key: value`: a mapping that starts on the entry's line.
-            self.mapping(column, Some(inline))
+            self.mapping(column, inline)
         } else {
             self.scalar(parent, inline)
         };
@@ -254,7 +254,7 @@ impl<'t> Reader<'t> {
                     self.sequence(indent)
                 } else {
                     let first = self.take_line(indent)?;
-                    self.mapping(indent, Some(first))
+                    self.mapping(indent, first)
                 }
             }
             _ => {
@@ -265,10 +265,10 @@ impl<'t> Reader<'t> {
     }
 
     /// A block mapping at `indent` whose first entry is `first` (its line taken).
-    fn mapping(&mut self, indent: usize, first: Option<&'t str>) -> Option<()> {
+    fn mapping(&mut self, indent: usize, first: &'t str) -> Option<()> {
         self.out.push('{');
         let mut keys: Vec<Cow<'t, str>> = Vec::new();
-        let mut entry = first?;
+        let mut entry = first;
         loop {
             let (key, after) = scalar::key(entry)?;
             // kubectl writes keys sorted: a key after the last has no equal before it. Others

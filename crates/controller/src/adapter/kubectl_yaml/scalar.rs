@@ -292,14 +292,15 @@ impl<'t> Reader<'t> {
                 }
                 Scan::Open => {}
             }
-            let trailing = line.len() - line.trim_end_matches(' ').len();
-            if trailing > 0 && line.trim_end_matches(' ').ends_with('\\') {
+            let kept = line.trim_end_matches(' ');
+            let trailing = line.len() - kept.len();
+            if trailing > 0 && kept.ends_with('\\') {
                 // An escaped space before the break, maybe: the general parser's.
                 return None;
             }
             value.truncate(value.len() - trailing);
             let (breaks, next) = self.continuation(parent)?;
-            value.push_str(&fold(true, breaks));
+            fold(&mut value, true, breaks);
             line = next;
         }
     }
@@ -360,8 +361,9 @@ impl<'t> Reader<'t> {
             if line.starts_with('#') || pair_at(line, b' ', b'#').is_some() {
                 return None;
             }
-            text.to_mut().push_str(&fold(true, breaks));
-            text.to_mut().push_str(line);
+            let text = text.to_mut();
+            fold(text, true, breaks);
+            text.push_str(line);
         }
         Some(())
     }
@@ -402,7 +404,7 @@ impl<'t> Reader<'t> {
                 return None;
             }
             if !first {
-                value.push_str(&fold(folded, breaks));
+                fold(&mut value, folded, breaks);
             }
             value.push_str(content);
             first = false;
@@ -445,13 +447,12 @@ impl<'t> Reader<'t> {
     }
 }
 
-/// What joins two lines of a block scalar with `breaks` blank lines between them.
-fn fold(folded: bool, breaks: usize) -> String {
-    if folded && breaks == 0 {
-        " ".to_string()
-    } else if folded {
-        "\n".repeat(breaks)
-    } else {
-        "\n".repeat(breaks + 1)
+/// Joins the next line of a scalar with `breaks` blank lines before it onto `value`: folded,
+/// a space or the blank lines' breaks; literal, every break.
+fn fold(value: &mut String, folded: bool, breaks: usize) {
+    match (folded, breaks) {
+        (true, 0) => value.push(' '),
+        (true, _) => value.extend(std::iter::repeat_n('\n', breaks)),
+        (false, _) => value.extend(std::iter::repeat_n('\n', breaks + 1)),
     }
 }
