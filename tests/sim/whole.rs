@@ -125,6 +125,29 @@ fn static_layouts_serve_no_whole_gpu_pods() {
     }
 }
 
+#[test]
+fn whole_gpu_pods_cannot_use_ampere_gpus_the_planners_keep_in_mig() {
+    // Six training pods that never finish on 2 A100 and 2 H100 GPUs: demand (40 memory slices,
+    // then 48) exceeds capacity (32) from the start, but the planners never turn an A100
+    // whole, so the pods could hold the H100s' 16 slices at most.
+    let c = cluster("1xA100-80GB:2,1xH100-80GB:2");
+    let csv = "name,arrival_s,duration_s,mig,num_gpu\n\
+        t0,0,,,1\nt1,0,,,1\nt2,0,,,1\nt3,0,,,1\nt4,0,,,1\nt5,100,,,1\n";
+    let w = workload(csv, &c, WholeGpus::Whole);
+    for kind in [StrategyKind::Greedy, StrategyKind::Geometer] {
+        let s = planned(kind, &c, &w);
+        assert_eq!((s.served, s.whole_gpus_end), (2, 2), "{kind}");
+        assert_eq!(s.saturated_usable_share(), Some(0.5), "{kind}");
+        let held = s.saturated_memory_share().unwrap();
+        assert!(held > 0.0 && held < 0.5, "{kind}: {held}");
+    }
+    // With MIG off everywhere every GPU takes one: the pods could hold all of them.
+    let s = run(&mut geometer_sim::strategy::WholeGpu, &c, &w);
+    assert_eq!(s.served, 4);
+    assert_eq!(s.saturated_usable_share(), Some(1.0));
+    assert_eq!(s.saturated_memory_share(), Some(1.0));
+}
+
 fn geometer() -> Command {
     Command::new(env!("CARGO_BIN_EXE_geometer"))
 }

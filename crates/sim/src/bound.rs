@@ -158,6 +158,7 @@ mod tests {
             compute_slices: 7,
             memory_slices: 8,
             memory_mib: 81_920,
+            mode_change_needs_reset: false,
             profiles: vec![profile("1g.10gb", 1, 1), profile("3g.40gb", 3, 4), profile("7g.80gb", 7, 8)],
         }
     }

@@ -22,6 +22,9 @@ pub struct ModelInfo {
     pub compute_slices: u8,
     pub memory_slices: u8,
     pub memory_mib: u64,
+    /// MIG mode changes only through a GPU reset (Ampere), so the planners never turn one of
+    /// its GPUs whole.
+    pub mode_change_needs_reset: bool,
     /// Standard profiles (no media-extension variants), smallest first.
     pub profiles: Vec<ProfileInfo>,
 }
@@ -208,6 +211,7 @@ pub(crate) mod tests {
             compute_slices: 7,
             memory_slices: 8,
             memory_mib: 81920,
+            mode_change_needs_reset: true,
             profiles: vec![
                 p("1g.10gb", 1, 1, 9728),
                 p("1g.20gb", 1, 2, 19968),

@@ -14,6 +14,7 @@ pub mod models;
 pub mod report;
 pub mod strategy;
 pub mod trace;
+pub mod usable;
 pub mod workload;
 
 use cluster::Cluster;

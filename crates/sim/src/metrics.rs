@@ -29,10 +29,14 @@ pub struct Recorder {
     current: Sample,
     /// Memory slices requested by running and pending pods.
     demand_memory: u64,
+    /// The most of them the pods could hold ([`crate::usable`]).
+    usable_memory: u64,
     pub memory_integral: u128,
     pub compute_integral: u128,
     pub saturated_time: Millis,
     pub saturated_memory_integral: u128,
+    /// The memory slices the pods could hold (at most the capacity), integrated while saturated.
+    pub saturated_usable_integral: u128,
     /// GPUs with MIG mode off, integrated over time (GPU-milliseconds).
     pub whole_gpu_integral: u128,
     /// Memory slices held idle by waiting gang members, integrated (slice-milliseconds).
@@ -48,10 +52,12 @@ impl Recorder {
             capacity_compute,
             current,
             demand_memory: 0,
+            usable_memory: 0,
             memory_integral: 0,
             compute_integral: 0,
             saturated_time: 0,
             saturated_memory_integral: 0,
+            saturated_usable_integral: 0,
             whole_gpu_integral: 0,
             gang_idle_integral: 0,
             series: vec![current],
@@ -69,15 +75,19 @@ impl Recorder {
             if self.demand_memory > self.capacity_memory {
                 self.saturated_time += dt;
                 self.saturated_memory_integral += u128::from(self.current.memory_slices) * u128::from(dt);
+                let usable = self.usable_memory.min(self.capacity_memory);
+                self.saturated_usable_integral += u128::from(usable) * u128::from(dt);
             }
             self.current.time = time;
         }
     }
 
     /// Records the state after the events at the current time (`time` is ignored: the
-    /// recorder's clock is the one [`Recorder::advance`] moved).
-    pub fn observe(&mut self, state: Sample, demand_memory: u64) {
+    /// recorder's clock is the one [`Recorder::advance`] moved). `usable_memory`: the most
+    /// memory slices the running and pending pods could hold.
+    pub fn observe(&mut self, state: Sample, demand_memory: u64, usable_memory: u64) {
         self.demand_memory = demand_memory;
+        self.usable_memory = usable_memory;
         let next = Sample { time: self.current.time, ..state };
         self.current = next;
         match self.series.last_mut() {
@@ -107,6 +117,8 @@ pub struct Summary {
     /// Time during which running plus pending pods asked for more memory slices than exist.
     pub saturated_time: Millis,
     pub saturated_memory_integral: u128,
+    /// Memory slices the pods could hold ([`crate::usable`]), integrated over the same time.
+    pub saturated_usable_integral: u128,
     pub gpus_reconfigured: u64,
     /// Gangs in the workload, and those that started (reached their minimum at once).
     pub gangs: usize,
@@ -175,6 +187,13 @@ impl Summary {
         (self.saturated_time > 0)
             .then(|| share(self.saturated_memory_integral, self.capacity_memory, self.saturated_time))
     }
+
+    /// Mean share of memory slices the running and pending pods could hold while demand
+    /// exceeded capacity: what no strategy's [`Summary::saturated_memory_share`] can pass.
+    pub fn saturated_usable_share(&self) -> Option<f64> {
+        (self.saturated_time > 0)
+            .then(|| share(self.saturated_usable_integral, self.capacity_memory, self.saturated_time))
+    }
 }
 
 fn share(integral: u128, capacity: u64, time: Millis) -> f64 {
@@ -219,13 +238,15 @@ mod tests {
             gang_idle_memory: 0,
         };
         let mut r = Recorder::new(16, 14);
-        r.observe(sample(8, 7, 1, 0, 1), 8);
+        r.observe(sample(8, 7, 1, 0, 1), 8, 8);
         r.advance(10_000);
-        r.observe(sample(16, 14, 2, 1, 2), 24);
+        r.observe(sample(16, 14, 2, 1, 2), 24, 20);
         r.advance(15_000);
-        r.observe(sample(0, 0, 0, 0, 2), 0);
+        r.observe(sample(0, 0, 0, 0, 2), 0, 0);
         assert_eq!(r.memory_integral, 8 * 10_000 + 16 * 5_000);
         assert_eq!(r.saturated_time, 5_000);
+        // Usable memory counts up to the capacity.
+        assert_eq!(r.saturated_usable_integral, 16 * 5_000);
         assert_eq!(r.whole_gpu_integral, 10_000 + 2 * 5_000);
         assert_eq!(r.series.len(), 3);
         assert_eq!(r.series[2].whole_gpus, 2);

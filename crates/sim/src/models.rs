@@ -31,6 +31,7 @@ pub fn model_info(model: &GpuModel) -> ModelInfo {
         compute_slices: model.compute_slices,
         memory_slices: model.placement_units,
         memory_mib,
+        mode_change_needs_reset: model.mode_change_needs_reset(),
         profiles,
     }
 }

@@ -16,6 +16,7 @@ pub fn a100() -> ModelInfo {
         compute_slices: 7,
         memory_slices: 8,
         memory_mib: 81920,
+        mode_change_needs_reset: true,
         profiles: vec![
             p("1g.10gb", 1, 1, 9728),
             p("1g.20gb", 1, 2, 19968),

@@ -23,6 +23,7 @@ use crate::cluster::Cluster;
 use crate::metrics::{PodOutcome, Recorder, Sample, Summary};
 use crate::strategy::{Slot, Strategy, StrategyError};
 use crate::trace::Millis;
+use crate::usable::UsableMemory;
 use crate::workload::{ProfileKey, Workload, WHOLE_GPU};
 
 use changes::ChangeLedger;
@@ -169,6 +170,8 @@ pub struct Engine<'a> {
     last_change: Millis,
     batch_generation: u64,
     demand_memory: u64,
+    /// The most memory slices the running and pending pods could hold.
+    usable: UsableMemory,
     running: u32,
     recorder: Recorder,
     gangs: Vec<GangRun>,
@@ -192,6 +195,10 @@ impl<'a> Engine<'a> {
     ) -> Self {
         let whole_gpu = strategy.initial_geometry(0).iter().any(|s| s.profile == WHOLE_GPU);
         let state = ClusterState::new(cluster, &workload.profiles, |m| strategy.initial_geometry(m));
+        let whole_at_start: Vec<bool> = (0..cluster.models.len())
+            .map(|m| strategy.initial_geometry(m).iter().any(|s| s.profile == WHOLE_GPU))
+            .collect();
+        let usable = UsableMemory::new(cluster, workload, whole_gpu, &whole_at_start);
         let requests = workload
             .pods
             .iter()
@@ -201,7 +208,7 @@ impl<'a> Engine<'a> {
         let mut recorder = Recorder::new(capacity_memory, capacity_compute);
         // GPUs that start with MIG off count from t=0.
         let start = Sample::default();
-        recorder.observe(Sample { whole_gpus: state.whole_gpus, ..start }, 0);
+        recorder.observe(Sample { whole_gpus: state.whole_gpus, ..start }, 0, 0);
         Engine {
             cluster,
             workload,
@@ -226,6 +233,7 @@ impl<'a> Engine<'a> {
             last_change: 0,
             batch_generation: 0,
             demand_memory: 0,
+            usable,
             running: 0,
             recorder,
             gpus_reconfigured: 0,
@@ -282,7 +290,7 @@ impl<'a> Engine<'a> {
             whole_gpus: self.state.whole_gpus,
             gang_idle_memory: self.idle_memory,
         };
-        self.recorder.observe(sample, self.demand_memory);
+        self.recorder.observe(sample, self.demand_memory, self.usable.value());
         Ok(true)
     }
 
@@ -298,6 +306,7 @@ impl<'a> Engine<'a> {
 
     fn arrive(&mut self, p: PodIdx) {
         self.demand_memory += self.need(p);
+        self.usable.add(p, self.need(p));
         self.make_pending(p);
         if !self.try_start(p) {
             self.demand_changed();
@@ -377,6 +386,7 @@ impl<'a> Engine<'a> {
         self.pods[p].finished = true;
         self.running -= 1;
         self.demand_memory -= self.need(p);
+        self.usable.remove(p, self.need(p));
         self.state.release(&self.workload.pods[p], node, &held);
         let freed: Vec<ProfileKey> = held.iter().map(|(_, s)| s.profile).collect();
         self.schedule(&freed);
@@ -438,6 +448,7 @@ impl<'a> Engine<'a> {
             compute_integral: r.compute_integral,
             saturated_time: r.saturated_time,
             saturated_memory_integral: r.saturated_memory_integral,
+            saturated_usable_integral: r.saturated_usable_integral,
             gpus_reconfigured: self.gpus_reconfigured,
             gangs: self.gangs.len(),
             gangs_started: self.gangs.iter().filter(|g| g.started).count(),

@@ -10,6 +10,15 @@ fn percent(value: Option<f64>) -> String {
     value.map_or_else(|| "-".into(), |v| format!("{:.1}%", v * 100.0))
 }
 
+/// Memory allocated while demand exceeded capacity, and the most the pods could have held
+/// ([`crate::usable`]): "94.9% / 100.0%".
+fn saturated(summary: &Summary) -> String {
+    match (summary.saturated_memory_share(), summary.saturated_usable_share()) {
+        (Some(held), Some(usable)) => format!("{} / {}", percent(Some(held)), percent(Some(usable))),
+        _ => "-".into(),
+    }
+}
+
 /// The gang columns, in a table of a workload with gangs.
 const GANG_HEADER: &str = " gangs started / total | memory slice-s held idle by waiting gang members | gang Permit timeouts | GPUs reconfigured for nothing |";
 
@@ -20,7 +29,7 @@ const GANG_HEADER: &str = " gangs started / total | memory slice-s held idle by 
 pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
     let gangs = summaries.iter().any(|s| s.gangs > 0);
     let mut out = String::from(
-        "| strategy | pods served | not served | wait p50 (s) | wait p95 (s) | wait p99 (s) | memory slices allocated (mean) | memory slices allocated while demand > capacity | compute slices allocated (mean) | GPUs reconfigured | GPUs whole (mean / end) | pods evicted | planner calls | planner time total / max (ms) |",
+        "| strategy | pods served | not served | wait p50 (s) | wait p95 (s) | wait p99 (s) | memory slices allocated (mean) | memory slices allocated / usable by the pods, while demand > capacity | compute slices allocated (mean) | GPUs reconfigured | GPUs whole (mean / end) | pods evicted | planner calls | planner time total / max (ms) |",
     );
     if gangs {
         out.push_str(GANG_HEADER);
@@ -50,7 +59,7 @@ pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
             wait(s, 0.95),
             wait(s, 0.99),
             percent(Some(s.memory_share())),
-            percent(s.saturated_memory_share()),
+            saturated(s),
             percent(Some(s.compute_share())),
             s.gpus_reconfigured,
             s.whole_gpus_mean(),
