@@ -72,6 +72,11 @@ pub struct Objects {
     /// Requests already read of some of `pods` (the controller's, from its last pass); the
     /// others are read here.
     pub known_requests: pods::KnownRequests,
+    /// Leave running pods out of the snapshot unless the policy allows eviction: the planner
+    /// reads them only as eviction candidates (in-use instances and free CPU and memory come
+    /// from the nodes), and at 150,000 pods they are most of a planning round's memory. For
+    /// the controller's rounds; a snapshot written for people keeps them.
+    pub running_when_evictable_only: bool,
 }
 
 /// A snapshot and what the reader should know about how it was made.
@@ -146,8 +151,17 @@ pub fn build_snapshot(
     for name in objects.inventories.keys().filter(|n| !seen.contains(n.as_str())) {
         warnings.push(format!("MigNode {name} has no Node in the input; ignored"));
     }
-    let (pending, running) =
-        classify_pods(objects, &requests, &snapshot, &do_not_disrupt, now, &mut warnings, &mut skipped);
+    let evictable = policy.as_ref().is_some_and(|p| p.policy.eviction_allowed);
+    let keep_running = evictable || !objects.running_when_evictable_only;
+    let (pending, running) = classify_pods(
+        objects,
+        &requests,
+        &snapshot,
+        (&do_not_disrupt, keep_running),
+        now,
+        &mut warnings,
+        &mut skipped,
+    );
     snapshot.pending = pending;
     snapshot.running = running;
     add_gangs(objects, &requests, &mut snapshot, &mut warnings, &mut skipped);
@@ -276,7 +290,7 @@ fn classify_pods(
     objects: &Objects,
     requests: &[Option<Requests<'_>>],
     snapshot: &Snapshot,
-    do_not_disrupt: &[String],
+    (do_not_disrupt, keep_running): (&[String], bool),
     now: jiff::Timestamp,
     warnings: &mut Vec<String>,
     skipped: &mut Vec<AdapterError>,
@@ -294,7 +308,7 @@ fn classify_pods(
         let mut classified = Classified::default();
         for (pod, reqs) in chunk {
             let Some(reqs) = reqs else { continue };
-            classified.add(pod, reqs, (&users, &managed), do_not_disrupt, now);
+            classified.add(pod, reqs, (&users, &managed), (do_not_disrupt, keep_running), now);
         }
         classified
     };
@@ -327,12 +341,14 @@ impl Classified {
         pod: &PodView,
         reqs: &BTreeMap<String, u64>,
         (users, managed): (&HashSet<&PodKey>, &HashSet<&str>),
-        do_not_disrupt: &[String],
+        (do_not_disrupt, keep_running): (&[String], bool),
         now: jiff::Timestamp,
     ) {
         let key = pods::key(pod);
         let into = match pods::bound_node(pod) {
-            Some(n) if managed.contains(n) && users.contains(&key) && !pods::is_terminal(pod) => {
+            Some(n)
+                if keep_running && managed.contains(n) && users.contains(&key) && !pods::is_terminal(pod) =>
+            {
                 &mut self.running
             }
             Some(_) => return,

@@ -154,6 +154,7 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
         sharing,
         pod_groups: input.pod_groups.to_vec(),
         known_requests: input.requests.clone(),
+        running_when_evictable_only: true,
         ..Objects::default()
     };
     for name in &included {

@@ -329,3 +329,31 @@ fn the_forecast_prepares_what_recent_pods_asked_for() {
     let (plan, _) = published(world.decide(&[]));
     assert_eq!(plan.spec.summary.gpus_changed, 1, "{:?}", plan.spec.nodes);
 }
+
+#[test]
+fn running_pods_are_in_the_round_only_as_eviction_candidates() {
+    // gpu-a's GPU holds a 1g.10gb slice a running pod uses; the pending pod wants 1g.10gb.
+    let mut world = World::new(1);
+    world.mignodes = by_name(vec![
+        mignode("gpu-a", 1, None, &[(0, &[("1g.10gb", 0, Some("ml/busy"))])]),
+        mignode("gpu-b", 1, None, &[(0, SEVEN)]),
+    ]);
+    world.pods.push(Arc::new(fixtures::pod("ml", "busy", Some("gpu-a"))));
+    let in_use = |prepared: &Prepared| {
+        prepared.snapshot.nodes[0].gpus[0].instances.iter().filter_map(|i| i.pod.as_ref()).count()
+    };
+    // Eviction off (the default): no running pod in the snapshot, the slice still in use.
+    let prepared = world.prepare();
+    assert!(prepared.snapshot.running.is_empty(), "{:?}", prepared.snapshot.running);
+    assert_eq!(in_use(&prepared), 1);
+    assert_eq!(prepared.snapshot.pending.len(), 1);
+    // The plan never destroys the slice in use.
+    let (plan, _) = published(world.decide(&[]));
+    let destroyed = plan.spec.nodes.iter().flat_map(|n| &n.gpus).flat_map(|g| &g.operations.destroy);
+    assert!(destroyed.clone().all(|i| i.start != 0 || i.profile != "1g.10gb"), "{:?}", plan.spec.nodes);
+    // Eviction on: the running pod is a candidate.
+    world.policy.spec.disruption.eviction_allowed = true;
+    let prepared = world.prepare();
+    assert_eq!(prepared.snapshot.running.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["busy"]);
+    assert_eq!(in_use(&prepared), 1);
+}
