@@ -148,6 +148,25 @@ fn whole_gpu_pods_cannot_use_ampere_gpus_the_planners_keep_in_mig() {
     assert_eq!(s.saturated_memory_share(), Some(1.0));
 }
 
+#[test]
+fn the_usable_bound_counts_a_profile_at_its_largest_size() {
+    // `1g.10gb` holds 2 memory slices on an A100-40GB and 1 on an H100-80GB; `1g.20gb` exists
+    // only on the H100. Four of each fill both GPUs (16 slices), so the bound must allow 16,
+    // though counting `1g.10gb` at 1 slice would say 12 (every step checks allocated <= usable).
+    let c = cluster("1xH100-80GB:1,1xA100-40GB:1");
+    let mut csv = String::from("name,arrival_s,duration_s,mig,num_gpu\n");
+    for i in 0..4 {
+        csv.push_str(&format!("small-{i},0,,1g.10gb,\n"));
+    }
+    for i in 0..7 {
+        csv.push_str(&format!("big-{i},{},,1g.20gb,\n", 10 + i));
+    }
+    let w = workload(&csv, &c, WholeGpus::Whole);
+    let s = planned(StrategyKind::Geometer, &c, &w);
+    assert_eq!(s.saturated_usable_share(), Some(1.0));
+    assert_eq!(s.served, 8, "{:?}", s.outcomes);
+}
+
 fn geometer() -> Command {
     Command::new(env!("CARGO_BIN_EXE_geometer"))
 }

@@ -4,9 +4,9 @@
 //! Demand exceeding capacity does not mean every slice is wanted: a pod may only use the GPU
 //! models its constraints allow, and a whole-GPU pod only a GPU that is whole or may become so
 //! (an Ampere GPU changes MIG mode only through a GPU reset, which the planners leave to an
-//! administrator, so they never turn one whole). Each running or pending pod's memory slices may
-//! go to any model it may use, split at will; the most that can be placed so is a maximum flow
-//! from pods to models, and no packer allocates more. Placements, nodes, CPU and memory are
+//! administrator, so they never turn one whole). Each running or pending pod's memory slices (the
+//! most it holds on any model it may use) may go to any of those models, split at will; the most
+//! that can be placed so is a maximum flow from pods to models, and no packer allocates more. Placements, nodes, CPU and memory are
 //! ignored, so the bound is loose where those bite, never too low.
 
 use crate::cluster::Cluster;
@@ -21,11 +21,15 @@ const MAX_MODELS_FOR_CUTS: usize = 8;
 pub struct UsableMemory {
     /// Per model: memory slices of its GPUs.
     capacity: Vec<u64>,
-    /// Per set of models (a bit set over `Cluster::models`): memory slices of the pods that
+    /// Per set of models (a bit set over `Cluster::models`; with more than
+    /// [`MAX_MODELS_FOR_CUTS`] models, set 1 is "some model"): memory slices of the pods that
     /// may use exactly those models. Set 0 (pods no GPU can take) never counts.
     demand: Vec<u64>,
-    /// Per pod: the models it may use.
-    pod_models: Vec<u32>,
+    /// Per pod: the models it may use, and the most memory slices it holds on any of them (a
+    /// profile's slices differ between models: `1g.10gb` is 2 on an A100-40GB, 1 on an H100).
+    pods: Vec<(usize, u64)>,
+    /// [`UsableMemory::value`], kept up to date by `add` and `remove`.
+    value: u64,
 }
 
 impl UsableMemory {
@@ -38,35 +42,51 @@ impl UsableMemory {
                 cluster.nodes.iter().filter(|n| n.model == m).map(|n| per_gpu * u64::from(n.gpus)).sum()
             })
             .collect();
-        let sets = if cluster.models.len() <= MAX_MODELS_FOR_CUTS { 1 << cluster.models.len() } else { 2 };
-        let pod_models = workload
+        let cuts = cluster.models.len() <= MAX_MODELS_FOR_CUTS;
+        let pods = workload
             .pods
             .iter()
             .map(|p| {
-                let models = usable_models(cluster, workload, p, whole_gpu, whole_at_start);
-                if sets == 2 {
-                    u32::from(models != 0)
+                let held: Vec<(usize, u64)> = (0..cluster.models.len())
+                    .filter_map(|m| {
+                        held_on(cluster, workload, p, m, whole_gpu, whole_at_start).map(|h| (m, h))
+                    })
+                    .collect();
+                let most = held.iter().map(|&(_, h)| h).max().unwrap_or(0);
+                let set = if cuts {
+                    held.iter().map(|&(m, _)| 1 << m).sum()
                 } else {
-                    models
-                }
+                    usize::from(!held.is_empty())
+                };
+                (set, most)
             })
             .collect();
-        UsableMemory { capacity, demand: vec![0; sets], pod_models }
+        let sets = if cuts { 1 << cluster.models.len() } else { 2 };
+        UsableMemory { capacity, demand: vec![0; sets], pods, value: 0 }
     }
 
-    /// Pod `pod`, holding or asking for `memory` slices, arrives.
-    pub fn add(&mut self, pod: usize, memory: u64) {
-        self.demand[self.pod_models[pod] as usize] += memory;
+    /// Pod `pod` arrives (pending, then running until it finishes).
+    pub fn add(&mut self, pod: usize) {
+        let (set, memory) = self.pods[pod];
+        self.demand[set] += memory;
+        self.value = self.cut();
     }
 
     /// Pod `pod` finishes.
-    pub fn remove(&mut self, pod: usize, memory: u64) {
-        self.demand[self.pod_models[pod] as usize] -= memory;
+    pub fn remove(&mut self, pod: usize) {
+        let (set, memory) = self.pods[pod];
+        self.demand[set] -= memory;
+        self.value = self.cut();
     }
 
-    /// The most memory slices the current pods could hold: the least cut `S` of models, paying
-    /// their capacity plus the demand of every pod that may use a model outside `S`.
+    /// The most memory slices the current pods could hold.
     pub fn value(&self) -> u64 {
+        self.value
+    }
+
+    /// The least cut `S` of models: their capacity plus the demand of every pod that may use a
+    /// model outside `S`.
+    fn cut(&self) -> u64 {
         let total: u64 = self.capacity.iter().sum();
         if self.demand.len() == 2 {
             return total.min(self.demand[1]);
@@ -84,36 +104,35 @@ impl UsableMemory {
     }
 }
 
-/// The models `pod` may use under the strategy, as a bit set.
-fn usable_models(
+/// The memory slices `pod` holds on a GPU of model `m` under the strategy, or `None` when it
+/// may not run there.
+fn held_on(
     cluster: &Cluster,
     workload: &Workload,
     pod: &SimPod,
+    m: usize,
     whole_gpu: bool,
     whole_at_start: &[bool],
-) -> u32 {
-    let mut set = 0;
-    for (m, model) in cluster.models.iter().enumerate() {
-        if pod.models.as_ref().is_some_and(|list| !list.contains(&m)) {
-            continue;
-        }
-        let offered = |key: usize| {
-            if key == WHOLE_GPU {
-                whole_at_start[m] || !model.mode_change_needs_reset
-            } else {
-                model.profile(&workload.profiles[key]).is_some()
-            }
-        };
-        let fits = if whole_gpu {
-            pod.whole_gpus > 0
-        } else {
-            !pod.mig.is_empty() && pod.mig.iter().all(|&(k, _)| offered(k))
-        };
-        if fits {
-            set |= 1 << m;
-        }
+) -> Option<u64> {
+    let model = &cluster.models[m];
+    if pod.models.as_ref().is_some_and(|list| !list.contains(&m)) {
+        return None;
     }
-    set
+    let whole = u64::from(model.memory_slices);
+    if whole_gpu {
+        return (pod.whole_gpus > 0).then(|| whole * u64::from(pod.whole_gpus));
+    }
+    if pod.mig.is_empty() {
+        return None;
+    }
+    pod.mig.iter().try_fold(0, |sum, &(key, count)| {
+        let one = if key == WHOLE_GPU {
+            (whole_at_start[m] || !model.mode_change_needs_reset).then_some(whole)?
+        } else {
+            u64::from(model.profile(&workload.profiles[key])?.memory_slices)
+        };
+        Some(sum + one * u64::from(count))
+    })
 }
 
 #[cfg(test)]
@@ -122,9 +141,10 @@ mod tests {
 
     fn usable(capacity: Vec<u64>, demand: &[(u32, u64)]) -> u64 {
         let sets = 1 << capacity.len();
-        let mut u = UsableMemory { capacity, demand: vec![0; sets], pod_models: Vec::new() };
-        for &(set, memory) in demand {
-            u.demand[set as usize] += memory;
+        let pods = demand.iter().map(|&(set, memory)| (set as usize, memory)).collect();
+        let mut u = UsableMemory { capacity, demand: vec![0; sets], pods, value: 0 };
+        for pod in 0..demand.len() {
+            u.add(pod);
         }
         u.value()
     }
@@ -142,5 +162,6 @@ mod tests {
     #[test]
     fn pods_no_model_can_take_count_nothing() {
         assert_eq!(usable(vec![64], &[(0, 500), (1, 10)]), 10);
+        assert_eq!(usable(vec![64, 64], &[(0, 500), (0b01, 10), (0b10, 20)]), 30);
     }
 }

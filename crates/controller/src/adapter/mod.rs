@@ -76,7 +76,7 @@ pub struct Objects {
     /// reads them only as eviction candidates (in-use instances and free CPU and memory come
     /// from the nodes), and at 150,000 pods they are most of a planning round's memory. For
     /// the controller's rounds; a snapshot written for people keeps them.
-    pub running_when_evictable_only: bool,
+    pub running_only_if_evictable: bool,
 }
 
 /// A snapshot and what the reader should know about how it was made.
@@ -152,7 +152,7 @@ pub fn build_snapshot(
         warnings.push(format!("MigNode {name} has no Node in the input; ignored"));
     }
     let evictable = policy.as_ref().is_some_and(|p| p.policy.eviction_allowed);
-    let keep_running = evictable || !objects.running_when_evictable_only;
+    let keep_running = evictable || !objects.running_only_if_evictable;
     let (pending, running) = classify_pods(
         objects,
         &requests,
@@ -283,8 +283,8 @@ fn node_facts(
     Ok(Some((facts, true)))
 }
 
-/// Pending pods that are MIG demand, and running pods that hold instances on managed nodes;
-/// a pod asking for slices that is not demand (a gang, an init container, ...) is said why.
+/// Pending pods that are MIG demand, and (when `keep_running`) running pods that hold
+/// instances on managed nodes; a pod asking for slices that is not demand (a gang, an init container, ...) is said why.
 /// Pods are read on every core for a large cluster (each on its own), in order.
 fn classify_pods(
     objects: &Objects,

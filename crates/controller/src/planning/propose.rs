@@ -122,7 +122,8 @@ fn not_plannable(node: &str, input: &RoundInput<'_>) -> Option<(String, bool)> {
     }
 }
 
-/// Builds the snapshot of the policy's settled nodes, its pending demand and running pods.
+/// Builds the snapshot of the policy's settled nodes and its pending demand, with the running
+/// pods only where the policy allows eviction (they are the eviction candidates).
 pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, AdapterError> {
     let mut excluded = Vec::new();
     let mut included = BTreeSet::new();
@@ -154,7 +155,7 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
         sharing,
         pod_groups: input.pod_groups.to_vec(),
         known_requests: input.requests.clone(),
-        running_when_evictable_only: true,
+        running_only_if_evictable: true,
         ..Objects::default()
     };
     for name in &included {

@@ -290,6 +290,13 @@ impl<'a> Engine<'a> {
             whole_gpus: self.state.whole_gpus,
             gang_idle_memory: self.idle_memory,
         };
+        // No strategy holds more than the pods could: checked by every simulator test.
+        debug_assert!(
+            self.state.allocated_memory <= self.usable.value(),
+            "allocated {} > usable {}",
+            self.state.allocated_memory,
+            self.usable.value()
+        );
         self.recorder.observe(sample, self.demand_memory, self.usable.value());
         Ok(true)
     }
@@ -306,7 +313,7 @@ impl<'a> Engine<'a> {
 
     fn arrive(&mut self, p: PodIdx) {
         self.demand_memory += self.need(p);
-        self.usable.add(p, self.need(p));
+        self.usable.add(p);
         self.make_pending(p);
         if !self.try_start(p) {
             self.demand_changed();
@@ -386,7 +393,7 @@ impl<'a> Engine<'a> {
         self.pods[p].finished = true;
         self.running -= 1;
         self.demand_memory -= self.need(p);
-        self.usable.remove(p, self.need(p));
+        self.usable.remove(p);
         self.state.release(&self.workload.pods[p], node, &held);
         let freed: Vec<ProfileKey> = held.iter().map(|(_, s)| s.profile).collect();
         self.schedule(&freed);
