@@ -16,6 +16,7 @@ use kube::ResourceExt;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::parallel::in_order_owned;
 use super::projection::Projection;
 use super::{kubectl_yaml, mig_objects, AdapterError, Objects, PolicyObject};
 
@@ -44,7 +45,8 @@ fn yaml_list(text: &str) -> Option<Objects> {
     let list = kubectl_yaml::split_list(text)?;
     let implied = implied_kind(&list.kind);
     let threads = threads_for(list.items.len());
-    let reads = decode_all(list.items, threads, |text| yaml_item(text).map(|item| decode_one(item, implied)));
+    let reads =
+        in_order_owned(list.items, threads, |text| yaml_item(text).map(|item| decode_one(item, implied)));
     Some(gather(reads.into_iter().collect::<Option<Vec<_>>>()?))
 }
 
@@ -168,7 +170,7 @@ fn read_items<'t>(list_kind: &str, items: impl Iterator<Item = Item<'t>>) -> Obj
     // the main thread and, decoded elsewhere, would be freed where it cannot reuse them.
     let threads = if matches!(items.first(), Some(Item::Json(_))) { threads_for(items.len()) } else { 1 };
     let implied = implied_kind(list_kind);
-    gather(decode_all(items, threads, |item| decode_one(item, implied)))
+    gather(in_order_owned(items, threads, |item| decode_one(item, implied)))
 }
 
 /// The kind of the items of a NodeList or PodList, which may omit theirs.
@@ -246,34 +248,6 @@ const ITEMS_PER_THREAD: usize = 2_000;
 /// As many threads as there are cores for a large List, one for a small one.
 fn threads_for(items: usize) -> usize {
     super::parallel::threads_for(items, ITEMS_PER_THREAD)
-}
-
-/// `decode` of each item on `threads` threads, in order (the items are independent: decoding
-/// them is most of reading a cluster's dump).
-fn decode_all<T: Send, R: Send>(items: Vec<T>, threads: usize, decode: impl Fn(T) -> R + Sync) -> Vec<R> {
-    let decode = |chunk: Vec<T>| chunk.into_iter().map(&decode).collect::<Vec<_>>();
-    if threads <= 1 {
-        return decode(items);
-    }
-    let per = items.len().div_ceil(threads);
-    let mut items = items.into_iter();
-    let own: Vec<T> = items.by_ref().take(per).collect();
-    let mut chunks: Vec<Vec<T>> = Vec::with_capacity(threads - 1);
-    for _ in 1..threads {
-        chunks.push(items.by_ref().take(per).collect());
-    }
-    // This thread decodes the first chunk: what it decodes is freed into its own allocator
-    // arena, which the rest of planning reuses (another thread's arena it cannot).
-    std::thread::scope(|scope| {
-        let decode = &decode;
-        let handles: Vec<_> = chunks.into_iter().map(|chunk| scope.spawn(move || decode(chunk))).collect();
-        let mut reads = decode(own);
-        for handle in handles {
-            // A decoder does not panic on any input; if one did, the panic goes on here.
-            reads.extend(handle.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-        }
-        reads
-    })
 }
 
 fn decode_one<'t>(item: Item<'t>, implied: &str) -> Read<'t> {
@@ -398,7 +372,7 @@ mod tests {
         }
         let list: RawList = serde_json::from_str(text).unwrap();
         let items = list.items.into_iter().map(|raw| Item::Json(Cow::Borrowed(raw.get()))).collect();
-        gather(decode_all(items, threads, |item| decode_one(item, "")))
+        gather(in_order_owned(items, threads, |item| decode_one(item, "")))
     }
 
     #[test]

@@ -2,8 +2,7 @@
 //! `geometer plan --snapshot` and of a controller's planning round.
 
 /// `f` of consecutive chunks of `items` (at least `per_thread` items each, one chunk a core),
-/// in order. The calling thread does the first chunk: memory freed into a thread's allocator
-/// arena is reused by that thread only, and the rest of planning runs on this one.
+/// in order.
 pub(crate) fn in_order<T: Sync, R: Send>(
     items: &[T],
     per_thread: usize,
@@ -13,8 +12,32 @@ pub(crate) fn in_order<T: Sync, R: Send>(
     if threads <= 1 {
         return vec![f(items)];
     }
-    let mut chunks = items.chunks(items.len().div_ceil(threads));
-    let own = chunks.next().unwrap_or_default();
+    each_chunk(items.chunks(items.len().div_ceil(threads)).collect(), f)
+}
+
+/// `f` of each owned item, on `threads` threads, in order (the items split into consecutive
+/// chunks, one a thread).
+pub(crate) fn in_order_owned<T: Send, R: Send>(
+    items: Vec<T>,
+    threads: usize,
+    f: impl Fn(T) -> R + Sync,
+) -> Vec<R> {
+    let per_chunk = |chunk: Vec<T>| chunk.into_iter().map(&f).collect::<Vec<_>>();
+    if threads <= 1 {
+        return per_chunk(items);
+    }
+    let per = items.len().div_ceil(threads);
+    let mut items = items.into_iter();
+    let chunks: Vec<Vec<T>> = (0..threads).map(|_| items.by_ref().take(per).collect()).collect();
+    each_chunk(chunks, per_chunk).into_iter().flatten().collect()
+}
+
+/// `f` of every chunk, one thread each, in order. The calling thread does the first chunk:
+/// memory freed into a thread's allocator arena is reused by that thread only, and the rest of
+/// planning runs on this one.
+fn each_chunk<C: Send, R: Send>(chunks: Vec<C>, f: impl Fn(C) -> R + Sync) -> Vec<R> {
+    let mut chunks = chunks.into_iter();
+    let Some(own) = chunks.next() else { return Vec::new() };
     std::thread::scope(|scope| {
         let f = &f;
         let handles: Vec<_> = chunks.map(|chunk| scope.spawn(move || f(chunk))).collect();
@@ -43,5 +66,15 @@ mod tests {
         let parts = in_order(&items, 1_000, |chunk| chunk.to_vec());
         assert_eq!(parts.concat(), items);
         assert_eq!(in_order(&items[..10], 1_000, <[u32]>::len), vec![10], "a few items: one chunk");
+    }
+
+    #[test]
+    fn owned_items_come_back_in_order_whatever_the_threads() {
+        for threads in [1, 2, 3, 8, 200] {
+            let items: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+            let out = in_order_owned(items, threads, |s| s.parse::<u32>().unwrap());
+            assert_eq!(out, (0..100).collect::<Vec<u32>>(), "{threads} threads");
+        }
+        assert!(in_order_owned(Vec::<u32>::new(), 4, |x| x).is_empty());
     }
 }
