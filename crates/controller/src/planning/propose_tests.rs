@@ -37,6 +37,14 @@ impl World {
         }
     }
 
+    /// gpu-a's GPU holds `instances` instead of one free 7g.80gb.
+    fn gpu_a_holds(&mut self, instances: &[Inst<'_>]) {
+        self.mignodes = by_name(vec![
+            mignode("gpu-a", 1, None, &[(0, instances)]),
+            mignode("gpu-b", 1, None, &[(0, SEVEN)]),
+        ]);
+    }
+
     fn prepare(&self) -> Prepared {
         let managed: Vec<String> = self.nodes.keys().cloned().collect();
         let input = RoundInput {
@@ -118,10 +126,7 @@ fn the_same_plan_is_not_published_twice() {
 #[test]
 fn no_demand_for_new_slices_publishes_nothing() {
     let mut world = World::new(1);
-    world.mignodes = by_name(vec![
-        mignode("gpu-a", 1, None, &[(0, &[("4g.40gb", 0, None), ("1g.10gb", 6, None)])]),
-        mignode("gpu-b", 1, None, &[(0, SEVEN)]),
-    ]);
+    world.gpu_a_holds(&[("4g.40gb", 0, None), ("1g.10gb", 6, None)]);
     match world.decide(&[]) {
         Decision::NothingToDo { events } => assert!(events.is_empty(), "the pod fits an existing free slice"),
         other => panic!("{other:?}"),
@@ -177,10 +182,7 @@ fn a_node_inside_its_stabilisation_window_stays_out_until_it_ends() {
 #[test]
 fn a_node_the_catalog_cannot_place_stays_out_and_the_rest_is_planned() {
     let mut world = World::new(1);
-    world.mignodes = by_name(vec![
-        mignode("gpu-a", 1, None, &[(0, &[("4g.40gb", 3, None)])]),
-        mignode("gpu-b", 1, None, &[(0, SEVEN)]),
-    ]);
+    world.gpu_a_holds(&[("4g.40gb", 3, None)]);
     let prepared = world.prepare();
     assert_eq!(prepared.snapshot.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["gpu-b"]);
     assert!(
@@ -196,10 +198,7 @@ fn a_node_the_catalog_cannot_place_stays_out_and_the_rest_is_planned() {
 fn a_node_whose_inventory_names_an_unreadable_pod_stays_out_and_the_rest_is_planned() {
     // Read as free, the slice could be destroyed under the pod that uses it.
     let mut world = World::new(1);
-    world.mignodes = by_name(vec![
-        mignode("gpu-a", 1, None, &[(0, &[("7g.80gb", 0, Some("no-namespace"))])]),
-        mignode("gpu-b", 1, None, &[(0, SEVEN)]),
-    ]);
+    world.gpu_a_holds(&[("7g.80gb", 0, Some("no-namespace"))]);
     let prepared = world.prepare();
     assert_eq!(prepared.snapshot.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["gpu-b"]);
     assert!(
@@ -334,10 +333,7 @@ fn the_forecast_prepares_what_recent_pods_asked_for() {
 fn running_pods_are_in_the_round_only_as_eviction_candidates() {
     // gpu-a's GPU holds a 1g.10gb slice a running pod uses; the pending pod wants 1g.10gb.
     let mut world = World::new(1);
-    world.mignodes = by_name(vec![
-        mignode("gpu-a", 1, None, &[(0, &[("1g.10gb", 0, Some("ml/busy"))])]),
-        mignode("gpu-b", 1, None, &[(0, SEVEN)]),
-    ]);
+    world.gpu_a_holds(&[("1g.10gb", 0, Some("ml/busy"))]);
     world.pods.push(Arc::new(fixtures::pod("ml", "busy", Some("gpu-a"))));
     let in_use = |prepared: &Prepared| {
         prepared.snapshot.nodes[0].gpus[0].instances.iter().filter_map(|i| i.pod.as_ref()).count()
