@@ -13,7 +13,7 @@
 //! slices, so the bound only asks that it fits on its models at all.
 
 use crate::cluster::Cluster;
-use crate::workload::{SimPod, Workload, WHOLE_GPU};
+use crate::workload::{SimPod, Workload};
 
 /// Slices a pod needs, and the models it can run on (as a bit set over `Cluster::models`).
 #[derive(Debug, Clone, Copy)]
@@ -47,24 +47,11 @@ fn need(cluster: &Cluster, gpus: &[u64], workload: &Workload, pod: &SimPod) -> O
     let mut models = 0u32;
     let (mut memory, mut compute) = (0u64, 0u64);
     for (m, model) in cluster.models.iter().enumerate() {
-        let allowed = pod.models.as_ref().is_none_or(|list| list.contains(&m));
         let gpus = gpus[m];
-        let sizes: Option<Vec<(u64, u64)>> = pod
-            .mig
-            .iter()
-            .map(|&(key, count)| {
-                // A whole GPU (MIG off) takes every slice of its GPU.
-                let (memory, compute) = if key == WHOLE_GPU {
-                    (model.memory_slices, model.compute_slices)
-                } else {
-                    let p = model.profile(&workload.profiles[key])?;
-                    (p.memory_slices, p.compute_slices)
-                };
-                Some((u64::from(memory) * u64::from(count), u64::from(compute) * u64::from(count)))
-            })
-            .collect();
-        let (Some(sizes), true) = (sizes, allowed && gpus > 0 && !pod.mig.is_empty()) else { continue };
-        let (mem, comp) = sizes.iter().fold((0, 0), |(a, b), (m, c)| (a + m, b + c));
+        if !pod.may_use(m) || gpus == 0 {
+            continue;
+        }
+        let Some((mem, comp)) = pod.slices_on(model, &workload.profiles) else { continue };
         if mem > gpus * u64::from(model.memory_slices) {
             continue;
         }

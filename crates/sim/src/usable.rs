@@ -115,24 +115,18 @@ fn held_on(
     whole_at_start: &[bool],
 ) -> Option<u64> {
     let model = &cluster.models[m];
-    if pod.models.as_ref().is_some_and(|list| !list.contains(&m)) {
+    if !pod.may_use(m) {
         return None;
     }
-    let whole = u64::from(model.memory_slices);
     if whole_gpu {
-        return (pod.whole_gpus > 0).then(|| whole * u64::from(pod.whole_gpus));
+        return (pod.whole_gpus > 0).then(|| u64::from(model.memory_slices) * u64::from(pod.whole_gpus));
     }
-    if pod.mig.is_empty() {
+    // A whole GPU only where one is whole or may become so.
+    let whole_ok = whole_at_start[m] || !model.mode_change_needs_reset;
+    if !whole_ok && pod.mig.iter().any(|&(key, _)| key == WHOLE_GPU) {
         return None;
     }
-    pod.mig.iter().try_fold(0, |sum, &(key, count)| {
-        let one = if key == WHOLE_GPU {
-            (whole_at_start[m] || !model.mode_change_needs_reset).then_some(whole)?
-        } else {
-            u64::from(model.profile(&workload.profiles[key])?.memory_slices)
-        };
-        Some(sum + one * u64::from(count))
-    })
+    pod.slices_on(model, &workload.profiles).map(|(memory, _)| memory)
 }
 
 #[cfg(test)]

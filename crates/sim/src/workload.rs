@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use geometer_solver::catalog::WHOLE;
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, ModelInfo};
 use crate::mapping::{Mapping, MappingSummary, WholeGpus};
 use crate::trace::{GpuRequest, Millis, Trace};
 
@@ -38,6 +38,32 @@ pub struct SimPod {
     pub need_memory_slices: u32,
     /// Its gang (index into [`Workload::gangs`]), if it is a member of one.
     pub gang: Option<GangIdx>,
+}
+
+impl SimPod {
+    /// Whether its model constraint allows cluster model `m`.
+    pub fn may_use(&self, m: usize) -> bool {
+        self.models.as_ref().is_none_or(|list| list.contains(&m))
+    }
+
+    /// The memory and compute slices its instances take on `model` (a whole GPU: all of its
+    /// GPU's); `None` when it asks for none or the model lacks one of its profiles.
+    /// `profiles`: [`Workload::profiles`].
+    pub fn slices_on(&self, model: &ModelInfo, profiles: &[String]) -> Option<(u64, u64)> {
+        if self.mig.is_empty() {
+            return None;
+        }
+        self.mig.iter().try_fold((0, 0), |(memory, compute), &(key, count)| {
+            let (m, c) = if key == WHOLE_GPU {
+                (model.memory_slices, model.compute_slices)
+            } else {
+                let p = model.profile(&profiles[key])?;
+                (p.memory_slices, p.compute_slices)
+            };
+            let count = u64::from(count);
+            Some((memory + u64::from(m) * count, compute + u64::from(c) * count))
+        })
+    }
 }
 
 /// Index into [`Workload::gangs`].
