@@ -38,6 +38,9 @@ pub(crate) struct Solved {
 pub(crate) enum SolveError {
     #[error("the solver found no solution: {0}")]
     Solver(String),
+    /// Under a cutoff: no point worth more was found (none exists unless time ran out).
+    #[error("no point better than the one known")]
+    NothingBetter,
     #[error("no solver backend compiled in (enable the `highs` or `microlp` feature)")]
     #[cfg_attr(any(feature = "highs", feature = "microlp"), allow(dead_code))]
     NoBackend,
@@ -53,12 +56,16 @@ impl Lp {
         self.rows.push(Row { coefs, lo, hi });
     }
 
-    /// Maximises `objective`; `relax` drops integrality (the LP bound).
+    /// Maximises `objective`; `relax` drops integrality (the LP bound). `start` is a feasible
+    /// point microlp starts from (HiGHS takes none: see its `run_backend`). With a `cutoff`
+    /// (the value of a point already known; HiGHS only), a MIP looks only for points worth more
+    /// and fails with [`SolveError::NothingBetter`] when it finds none.
     pub(super) fn maximise(
         &self,
         objective: &[(usize, f64)],
         relax: bool,
-        initial: Option<&[f64]>,
+        start: Option<&[f64]>,
+        cutoff: Option<f64>,
         time_limit: Duration,
     ) -> Result<Solved, SolveError> {
         let mut problem = ProblemVariables::new();
@@ -96,11 +103,15 @@ impl Lp {
                 out
             })
             .collect();
-        let initial: Option<Vec<(good_lp::Variable, f64)>> =
-            initial.map(|vals| vars.iter().copied().zip(vals.iter().copied()).collect());
         let seconds = time_limit.as_secs_f64().max(0.001);
         let unsolved = problem.maximise(obj);
-        run_backend(unsolved, constraints, initial, seconds, relax).map(|(values_of, timed_out)| Solved {
+        let start = Start {
+            point: start
+                .filter(|_| !cfg!(feature = "highs"))
+                .map(|p| vars.iter().copied().zip(p.iter().copied()).collect()),
+            cutoff: cutoff.filter(|_| !relax && cfg!(feature = "highs")),
+        };
+        run_backend(unsolved, constraints, start, seconds, relax).map(|(values_of, timed_out)| Solved {
             values: vars.iter().map(|&v| values_of(v)).collect(),
             timed_out,
         })
@@ -109,8 +120,27 @@ impl Lp {
 
 type Values = Box<dyn Fn(good_lp::Variable) -> f64>;
 
-fn finish<S: Solution + 'static>(result: Result<S, ResolutionError>) -> Result<(Values, bool), SolveError> {
-    let solution = result.map_err(|e| SolveError::Solver(e.to_string()))?;
+/// Where a solve starts, in the backend's terms.
+struct Start {
+    /// microlp's start.
+    #[cfg_attr(feature = "highs", allow(dead_code))]
+    point: Option<Vec<(good_lp::Variable, f64)>>,
+    /// Only points worth more than this are wanted (HiGHS MIP only).
+    #[cfg_attr(not(feature = "highs"), allow(dead_code))]
+    cutoff: Option<f64>,
+}
+
+fn finish<S: Solution + 'static>(
+    result: Result<S, ResolutionError>,
+    cutoff: Option<f64>,
+) -> Result<(Values, bool), SolveError> {
+    let solution = result.map_err(|e| match e {
+        // Under a cutoff, "infeasible" and "no solution" mean nothing beats the known point.
+        ResolutionError::Infeasible | ResolutionError::Other("NoSolutionFound") if cutoff.is_some() => {
+            SolveError::NothingBetter
+        }
+        e => SolveError::Solver(e.to_string()),
+    })?;
     let timed_out = matches!(solution.status(), SolutionStatus::TimeLimit);
     Ok((Box::new(move |v| solution.value(v)), timed_out))
 }
@@ -119,7 +149,7 @@ fn finish<S: Solution + 'static>(result: Result<S, ResolutionError>) -> Result<(
 fn run_backend(
     unsolved: good_lp::variable::UnsolvedProblem,
     constraints: Vec<good_lp::Constraint>,
-    initial: Option<Vec<(good_lp::Variable, f64)>>,
+    start: Start,
     seconds: f64,
     relax: bool,
 ) -> Result<(Values, bool), SolveError> {
@@ -141,39 +171,47 @@ fn run_backend(
     // No MIP start for HiGHS: when presolve reduces the problem and the start is already
     // optimal in the reduced space, HiGHS 1.16 hands back the start as given instead of the
     // postsolved optimum (seen on the 8,000-GPU eviction benchmark: a stage reported -208 in
-    // the reduced space and returned a point worth -4,524 in the original one). A stage that
-    // runs out of time without a solution keeps the previous stage's answer instead.
-    let _ = initial;
+    // the reduced space and returned a point worth -4,524 in the original one). A known
+    // point's value is given as a cutoff instead: HiGHS prunes every node that cannot beat it
+    // and fixes variables by reduced cost against it from the root on. `objective_bound` is
+    // the MIP solver's upper limit in its own minimising sense, so a maximum is negated
+    // (ERGO-Code/HiGHS, highs/mip/HighsMipSolverData.cpp: `upper_limit =
+    // mipsolver.options_mip_->objective_bound`); the objective is integral, so a better point
+    // is worth at least half a unit more.
+    let Start { cutoff, .. } = start;
+    if let Some(value) = cutoff {
+        model = model.set_option("objective_bound", -(value + 0.5));
+    }
     for c in constraints {
         model.add_constraint(c);
     }
-    finish(model.solve())
+    finish(model.solve(), cutoff)
 }
 
 #[cfg(all(feature = "microlp", not(feature = "highs")))]
 fn run_backend(
     unsolved: good_lp::variable::UnsolvedProblem,
     constraints: Vec<good_lp::Constraint>,
-    initial: Option<Vec<(good_lp::Variable, f64)>>,
+    start: Start,
     seconds: f64,
     _relax: bool,
 ) -> Result<(Values, bool), SolveError> {
     use good_lp::{WithInitialSolution, WithTimeLimit};
     let mut model = good_lp::solvers::microlp::microlp(unsolved).with_time_limit(seconds);
-    if let Some(init) = initial {
+    if let Some(init) = start.point {
         model = model.with_initial_solution(init);
     }
     for c in constraints {
         model.add_constraint(c);
     }
-    finish(model.solve())
+    finish(model.solve(), None)
 }
 
 #[cfg(not(any(feature = "highs", feature = "microlp")))]
 fn run_backend(
     _: good_lp::variable::UnsolvedProblem,
     _: Vec<good_lp::Constraint>,
-    _: Option<Vec<(good_lp::Variable, f64)>>,
+    _: Start,
     _: f64,
     _: bool,
 ) -> Result<(Values, bool), SolveError> {

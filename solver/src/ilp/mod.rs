@@ -7,8 +7,9 @@ mod aggregate;
 mod backend;
 mod model;
 mod placement;
+mod stages;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::candidates::{self, Candidates};
@@ -22,12 +23,7 @@ use crate::plan::{Plan, PlanError, PlanOptions, SolverUsed};
 use crate::snapshot::Snapshot;
 
 use aggregate::Aggregate;
-use backend::Lp;
 use model::Model;
-
-/// Stages combine levels while the combined objective stays below this, so that integer
-/// objective values stay exact in floating point and within the solver's tolerances.
-const MAX_STAGE_RANGE: f64 = 1e9;
 
 /// Plans with the ILP. Same input, same plan.
 pub fn plan(snapshot: &Snapshot, catalog: &Catalog, options: &PlanOptions) -> Result<Plan, PlanError> {
@@ -107,7 +103,7 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
         ));
     }
     let bound = lp_bound(bound_model.as_ref().unwrap_or(&model), deadline);
-    let solved = solve_stages(&model, deadline, &mut notes);
+    let solved = stages::solve(&model, deadline, &mut notes);
     // The LP bound holds for the real problem only when no candidate was left out; otherwise
     // all plannable demand is the honest bound.
     let complete = candidates.cut_short.is_empty() && candidates.evictions_cut == 0;
@@ -164,7 +160,7 @@ fn lp_bound(model: &Model, deadline: Instant) -> Option<f64> {
     if level.is_empty() {
         return Some(0.0);
     }
-    match model.lp.maximise(level, true, None, remaining(deadline)) {
+    match model.lp.maximise(level, true, None, None, remaining(deadline)) {
         Ok(s) if !s.timed_out => Some(objective_value(level, &s.values)),
         _ => None,
     }
@@ -197,85 +193,12 @@ fn cut_notes(candidates: &Candidates) -> Vec<String> {
     notes
 }
 
-fn remaining(deadline: Instant) -> Duration {
+pub(super) fn remaining(deadline: Instant) -> Duration {
     deadline.saturating_duration_since(Instant::now())
 }
 
-fn objective_value(coefs: &[(usize, f64)], values: &[f64]) -> f64 {
+pub(super) fn objective_value(coefs: &[(usize, f64)], values: &[f64]) -> f64 {
     coefs.iter().map(|&(v, c)| c * values[v]).sum()
-}
-
-/// Solves the levels in strict order; levels whose ranges multiply to less than
-/// [`MAX_STAGE_RANGE`] share one stage with weights that keep the order strict. Each stage
-/// keeps what the previous ones achieved as a constraint (and, with microlp, starts from their
-/// solution; see the backend for why HiGHS does not).
-fn solve_stages(model: &Model, deadline: Instant, notes: &mut Vec<String>) -> Option<Vec<f64>> {
-    if model.lp.vars.is_empty() {
-        return Some(Vec::new()); // Nothing to decide: every GPU keeps its geometry.
-    }
-    let mut stages: Vec<Vec<usize>> = Vec::new();
-    let mut product = f64::INFINITY;
-    for (l, level) in model.levels.iter().enumerate() {
-        if level.coefs.is_empty() {
-            continue;
-        }
-        let width = level.range.max(0.0) + 1.0;
-        if product * width > MAX_STAGE_RANGE || stages.is_empty() {
-            stages.push(vec![l]);
-            product = width;
-        } else {
-            stages.last_mut().expect("a stage was pushed before the first one is filled").push(l);
-            product *= width;
-        }
-    }
-    let mut lp: Lp = model.lp.clone();
-    let mut best: Option<Vec<f64>> = None;
-    if stages.is_empty() {
-        // Nothing to optimise: any feasible point (all current) will do.
-        return model.lp.maximise(&[], false, None, remaining(deadline)).ok().map(|s| s.values);
-    }
-    for stage in stages {
-        // Weight of each level: the product of the widths of the levels below it in the stage.
-        let mut weight = 1.0;
-        let mut objective: BTreeMap<usize, f64> = BTreeMap::new();
-        for &l in stage.iter().rev() {
-            for &(v, c) in &model.levels[l].coefs {
-                *objective.entry(v).or_default() += c * weight;
-            }
-            weight *= model.levels[l].range.max(0.0) + 1.0;
-        }
-        let objective: Vec<(usize, f64)> = objective.into_iter().collect();
-        let time = remaining(deadline);
-        if time.is_zero() {
-            notes.push(
-                "time limit reached before all objective levels were optimised; the plan is the best found"
-                    .into(),
-            );
-            break;
-        }
-        match lp.maximise(&objective, false, best.as_deref(), time) {
-            Ok(solved) => {
-                let value = objective_value(&objective, &solved.values);
-                lp.row(objective, value - 0.5, f64::INFINITY);
-                best = Some(solved.values);
-                if solved.timed_out {
-                    let names: Vec<&str> = stage.iter().map(|&l| model.levels[l].name).collect();
-                    notes.push(format!(
-                        "time limit reached while optimising {}; the plan is the best found",
-                        names.join(", ")
-                    ));
-                    break;
-                }
-            }
-            Err(e) => {
-                if best.is_some() {
-                    notes.push(format!("solver stopped early ({e}); the plan is the best found"));
-                }
-                break;
-            }
-        }
-    }
-    best
 }
 
 /// Class-level counts -> a target per GPU, the pods to evict, and node-group hints for pods.
