@@ -79,6 +79,12 @@ fn a_profile_the_layout_lacks_is_never_served() {
     let s = run(&c, &w, &mut strategy).unwrap();
     assert_eq!((s.served, s.not_served), (1, 1));
     assert_eq!(s.series.last().unwrap().pending, 1);
+    // On one whole GPU `big` runs first and `small` waits for it: compared on the pod both
+    // served, the layout's wait is 0 s and the whole GPU's 10 s.
+    let whole = run(&c, &w, &mut WholeGpu).unwrap();
+    assert_eq!(whole.waits, vec![0, 10_000]);
+    assert_eq!(s.shared_wait_percentile(&whole, 0.95), Some((0.0, 10.0)));
+    assert_eq!(whole.shared_wait_percentile(&s, 0.95), Some((10.0, 0.0)));
 }
 
 /// A dynamic strategy whose plans a closure computes from what the engine shows it.

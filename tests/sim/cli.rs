@@ -135,6 +135,14 @@ fn the_table_ends_with_a_bound_no_strategy_passes() {
         assert!(served(&stdout, strategy) <= bound, "{strategy} beats the bound\n{stdout}");
     }
     assert!(served(&stdout, "geometer") > 0, "{stdout}");
+    // Waits compared with greedy's on the pods both served: "this / greedy", none for greedy.
+    let shared = "wait p95 on the pods greedy also served (s), this / greedy";
+    assert_eq!(cell(&stdout, "greedy", shared), "-", "{stdout}");
+    for strategy in ["whole-gpu", "geometer"] {
+        let pair = cell(&stdout, strategy, shared);
+        let seconds: Vec<f64> = pair.split(" / ").map(|x| x.parse().unwrap()).collect();
+        assert_eq!(seconds.len(), 2, "{strategy}: {pair}\n{stdout}");
+    }
 }
 
 /// The cell of `column` in the row whose first cell is `name`.
@@ -168,13 +176,17 @@ fn a_generated_trace_with_gangs_compares_gang_aware_and_unaware_planning() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let idle = "memory slice-s held idle by waiting gang members";
+    // No greedy in this run: nothing to compare waits with.
+    assert_eq!(cell(&stdout, "geometer", "wait p95 on the pods greedy also served (s), this / greedy"), "-");
     assert_eq!(cell(&stdout, "geometer", idle), "0", "{stdout}");
     let started = cell(&stdout, "geometer", "gangs started / total");
     assert!(started.contains(" / "), "{stdout}");
     assert!(stdout.contains("Permit timeout 60 s"), "{stdout}");
     let csv = std::fs::read_to_string(out_dir.join("summary.csv")).unwrap();
     assert!(
-        csv.lines().next().unwrap().ends_with(",gang_idle_slice_s,gpus_reconfigured_for_nothing"),
+        csv.lines().next().unwrap().ends_with(
+            ",gpus_reconfigured_for_nothing,wait_p95_s_shared_with_greedy,greedy_wait_p95_s_shared"
+        ),
         "{csv}"
     );
     assert_eq!(csv.lines().count(), 3, "{csv}");

@@ -160,6 +160,24 @@ impl Summary {
         percentile(&self.waits, q).map(|ms| ms as f64 / 1000.0)
     }
 
+    /// Nearest-rank percentiles of the waits of the pods both this run and `other` served (same
+    /// workload), in seconds: this run's, then `other`'s. The served-only percentile favours a
+    /// strategy that leaves the pods that would wait longest unserved; over the same pods it
+    /// cannot.
+    pub fn shared_wait_percentile(&self, other: &Summary, q: f64) -> Option<(f64, f64)> {
+        let (mut mine, mut theirs): (Vec<Millis>, Vec<Millis>) = self
+            .outcomes
+            .iter()
+            .zip(&other.outcomes)
+            .filter(|(a, b)| a.served && b.served)
+            .map(|(a, b)| (a.waited, b.waited))
+            .unzip();
+        mine.sort_unstable();
+        theirs.sort_unstable();
+        let seconds = |ms: Millis| ms as f64 / 1000.0;
+        Some((seconds(percentile(&mine, q)?), seconds(percentile(&theirs, q)?)))
+    }
+
     /// Mean share of memory slices allocated over the run.
     pub fn memory_share(&self) -> f64 {
         share(self.memory_integral, self.capacity_memory, self.end)

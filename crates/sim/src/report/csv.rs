@@ -1,6 +1,6 @@
 use std::fmt::Write as _;
 
-use super::resample;
+use super::{latest_end, resample};
 use crate::metrics::Summary;
 use crate::workload::Workload;
 
@@ -10,13 +10,17 @@ fn opt(value: Option<f64>) -> String {
 
 /// One row per strategy, machine-readable (times in seconds, shares as fractions).
 pub fn summary_csv(summaries: &[Summary]) -> String {
+    let greedy = summaries.iter().find(|s| s.strategy == "greedy");
     let mut out = String::from(
-        "strategy,pods,served,not_served,wait_p50_s,wait_p95_s,wait_p99_s,memory_share_mean,memory_share_saturated,memory_share_saturated_usable,saturated_s,compute_share_mean,gpus_reconfigured,whole_gpus_mean,whole_gpus_end,evictions,planner_calls,planner_ms_total,planner_ms_max,end_s,gangs,gangs_started,gang_timeouts,gang_idle_slice_s,gpus_reconfigured_for_nothing\n",
+        "strategy,pods,served,not_served,wait_p50_s,wait_p95_s,wait_p99_s,memory_share_mean,memory_share_saturated,memory_share_saturated_usable,saturated_s,compute_share_mean,gpus_reconfigured,whole_gpus_mean,whole_gpus_end,evictions,planner_calls,planner_ms_total,planner_ms_max,end_s,gangs,gangs_started,gang_timeouts,gang_idle_slice_s,gpus_reconfigured_for_nothing,wait_p95_s_shared_with_greedy,greedy_wait_p95_s_shared\n",
     );
     for s in summaries {
+        // Over the pods both this strategy and greedy served (empty for greedy itself).
+        let shared =
+            greedy.filter(|g| g.strategy != s.strategy).and_then(|g| s.shared_wait_percentile(g, 0.95));
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{:.4},{},{},{:.3},{:.4},{},{:.3},{},{},{},{:.1},{:.1},{:.3},{},{},{},{:.3},{}",
+            "{},{},{},{},{},{},{},{:.4},{},{},{:.3},{:.4},{},{:.3},{},{},{},{:.1},{:.1},{:.3},{},{},{},{:.3},{},{},{}",
             s.strategy,
             s.pods,
             s.served,
@@ -42,6 +46,8 @@ pub fn summary_csv(summaries: &[Summary]) -> String {
             s.gang_timeouts,
             s.gang_idle_slice_seconds(),
             s.gpus_reconfigured_for_nothing,
+            opt(shared.map(|w| w.0)),
+            opt(shared.map(|w| w.1)),
         );
     }
     out
@@ -49,7 +55,7 @@ pub fn summary_csv(summaries: &[Summary]) -> String {
 
 /// Every strategy on a common grid of `buckets` time buckets (means over each bucket).
 pub fn timeseries_csv(summaries: &[Summary], buckets: usize) -> String {
-    let end = summaries.iter().map(|s| s.end).max().unwrap_or(0);
+    let end = latest_end(summaries);
     let mut out = String::from("strategy,start_s,end_s,memory_share,compute_share,running,pending\n");
     for s in summaries {
         for b in resample(s, end, buckets) {

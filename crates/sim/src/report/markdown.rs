@@ -3,7 +3,23 @@ use std::fmt::Write as _;
 use crate::metrics::Summary;
 
 fn wait(summary: &Summary, q: f64) -> String {
-    summary.wait_percentile(q).map_or_else(|| "-".into(), |s| format!("{s:.0}"))
+    seconds(summary.wait_percentile(q))
+}
+
+fn seconds(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".into(), |s| format!("{s:.0}"))
+}
+
+/// The p95 wait over the pods both `summary` and `greedy` served, "this / greedy"; "-" for
+/// greedy itself or without it.
+fn shared(summary: &Summary, greedy: Option<&Summary>) -> String {
+    match greedy.filter(|g| g.strategy != summary.strategy) {
+        Some(g) => match summary.shared_wait_percentile(g, 0.95) {
+            Some((this, theirs)) => format!("{} / {}", seconds(Some(this)), seconds(Some(theirs))),
+            None => "-".into(),
+        },
+        None => "-".into(),
+    }
 }
 
 fn percent(value: Option<f64>) -> String {
@@ -28,13 +44,14 @@ const GANG_HEADER: &str = " gangs started / total | memory slice-s held idle by 
 /// rest, how often that wait timed out, and GPUs reconfigured for nothing (`engine::changes`).
 pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
     let gangs = summaries.iter().any(|s| s.gangs > 0);
+    let greedy = summaries.iter().find(|s| s.strategy == "greedy");
     let mut out = String::from(
-        "| strategy | pods served | not served | wait p50 (s) | wait p95 (s) | wait p99 (s) | memory slices allocated (mean) | memory slices allocated / usable by the pods, while demand > capacity | compute slices allocated (mean) | GPUs reconfigured | GPUs whole (mean / end) | pods evicted | planner calls | planner time total / max (ms) |",
+        "| strategy | pods served | not served | wait p50 (s) | wait p95 (s) | wait p95 on the pods greedy also served (s), this / greedy | wait p99 (s) | memory slices allocated (mean) | memory slices allocated / usable by the pods, while demand > capacity | compute slices allocated (mean) | GPUs reconfigured | GPUs whole (mean / end) | pods evicted | planner calls | planner time total / max (ms) |",
     );
     if gangs {
         out.push_str(GANG_HEADER);
     }
-    out.push_str("\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    out.push_str("\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     if gangs {
         out.push_str("---:|---:|---:|---:|");
     }
@@ -51,12 +68,13 @@ pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
         };
         let _ = write!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} / {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} / {} | {} | {} | {} |",
             s.strategy,
             s.served,
             s.not_served,
             wait(s, 0.50),
             wait(s, 0.95),
+            shared(s, greedy),
             wait(s, 0.99),
             percent(Some(s.memory_share())),
             saturated(s),
@@ -84,7 +102,7 @@ pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
     if let (Some(bound), Some(first)) = (bound, summaries.first()) {
         let _ = write!(
             out,
-            "| upper bound (capacity) | {bound} | {} | - | - | - | - | - | - | - | - | - | - | - |",
+            "| upper bound (capacity) | {bound} | {} | - | - | - | - | - | - | - | - | - | - | - | - |",
             first.pods.saturating_sub(bound)
         );
         if gangs {

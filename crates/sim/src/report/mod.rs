@@ -22,6 +22,12 @@ pub struct Bucket {
     pub pending: f64,
 }
 
+/// When the last of the compared runs ended: the common horizon of the time series and of the
+/// waits of pods never served.
+pub fn latest_end(summaries: &[Summary]) -> Millis {
+    summaries.iter().map(|s| s.end).max().unwrap_or(0)
+}
+
 /// Time-averages a step series over `count` equal buckets of `[0, end]`; after its own end a
 /// series keeps its last state.
 pub fn resample(summary: &Summary, end: Millis, count: usize) -> Vec<Bucket> {

@@ -202,7 +202,7 @@ fn polyline(out: &mut String, points: &[(f64, f64)], colour: &str, dash: &str, w
 pub fn chart(summaries: &[Summary], title: &str, subtitle: &str) -> String {
     let mut out = String::new();
     header(&mut out, summaries, title, subtitle);
-    let end = summaries.iter().map(|s| s.end).max().unwrap_or(0).max(1);
+    let end = super::latest_end(summaries).max(1);
     let top = Panel { x: 80.0, y: 145.0, w: 480.0, h: 260.0 };
     let right_top = Panel { x: 680.0, y: 145.0, w: 480.0, h: 260.0 };
     let bottom = Panel { x: 80.0, y: 525.0, w: 480.0, h: 260.0 };
