@@ -193,11 +193,11 @@ fn cut_notes(candidates: &Candidates) -> Vec<String> {
     notes
 }
 
-pub(super) fn remaining(deadline: Instant) -> Duration {
+fn remaining(deadline: Instant) -> Duration {
     deadline.saturating_duration_since(Instant::now())
 }
 
-pub(super) fn objective_value(coefs: &[(usize, f64)], values: &[f64]) -> f64 {
+fn objective_value(coefs: &[(usize, f64)], values: &[f64]) -> f64 {
     coefs.iter().map(|&(v, c)| c * values[v]).sum()
 }
 
