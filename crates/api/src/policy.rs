@@ -104,7 +104,9 @@ pub struct MigPolicySpec {
     /// Forecast: when a round plans, the slices that pods created in the last this many seconds
     /// asked for are prepared too, on free capacity (after the pending pods, never by
     /// eviction), so that the pods that come next find them ready instead of waiting for a
-    /// batch and a reconfiguration. A batch plus a reconfiguration is a good window. 0: off.
+    /// batch and a reconfiguration. A batch plus a reconfiguration is a good window; with a
+    /// long stabilisationSeconds, up to half of it (a changed node stays as planned that long).
+    /// 0: off.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub forecast_window_seconds: u32,
 
@@ -112,8 +114,8 @@ pub struct MigPolicySpec {
     #[serde(default)]
     pub batching: Batching,
 
-    /// A GPU changed by a plan is not changed again within this many seconds, so that plans do
-    /// not undo each other while demand flaps.
+    /// A node changed by a plan is not planned or changed again within this many seconds (none
+    /// of its GPUs, changed or not), so that plans do not undo each other while demand flaps.
     #[serde(default = "default_stabilisation_seconds")]
     pub stabilisation_seconds: u32,
 
