@@ -87,9 +87,8 @@ impl UsableMemory {
     /// The least cut `S` of models: their capacity plus the demand of every pod that may use a
     /// model outside `S`.
     fn cut(&self) -> u64 {
-        let total: u64 = self.capacity.iter().sum();
         if self.demand.len() == 2 {
-            return total.min(self.demand[1]);
+            return self.capacity.iter().sum::<u64>().min(self.demand[1]);
         }
         let sets = self.demand.len();
         (0..sets)

@@ -284,8 +284,9 @@ fn node_facts(
 }
 
 /// Pending pods that are MIG demand, and (when `keep_running`) running pods that hold
-/// instances on managed nodes; a pod asking for slices that is not demand (a gang, an init container, ...) is said why.
-/// Pods are read on every core for a large cluster (each on its own), in order.
+/// instances on managed nodes; a pod asking for slices that is not demand (a gang, an init
+/// container, ...) is said why. Pods are read on every core for a large cluster (each on its
+/// own), in order.
 fn classify_pods(
     objects: &Objects,
     requests: &[Option<Requests<'_>>],

@@ -1,6 +1,6 @@
 use std::fmt::Write as _;
 
-use super::{latest_end, resample};
+use super::{latest_end, p95_shared_with_greedy, resample};
 use crate::metrics::Summary;
 use crate::workload::Workload;
 
@@ -10,14 +10,11 @@ fn opt(value: Option<f64>) -> String {
 
 /// One row per strategy, machine-readable (times in seconds, shares as fractions).
 pub fn summary_csv(summaries: &[Summary]) -> String {
-    let greedy = summaries.iter().find(|s| s.strategy == "greedy");
     let mut out = String::from(
         "strategy,pods,served,not_served,wait_p50_s,wait_p95_s,wait_p99_s,memory_share_mean,memory_share_saturated,memory_share_saturated_usable,saturated_s,compute_share_mean,gpus_reconfigured,whole_gpus_mean,whole_gpus_end,evictions,planner_calls,planner_ms_total,planner_ms_max,end_s,gangs,gangs_started,gang_timeouts,gang_idle_slice_s,gpus_reconfigured_for_nothing,wait_p95_s_shared_with_greedy,greedy_wait_p95_s_shared\n",
     );
     for s in summaries {
-        // Over the pods both this strategy and greedy served (empty for greedy itself).
-        let shared =
-            greedy.filter(|g| g.strategy != s.strategy).and_then(|g| s.shared_wait_percentile(g, 0.95));
+        let shared = p95_shared_with_greedy(s, summaries);
         let _ = writeln!(
             out,
             "{},{},{},{},{},{},{},{:.4},{},{},{:.3},{:.4},{},{:.3},{},{},{},{:.1},{:.1},{:.3},{},{},{},{:.3},{},{},{}",

@@ -1,5 +1,6 @@
 use std::fmt::Write as _;
 
+use super::p95_shared_with_greedy;
 use crate::metrics::Summary;
 
 fn wait(summary: &Summary, q: f64) -> String {
@@ -10,16 +11,13 @@ fn seconds(value: Option<f64>) -> String {
     value.map_or_else(|| "-".into(), |s| format!("{s:.0}"))
 }
 
-/// The p95 wait over the pods both `summary` and `greedy` served, "this / greedy"; "-" for
-/// greedy itself or without it.
-fn shared(summary: &Summary, greedy: Option<&Summary>) -> String {
-    match greedy.filter(|g| g.strategy != summary.strategy) {
-        Some(g) => match summary.shared_wait_percentile(g, 0.95) {
-            Some((this, theirs)) => format!("{} / {}", seconds(Some(this)), seconds(Some(theirs))),
-            None => "-".into(),
-        },
-        None => "-".into(),
-    }
+/// The p95 wait over the pods both `summary` and the run's greedy served, "this / greedy"; "-"
+/// for greedy itself or without it.
+fn shared(summary: &Summary, summaries: &[Summary]) -> String {
+    p95_shared_with_greedy(summary, summaries).map_or_else(
+        || "-".into(),
+        |(this, greedy)| format!("{} / {}", seconds(Some(this)), seconds(Some(greedy))),
+    )
 }
 
 fn percent(value: Option<f64>) -> String {
@@ -44,7 +42,6 @@ const GANG_HEADER: &str = " gangs started / total | memory slice-s held idle by 
 /// rest, how often that wait timed out, and GPUs reconfigured for nothing (`engine::changes`).
 pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
     let gangs = summaries.iter().any(|s| s.gangs > 0);
-    let greedy = summaries.iter().find(|s| s.strategy == "greedy");
     let mut out = String::from(
         "| strategy | pods served | not served | wait p50 (s) | wait p95 (s) | wait p95 on the pods greedy also served (s), this / greedy | wait p99 (s) | memory slices allocated (mean) | memory slices allocated / usable by the pods, while demand > capacity | compute slices allocated (mean) | GPUs reconfigured | GPUs whole (mean / end) | pods evicted | planner calls | planner time total / max (ms) |",
     );
@@ -74,7 +71,7 @@ pub fn markdown_table(summaries: &[Summary], bound: Option<usize>) -> String {
             s.not_served,
             wait(s, 0.50),
             wait(s, 0.95),
-            shared(s, greedy),
+            shared(s, summaries),
             wait(s, 0.99),
             percent(Some(s.memory_share())),
             saturated(s),

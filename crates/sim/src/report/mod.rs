@@ -9,6 +9,7 @@ pub use markdown::markdown_table;
 pub use svg::chart;
 
 use crate::metrics::{Sample, Summary};
+use crate::strategy::StrategyKind;
 use crate::trace::Millis;
 
 /// One strategy's state averaged over a time bucket.
@@ -22,10 +23,20 @@ pub struct Bucket {
     pub pending: f64,
 }
 
-/// When the last of the compared runs ended: the common horizon of the time series and of the
-/// waits of pods never served.
+/// When the last of the compared runs ended: the common horizon of the time series and chart.
 pub fn latest_end(summaries: &[Summary]) -> Millis {
     summaries.iter().map(|s| s.end).max().unwrap_or(0)
+}
+
+/// The p95 waits over the pods both `summary` and the run's `greedy` served: `summary`'s, then
+/// greedy's ([`Summary::shared_wait_percentile`]); `None` for greedy itself or without it.
+fn p95_shared_with_greedy(summary: &Summary, summaries: &[Summary]) -> Option<(f64, f64)> {
+    let greedy = StrategyKind::Greedy.to_string();
+    if summary.strategy == greedy {
+        return None;
+    }
+    let baseline = summaries.iter().find(|s| s.strategy == greedy)?;
+    summary.shared_wait_percentile(baseline, 0.95)
 }
 
 /// Time-averages a step series over `count` equal buckets of `[0, end]`; after its own end a
