@@ -21,6 +21,10 @@ use geometer_solver::plan::PlanOptions;
 #[path = "support/proc_memory.rs"]
 mod proc_memory;
 
+/// The allocator `geometer plan` runs with (src/main.rs), so the phases are timed as it does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Plans `file` as `geometer plan --snapshot file -o json` does; prints one RESULT line.
 fn child(file: &str) {
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;

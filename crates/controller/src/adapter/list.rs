@@ -45,8 +45,12 @@ fn yaml_list(text: &str) -> Option<Objects> {
     let list = kubectl_yaml::split_list(text)?;
     let implied = implied_kind(&list.kind);
     let threads = threads_for(list.items.len());
-    let reads =
-        in_order_owned(list.items, threads, |text| yaml_item(text).map(|item| decode_one(item, implied)));
+    let reads = in_order_owned(
+        list.items,
+        threads,
+        |text| text.len(),
+        |text| yaml_item(text).map(|item| decode_one(item, implied)),
+    );
     Some(gather(reads.into_iter().collect::<Option<Vec<_>>>()?))
 }
 
@@ -128,6 +132,14 @@ impl Item<'_> {
         }
     }
 
+    /// About how long it takes to decode: its text's length (values are decoded on one thread).
+    fn weight(&self) -> usize {
+        match self {
+            Item::Value(_) => 1,
+            Item::Json(json) => json.len(),
+        }
+    }
+
     fn into_value(self) -> Value {
         match self {
             Item::Value(value) => value,
@@ -170,7 +182,7 @@ fn read_items<'t>(list_kind: &str, items: impl Iterator<Item = Item<'t>>) -> Obj
     // the main thread and, decoded elsewhere, would be freed where it cannot reuse them.
     let threads = if matches!(items.first(), Some(Item::Json(_))) { threads_for(items.len()) } else { 1 };
     let implied = implied_kind(list_kind);
-    gather(in_order_owned(items, threads, |item| decode_one(item, implied)))
+    gather(in_order_owned(items, threads, Item::weight, |item| decode_one(item, implied)))
 }
 
 /// The kind of the items of a NodeList or PodList, which may omit theirs.
@@ -372,7 +384,7 @@ mod tests {
         }
         let list: RawList = serde_json::from_str(text).unwrap();
         let items = list.items.into_iter().map(|raw| Item::Json(Cow::Borrowed(raw.get()))).collect();
-        gather(in_order_owned(items, threads, |item| decode_one(item, "")))
+        gather(in_order_owned(items, threads, Item::weight, |item| decode_one(item, "")))
     }
 
     #[test]

@@ -127,7 +127,7 @@ fn item_lines(text: &str) -> Option<(Vec<&str>, &str)> {
 
 /// One line (without its newline) and the text after it.
 fn split_line(text: &str) -> (&str, &str) {
-    match text.find('\n') {
+    match memchr::memchr(b'\n', text.as_bytes()) {
         Some(end) => (&text[..end], &text[end + 1..]),
         None => (text, ""),
     }
@@ -148,13 +148,25 @@ pub(crate) fn item_json(item: &str) -> Option<String> {
         Some(text) => (text, true),
         None => (item, false),
     };
-    let lines = text.split('\n').map(Line::new).collect();
     let out = String::with_capacity(item.len());
-    let mut reader = Reader { lines, ends_with_break, at: 0, out, depth: 0 };
+    let mut reader =
+        Reader { lines: lines_of(text), ends_with_break, at: 0, out, depth: 0, keys: Vec::new() };
     let (indent, content) = reader.peek()?;
     reader.sequence_entry(indent, content)?;
     // Anything after the item's node belongs to no node: the general parser says what it is.
     reader.peek().is_none().then_some(reader.out)
+}
+
+/// The lines of `text` (split at each `\n`, as `str::split` does).
+fn lines_of(text: &str) -> Vec<Line<'_>> {
+    let mut lines = Vec::with_capacity(text.len() / 16);
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', text.as_bytes()) {
+        lines.push(Line::new(&text[start..end]));
+        start = end + 1;
+    }
+    lines.push(Line::new(&text[start..]));
+    lines
 }
 
 /// Whether `item` holds only characters YAML allows, without tabs (which YAML allows in
@@ -204,6 +216,8 @@ struct Reader<'t> {
     at: usize,
     out: String,
     depth: usize,
+    /// The keys of the mappings being read, outermost first (one buffer for all of them).
+    keys: Vec<Cow<'t, str>>,
 }
 
 impl<'t> Reader<'t> {
@@ -266,11 +280,19 @@ impl<'t> Reader<'t> {
 
     /// A block mapping at `indent` whose first entry is `first` (its line taken).
     fn mapping(&mut self, indent: usize, first: &'t str) -> Option<()> {
+        let outer = self.keys.len();
+        let read = self.mapping_entries(indent, first, outer);
+        self.keys.truncate(outer);
+        read
+    }
+
+    /// The entries of a mapping whose keys go on `self.keys` from `from`.
+    fn mapping_entries(&mut self, indent: usize, first: &'t str, from: usize) -> Option<()> {
         self.out.push('{');
-        let mut keys: Vec<Cow<'t, str>> = Vec::new();
         let mut entry = first;
         loop {
             let (key, after) = scalar::key(entry)?;
+            let keys = &self.keys[from..];
             // kubectl writes keys sorted: a key after the last has no equal before it. Others
             // are compared with every key before them, up to a few (a long unsorted mapping
             // would cost the square of its length here).
@@ -284,7 +306,7 @@ impl<'t> Reader<'t> {
             }
             scalar::write_json_string(&mut self.out, &key);
             self.out.push(':');
-            keys.push(key);
+            self.keys.push(key);
             let value = after.trim_start_matches(' ');
             let column = indent + (entry.len() - value.len());
             self.node(indent, column, value, true)?;
