@@ -2,8 +2,10 @@
 //! of eight H100s with the GPU Operator's labels, running and pending pods with requests,
 //! tolerations and zone selectors; `geometer_testkit::kubectl_snapshot`) written as JSON and
 //! as YAML, then planned by one child process per row, phase by phase as the CLI does it:
-//! read, parse, snapshot, solve, render. Prints a Markdown table with each phase's time and
-//! the child's peak RSS (VmHWM: the whole planning process, not the generator).
+//! read, parse, snapshot, solve, render; and by `geometer plan --snapshot FILE -o json` itself
+//! in another child (the CLI's code with the binary's allocator, its output thrown away): that
+//! column is what a user waits for. Prints a Markdown table with each phase's time and each
+//! child's peak RSS (VmHWM: the whole planning process, not the generator).
 //!
 //! Run: `cargo bench --bench plan_snapshot` (`cargo test --all-targets` runs the smallest row
 //! once as a smoke test). Env `PLAN_SNAPSHOT_ROWS=1000x5000,5000x20000` picks the rows
@@ -11,8 +13,10 @@
 //! generated files.
 #![allow(clippy::unwrap_used)] // benchmark code: a failed unwrap is a failed run
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Instant;
+
+use clap::Parser;
 
 use geometer_controller::adapter;
 use geometer_solver::catalog::Catalog;
@@ -32,7 +36,7 @@ fn child(file: &str) {
     let text = std::fs::read_to_string(file).unwrap();
     let read = ms(start);
     let t = Instant::now();
-    let objects = adapter::parse_objects(&text).unwrap();
+    let objects = adapter::list_objects(&text).unwrap();
     drop(text);
     let parse = ms(t);
     let t = Instant::now();
@@ -56,6 +60,27 @@ fn child(file: &str) {
     );
 }
 
+/// Runs `geometer plan --snapshot file -o json` as the binary does; prints one CLI line (on
+/// standard error: standard output is the plan).
+fn cli(file: &str) {
+    let start = Instant::now();
+    let args = ["geometer", "plan", "--snapshot", file, "-o", "json"];
+    let code = geometer::cli::run(geometer::cli::Cli::parse_from(args));
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "geometer plan --snapshot {file} failed");
+    eprintln!("CLI {:.0} {:.0}", start.elapsed().as_secs_f64() * 1000.0, proc_memory::own_peak());
+}
+
+/// `geometer plan --snapshot path` in a child process: its time (ms) and peak RSS (MiB).
+fn time_cli(me: &std::path::Path, path: &str) -> (String, String) {
+    let out = Command::new(me).args(["--cli", path]).stdout(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let Some(line) = stderr.lines().find_map(|l| l.strip_prefix("CLI ")) else {
+        panic!("geometer plan failed: {stderr}");
+    };
+    let (ms, peak) = line.split_once(' ').unwrap();
+    (ms.to_string(), peak.to_string())
+}
+
 fn rows(smoke: bool) -> Vec<(usize, usize)> {
     if smoke {
         return vec![(50, 200)];
@@ -75,6 +100,10 @@ fn main() {
         child(&args[pos + 1]);
         return;
     }
+    if let Some(pos) = args.iter().position(|a| a == "--cli") {
+        cli(&args[pos + 1]);
+        return;
+    }
     if args.iter().any(|a| a == "--list") {
         return;
     }
@@ -85,8 +114,8 @@ fn main() {
     let dir =
         std::env::var("PLAN_SNAPSHOT_DIR").map(std::path::PathBuf::from).unwrap_or(temp.path().to_path_buf());
     let me = std::env::current_exe().unwrap();
-    println!("| GPU nodes (x 8 H100) | pending pods | running pods | format | input MB | read ms | parse ms | snapshot ms | solve ms | render ms | total ms | peak RSS MiB | pods placed |");
-    println!("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| GPU nodes (x 8 H100) | pending pods | running pods | format | input MB | read ms | parse ms | snapshot ms | solve ms | render ms | total ms | peak RSS MiB | pods placed | `geometer plan` ms | its peak RSS MiB |");
+    println!("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (nodes, pending) in rows(smoke) {
         let list = geometer_testkit::kubectl_snapshot::kubectl_list(nodes, 1, pending, pending);
         let formats = [
@@ -104,8 +133,9 @@ fn main() {
             };
             let f: Vec<&str> = line.split(' ').collect();
             let mb = text.len() as f64 / 1e6;
+            let (cli_ms, cli_peak) = time_cli(&me, path.to_str().unwrap());
             println!(
-                "| {nodes} | {pending} | {pending} | {format} | {mb:.0} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {nodes} | {pending} | {pending} | {format} | {mb:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {cli_ms} | {cli_peak} |",
                 f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
             );
             assert!(f[7].parse::<usize>().unwrap() > 0, "no pending pod placed");

@@ -90,10 +90,7 @@ pub fn run(args: RecommendArgs) -> Result<(), Failure> {
 
 fn from_snapshot(path: &str) -> Result<(Vec<Arc<PodView>>, Vec<PodGpuUsage>), Failure> {
     let text = read_input(path, "--snapshot")?;
-    let objects = match adapter::json_list(&text) {
-        Some(objects) => objects,
-        None => adapter::parse_objects(&text).context("invalid --snapshot").map_err(Failure::bad_input)?,
-    };
+    let objects = adapter::parse_objects(&text).context("invalid --snapshot").map_err(Failure::bad_input)?;
     for e in &objects.skipped {
         eprintln!("warning: skipped {e}");
     }

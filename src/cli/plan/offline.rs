@@ -38,8 +38,9 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(
         }
         None => None,
     };
-    // A JSON List (kubectl get -o json) is read item by item, straight into its types.
-    let (objects, value) = match adapter::json_list(&text) {
+    // A List (kubectl get -o json|yaml) is read item by item, straight into its types; a
+    // planner snapshot, or one object, as a value.
+    let (objects, value) = match adapter::list_objects(&text) {
         Some(objects) => (Some(objects), Value::Null),
         None => (None, adapter::parse_value(&text).context("invalid --snapshot").map_err(bad)?),
     };

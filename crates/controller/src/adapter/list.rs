@@ -31,10 +31,18 @@ pub fn parse_value(text: &str) -> Result<Value, AdapterError> {
 }
 
 pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {
-    if let Some(objects) = json_list(text).or_else(|| yaml_list(text)) {
+    if let Some(objects) = list_objects(text) {
         return Ok(objects);
     }
     objects_of(parse_value(text)?)
+}
+
+/// A List as `kubectl get -o json|yaml` prints it, read item by item from its text, each item
+/// straight into its type, on every core; `None` for anything else (one object, a planner
+/// snapshot, YAML of another shape), which [`parse_value`] then reads whole. What
+/// `geometer plan --snapshot` and [`parse_objects`] read a large cluster's dump with.
+pub fn list_objects(text: &str) -> Option<Objects> {
+    json_list(text).or_else(|| yaml_list(text))
 }
 
 /// A YAML List in kubectl's shape read item by item (`adapter::kubectl_yaml`), each item
@@ -68,7 +76,7 @@ fn yaml_item(text: &str) -> Option<Item<'_>> {
 /// A JSON List read item by item from its text, each decoded straight into its type (no value
 /// tree for the whole, nor for an item unless it fails to decode); `None` when `text` is not
 /// a JSON List whose `items` is a list.
-pub fn json_list(text: &str) -> Option<Objects> {
+fn json_list(text: &str) -> Option<Objects> {
     #[derive(serde::Deserialize)]
     struct RawList<'t> {
         kind: String,

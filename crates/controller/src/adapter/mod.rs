@@ -16,7 +16,7 @@ pub mod pod_view;
 pub mod pods;
 pub(crate) mod projection;
 
-pub use list::{json_list, objects_of, parse_objects, parse_policy, parse_value};
+pub use list::{list_objects, objects_of, parse_objects, parse_policy, parse_value};
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
