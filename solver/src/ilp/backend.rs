@@ -41,6 +41,9 @@ pub(crate) enum SolveError {
     /// Under a cutoff: no point worth more was found (none exists unless time ran out).
     #[error("no point better than the one known")]
     NothingBetter,
+    /// The time limit came before the solver had any point (no cutoff was set).
+    #[error("the time limit came before any solution was found")]
+    OutOfTime,
     #[error("no solver backend compiled in (enable the `highs` or `microlp` feature)")]
     #[cfg_attr(any(feature = "highs", feature = "microlp"), allow(dead_code))]
     NoBackend,
@@ -139,6 +142,10 @@ fn finish<S: Solution + 'static>(
         ResolutionError::Infeasible | ResolutionError::Other("NoSolutionFound") if cutoff.is_some() => {
             SolveError::NothingBetter
         }
+        // Otherwise HiGHS ends without a point only at a limit, and the only limit set is the
+        // time: good_lp turns a limit reached with no primal solution into `NoSolutionFound`
+        // (rust-or/good_lp, src/solvers/highs.rs, `solve`).
+        ResolutionError::Other("NoSolutionFound") => SolveError::OutOfTime,
         e => SolveError::Solver(e.to_string()),
     })?;
     let timed_out = matches!(solution.status(), SolutionStatus::TimeLimit);
@@ -226,5 +233,23 @@ pub(crate) fn backend_name() -> &'static str {
         "microlp"
     } else {
         "none"
+    }
+}
+
+#[cfg(all(test, feature = "highs"))]
+mod tests {
+    use good_lp::solvers::highs::HighsSolution;
+
+    use super::*;
+
+    /// HiGHS ends without a point only at a limit or under a cutoff: without a cutoff that is
+    /// the time limit, which the plan's notes then name (not "the solver found no solution").
+    #[test]
+    fn no_point_is_the_time_limit_without_a_cutoff_and_nothing_better_under_one() {
+        let no_point = || Err(ResolutionError::Other("NoSolutionFound"));
+        assert!(matches!(finish::<HighsSolution>(no_point(), None), Err(SolveError::OutOfTime)));
+        assert!(matches!(finish::<HighsSolution>(no_point(), Some(3.0)), Err(SolveError::NothingBetter)));
+        let other = Err(ResolutionError::Other("SolveError"));
+        assert!(matches!(finish::<HighsSolution>(other, None), Err(SolveError::Solver(_))));
     }
 }

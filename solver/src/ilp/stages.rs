@@ -27,6 +27,12 @@ const MAX_STAGE_RANGE: f64 = 1e9;
 /// than the half unit that separates two integral objective values.
 const LP_BOUND_SLACK: f64 = 0.25;
 
+/// The plan's note for a stage the time limit cut short.
+fn time_limit_note(model: &Model, stage: &[usize]) -> String {
+    let names: Vec<&str> = stage.iter().map(|&l| model.levels[l].name).collect();
+    format!("time limit reached while optimising {}; the plan is the best found", names.join(", "))
+}
+
 /// Solves the levels in strict order; levels whose ranges multiply to less than
 /// [`MAX_STAGE_RANGE`] share one stage with weights that keep the order strict.
 pub(super) fn solve(model: &Model, deadline: Instant, notes: &mut Vec<String>) -> Option<Vec<f64>> {
@@ -60,17 +66,17 @@ pub(super) fn solve(model: &Model, deadline: Instant, notes: &mut Vec<String>) -
                 lp.row(objective, value - 0.5, f64::INFINITY);
                 best = Some(solved.values);
                 if solved.timed_out {
-                    let names: Vec<&str> = stage.iter().map(|&l| model.levels[l].name).collect();
-                    notes.push(format!(
-                        "time limit reached while optimising {}; the plan is the best found",
-                        names.join(", ")
-                    ));
+                    notes.push(time_limit_note(model, &stage));
                     break;
                 }
             }
             Err(e) => {
-                if best.is_some() {
-                    notes.push(format!("solver stopped early ({e}); the plan is the best found"));
+                // A later stage that ran out of time before finding any point is cut short by
+                // the time limit as one that found a worse point is, and says so alike.
+                match e {
+                    _ if best.is_none() => {}
+                    SolveError::OutOfTime => notes.push(time_limit_note(model, &stage)),
+                    e => notes.push(format!("solver stopped early ({e}); the plan is the best found")),
                 }
                 break;
             }
