@@ -217,3 +217,30 @@ fn demand_above_capacity_counts_as_saturated() {
     assert_eq!(s.saturated_time, 10_000);
     assert_eq!(s.saturated_memory_share(), Some(1.0));
 }
+
+#[test]
+fn memory_out_of_play_while_saturated_is_split_by_reconfiguration_and_stabilisation() {
+    // One GPU; a 3g.40gb and a 7g.80gb pod at 0 s ask for 12 memory slices of 8 until the
+    // 3g.40gb pod finishes at 135 s. The plan at 5 s makes its slice: the node reconfigures
+    // until 35 s (all 8 slices held by no pod), then holds 4 free slices in its stabilisation
+    // window until 65 s; after that they are on a node a plan could change.
+    let c = cluster(1);
+    let w = workload("name,arrival_s,duration_s,mig\na,0,100,3g.40gb\nb,0,100,7g.80gb\n", &c);
+    let target = vec![slot(&w, "3g.40gb", 0)];
+    let mut strategy = Scripted::new(StrategyKind::Geometer, vec![], move |view| {
+        if view.demand.contains(&0) {
+            Replan { targets: vec![(0, target.clone())], placements: vec![(0, 0)], ..Replan::default() }
+        } else {
+            Replan::default()
+        }
+    });
+    let timings = Timings { stabilisation: 60_000, ..Timings::default() };
+    let s = Engine::new(&c, &w, timings, &mut strategy).run().unwrap();
+    assert_eq!(s.waits, vec![35_000], "b never fits beside a, and nothing replans for it");
+    assert_eq!(s.saturated_time, 135_000);
+    assert_eq!(s.saturated_reconfiguring_integral, 8 * 30_000);
+    assert_eq!(s.saturated_stabilising_integral, 4 * 30_000);
+    let (reconfiguring, stabilising) = s.saturated_unheld_shares().unwrap();
+    assert!((reconfiguring - 30.0 / 135.0).abs() < 1e-9, "{reconfiguring}");
+    assert!((stabilising - 15.0 / 135.0).abs() < 1e-9, "{stabilising}");
+}

@@ -182,10 +182,23 @@ fn a_generated_trace_with_gangs_compares_gang_aware_and_unaware_planning() {
     let started = cell(&stdout, "geometer", "gangs started / total");
     assert!(started.contains(" / "), "{stdout}");
     assert!(stdout.contains("Permit timeout 60 s"), "{stdout}");
+    // Where the memory no pod held was while demand exceeded capacity, beside what was held.
+    let held =
+        cell(&stdout, "geometer", "memory slices allocated / usable by the pods, while demand > capacity");
+    let out_of_play = cell(
+        &stdout,
+        "geometer",
+        "memory no pod held while demand > capacity, on nodes reconfiguring / in their stabilisation window",
+    );
+    assert_ne!(held, "-", "demand exceeds 4 GPUs here: {stdout}");
+    let shares: Vec<f64> =
+        out_of_play.split(" / ").map(|p| p.trim_end_matches('%').parse().unwrap()).collect();
+    assert_eq!(shares.len(), 2, "{out_of_play}");
+    assert!(shares.iter().all(|p| (0.0..=100.0).contains(p)) && shares[0] > 0.0, "{stdout}");
     let csv = std::fs::read_to_string(out_dir.join("summary.csv")).unwrap();
     assert!(
         csv.lines().next().unwrap().ends_with(
-            ",gpus_reconfigured_for_nothing,wait_p95_s_shared_with_greedy,greedy_wait_p95_s_shared"
+            ",greedy_wait_p95_s_shared,memory_unheld_saturated_reconfiguring,memory_unheld_saturated_stabilising"
         ),
         "{csv}"
     );

@@ -21,6 +21,14 @@ pub struct Sample {
     pub gang_idle_memory: u64,
 }
 
+/// Memory slices no running pod holds on nodes no plan may change at one instant: nodes
+/// reconfiguring, and nodes in their stabilisation window (not planned again until it ends).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutOfPlay {
+    pub reconfiguring: u64,
+    pub stabilising: u64,
+}
+
 /// Accumulates a run's step functions exactly (slice-milliseconds as integers).
 #[derive(Debug, Clone)]
 pub struct Recorder {
@@ -31,12 +39,16 @@ pub struct Recorder {
     demand_memory: u64,
     /// The most of them the pods could hold ([`crate::usable`]).
     usable_memory: u64,
+    out_of_play: OutOfPlay,
     pub memory_integral: u128,
     pub compute_integral: u128,
     pub saturated_time: Millis,
     pub saturated_memory_integral: u128,
     /// The memory slices the pods could hold (at most the capacity), integrated while saturated.
     pub saturated_usable_integral: u128,
+    /// [`OutOfPlay`]'s two counts, integrated while saturated.
+    pub saturated_reconfiguring_integral: u128,
+    pub saturated_stabilising_integral: u128,
     /// GPUs with MIG mode off, integrated over time (GPU-milliseconds).
     pub whole_gpu_integral: u128,
     /// Memory slices held idle by waiting gang members, integrated (slice-milliseconds).
@@ -53,11 +65,14 @@ impl Recorder {
             current,
             demand_memory: 0,
             usable_memory: 0,
+            out_of_play: OutOfPlay::default(),
             memory_integral: 0,
             compute_integral: 0,
             saturated_time: 0,
             saturated_memory_integral: 0,
             saturated_usable_integral: 0,
+            saturated_reconfiguring_integral: 0,
+            saturated_stabilising_integral: 0,
             whole_gpu_integral: 0,
             gang_idle_integral: 0,
             series: vec![current],
@@ -77,6 +92,10 @@ impl Recorder {
                 self.saturated_memory_integral += u128::from(self.current.memory_slices) * u128::from(dt);
                 let usable = self.usable_memory.min(self.capacity_memory);
                 self.saturated_usable_integral += u128::from(usable) * u128::from(dt);
+                self.saturated_reconfiguring_integral +=
+                    u128::from(self.out_of_play.reconfiguring) * u128::from(dt);
+                self.saturated_stabilising_integral +=
+                    u128::from(self.out_of_play.stabilising) * u128::from(dt);
             }
             self.current.time = time;
         }
@@ -85,9 +104,10 @@ impl Recorder {
     /// Records the state after the events at the current time (`time` is ignored: the
     /// recorder's clock is the one [`Recorder::advance`] moved). `usable_memory`: the most
     /// memory slices the running and pending pods could hold.
-    pub fn observe(&mut self, state: Sample, demand_memory: u64, usable_memory: u64) {
+    pub fn observe(&mut self, state: Sample, demand_memory: u64, usable_memory: u64, out_of_play: OutOfPlay) {
         self.demand_memory = demand_memory;
         self.usable_memory = usable_memory;
+        self.out_of_play = out_of_play;
         let next = Sample { time: self.current.time, ..state };
         self.current = next;
         match self.series.last_mut() {
@@ -119,6 +139,10 @@ pub struct Summary {
     pub saturated_memory_integral: u128,
     /// Memory slices the pods could hold ([`crate::usable`]), integrated over the same time.
     pub saturated_usable_integral: u128,
+    /// Memory slices no running pod held on reconfiguring nodes, and on nodes in their
+    /// stabilisation window, integrated over the same time.
+    pub saturated_reconfiguring_integral: u128,
+    pub saturated_stabilising_integral: u128,
     pub gpus_reconfigured: u64,
     /// Gangs in the workload, and those that started (reached their minimum at once).
     pub gangs: usize,
@@ -202,15 +226,27 @@ impl Summary {
 
     /// Mean share of memory slices allocated while demand exceeded capacity; `None` if it never did.
     pub fn saturated_memory_share(&self) -> Option<f64> {
-        (self.saturated_time > 0)
-            .then(|| share(self.saturated_memory_integral, self.capacity_memory, self.saturated_time))
+        self.saturated_share(self.saturated_memory_integral)
     }
 
     /// Mean share of memory slices the running and pending pods could hold while demand
     /// exceeded capacity: what no strategy's [`Summary::saturated_memory_share`] can pass.
     pub fn saturated_usable_share(&self) -> Option<f64> {
-        (self.saturated_time > 0)
-            .then(|| share(self.saturated_usable_integral, self.capacity_memory, self.saturated_time))
+        self.saturated_share(self.saturated_usable_integral)
+    }
+
+    /// Where the memory no pod held while demand exceeded capacity was, as shares of the
+    /// capacity: on nodes reconfiguring, and on nodes in their stabilisation window (the rest
+    /// was on nodes a plan could change). `None` if demand never exceeded capacity.
+    pub fn saturated_unheld_shares(&self) -> Option<(f64, f64)> {
+        Some((
+            self.saturated_share(self.saturated_reconfiguring_integral)?,
+            self.saturated_share(self.saturated_stabilising_integral)?,
+        ))
+    }
+
+    fn saturated_share(&self, integral: u128) -> Option<f64> {
+        (self.saturated_time > 0).then(|| share(integral, self.capacity_memory, self.saturated_time))
     }
 }
 
@@ -256,12 +292,17 @@ mod tests {
             gang_idle_memory: 0,
         };
         let mut r = Recorder::new(16, 14);
-        r.observe(sample(8, 7, 1, 0, 1), 8, 8);
+        let out = |reconfiguring, stabilising| OutOfPlay { reconfiguring, stabilising };
+        r.observe(sample(8, 7, 1, 0, 1), 8, 8, out(0, 0));
         r.advance(10_000);
-        r.observe(sample(16, 14, 2, 1, 2), 24, 20);
+        r.observe(sample(12, 14, 2, 1, 2), 24, 20, out(3, 1));
         r.advance(15_000);
-        r.observe(sample(0, 0, 0, 0, 2), 0, 0);
-        assert_eq!(r.memory_integral, 8 * 10_000 + 16 * 5_000);
+        r.observe(sample(0, 0, 0, 0, 2), 0, 0, out(0, 0));
+        assert_eq!(r.memory_integral, 8 * 10_000 + 12 * 5_000);
+        assert_eq!(
+            (r.saturated_reconfiguring_integral, r.saturated_stabilising_integral),
+            (3 * 5_000, 5_000)
+        );
         assert_eq!(r.saturated_time, 5_000);
         // Usable memory counts up to the capacity.
         assert_eq!(r.saturated_usable_integral, 16 * 5_000);

@@ -20,7 +20,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::cluster::Cluster;
-use crate::metrics::{PodOutcome, Recorder, Sample, Summary};
+use crate::metrics::{OutOfPlay, PodOutcome, Recorder, Sample, Summary};
 use crate::strategy::{Slot, Strategy, StrategyError};
 use crate::trace::Millis;
 use crate::usable::UsableMemory;
@@ -208,7 +208,7 @@ impl<'a> Engine<'a> {
         let mut recorder = Recorder::new(capacity_memory, capacity_compute);
         // GPUs that start with MIG off count from t=0.
         let start = Sample::default();
-        recorder.observe(Sample { whole_gpus: state.whole_gpus, ..start }, 0, 0);
+        recorder.observe(Sample { whole_gpus: state.whole_gpus, ..start }, 0, 0, OutOfPlay::default());
         Engine {
             cluster,
             workload,
@@ -297,8 +297,22 @@ impl<'a> Engine<'a> {
             self.state.allocated_memory,
             self.usable.value()
         );
-        self.recorder.observe(sample, self.demand_memory, self.usable.value());
+        self.recorder.observe(sample, self.demand_memory, self.usable.value(), self.out_of_play());
         Ok(true)
+    }
+
+    /// While demand exceeds capacity, the memory no running pod holds on nodes no plan may
+    /// change now: reconfiguring, or in their stabilisation window.
+    fn out_of_play(&self) -> OutOfPlay {
+        if self.demand_memory <= self.recorder.capacity_memory {
+            return OutOfPlay::default();
+        }
+        let reconfiguring = self.in_flight.keys().map(|&n| self.state.unheld_memory(n)).sum();
+        let stabilising = (0..self.stable_at.len())
+            .filter(|&n| self.now < self.stable_at[n] && !self.in_flight.contains_key(&n))
+            .map(|n| self.state.unheld_memory(n))
+            .sum();
+        OutOfPlay { reconfiguring, stabilising }
     }
 
     /// Memory slices a pod needs while pending or running, in this strategy's units.
@@ -456,6 +470,8 @@ impl<'a> Engine<'a> {
             saturated_time: r.saturated_time,
             saturated_memory_integral: r.saturated_memory_integral,
             saturated_usable_integral: r.saturated_usable_integral,
+            saturated_reconfiguring_integral: r.saturated_reconfiguring_integral,
+            saturated_stabilising_integral: r.saturated_stabilising_integral,
             gpus_reconfigured: self.gpus_reconfigured,
             gangs: self.gangs.len(),
             gangs_started: self.gangs.iter().filter(|g| g.started).count(),

@@ -117,6 +117,22 @@ impl ClusterState {
         n.first_gpu..n.first_gpu + n.gpus
     }
 
+    /// Memory slices on `node` that no running pod holds: free instances, instances kept for
+    /// a gang member, space no instance covers.
+    pub(super) fn unheld_memory(&self, node: usize) -> u64 {
+        let unheld_on = |gpu: &GpuState| {
+            let table = &self.slices.0[gpu.model];
+            let held: u64 = gpu
+                .slots
+                .iter()
+                .filter(|s| s.pod.is_some())
+                .map(|s| u64::from(table[s.slot.profile].0))
+                .sum();
+            u64::from(table[WHOLE_GPU].0).saturating_sub(held)
+        };
+        self.node_gpus(node).map(|g| unheld_on(&self.gpus[g])).sum()
+    }
+
     /// Recomputes a node's free counts from its slots and refreshes the index.
     pub(super) fn recount(&mut self, node: usize) {
         let old = std::mem::take(&mut self.nodes[node].free);

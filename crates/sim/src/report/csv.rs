@@ -8,16 +8,22 @@ fn opt(value: Option<f64>) -> String {
     value.map_or_else(String::new, |v| format!("{v:.3}"))
 }
 
+/// A share as a fraction to four places; empty for none.
+fn fraction(value: Option<f64>) -> String {
+    value.map_or_else(String::new, |v| format!("{v:.4}"))
+}
+
 /// One row per strategy, machine-readable (times in seconds, shares as fractions).
 pub fn summary_csv(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "strategy,pods,served,not_served,wait_p50_s,wait_p95_s,wait_p99_s,memory_share_mean,memory_share_saturated,memory_share_saturated_usable,saturated_s,compute_share_mean,gpus_reconfigured,whole_gpus_mean,whole_gpus_end,evictions,planner_calls,planner_ms_total,planner_ms_max,end_s,gangs,gangs_started,gang_timeouts,gang_idle_slice_s,gpus_reconfigured_for_nothing,wait_p95_s_shared_with_greedy,greedy_wait_p95_s_shared\n",
+        "strategy,pods,served,not_served,wait_p50_s,wait_p95_s,wait_p99_s,memory_share_mean,memory_share_saturated,memory_share_saturated_usable,saturated_s,compute_share_mean,gpus_reconfigured,whole_gpus_mean,whole_gpus_end,evictions,planner_calls,planner_ms_total,planner_ms_max,end_s,gangs,gangs_started,gang_timeouts,gang_idle_slice_s,gpus_reconfigured_for_nothing,wait_p95_s_shared_with_greedy,greedy_wait_p95_s_shared,memory_unheld_saturated_reconfiguring,memory_unheld_saturated_stabilising\n",
     );
     for s in summaries {
         let shared = p95_shared_with_greedy(s, summaries);
+        let out_of_play = s.saturated_unheld_shares();
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{:.4},{},{},{:.3},{:.4},{},{:.3},{},{},{},{:.1},{:.1},{:.3},{},{},{},{:.3},{},{},{}",
+            "{},{},{},{},{},{},{},{:.4},{},{},{:.3},{:.4},{},{:.3},{},{},{},{:.1},{:.1},{:.3},{},{},{},{:.3},{},{},{},{},{}",
             s.strategy,
             s.pods,
             s.served,
@@ -26,8 +32,8 @@ pub fn summary_csv(summaries: &[Summary]) -> String {
             opt(s.wait_percentile(0.95)),
             opt(s.wait_percentile(0.99)),
             s.memory_share(),
-            s.saturated_memory_share().map_or_else(String::new, |v| format!("{v:.4}")),
-            s.saturated_usable_share().map_or_else(String::new, |v| format!("{v:.4}")),
+            fraction(s.saturated_memory_share()),
+            fraction(s.saturated_usable_share()),
             s.saturated_time as f64 / 1000.0,
             s.compute_share(),
             s.gpus_reconfigured,
@@ -45,6 +51,8 @@ pub fn summary_csv(summaries: &[Summary]) -> String {
             s.gpus_reconfigured_for_nothing,
             opt(shared.map(|w| w.0)),
             opt(shared.map(|w| w.1)),
+            fraction(out_of_play.map(|o| o.0)),
+            fraction(out_of_play.map(|o| o.1)),
         );
     }
     out
