@@ -61,8 +61,7 @@ pub(crate) fn node_quotas(
         let weight = if class.weight > 0 { class.weight as f64 * demand_weight } else { expected_weight };
         objective.extend(row.into_iter().map(|(v, _)| (v, weight)));
     }
-    let time = deadline.saturating_duration_since(Instant::now());
-    let solved = lp.maximise(&objective, false, None, None, time).ok()?;
+    let solved = lp.maximise(&objective, false, None, None, super::remaining(deadline)).ok()?;
     Some(
         z.into_iter()
             .map(|(key, v)| (key, solved.values[v].round().max(0.0) as u32))
