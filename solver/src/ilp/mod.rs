@@ -8,6 +8,7 @@ mod backend;
 mod model;
 mod placement;
 mod stages;
+mod tiebreak;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -111,7 +112,7 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
     // Decisions are scored first and only the one kept is written out as a plan.
     let mut greedy_notes = Vec::new();
     let greedy = score(problem, greedy, &mut greedy_notes);
-    let Some(values) = solved else {
+    let Some(mut values) = solved else {
         let mut plan = greedy.into_plan(SolverUsed::GreedyFallback, bound, started, greedy_notes);
         notes.push(format!(
             "the {} solver found no plan in time; using the greedy plan",
@@ -121,6 +122,7 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
         plan.solve_ms = started.elapsed().as_millis() as u64;
         return plan;
     };
+    tiebreak::slices_off_whole_able_gpus(problem, &model, &agg, &mut values);
     let decision = disaggregate(problem, &candidates, &agg, &model, &values);
     let mut ilp_notes = notes.clone();
     let mut ilp = score(problem, decision.clone(), &mut ilp_notes);
@@ -219,6 +221,7 @@ fn disaggregate(
             per_node[problem.gpus[*g].node] += 1;
         }
     }
+    let can_be_whole: Vec<bool> = (0..problem.gpus.len()).map(|g| problem.can_be_whole(g)).collect();
     for (c, class) in agg.classes.iter().enumerate() {
         let mut counts: Vec<u32> = model.x[c].iter().map(|&v| values[v].round().max(0.0) as u32).collect();
         let total: u32 = counts.iter().sum();
@@ -228,8 +231,12 @@ fn disaggregate(
             counts[0] = (counts[0] + n).saturating_sub(total);
         }
         let mut members: Vec<&(usize, std::sync::Arc<Vec<usize>>)> = class.gpus.iter().collect();
+        // GPUs that could take a whole-GPU pod go last: a class holds GPUs that look the same
+        // to the objective, and an A100 and an empty H100 do where no pod asks for a whole GPU,
+        // but only the H100 could take one later (see `tiebreak`).
         members.sort_by_key(|(g, _)| {
-            (std::cmp::Reverse(per_node[problem.gpus[*g].node]), problem.gpus[*g].node, *g)
+            let node = problem.gpus[*g].node;
+            (can_be_whole[*g], std::cmp::Reverse(per_node[node]), node, *g)
         });
         // Changed entries first, onto the front of the member list.
         let mut order: Vec<usize> = (0..class.entries.len()).collect();

@@ -22,6 +22,8 @@ pub(crate) struct Model {
     pub x: Vec<Vec<usize>>,
     /// `(demand class, group) -> variable`.
     pub y: BTreeMap<(usize, usize), usize>,
+    /// `(group, profile key) -> the row that holds the slices its pods take to those there`.
+    pub slice_rows: BTreeMap<(usize, usize), usize>,
     /// In order: demand met, evictions, expected demand, GPUs changed, headroom, free ranges,
     /// and where there are gangs, the node groups their members spread over.
     pub levels: Vec<Level>,
@@ -45,7 +47,7 @@ pub(crate) fn build(problem: &Problem, agg: &Aggregate, count_freed: bool) -> Mo
         let range = spread.len() as f64;
         levels.push(Level { name: "gang spread", coefs: spread, range });
     }
-    Model { lp: b.lp, x: b.x, y: b.y, levels }
+    Model { lp: b.lp, x: b.x, y: b.y, slice_rows: b.slice_rows, levels }
 }
 
 /// Per group and profile key, free slices on GPUs that have nothing to decide (no GPU class
@@ -97,6 +99,7 @@ struct Builder<'p> {
     x: Vec<Vec<usize>>,
     /// `(demand class, group) -> pods of the class placed in the group`.
     y: BTreeMap<(usize, usize), usize>,
+    slice_rows: BTreeMap<(usize, usize), usize>,
     /// Per pending demand class: pods met.
     met: BTreeMap<usize, usize>,
     /// Per demand class: evictable running pods in it.
@@ -140,7 +143,8 @@ impl<'p> Builder<'p> {
             class_by_group[gc.group].push(c);
         }
         let keys = problem.profiles.len();
-        Builder { problem, agg, keys, lp, x, y, met, running_count, class_by_group, count_freed }
+        let slice_rows = BTreeMap::new();
+        Builder { problem, agg, keys, lp, x, y, slice_rows, met, running_count, class_by_group, count_freed }
     }
 
     /// Every pending pod placed counts as met; every evicted pod must be placed again.
@@ -231,6 +235,7 @@ impl<'p> Builder<'p> {
                         }
                     }
                 }
+                self.slice_rows.insert((f, k), self.lp.rows.len());
                 self.lp.row(row, f64::NEG_INFINITY, fixed_free[f][k]);
             }
             self.resource_rows(f);

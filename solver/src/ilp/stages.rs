@@ -219,6 +219,7 @@ mod tests {
             lp,
             x: Vec::new(),
             y: BTreeMap::new(),
+            slice_rows: BTreeMap::new(),
             levels: vec![level("a", 1e4), level("b", 1e4), level("c", 1e4), level("d", 0.0)],
         };
         assert_eq!(group_levels(&model), vec![vec![0, 1], vec![2, 3]]);

@@ -229,3 +229,87 @@ pending:
         assert!(is_whole(gpu(&plan, "h", 0)) && !gpu(&plan, "a", 0).changed, "{table}");
     }
 }
+
+/// Four empty GPUs in MIG mode on four nodes, two Hopper (which can still turn whole and take
+/// a whole-GPU pod) and two Ampere (which cannot without a reset), the Hopper nodes first by
+/// name.
+const MIXED_EMPTY: &str = r#"
+nodes:
+- name: a-hopper
+  gpus: [{index: 0, model: H100-80GB}]
+- name: b-hopper
+  gpus: [{index: 0, model: H100-80GB}]
+- name: c-ampere
+  gpus: [{index: 0, model: A100-80GB}]
+- name: d-ampere
+  gpus: [{index: 0, model: A100-80GB}]
+"#;
+
+/// The ILP's plan for `fleet` with one pending pod per `(namespace/name, requests)`.
+fn plan_for(fleet: &str, pods: &[(&str, &str)]) -> (Plan, String) {
+    let mut yaml = format!("{fleet}pending:\n");
+    for (pod, requests) in pods {
+        let (namespace, name) = pod.split_once('/').unwrap();
+        yaml.push_str(&format!("- {{namespace: {namespace}, name: {name}, requests: {{{requests}}}}}\n"));
+    }
+    let plan = geometer_solver::plan(&snapshot(&yaml), Catalog::builtin(), &PlanOptions::default()).unwrap();
+    let table = plan.render_table();
+    (plan, table)
+}
+
+fn changed_nodes(plan: &Plan) -> Vec<&str> {
+    plan.gpus.iter().filter(|g| g.changed).map(|g| g.node.as_str()).collect()
+}
+
+/// Slices that a Hopper or an Ampere could hold go on the Ampere GPUs: every plan that does so
+/// is as good by every level of the objective, and the Hopper GPUs stay able to take the
+/// whole-GPU pods that only they can run.
+#[test]
+fn slices_go_on_gpus_that_cannot_turn_whole() {
+    let pods = [("ml/p0", "3g.40gb: 1"), ("ml/p1", "4g.40gb: 1"), ("ml/p2", "7g.80gb: 1")];
+    let (plan, table) = plan_for(MIXED_EMPTY, &pods);
+    assert_eq!(plan.objective.pods_met, 3, "{table}");
+    assert_eq!(plan.objective.gpus_changed, 2, "{table}");
+    assert_eq!(changed_nodes(&plan), ["c-ampere", "d-ampere"], "{table}");
+}
+
+/// Likewise when the Hopper GPUs are whole already: the slices are made on the Ampere GPUs
+/// rather than turning a whole GPU back to MIG.
+#[test]
+fn a_whole_gpu_is_not_carved_where_an_ampere_can_hold_the_slices() {
+    let fleet = MIXED_EMPTY
+        .replace("model: H100-80GB}", "model: H100-80GB, instances: [{profile: whole, start: 0}]}");
+    let (plan, table) = plan_for(&fleet, &[("ml/p0", "2g.20gb: 3")]);
+    assert_eq!(plan.objective.pods_met, 1, "{table}");
+    assert_eq!(changed_nodes(&plan).len(), 1, "{table}");
+    assert!(changed_nodes(&plan)[0].ends_with("ampere"), "{table}");
+    assert_eq!(plan.gpus.iter().filter(|g| is_whole(g)).count(), 2, "{table}");
+}
+
+/// With a whole-GPU pod waiting too, the Hopper GPUs look different to the planner (they can
+/// take it) and the Ampere ones do not: the whole-GPU pod gets a Hopper, the slices an Ampere,
+/// and the other Hopper stays as it is.
+#[test]
+fn slices_beside_a_whole_gpu_pod_go_on_an_ampere() {
+    let pods = [("train/job", "whole: 1"), ("ml/p0", "3g.40gb: 1"), ("ml/p1", "4g.40gb: 1")];
+    let (plan, table) = plan_for(MIXED_EMPTY, &pods);
+    assert_eq!(plan.objective.pods_met, 3, "{table}");
+    let changed = changed_nodes(&plan);
+    assert_eq!(changed.len(), 2, "{table}");
+    assert_eq!(changed.iter().filter(|n| n.ends_with("ampere")).count(), 1, "{table}");
+    assert_eq!(plan.gpus.iter().filter(|g| is_whole(g)).count(), 1, "{table}");
+}
+
+/// A pod of two slices must get both on one node, so the planner models each node on its own;
+/// the slices still go on the Ampere GPUs, and the pods that take them with them.
+#[test]
+fn slices_go_on_gpus_that_cannot_turn_whole_across_nodes() {
+    let pods = [("ml/pair", "2g.20gb: 2"), ("ml/p0", "3g.40gb: 1"), ("ml/p1", "4g.40gb: 1")];
+    let (plan, table) = plan_for(MIXED_EMPTY, &pods);
+    assert_eq!(plan.objective.pods_met, 3, "{table}");
+    assert_eq!(changed_nodes(&plan), ["c-ampere", "d-ampere"], "{table}");
+    for pod in ["ml/pair", "ml/p0", "ml/p1"] {
+        let node = plan.pods.iter().find(|p| p.pod == pod).unwrap().node.as_deref().unwrap();
+        assert!(node.ends_with("ampere"), "{pod} on {node}: {table}");
+    }
+}

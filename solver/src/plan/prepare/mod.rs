@@ -182,6 +182,16 @@ impl<'a> Problem<'a> {
         self.models[self.gpus[gpu].model]
     }
 
+    /// Whether `gpu` is whole, or could be planned whole as it is: in MIG mode with no
+    /// instance, on a model that changes mode without a reset, under a policy that allows whole
+    /// GPUs. Only such a GPU can take a whole-GPU pod without evicting anyone.
+    pub(crate) fn can_be_whole(&self, gpu: usize) -> bool {
+        let (model, info) = (self.model_of(gpu), &self.gpus[gpu]);
+        let allowed = self.allowed[info.model].contains(&model.whole());
+        info.current.is_whole(model)
+            || (allowed && info.current.instances().is_empty() && !model.mode_change_needs_reset())
+    }
+
     /// GPUs that are whole (MIG off) now, or in `targets` where given.
     pub(crate) fn whole_gpus(&self, targets: Option<&[Geometry]>) -> u32 {
         let geometry = |g: usize| targets.map_or(&self.gpus[g].current, |t| &t[g]);
