@@ -119,6 +119,25 @@ impl Geometry {
         self.instances.iter().any(|p| model.is_whole(p.profile))
     }
 
+    /// How much of the GPU is free, in large pieces (the plan's "free ranges" level, more is
+    /// better): the squared size of each instance `is_free` says no pod holds, and for a GPU in
+    /// MIG mode with no instance at all, one free range of its whole grid
+    /// ([`Geometry::empty_ranges`]).
+    pub fn free_ranges(&self, model: &GpuModel, is_free: impl Fn(usize) -> bool) -> u32 {
+        if self.instances.is_empty() {
+            return Geometry::empty_ranges(model);
+        }
+        let size = |p: &Placed| u32::from(model.profile_info(p.profile).size);
+        self.instances.iter().enumerate().filter(|&(i, _)| is_free(i)).map(|(_, p)| size(p) * size(p)).sum()
+    }
+
+    /// What a GPU of `model` with no instance is worth to the free ranges level: its whole grid
+    /// as one range. (The planner's integer program counts it 0, see `ilp::tiebreak`.)
+    pub fn empty_ranges(model: &GpuModel) -> u32 {
+        let units = u32::from(model.placement_units);
+        units * units
+    }
+
     /// Whether a GPU of `model` now in `current` may be planned to this geometry: always where
     /// its mode stays, and across modes only where the model changes mode without a reset
     /// ([`GpuModel::mode_change_needs_reset`]).

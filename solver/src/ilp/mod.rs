@@ -69,15 +69,29 @@ fn plan_round(
     let evicting = solve(&problem, started, deadline, cache);
     // The bound with eviction is the one that holds for this problem.
     let bound = kept.bound.max(evicting.bound);
-    let mut plan = if kept.objective.better(&evicting.objective) == std::cmp::Ordering::Greater {
-        kept
-    } else {
-        evicting
-    };
+    let mut plan = better_of(kept, evicting);
     plan.bound = bound;
     plan.gap = if bound > 0.0 { (bound - plan.objective.demand_met as f64) / bound } else { 0.0 };
     plan.solve_ms = started.elapsed().as_millis() as u64;
     Ok(plan)
+}
+
+/// The plan without eviction where it scores higher than the one with eviction allowed (which
+/// the time limit can leave worse), carrying what stopped the latter, for the reviewer: it is
+/// why the plan evicts nobody. Otherwise the plan with eviction.
+fn better_of(kept: Plan, evicting: Plan) -> Plan {
+    if kept.objective.better(&evicting.objective) != std::cmp::Ordering::Greater {
+        return evicting;
+    }
+    let mut kept = kept;
+    let why: Vec<String> = evicting
+        .notes
+        .iter()
+        .filter(|n| !kept.notes.contains(n))
+        .map(|n| format!("planning with eviction allowed: {n}"))
+        .collect();
+    kept.notes.extend(why);
+    kept
 }
 
 /// The ILP on one problem, never worse than the greedy plan for it.
@@ -122,7 +136,7 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
         plan.solve_ms = started.elapsed().as_millis() as u64;
         return plan;
     };
-    tiebreak::slices_off_whole_able_gpus(problem, &model, &agg, &mut values);
+    tiebreak::break_ties(problem, &model, &agg, &mut values);
     let decision = disaggregate(problem, &candidates, &agg, &model, &values);
     let mut ilp_notes = notes.clone();
     let mut ilp = score(problem, decision.clone(), &mut ilp_notes);
@@ -271,4 +285,38 @@ fn disaggregate(
         node_quota: None,
     };
     Decision { targets, evicted, hints: Some(hints) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Objective;
+
+    fn plan(demand_met: u64, notes: &[&str]) -> Plan {
+        Plan {
+            solver: SolverUsed::Ilp,
+            placements_inferred: false,
+            gpus: Vec::new(),
+            evictions: Vec::new(),
+            pods: Vec::new(),
+            objective: Objective { demand_met, ..Objective::default() },
+            bound: 0.0,
+            gap: 0.0,
+            solve_ms: 0,
+            notes: notes.iter().map(|n| n.to_string()).collect(),
+            gangs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_plan_without_eviction_kept_says_what_stopped_the_one_with_it() {
+        let shared = "CPU or memory may run out on 67 nodes";
+        let limit = "time limit reached while optimising demand met; the plan is the best found";
+        let chosen = better_of(plan(7690, &[shared]), plan(7600, &[shared, limit]));
+        assert_eq!(chosen.objective.demand_met, 7690);
+        assert_eq!(chosen.notes, [shared.to_string(), format!("planning with eviction allowed: {limit}")]);
+        // Where eviction does better, or as well, its plan is the one.
+        assert_eq!(better_of(plan(7690, &[]), plan(7704, &[limit])).objective.demand_met, 7704);
+        assert_eq!(better_of(plan(7690, &[]), plan(7690, &[])).notes, Vec::<String>::new());
+    }
 }

@@ -1,38 +1,55 @@
-//! A tie-break the integer program leaves open: which GPUs take the slices when a GPU that can
-//! still turn whole (a Hopper in MIG mode with nothing running, or one already whole) and one
-//! that cannot without a reset (an Ampere) would hold them equally well.
+//! Tie-breaks the integer program leaves open, made on its solution: which GPUs take new
+//! slices where several would hold them equally well by every level of the objective.
 //!
-//! Both choices are worth the same at every level of the objective, so HiGHS picks either. But
-//! only the first kind can later take a whole-GPU pod, and a fleet whose Hoppers were carved for
-//! slices an Ampere could have held turns those pods away. Counting the difference as a level
-//! of the program made its last stage several times slower (BENCHMARKS.md, stop 39), so it is
-//! made here, on the solution: a GPU of a class that could turn whole gives its new slices to a
-//! GPU of a class that cannot and keeps its geometry. The same free slices per profile and the
-//! same number of GPUs changed; where the two classes are in different node groups, the pods
-//! that were to take those slices move with them, as far as they may land there. A move is kept
-//! only where every row of the program still holds and no level is worth less (checked on the
-//! program itself). Within a class, `disaggregate` makes the same choice by its GPU order.
+//! 1. A GPU that can still turn whole (a Hopper in MIG mode with nothing running, or one already
+//!    whole) or one that cannot without a reset (an Ampere): HiGHS picks either, but only the
+//!    first kind can later take a whole-GPU pod, and a fleet whose Hoppers were carved for
+//!    slices an Ampere could have held turns those pods away. So a GPU of a class that could
+//!    turn whole gives its new slices to a GPU of a class that cannot and keeps its geometry:
+//!    the same free slices per profile and the same number of GPUs changed; where the two
+//!    classes are in different node groups, the pods that were to take those slices move with
+//!    them, as far as they may land there. Within a class, `disaggregate` makes the same choice
+//!    by its GPU order.
+//! 2. An empty GPU or one in use with room beside its pods: the free ranges level scores an
+//!    empty GPU 0, below the same GPU carved, so the program carves empty GPUs first and
+//!    scatters slices. Slices go on the GPU in use instead, in the same node group, where the
+//!    program's rows allow it; the empty GPU counts as one free range of its whole grid, as the
+//!    level means it to.
+//!
+//! Counting either as a level of the program made its last stage several times slower
+//! (BENCHMARKS.md, stop 39). A move is kept only where every row of the program still holds
+//! and no level is worth less (checked on the program itself).
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::plan::prepare::Problem;
+use crate::geometry::Geometry;
+use crate::plan::prepare::{Problem, User};
 
 use super::aggregate::{Aggregate, Entry, GpuClass};
 use super::model::Model;
 
-/// Moves new slices from GPUs that could turn whole onto GPUs that cannot, where the program's
-/// rows and levels allow it; `values` is the solution, changed in place.
-pub(super) fn slices_off_whole_able_gpus(
+/// Both tie-breaks, in order; `values` is the solution, changed in place.
+pub(super) fn break_ties(problem: &Problem, model: &Model, agg: &Aggregate, values: &mut [f64]) {
+    if agg.classes.len() < 2 {
+        return;
+    }
+    let mut check = Check::new(model, values);
+    slices_off_whole_able_gpus(problem, model, agg, values, &mut check);
+    slices_onto_gpus_in_use(problem, model, agg, values, &mut check);
+}
+
+/// Moves new slices from GPUs that could turn whole onto GPUs that cannot (1. above).
+fn slices_off_whole_able_gpus(
     problem: &Problem,
     model: &Model,
     agg: &Aggregate,
     values: &mut [f64],
+    check: &mut Check,
 ) {
-    let (able, unable) = by_kind(problem, agg);
+    let (able, unable) = by_kind(agg, |g| problem.can_be_whole(g));
     if able.is_empty() || unable.is_empty() {
         return;
     }
-    let mut check = Check::new(model, values);
     // Per class that cannot turn whole: its entries that carve, by the free slices they give.
     let carving: BTreeMap<usize, HashMap<&[u16], usize>> = unable
         .values()
@@ -57,28 +74,66 @@ pub(super) fn slices_off_whole_able_gpus(
                     let Some(&j) = carving[&a].get(e.free.as_slice()) else { continue };
                     let Some(a_kept) = kept(&agg.classes[a]) else { continue };
                     let swap = Swap { h, i, h_kept, a, j, a_kept };
-                    swap.apply(model, agg, values, &mut check);
+                    swap.apply(model, agg, values, check, 0.0);
                 }
             }
         }
     }
 }
 
-/// Per node group, the GPU classes whose GPUs can all be whole, and those none of whose can (a
-/// class of both kinds is ordered within by `disaggregate`).
+/// Moves new slices from empty GPUs onto GPUs in use in the same node group (2. above).
+fn slices_onto_gpus_in_use(
+    problem: &Problem,
+    model: &Model,
+    agg: &Aggregate,
+    values: &mut [f64],
+    check: &mut Check,
+) {
+    let (in_use, _) = by_kind(agg, |g| problem.gpus[g].users.iter().any(|u| !matches!(u, User::Free)));
+    let (empty, _) = by_kind(agg, |g| {
+        let current = &problem.gpus[g].current;
+        current.instances().is_empty() && !current.is_whole(problem.model_of(g))
+    });
+    for (group, from) in &empty {
+        let Some(to) = in_use.get(group) else { continue };
+        for &h in from {
+            let Some(h_kept) = kept(&agg.classes[h]) else { continue };
+            let empty_ranges = f64::from(Geometry::empty_ranges(problem.model_of(agg.classes[h].gpus[0].0)));
+            for i in (0..agg.classes[h].entries.len()).filter(|&i| carves(&agg.classes[h].entries[i])) {
+                for &a in to {
+                    let Some(a_kept) = kept(&agg.classes[a]) else { continue };
+                    for j in (0..agg.classes[a].entries.len()).filter(|&j| carves(&agg.classes[a].entries[j]))
+                    {
+                        if values[model.x[h][i]].round() < 1.0 {
+                            break;
+                        }
+                        let swap = Swap { h, i, h_kept, a, j, a_kept };
+                        swap.apply(model, agg, values, check, empty_ranges);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Per node group, the GPU classes all of whose GPUs are `kind`, and those none of whose are
+/// (a class of both is left to the GPU order of `disaggregate`).
 #[allow(clippy::type_complexity)] // (group -> classes) twice
-fn by_kind(problem: &Problem, agg: &Aggregate) -> (BTreeMap<usize, Vec<usize>>, BTreeMap<usize, Vec<usize>>) {
-    let mut able: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    let mut unable: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+fn by_kind(
+    agg: &Aggregate,
+    kind: impl Fn(usize) -> bool,
+) -> (BTreeMap<usize, Vec<usize>>, BTreeMap<usize, Vec<usize>>) {
+    let mut all: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut none: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (c, class) in agg.classes.iter().enumerate() {
-        let side = match class.gpus.iter().filter(|(g, _)| problem.can_be_whole(*g)).count() {
-            0 => &mut unable,
-            n if n == class.gpus.len() => &mut able,
+        let side = match class.gpus.iter().filter(|(g, _)| kind(*g)).count() {
+            0 => &mut none,
+            n if n == class.gpus.len() => &mut all,
             _ => continue,
         };
         side.entry(class.group).or_default().push(c);
     }
-    (able, unable)
+    (all, none)
 }
 
 /// The entry that keeps a GPU as it is (every class has it: its current geometry).
@@ -103,13 +158,22 @@ struct Swap {
 }
 
 impl Swap {
-    /// As many GPUs as the counts allow, or one where a limit stops the rest.
-    fn apply(&self, model: &Model, agg: &Aggregate, values: &mut [f64], check: &mut Check) {
+    /// As many GPUs as the counts allow, or one where a limit stops the rest; says whether any
+    /// moved. `kept_ranges`: what a GPU of class `h` kept is worth to the free ranges level
+    /// beyond what the program counts.
+    fn apply(
+        &self,
+        model: &Model,
+        agg: &Aggregate,
+        values: &mut [f64],
+        check: &mut Check,
+        kept_ranges: f64,
+    ) -> bool {
         let Swap { h, i, h_kept, a, j, a_kept } = *self;
         let count = |v: usize| values[v].round().max(0.0);
         let n = count(model.x[h][i]).min(count(model.x[a][a_kept]));
         if n < 1.0 {
-            return;
+            return false;
         }
         let (from, to) = (agg.classes[h].group, agg.classes[a].group);
         let tries: &[f64] = if n > 1.0 { &[n, 1.0] } else { &[1.0] };
@@ -126,10 +190,11 @@ impl Swap {
                     free.iter().enumerate().map(|(k, &f)| (k, f64::from(f) * n)).collect();
                 deltas.extend(pods_following(model, agg, values, check, (from, to), &freed));
             }
-            if check.apply(values, &deltas) {
-                return;
+            if check.apply(values, &deltas, kept_ranges * n) {
+                return true;
             }
         }
+        false
     }
 }
 
@@ -190,6 +255,8 @@ struct Check<'m> {
     /// Per variable: its levels and coefficients.
     levels_of: Vec<Vec<(usize, f64)>>,
     activity: Vec<f64>,
+    /// The free ranges level, if the program has one.
+    ranges: Option<usize>,
 }
 
 /// Slack for floating-point sums of integral terms.
@@ -211,14 +278,19 @@ impl<'m> Check<'m> {
                 levels_of[v].push((l, c));
             }
         }
-        Check { model, rows_of, levels_of, activity }
+        let ranges = model.levels.iter().position(|l| l.name == "free ranges");
+        Check { model, rows_of, levels_of, activity, ranges }
     }
 
     /// Adds `deltas` to `values` when every row touched stays within its bounds, every
-    /// variable within its own and no level loses value; says whether it did.
-    fn apply(&mut self, values: &mut [f64], deltas: &[(usize, f64)]) -> bool {
+    /// variable within its own and no level loses value (the free ranges level counting
+    /// `ranges_beyond` more); says whether it did.
+    fn apply(&mut self, values: &mut [f64], deltas: &[(usize, f64)], ranges_beyond: f64) -> bool {
         let mut rows: BTreeMap<usize, f64> = BTreeMap::new();
         let mut levels: BTreeMap<usize, f64> = BTreeMap::new();
+        if let Some(l) = self.ranges.filter(|_| ranges_beyond != 0.0) {
+            levels.insert(l, ranges_beyond);
+        }
         for &(v, d) in deltas {
             let var = &self.model.lp.vars[v];
             if values[v] + d < var.lo - TOLERANCE || values[v] + d > var.hi + TOLERANCE {

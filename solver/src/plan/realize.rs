@@ -82,10 +82,9 @@ pub(crate) fn score<'p, 'a>(
     let mut spare = vec![0u32; problem.profiles.len()];
     for (g, target) in decision.targets.iter().enumerate() {
         let model = problem.model_of(g);
+        objective.free_ranges += u64::from(target.free_ranges(model, |i| !assignment.used[g][i]));
         for (i, p) in target.instances().iter().enumerate() {
             if !assignment.used[g][i] {
-                let size = model.profile_info(p.profile).size as u64;
-                objective.free_ranges += size * size;
                 if let Some(k) = problem.key_of(g, p) {
                     spare[k] += 1;
                 }

@@ -542,3 +542,27 @@ policy: {evictionAllowed: true}
     assert!(review.contains(&format!("before: {whole}")), "{review}");
     assert!(review.contains(&format!("after:  {whole}")), "{review}");
 }
+
+/// A slice that fits beside the pod on a GPU in use goes there, not on an empty GPU: the empty
+/// one stays a free range of its whole grid (a `7g.80gb` still fits it). Both plans change one
+/// GPU; the program's free ranges level scores an empty GPU 0, below a carved one.
+#[test]
+fn a_gpu_in_use_is_carved_before_an_empty_one() {
+    let s = snapshot(
+        r#"
+nodes:
+- name: a-empty
+  gpus: [{index: 0, model: A100-80GB}]
+- name: b-busy
+  gpus: [{index: 0, model: A100-80GB, instances: [{profile: 4g.40gb, start: 0, pod: batch/half}]}]
+running:
+- {namespace: batch, name: half, node: b-busy, requests: {4g.40gb: 1}}
+pending:
+- {namespace: ml, name: p, requests: {3g.40gb: 1}}
+"#,
+    );
+    let plan = ilp(&s);
+    let table = plan.render_table();
+    assert_eq!(outcome(&plan, "ml/p").node.as_deref(), Some("b-busy"), "{table}");
+    assert!(plan.gpus.iter().filter(|g| g.node == "a-empty").all(|g| !g.changed), "{table}");
+}
