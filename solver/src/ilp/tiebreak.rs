@@ -100,11 +100,15 @@ fn slices_onto_gpus_in_use(
             let Some(h_kept) = kept(&agg.classes[h]) else { continue };
             let empty_ranges = f64::from(Geometry::empty_ranges(problem.model_of(agg.classes[h].gpus[0].0)));
             for i in (0..agg.classes[h].entries.len()).filter(|&i| carves(&agg.classes[h].entries[i])) {
+                let left = |values: &[f64]| values[model.x[h][i]].round() >= 1.0;
                 for &a in to {
+                    if !left(values) {
+                        break;
+                    }
                     let Some(a_kept) = kept(&agg.classes[a]) else { continue };
                     for j in (0..agg.classes[a].entries.len()).filter(|&j| carves(&agg.classes[a].entries[j]))
                     {
-                        if values[model.x[h][i]].round() < 1.0 {
+                        if !left(values) {
                             break;
                         }
                         let swap = Swap { h, i, h_kept, a, j, a_kept };
