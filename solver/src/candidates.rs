@@ -179,17 +179,12 @@ pub(crate) fn generate(
             // A pod evicted while its instance stays is kept as a candidate: the instance goes
             // to another pod (one that may only use this node) while the evicted one moves.
             let mut free = vec![0u16; keys];
-            let mut free_ranges = 0u32;
-            for p in geometry.instances() {
-                if fixed.contains(p) {
-                    continue;
-                }
-                let size = model.profile_info(p.profile).size as u32;
-                free_ranges += size * size;
+            for p in geometry.instances().iter().filter(|p| !fixed.contains(p)) {
                 if let Some(k) = pid_to_key.get(p.profile).copied().flatten() {
                     free[k] += 1;
                 }
             }
+            let free_ranges = geometry.instance_ranges(model, |i| !fixed.contains(&geometry.instances()[i]));
             let changed = geometry != key.current;
             let whole = geometry.is_whole(model);
             let candidate = Candidate { geometry, free: free.clone(), evicts, changed, whole, free_ranges };

@@ -120,13 +120,18 @@ impl Geometry {
     }
 
     /// How much of the GPU is free, in large pieces (the plan's "free ranges" level, more is
-    /// better): the squared size of each instance `is_free` says no pod holds, and for a GPU in
-    /// MIG mode with no instance at all, one free range of its whole grid
-    /// ([`Geometry::empty_ranges`]).
+    /// better): [`Geometry::instance_ranges`], and for a GPU in MIG mode with no instance at
+    /// all, one free range of its whole grid ([`Geometry::empty_ranges`]).
     pub fn free_ranges(&self, model: &GpuModel, is_free: impl Fn(usize) -> bool) -> u32 {
         if self.instances.is_empty() {
             return Geometry::empty_ranges(model);
         }
+        self.instance_ranges(model, is_free)
+    }
+
+    /// The squared size of each instance `is_free` says no pod holds: what the planner's
+    /// integer program counts as free ranges (an empty GPU counts 0 there).
+    pub fn instance_ranges(&self, model: &GpuModel, is_free: impl Fn(usize) -> bool) -> u32 {
         let size = |p: &Placed| u32::from(model.profile_info(p.profile).size);
         self.instances.iter().enumerate().filter(|&(i, _)| is_free(i)).map(|(_, p)| size(p) * size(p)).sum()
     }

@@ -136,8 +136,9 @@ fn solve(problem: &Problem, started: Instant, deadline: Instant, cache: &Geometr
         plan.solve_ms = started.elapsed().as_millis() as u64;
         return plan;
     };
-    tiebreak::break_ties(problem, &model, &agg, &mut values);
-    let decision = disaggregate(problem, &candidates, &agg, &model, &values);
+    let can_be_whole: Vec<bool> = (0..problem.gpus.len()).map(|g| problem.can_be_whole(g)).collect();
+    tiebreak::break_ties(problem, &model, &agg, &can_be_whole, &mut values);
+    let decision = disaggregate(problem, &candidates, &agg, &model, &values, &can_be_whole);
     let mut ilp_notes = notes.clone();
     let mut ilp = score(problem, decision.clone(), &mut ilp_notes);
     // Pods placed in priority order may fall short of what the model met where it pooled slices,
@@ -218,12 +219,14 @@ fn objective_value(coefs: &[(usize, f64)], values: &[f64]) -> f64 {
 }
 
 /// Class-level counts -> a target per GPU, the pods to evict, and node-group hints for pods.
+/// `can_be_whole`: per GPU, [`Problem::can_be_whole`].
 fn disaggregate(
     problem: &Problem,
     candidates: &Candidates,
     agg: &Aggregate,
     model: &Model,
     values: &[f64],
+    can_be_whole: &[bool],
 ) -> Decision {
     let mut targets: Vec<Geometry> = problem.gpus.iter().map(|g| g.current.clone()).collect();
     let mut evicted = BTreeSet::new();
@@ -235,7 +238,6 @@ fn disaggregate(
             per_node[problem.gpus[*g].node] += 1;
         }
     }
-    let can_be_whole: Vec<bool> = (0..problem.gpus.len()).map(|g| problem.can_be_whole(g)).collect();
     for (c, class) in agg.classes.iter().enumerate() {
         let mut counts: Vec<u32> = model.x[c].iter().map(|&v| values[v].round().max(0.0) as u32).collect();
         let total: u32 = counts.iter().sum();

@@ -143,7 +143,7 @@ impl<'p> Builder<'p> {
             class_by_group[gc.group].push(c);
         }
         let keys = problem.profiles.len();
-        let slice_rows = BTreeMap::new();
+        let slice_rows = BTreeMap::new(); // Filled by `capacity_rows`.
         Builder { problem, agg, keys, lp, x, y, slice_rows, met, running_count, class_by_group, count_freed }
     }
 

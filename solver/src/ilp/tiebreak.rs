@@ -28,28 +28,44 @@ use crate::plan::prepare::{Problem, User};
 use super::aggregate::{Aggregate, Entry, GpuClass};
 use super::model::Model;
 
-/// Both tie-breaks, in order; `values` is the solution, changed in place.
-pub(super) fn break_ties(problem: &Problem, model: &Model, agg: &Aggregate, values: &mut [f64]) {
-    if agg.classes.len() < 2 {
-        return;
-    }
-    let mut check = Check::new(model, values);
-    slices_off_whole_able_gpus(problem, model, agg, values, &mut check);
-    slices_onto_gpus_in_use(problem, model, agg, values, &mut check);
-}
+/// Per node group, GPU classes.
+type ByGroup = BTreeMap<usize, Vec<usize>>;
 
-/// Moves new slices from GPUs that could turn whole onto GPUs that cannot (1. above).
-fn slices_off_whole_able_gpus(
+/// Both tie-breaks, in order; `values` is the solution, changed in place. `can_be_whole`: per
+/// GPU, [`Problem::can_be_whole`].
+pub(super) fn break_ties(
     problem: &Problem,
     model: &Model,
     agg: &Aggregate,
+    can_be_whole: &[bool],
+    values: &mut [f64],
+) {
+    let (able, unable) = by_kind(agg, |g| can_be_whole[g]);
+    let (in_use, _) = by_kind(agg, |g| problem.gpus[g].users.iter().any(|u| !matches!(u, User::Free)));
+    let (empty, _) = by_kind(agg, |g| problem.gpus[g].current.instances().is_empty());
+    let first = !able.is_empty() && !unable.is_empty();
+    let second = empty.keys().any(|group| in_use.contains_key(group));
+    if !first && !second {
+        return; // Nothing to move: the program's rows need not be indexed.
+    }
+    let mut check = Check::new(model, values);
+    if first {
+        slices_off_whole_able_gpus(model, agg, (&able, &unable), values, &mut check);
+    }
+    if second {
+        slices_onto_gpus_in_use(problem, model, agg, (&empty, &in_use), values, &mut check);
+    }
+}
+
+/// Moves new slices from GPUs of classes that could turn whole (`able`) onto GPUs of classes
+/// that cannot (`unable`; 1. above).
+fn slices_off_whole_able_gpus(
+    model: &Model,
+    agg: &Aggregate,
+    (able, unable): (&ByGroup, &ByGroup),
     values: &mut [f64],
     check: &mut Check,
 ) {
-    let (able, unable) = by_kind(agg, |g| problem.can_be_whole(g));
-    if able.is_empty() || unable.is_empty() {
-        return;
-    }
     // Per class that cannot turn whole: its entries that carve, by the free slices they give.
     let carving: BTreeMap<usize, HashMap<&[u16], usize>> = unable
         .values()
@@ -59,7 +75,7 @@ fn slices_off_whole_able_gpus(
             (a, entries.map(|(j, e)| (e.free.as_slice(), j)).collect())
         })
         .collect();
-    for (group, from) in &able {
+    for (group, from) in able {
         // Same group first: there no pod has to move.
         let same = unable.get(group).into_iter().flatten();
         let others = unable.iter().filter(|(g, _)| *g != group).flat_map(|(_, to)| to);
@@ -81,20 +97,17 @@ fn slices_off_whole_able_gpus(
     }
 }
 
-/// Moves new slices from empty GPUs onto GPUs in use in the same node group (2. above).
+/// Moves new slices from GPUs of classes with no instance (`empty`) onto GPUs of classes in
+/// use (`in_use`) in the same node group (2. above).
 fn slices_onto_gpus_in_use(
     problem: &Problem,
     model: &Model,
     agg: &Aggregate,
+    (empty, in_use): (&ByGroup, &ByGroup),
     values: &mut [f64],
     check: &mut Check,
 ) {
-    let (in_use, _) = by_kind(agg, |g| problem.gpus[g].users.iter().any(|u| !matches!(u, User::Free)));
-    let (empty, _) = by_kind(agg, |g| {
-        let current = &problem.gpus[g].current;
-        current.instances().is_empty() && !current.is_whole(problem.model_of(g))
-    });
-    for (group, from) in &empty {
+    for (group, from) in empty {
         let Some(to) = in_use.get(group) else { continue };
         for &h in from {
             let Some(h_kept) = kept(&agg.classes[h]) else { continue };
@@ -122,13 +135,9 @@ fn slices_onto_gpus_in_use(
 
 /// Per node group, the GPU classes all of whose GPUs are `kind`, and those none of whose are
 /// (a class of both is left to the GPU order of `disaggregate`).
-#[allow(clippy::type_complexity)] // (group -> classes) twice
-fn by_kind(
-    agg: &Aggregate,
-    kind: impl Fn(usize) -> bool,
-) -> (BTreeMap<usize, Vec<usize>>, BTreeMap<usize, Vec<usize>>) {
-    let mut all: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    let mut none: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+fn by_kind(agg: &Aggregate, kind: impl Fn(usize) -> bool) -> (ByGroup, ByGroup) {
+    let mut all = ByGroup::new();
+    let mut none = ByGroup::new();
     for (c, class) in agg.classes.iter().enumerate() {
         let side = match class.gpus.iter().filter(|(g, _)| kind(*g)).count() {
             0 => &mut none,
