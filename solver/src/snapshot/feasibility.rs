@@ -131,6 +131,12 @@ impl Failure<'_> {
 }
 
 pub(crate) fn first_failure<'a>(pod: &'a Pod, node: &'a Node, freeable: Freeable) -> Option<Failure<'a>> {
+    rule_failure(pod, node).or_else(|| resource_failure(pod, node, freeable))
+}
+
+/// The first of the rules that read only the node's cordon, labels, name and taints (so give
+/// one answer on nodes alike in those: [`super::NodeKinds`]).
+pub(crate) fn rule_failure<'a>(pod: &'a Pod, node: &'a Node) -> Option<Failure<'a>> {
     if node.unschedulable && !tolerates_cordon(&pod.tolerations) {
         return Some(Failure::Unschedulable);
     }
@@ -142,11 +148,14 @@ pub(crate) fn first_failure<'a>(pod: &'a Pod, node: &'a Node, freeable: Freeable
     if !pod.affinity.is_empty() && !pod.affinity.iter().any(|term| term_matches(term, node)) {
         return Some(Failure::Affinity);
     }
-    for taint in &node.taints {
-        if taint.effect != TaintEffect::PreferNoSchedule && !tolerates(&pod.tolerations, taint) {
-            return Some(Failure::Taint(taint));
-        }
-    }
+    node.taints
+        .iter()
+        .find(|taint| taint.effect != TaintEffect::PreferNoSchedule && !tolerates(&pod.tolerations, taint))
+        .map(Failure::Taint)
+}
+
+/// CPU, then memory, where the node's free amount (plus what evictions could free) is short.
+pub(crate) fn resource_failure<'a>(pod: &Pod, node: &Node, freeable: Freeable) -> Option<Failure<'a>> {
     if let Some(free) = node.free_cpu_millis.map(|f| f + freeable.cpu_millis) {
         if pod.cpu_millis > free {
             return Some(Failure::Cpu { requested: pod.cpu_millis, free });

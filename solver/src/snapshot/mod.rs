@@ -5,6 +5,7 @@
 //! the Kubernetes adapter or by the simulator, and read back in a bug report.
 
 mod feasibility;
+mod node_kinds;
 mod pod_key;
 mod validate;
 
@@ -12,8 +13,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub(crate) use feasibility::first_failure;
 pub use feasibility::{eligibility, eligibility_after_evictions, Freeable, Ineligible};
+pub(crate) use node_kinds::NodeKinds;
 pub use pod_key::{PodKey, PodKeyError};
 pub use validate::{SnapshotError, MAX_GANG_MEMBERS};
 

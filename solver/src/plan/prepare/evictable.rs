@@ -4,11 +4,11 @@
 //! What they request is freeable on their node: a pod may count on it to fit there, and so
 //! may an evicted pod to land on its own node again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::catalog::GpuModel;
-use crate::snapshot::{first_failure, Freeable, Node, Pod, PodKey, Snapshot};
+use crate::snapshot::{Freeable, Node, NodeKinds, Pod, Snapshot};
 
 use super::layout::Layout;
 use super::{snapshot_gpu_sorted, ConstraintKey, Needs, RunningInfo, User};
@@ -16,16 +16,19 @@ use super::{snapshot_gpu_sorted, ConstraintKey, Needs, RunningInfo, User};
 pub(super) fn evictable_pods<'a>(
     snapshot: &'a Snapshot,
     node_order: &[&'a Node],
+    kinds: &NodeKinds,
     models: &[&GpuModel],
     pid_to_key: &[Vec<Option<usize>>],
     layout: &mut Layout<'a>,
     notes: &mut Vec<String>,
 ) -> (Vec<RunningInfo>, Vec<Freeable>) {
-    let running_by_key: BTreeMap<PodKey, &Pod> = snapshot.running.iter().map(|p| (p.key(), p)).collect();
+    // Looked up by namespace and name, borrowed: no key is built for each running pod.
+    let running_by_key: HashMap<(&str, &str), &Pod> =
+        snapshot.running.iter().map(|p| ((p.namespace.as_str(), p.name.as_str()), p)).collect();
     let mut running = Vec::new();
     let mut pods: Vec<&Pod> = Vec::new();
     for (key, gpu_set) in &layout.pod_gpus {
-        let Some(pod) = running_by_key.get(*key) else { continue };
+        let Some(pod) = running_by_key.get(&(key.namespace(), key.name())) else { continue };
         if pod.do_not_disrupt {
             continue;
         }
@@ -89,9 +92,9 @@ pub(super) fn evictable_pods<'a>(
         info.eligible = by_template
             .entry(ConstraintKey::of(pod, Vec::new()))
             .or_insert_with(|| {
-                let nodes: Vec<usize> = (0..node_order.len())
-                    .filter(|&n| first_failure(pod, node_order[n], freeable[n]).is_none())
-                    .collect();
+                let failures = kinds.failures(pod, node_order, &freeable);
+                let nodes: Vec<usize> =
+                    failures.enumerate().filter(|(_, failure)| failure.is_none()).map(|(n, _)| n).collect();
                 Arc::from(nodes)
             })
             .clone();

@@ -19,15 +19,25 @@ pub(super) struct Layout<'a> {
 pub(super) fn layout<'a>(node_order: &[&'a Node], models: &[&GpuModel], catalog: &Catalog) -> Layout<'a> {
     let mut out =
         Layout { nodes: Vec::with_capacity(node_order.len()), gpus: Vec::new(), pod_gpus: BTreeMap::new() };
+    let mut seen: Vec<(&str, usize)> = Vec::new();
     for (n, node) in node_order.iter().enumerate() {
         let mut order: Vec<_> = node.gpus.iter().collect();
         order.sort_by_key(|g| g.index);
         let mut ids = Vec::new();
         for gpu in order {
-            let model_idx = models
-                .iter()
-                .position(|m| catalog.find(&gpu.model).is_some_and(|x| x.key == m.key))
-                .expect("validated snapshot: every GPU model is in the catalog");
+            // A cluster names a few models on many GPUs: each name is looked up once.
+            let model_idx = match seen.iter().find(|(name, _)| *name == gpu.model) {
+                Some(&(_, idx)) => idx,
+                None => {
+                    let key = &catalog
+                        .find(&gpu.model)
+                        .expect("validated snapshot: every GPU model is in the catalog")
+                        .key;
+                    let idx = models.iter().position(|m| m.key == *key).expect("models_of lists every model");
+                    seen.push((&gpu.model, idx));
+                    idx
+                }
+            };
             let model = models[model_idx];
             let mut placed: Vec<(Placed, Option<&PodKey>)> = gpu
                 .instances

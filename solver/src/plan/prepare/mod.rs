@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::catalog::{Catalog, GpuModel, ProfileId};
 use crate::geometry::{Geometry, Placed};
-use crate::snapshot::{first_failure, Freeable, Node, NodeSelectorTerm, Pod, PodKey, Snapshot, Toleration};
+use crate::snapshot::{Freeable, Node, NodeKinds, NodeSelectorTerm, Pod, PodKey, Snapshot, Toleration};
 
 use super::{PlanError, PlanOptions, UnmetReason};
 
@@ -173,6 +173,8 @@ type EligibleNodes = Result<Arc<[usize]>, UnmetReason>;
 
 struct PendingContext<'c, 'a> {
     nodes: &'c [&'a Node],
+    kinds: &'c NodeKinds,
+    offers: &'c tables::Offers,
     key_index: &'c dyn Fn(&str) -> Option<usize>,
     cache: BTreeMap<ConstraintKey, EligibleNodes>,
 }
@@ -229,8 +231,22 @@ impl<'a> Problem<'a> {
 
         let mut layout = layout::layout(&node_order, &models, catalog);
         let mut notes = Vec::new();
+        let pods = snapshot.pending.iter().chain(&snapshot.expected);
+        let kinds = if policy.eviction_allowed {
+            NodeKinds::new(&node_order, pods.chain(&snapshot.running))
+        } else {
+            NodeKinds::new(&node_order, pods)
+        };
         let (running, freeable) = if policy.eviction_allowed {
-            evictable::evictable_pods(snapshot, &node_order, &models, &pid_to_key, &mut layout, &mut notes)
+            evictable::evictable_pods(
+                snapshot,
+                &node_order,
+                &kinds,
+                &models,
+                &pid_to_key,
+                &mut layout,
+                &mut notes,
+            )
         } else {
             (Vec::new(), vec![Freeable::default(); node_order.len()])
         };
@@ -255,7 +271,16 @@ impl<'a> Problem<'a> {
             placements_inferred: snapshot.placements_inferred,
             notes,
         };
-        let mut ctx = PendingContext { nodes: &node_order, key_index: &key_index, cache: BTreeMap::new() };
+        let node_models = problem.nodes.iter().map(|n| n.gpus.iter().map(|&g| problem.gpus[g].model));
+        let offers =
+            tables::Offers::new(node_models, &problem.key_to_pid, &problem.allowed, problem.profiles.len());
+        let mut ctx = PendingContext {
+            nodes: &node_order,
+            kinds: &kinds,
+            offers: &offers,
+            key_index: &key_index,
+            cache: BTreeMap::new(),
+        };
         problem.whole_floor = policy.min_whole_gpus.map_or(0, |min| min.min(problem.whole_gpus(None)));
         problem.add_pending(snapshot, &mut ctx);
         problem.add_gangs(snapshot);
@@ -338,7 +363,7 @@ impl<'a> Problem<'a> {
         // Pods from one template share constraints: work out eligibility once per template.
         let cache_key = ConstraintKey::of(pod, info.needs.slices.iter().map(|s| s.0).collect());
         if !ctx.cache.contains_key(&cache_key) {
-            let computed = self.eligible_nodes(pod, &info.needs, ctx.nodes);
+            let computed = self.eligible_nodes(pod, &info.needs, ctx);
             ctx.cache.insert(cache_key.clone(), computed);
         }
         // A pod that fits free slices already there is planned like any other: whether it takes
@@ -352,11 +377,13 @@ impl<'a> Problem<'a> {
 
     /// Nodes passing the pod's constraints, and those among them whose GPUs may offer (and are
     /// allowed to create) every requested profile, or why there are none.
-    fn eligible_nodes(&self, pod: &Pod, needs: &Needs, node_order: &[&Node]) -> EligibleNodes {
+    fn eligible_nodes(&self, pod: &Pod, needs: &Needs, ctx: &PendingContext) -> EligibleNodes {
+        let node_order = ctx.nodes;
         let mut excluded: BTreeMap<&'static str, (usize, String)> = BTreeMap::new();
         let mut passing = Vec::new();
-        for (n, node) in node_order.iter().enumerate() {
-            match first_failure(pod, node, self.freeable[n]) {
+        let failures = ctx.kinds.failures(pod, node_order, &self.freeable);
+        for (n, (node, failure)) in node_order.iter().zip(failures).enumerate() {
+            match failure {
                 None => passing.push(n),
                 Some(why) => {
                     let entry = excluded
@@ -371,12 +398,7 @@ impl<'a> Problem<'a> {
             let detail = exclusion_detail(node_order.len(), &excluded);
             return Err(UnmetReason::NoEligibleNode { detail });
         }
-        let offers = |n: usize, k: usize, allowed_only: bool| {
-            self.nodes[n].gpus.iter().any(|&g| {
-                let m = self.gpus[g].model;
-                self.key_to_pid[m][k].is_some_and(|pid| !allowed_only || self.allowed[m].contains(&pid))
-            })
-        };
+        let offers = |n: usize, k: usize, allowed_only: bool| ctx.offers.offers(n, k, allowed_only);
         let offering: Vec<usize> = passing
             .iter()
             .copied()

@@ -10,8 +10,14 @@ use crate::snapshot::{GpuMode, Node, Policy, Snapshot};
 /// The models of the snapshot's GPUs, in key order (find() never fails after validation).
 pub(super) fn models_of<'a>(nodes: &[&Node], catalog: &'a Catalog) -> Vec<&'a GpuModel> {
     let mut models: Vec<&GpuModel> = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
     for node in nodes {
         for gpu in &node.gpus {
+            // A cluster names a few models on many GPUs: each name is looked up once.
+            if seen.contains(&gpu.model.as_str()) {
+                continue;
+            }
+            seen.push(&gpu.model);
             let model = catalog.find(&gpu.model).expect("validated");
             if !models.iter().any(|m| m.key == model.key) {
                 models.push(model);
@@ -109,4 +115,57 @@ pub(super) fn headroom(policy: &Policy, keys: usize, key_index: &dyn Fn(&str) ->
         }
     }
     headroom
+}
+
+/// Per node and profile key, whether a GPU of the node offers the profile, and whether one
+/// may create it under the policy: checked for every template of pods against every node, so
+/// worked out once per model and node rather than once per GPU and template.
+pub(super) struct Offers {
+    keys: usize,
+    /// Per node, per key: [`Offers::ANY`] and [`Offers::ALLOWED`] bits.
+    bits: Vec<u8>,
+}
+
+impl Offers {
+    const ANY: u8 = 1;
+    const ALLOWED: u8 = 2;
+
+    /// `node_models`: per node, the model index of each of its GPUs.
+    pub(super) fn new<M: Iterator<Item = usize>>(
+        node_models: impl Iterator<Item = M>,
+        key_to_pid: &[Vec<Option<ProfileId>>],
+        allowed: &[Vec<ProfileId>],
+        keys: usize,
+    ) -> Offers {
+        let per_model: Vec<Vec<u8>> = key_to_pid
+            .iter()
+            .zip(allowed)
+            .map(|(pids, allowed)| {
+                pids.iter()
+                    .map(|pid| match pid {
+                        Some(pid) if allowed.contains(pid) => Self::ANY | Self::ALLOWED,
+                        Some(_) => Self::ANY,
+                        None => 0,
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut bits = Vec::new();
+        for models in node_models {
+            let at = bits.len();
+            bits.resize(at + keys, 0);
+            for m in models {
+                for (bit, model_bit) in bits[at..].iter_mut().zip(&per_model[m]) {
+                    *bit |= model_bit;
+                }
+            }
+        }
+        Offers { keys, bits }
+    }
+
+    /// Whether a GPU of node `n` offers profile key `k` (and, `allowed_only`, may create it).
+    pub(super) fn offers(&self, n: usize, k: usize, allowed_only: bool) -> bool {
+        let want = if allowed_only { Self::ALLOWED } else { Self::ANY };
+        self.bits[n * self.keys + k] & want != 0
+    }
 }
