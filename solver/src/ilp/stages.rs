@@ -1,15 +1,20 @@
 //! The lexicographic solve: the objective's levels grouped into stages, each stage optimised
 //! with what the previous ones achieved held as a constraint.
 //!
-//! The first stage starts from a point of its own: the best integer point that uses only the
-//! variables its LP relaxation uses, a small problem. When that point reaches the relaxation's
-//! bound it is optimal and no branch and bound runs; otherwise the MIP runs told its value, so
-//! that it only searches for better points (HiGHS prunes and fixes variables by reduced cost
-//! against it from the root on). On the 90%-busy benchmark this took the first stage from 0.76
-//! to 0.5 s. Later stages do not: the previous stage's answer is far from their optimum (free
-//! ranges 7,433 against 7,870 there), so its value as a cutoff gained nothing, and it made
-//! HiGHS pick another of the tied optima, one that placed 67 fewer pods on the pooled
-//! 1,000-GPU / 5,000-pod benchmark (BENCHMARKS.md).
+//! Each stage first tries a point of its own: the best integer point that gives GPUs only the
+//! entries (shapes) its LP relaxation gives some of them, or, after the first stage, the
+//! previous stage's answer does; pods may go to any node group. That is a small problem, and
+//! when its point reaches the relaxation's bound it is the stage's optimum and no branch and
+//! bound runs. On the 90%-busy benchmark the first stage ends there, 0.5-0.7 s -> 0.05 s
+//! (restricting the pods' placements to the relaxation's support as well, as stop 38 did, left
+//! it 2 GPUs changed short of the bound: the placements are where the program is most
+//! degenerate); the last stage's point is its optimum there too, but short of the relaxation's
+//! bound, so its MIP still runs to prove it. Otherwise the first stage's MIP runs told the point's value, so that
+//! it only searches for better points (HiGHS prunes and fixes variables by reduced cost
+//! against it from the root on). Later stages run their MIP without a cutoff: the previous
+//! stage's answer is far from their optimum (free ranges 7,433 against 7,870 there), so its
+//! value as a cutoff gained nothing, and it made HiGHS pick another of the tied optima, one
+//! that placed 67 fewer pods on the pooled 1,000-GPU / 5,000-pod benchmark (BENCHMARKS.md).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -45,6 +50,7 @@ pub(super) fn solve(model: &Model, deadline: Instant, notes: &mut Vec<String>) -
         return model.lp.maximise(&[], false, None, None, remaining(deadline)).ok().map(|s| s.values);
     }
     let mut lp: Lp = model.lp.clone();
+    let entries = entry_variables(model);
     let mut best: Option<Vec<f64>> = None;
     for stage in stages {
         let objective = stage_objective(model, &stage);
@@ -56,9 +62,8 @@ pub(super) fn solve(model: &Model, deadline: Instant, notes: &mut Vec<String>) -
             break;
         }
         let solved = match &best {
-            // Later stages start from the previous answer (microlp only; see the backend).
-            Some(previous) => lp.maximise(&objective, false, Some(previous), None, remaining(deadline)),
-            None => first_stage(&lp, &objective, deadline),
+            Some(previous) => later_stage(&lp, &objective, &entries, previous, deadline),
+            None => first_stage(&lp, &objective, &entries, deadline),
         };
         match solved {
             Ok(solved) => {
@@ -119,17 +124,26 @@ fn stage_objective(model: &Model, stage: &[usize]) -> Vec<(usize, f64)> {
     objective.into_iter().collect()
 }
 
+/// Per variable of the program: whether it counts the GPUs of a class given one entry.
+fn entry_variables(model: &Model) -> Vec<bool> {
+    let mut entries = vec![false; model.lp.vars.len()];
+    for &v in model.x.iter().flatten() {
+        entries[v] = true;
+    }
+    entries
+}
+
 /// The first stage's best point: the point on the relaxation's support when it reaches the
 /// relaxation's bound, else the MIP's answer if it beats that point.
-fn first_stage(lp: &Lp, objective: &[(usize, f64)], deadline: Instant) -> Result<Solved, SolveError> {
-    let relaxed = lp.maximise(objective, true, None, None, remaining(deadline)).ok().filter(|s| !s.timed_out);
-    let Some((relaxed, point)) =
-        relaxed.and_then(|r| on_support(lp, objective, &r.values, deadline).map(|p| (r, p)))
-    else {
+fn first_stage(
+    lp: &Lp,
+    objective: &[(usize, f64)],
+    entries: &[bool],
+    deadline: Instant,
+) -> Result<Solved, SolveError> {
+    let Some(Support { point, value, bound }) = on_support(lp, objective, entries, None, deadline) else {
         return lp.maximise(objective, false, None, None, remaining(deadline));
     };
-    let value = objective_value(objective, &point);
-    let bound = (objective_value(objective, &relaxed.values) + LP_BOUND_SLACK).floor();
     if value >= bound {
         return Ok(Solved { values: point, timed_out: false });
     }
@@ -143,18 +157,59 @@ fn first_stage(lp: &Lp, objective: &[(usize, f64)], deadline: Instant) -> Result
     }
 }
 
-/// The best integer point among those whose integer variables are 0 wherever the LP
-/// relaxation's are: a small problem that often holds a point at or near the optimum. It gets a
-/// quarter of the time left, so that the full MIP keeps the rest where it is not small.
-fn on_support(lp: &Lp, objective: &[(usize, f64)], relaxed: &[f64], deadline: Instant) -> Option<Vec<f64>> {
+/// A later stage's best point: the point on the relaxation's support (widened by the entries
+/// `previous` uses, so that it holds a point) when it reaches the relaxation's bound, else the
+/// MIP's answer (which starts from `previous` with microlp; see the backend).
+fn later_stage(
+    lp: &Lp,
+    objective: &[(usize, f64)],
+    entries: &[bool],
+    previous: &[f64],
+    deadline: Instant,
+) -> Result<Solved, SolveError> {
+    match on_support(lp, objective, entries, Some(previous), deadline) {
+        Some(Support { point, value, bound }) if value >= bound => {
+            Ok(Solved { values: point, timed_out: false })
+        }
+        _ => lp.maximise(objective, false, Some(previous), None, remaining(deadline)),
+    }
+}
+
+/// The best integer point on a relaxation's support, its value and the relaxation's bound.
+struct Support {
+    point: Vec<f64>,
+    value: f64,
+    /// The relaxation's value rounded down to an integer: no integer point is worth more.
+    bound: f64,
+}
+
+/// The best integer point among those that give GPUs only entries the LP relaxation gives
+/// some GPUs (or `also` does): a small problem that often holds a point at or near the
+/// optimum. It gets a quarter of the time left, so that the full MIP keeps the rest where it
+/// is not small.
+fn on_support(
+    lp: &Lp,
+    objective: &[(usize, f64)],
+    entries: &[bool],
+    also: Option<&[f64]>,
+    deadline: Instant,
+) -> Option<Support> {
+    let relaxed =
+        lp.maximise(objective, true, None, None, remaining(deadline)).ok().filter(|s| !s.timed_out)?;
+    let unused = |v: usize| relaxed.values[v].abs() < 1e-6 && also.is_none_or(|a| a[v].abs() < 1e-6);
     let mut restricted = lp.clone();
-    for (var, &x) in restricted.vars.iter_mut().zip(relaxed) {
-        if var.integer && var.lo == 0.0 && x.abs() < 1e-6 {
+    for (v, var) in restricted.vars.iter_mut().enumerate() {
+        if entries[v] && var.integer && var.lo == 0.0 && unused(v) {
             var.hi = 0.0;
         }
     }
     let solved = restricted.maximise(objective, false, None, None, remaining(deadline) / 4).ok()?;
-    (!solved.timed_out).then_some(solved.values)
+    if solved.timed_out {
+        return None;
+    }
+    let value = objective_value(objective, &solved.values);
+    let bound = (objective_value(objective, &relaxed.values) + LP_BOUND_SLACK).floor();
+    Some(Support { point: solved.values, value, bound })
 }
 
 #[cfg(test)]
@@ -181,7 +236,7 @@ mod tests {
     #[test]
     fn the_first_stage_reaches_the_optimum_from_the_relaxation_support() {
         let (lp, objective) = knapsack();
-        let solved = first_stage(&lp, &objective, later()).unwrap();
+        let solved = first_stage(&lp, &objective, &[true, true], later()).unwrap();
         assert_eq!(objective_value(&objective, &solved.values).round(), 20.0);
         assert!(!solved.timed_out);
     }
@@ -192,8 +247,46 @@ mod tests {
     fn a_support_point_at_the_relaxation_bound_is_the_answer() {
         let (lp, mut objective) = knapsack();
         objective[1].1 = 2.0;
-        let solved = first_stage(&lp, &objective, later()).unwrap();
+        let solved = first_stage(&lp, &objective, &[true, true], later()).unwrap();
         assert_eq!(solved.values.iter().map(|v| v.round()).collect::<Vec<_>>(), vec![4.0, 0.0]);
+    }
+
+    /// max 2a + p with 2a + 1.2p <= 3.2: the relaxation (a = 1.6, p = 0) is worth 3.2, so no
+    /// integer point beats 3, and (1, 1) is worth 3. Held to the relaxation's support, p stays
+    /// 0 and the point is worth 2; where p places pods rather than shaping GPUs it stays free
+    /// and the point reaches the bound, so no MIP runs.
+    #[test]
+    fn only_the_entries_are_held_to_the_relaxations_support() {
+        let mut lp = Lp::default();
+        let a = lp.var(0.0, 10.0, true);
+        let p = lp.var(0.0, 10.0, true);
+        lp.row(vec![(a, 2.0), (p, 1.2)], f64::NEG_INFINITY, 3.2);
+        let objective = [(a, 2.0), (p, 1.0)];
+        let held = on_support(&lp, &objective, &[true, true], None, later()).unwrap();
+        assert_eq!((held.value.round(), held.bound), (2.0, 3.0));
+        let free = on_support(&lp, &objective, &[true, false], None, later()).unwrap();
+        assert_eq!((free.value.round(), free.bound), (3.0, 3.0));
+    }
+
+    /// A later stage's support keeps the entries of the answer before it, so that it holds a
+    /// point: under the first stage's row a + 0.5c >= 0.75 the relaxation of max b takes
+    /// c = 1.5 and leaves a at 0, and no integer c alone meets the row.
+    #[test]
+    fn a_later_stage_support_keeps_the_entries_of_the_answer_before_it() {
+        let mut lp = Lp::default();
+        let a = lp.var(0.0, 1.0, true);
+        let c = lp.var(0.0, 1.5, true);
+        let b = lp.var(0.0, 10.0, true);
+        lp.row(vec![(a, 1.0), (c, 0.5)], 0.75, f64::INFINITY); // What the first stage achieved.
+        lp.row(vec![(a, 1.0), (b, 1.0)], f64::NEG_INFINITY, 1.0);
+        let objective = [(b, 1.0)];
+        let entries = [true, true, false];
+        assert!(on_support(&lp, &objective, &entries, None, later()).is_none());
+        let previous = [1.0, 0.0, 0.0];
+        let kept = on_support(&lp, &objective, &entries, Some(&previous), later()).unwrap();
+        assert_eq!(kept.point[a].round(), 1.0);
+        let solved = later_stage(&lp, &objective, &entries, &previous, later()).unwrap();
+        assert_eq!(solved.values[b].round(), 0.0);
     }
 
     /// The cutoff's sign: told the optimum, HiGHS finds nothing better; told less, it finds
