@@ -1,20 +1,19 @@
 //! The lexicographic solve: the objective's levels grouped into stages, each stage optimised
 //! with what the previous ones achieved held as a constraint.
 //!
-//! Each stage first tries a point of its own: the best integer point that gives GPUs only the
-//! entries (shapes) its LP relaxation gives some of them, or, after the first stage, the
-//! previous stage's answer does; pods may go to any node group. That is a small problem, and
-//! when its point reaches the relaxation's bound it is the stage's optimum and no branch and
-//! bound runs. On the 90%-busy benchmark the first stage ends there, 0.5-0.7 s -> 0.05 s
-//! (restricting the pods' placements to the relaxation's support as well, as stop 38 did, left
-//! it 2 GPUs changed short of the bound: the placements are where the program is most
-//! degenerate); the last stage's point is its optimum there too, but short of the relaxation's
-//! bound, so its MIP still runs to prove it. Otherwise the first stage's MIP runs told the point's value, so that
-//! it only searches for better points (HiGHS prunes and fixes variables by reduced cost
-//! against it from the root on). Later stages run their MIP without a cutoff: the previous
-//! stage's answer is far from their optimum (free ranges 7,433 against 7,870 there), so its
-//! value as a cutoff gained nothing, and it made HiGHS pick another of the tied optima, one
-//! that placed 67 fewer pods on the pooled 1,000-GPU / 5,000-pod benchmark (BENCHMARKS.md).
+//! The first stage starts from a point of its own: the best integer point that gives GPUs only
+//! the entries (shapes) its LP relaxation gives some of them, pods free to go to any node
+//! group. That is a small problem, and when its point reaches the relaxation's bound it is
+//! optimal and no branch and bound runs; otherwise the MIP runs told its value, so that it only
+//! searches for better points (HiGHS prunes and fixes variables by reduced cost against it from
+//! the root on). On the 90%-busy benchmark the point took the first stage from 0.76 to 0.5 s
+//! when the pods' placements were held to the support too (stop 38), 2 GPUs changed short of
+//! the bound; with them free it reaches the bound, and the stage takes 0.05 s (the placements
+//! are where the program is most degenerate). Later stages do not start from a point: the
+//! previous stage's answer is far from their optimum (free ranges 7,433 against 7,870 there),
+//! so its value as a cutoff gained nothing, and it made HiGHS pick another of the tied optima,
+//! one that placed 67 fewer pods on the pooled 1,000-GPU / 5,000-pod benchmark; a point on
+//! their own support reached their bound too seldom to pay for itself (BENCHMARKS.md).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -62,7 +61,8 @@ pub(super) fn solve(model: &Model, deadline: Instant, notes: &mut Vec<String>) -
             break;
         }
         let solved = match &best {
-            Some(previous) => later_stage(&lp, &objective, &entries, previous, deadline),
+            // Later stages start from the previous answer (microlp only; see the backend).
+            Some(previous) => lp.maximise(&objective, false, Some(previous), None, remaining(deadline)),
             None => first_stage(&lp, &objective, &entries, deadline),
         };
         match solved {
@@ -141,7 +141,7 @@ fn first_stage(
     entries: &[bool],
     deadline: Instant,
 ) -> Result<Solved, SolveError> {
-    let Some(Support { point, value, bound }) = on_support(lp, objective, entries, None, deadline) else {
+    let Some(Support { point, value, bound }) = on_support(lp, objective, entries, deadline) else {
         return lp.maximise(objective, false, None, None, remaining(deadline));
     };
     if value >= bound {
@@ -157,24 +157,6 @@ fn first_stage(
     }
 }
 
-/// A later stage's best point: the point on the relaxation's support (widened by the entries
-/// `previous` uses, so that it holds a point) when it reaches the relaxation's bound, else the
-/// MIP's answer (which starts from `previous` with microlp; see the backend).
-fn later_stage(
-    lp: &Lp,
-    objective: &[(usize, f64)],
-    entries: &[bool],
-    previous: &[f64],
-    deadline: Instant,
-) -> Result<Solved, SolveError> {
-    match on_support(lp, objective, entries, Some(previous), deadline) {
-        Some(Support { point, value, bound }) if value >= bound => {
-            Ok(Solved { values: point, timed_out: false })
-        }
-        _ => lp.maximise(objective, false, Some(previous), None, remaining(deadline)),
-    }
-}
-
 /// The best integer point on a relaxation's support, its value and the relaxation's bound.
 struct Support {
     point: Vec<f64>,
@@ -184,19 +166,12 @@ struct Support {
 }
 
 /// The best integer point among those that give GPUs only entries the LP relaxation gives
-/// some GPUs (or `also` does): a small problem that often holds a point at or near the
-/// optimum. It gets a quarter of the time left, so that the full MIP keeps the rest where it
-/// is not small.
-fn on_support(
-    lp: &Lp,
-    objective: &[(usize, f64)],
-    entries: &[bool],
-    also: Option<&[f64]>,
-    deadline: Instant,
-) -> Option<Support> {
+/// some GPUs: a small problem that often holds a point at or near the optimum. It gets a
+/// quarter of the time left, so that the full MIP keeps the rest where it is not small.
+fn on_support(lp: &Lp, objective: &[(usize, f64)], entries: &[bool], deadline: Instant) -> Option<Support> {
     let relaxed =
         lp.maximise(objective, true, None, None, remaining(deadline)).ok().filter(|s| !s.timed_out)?;
-    let unused = |v: usize| relaxed.values[v].abs() < 1e-6 && also.is_none_or(|a| a[v].abs() < 1e-6);
+    let unused = |v: usize| relaxed.values[v].abs() < 1e-6;
     let mut restricted = lp.clone();
     for (v, var) in restricted.vars.iter_mut().enumerate() {
         if entries[v] && var.integer && var.lo == 0.0 && unused(v) {
@@ -262,31 +237,10 @@ mod tests {
         let p = lp.var(0.0, 10.0, true);
         lp.row(vec![(a, 2.0), (p, 1.2)], f64::NEG_INFINITY, 3.2);
         let objective = [(a, 2.0), (p, 1.0)];
-        let held = on_support(&lp, &objective, &[true, true], None, later()).unwrap();
+        let held = on_support(&lp, &objective, &[true, true], later()).unwrap();
         assert_eq!((held.value.round(), held.bound), (2.0, 3.0));
-        let free = on_support(&lp, &objective, &[true, false], None, later()).unwrap();
+        let free = on_support(&lp, &objective, &[true, false], later()).unwrap();
         assert_eq!((free.value.round(), free.bound), (3.0, 3.0));
-    }
-
-    /// A later stage's support keeps the entries of the answer before it, so that it holds a
-    /// point: under the first stage's row a + 0.5c >= 0.75 the relaxation of max b takes
-    /// c = 1.5 and leaves a at 0, and no integer c alone meets the row.
-    #[test]
-    fn a_later_stage_support_keeps_the_entries_of_the_answer_before_it() {
-        let mut lp = Lp::default();
-        let a = lp.var(0.0, 1.0, true);
-        let c = lp.var(0.0, 1.5, true);
-        let b = lp.var(0.0, 10.0, true);
-        lp.row(vec![(a, 1.0), (c, 0.5)], 0.75, f64::INFINITY); // What the first stage achieved.
-        lp.row(vec![(a, 1.0), (b, 1.0)], f64::NEG_INFINITY, 1.0);
-        let objective = [(b, 1.0)];
-        let entries = [true, true, false];
-        assert!(on_support(&lp, &objective, &entries, None, later()).is_none());
-        let previous = [1.0, 0.0, 0.0];
-        let kept = on_support(&lp, &objective, &entries, Some(&previous), later()).unwrap();
-        assert_eq!(kept.point[a].round(), 1.0);
-        let solved = later_stage(&lp, &objective, &entries, &previous, later()).unwrap();
-        assert_eq!(solved.values[b].round(), 0.0);
     }
 
     /// The cutoff's sign: told the optimum, HiGHS finds nothing better; told less, it finds

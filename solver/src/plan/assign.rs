@@ -57,11 +57,11 @@ pub(crate) fn assign(
     hints: Option<&Hints>,
 ) -> Assignment {
     let keys = problem.profiles.len();
-    let mut used: Vec<Vec<bool>> = targets.iter().map(|t| vec![false; t.len()]).collect();
+    let mut used: Vec<Vec<bool>> =
+        targets.iter().enumerate().map(|(g, target)| held_in_target(problem, g, target, evicted)).collect();
     let mut free: Vec<Vec<FreeSlice>> = Vec::with_capacity(targets.len());
     for (g, target) in targets.iter().enumerate() {
         let gpu = &problem.gpus[g];
-        used[g] = held_in_target(problem, g, target, evicted);
         let mut slices: Vec<FreeSlice> = target
             .instances()
             .iter()
