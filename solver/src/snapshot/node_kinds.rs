@@ -18,6 +18,9 @@ pub(crate) struct NodeKinds {
     kind_of: Vec<usize>,
     /// Per kind: its first node.
     first: Vec<usize>,
+    /// The labels the kinds tell apart, and whether they tell node names apart.
+    keys: BTreeSet<String>,
+    by_name: bool,
 }
 
 impl NodeKinds {
@@ -47,22 +50,38 @@ impl NodeKinds {
                 })
             })
             .collect();
-        NodeKinds { kind_of, first }
+        let keys = keys.into_iter().map(str::to_string).collect();
+        NodeKinds { kind_of, first, keys, by_name }
+    }
+
+    /// Whether the kinds tell apart everything `pod`'s rules read (true of every pod given to
+    /// [`Self::new`]).
+    fn covers(&self, pod: &Pod) -> bool {
+        pod.node_selector.keys().all(|k| self.keys.contains(k))
+            && pod.affinity.iter().all(|term| {
+                term.match_expressions.iter().all(|r| self.keys.contains(&r.key))
+                    && (self.by_name || term.match_fields.is_empty())
+            })
     }
 
     /// The first rule that keeps `pod` off each node of `nodes` (those given to [`Self::new`],
     /// in order), as `feasibility::first_failure` finds it, the rules that read no resources
-    /// checked once per kind.
+    /// checked once per kind. A pod reading a label the kinds do not tell apart (one not given
+    /// to [`Self::new`]) has every node checked on its own.
     pub(crate) fn failures<'s, 'a: 's>(
         &'s self,
         pod: &'a Pod,
         nodes: &'s [&'a Node],
         freeable: &'s [Freeable],
     ) -> impl Iterator<Item = Option<Failure<'a>>> + 's {
+        let by_kind = self.covers(pod);
         let mut rules: Vec<Option<Option<Failure<'a>>>> = vec![None; self.first.len()];
         nodes.iter().enumerate().map(move |(n, node)| {
             let kind = self.kind_of[n];
-            let rule = *rules[kind].get_or_insert_with(|| rule_failure(pod, nodes[self.first[kind]]));
+            let rule = match by_kind {
+                true => *rules[kind].get_or_insert_with(|| rule_failure(pod, nodes[self.first[kind]])),
+                false => rule_failure(pod, node),
+            };
             rule.or_else(|| resource_failure(pod, node, freeable[n]))
         })
     }
@@ -158,6 +177,23 @@ mod tests {
         let kinds = NodeKinds::new(&nodes, [&on_a]);
         assert_eq!(kinds.count(), 2);
         assert_eq!(failures(&kinds, &on_a, &nodes), vec![None, Some(Ineligible::Affinity)]);
+    }
+
+    /// A pod the kinds were not made for, reading a label they do not tell apart, is still
+    /// answered node by node.
+    #[test]
+    fn a_pod_reading_other_labels_is_checked_node_by_node() {
+        let a = node("a", &[("pool", "a100"), ("rack", "1")], 4000);
+        let b = node("b", &[("pool", "a100"), ("rack", "2")], 4000);
+        let nodes = [&a, &b];
+        let kinds = NodeKinds::new(&nodes, [&pod_on_pool("a100", 0)]);
+        assert_eq!(kinds.count(), 1);
+        let on_rack =
+            Pod { node_selector: BTreeMap::from([("rack".into(), "2".into())]), ..pod_on_pool("a100", 0) };
+        assert_eq!(
+            failures(&kinds, &on_rack, &nodes),
+            vec![Some(Ineligible::NodeSelector { key: "rack".into(), value: "2".into() }), None]
+        );
     }
 
     fn arb_node(i: usize) -> impl Strategy<Value = Node> {
