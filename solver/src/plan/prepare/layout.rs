@@ -3,10 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::catalog::{Catalog, GpuModel};
+use crate::catalog::GpuModel;
 use crate::geometry::{Geometry, Placed};
 use crate::snapshot::{Node, PodKey};
 
+use super::tables::ModelNames;
 use super::{GpuInfo, NodeInfo, User};
 
 pub(super) struct Layout<'a> {
@@ -16,28 +17,15 @@ pub(super) struct Layout<'a> {
     pub pod_gpus: BTreeMap<&'a PodKey, BTreeSet<usize>>,
 }
 
-pub(super) fn layout<'a>(node_order: &[&'a Node], models: &[&GpuModel], catalog: &Catalog) -> Layout<'a> {
+pub(super) fn layout<'a>(node_order: &[&'a Node], models: &[&GpuModel], names: &ModelNames) -> Layout<'a> {
     let mut out =
         Layout { nodes: Vec::with_capacity(node_order.len()), gpus: Vec::new(), pod_gpus: BTreeMap::new() };
-    let mut seen: Vec<(&str, usize)> = Vec::new();
     for (n, node) in node_order.iter().enumerate() {
         let mut order: Vec<_> = node.gpus.iter().collect();
         order.sort_by_key(|g| g.index);
         let mut ids = Vec::new();
         for gpu in order {
-            // A cluster names a few models on many GPUs: each name is looked up once.
-            let model_idx = match seen.iter().find(|(name, _)| *name == gpu.model) {
-                Some(&(_, idx)) => idx,
-                None => {
-                    let key = &catalog
-                        .find(&gpu.model)
-                        .expect("validated snapshot: every GPU model is in the catalog")
-                        .key;
-                    let idx = models.iter().position(|m| m.key == *key).expect("models_of lists every model");
-                    seen.push((&gpu.model, idx));
-                    idx
-                }
-            };
+            let model_idx = names.index(&gpu.model);
             let model = models[model_idx];
             let mut placed: Vec<(Placed, Option<&PodKey>)> = gpu
                 .instances

@@ -219,7 +219,7 @@ impl<'a> Problem<'a> {
         let mut node_order: Vec<&Node> = snapshot.nodes.iter().collect();
         node_order.sort_by(|a, b| a.name.cmp(&b.name));
 
-        let models = tables::models_of(&node_order, catalog);
+        let (models, model_names) = tables::models_of(&node_order, catalog);
         let lookup = models.clone();
         let canonical = move |name: &str| tables::canonical_name(&lookup, name);
         let profiles = tables::profile_keys(snapshot, &policy, &node_order, &canonical);
@@ -229,14 +229,12 @@ impl<'a> Problem<'a> {
         let allowed = tables::allowed_profiles(&models, &policy);
         let headroom = tables::headroom(&policy, profiles.len(), &key_index);
 
-        let mut layout = layout::layout(&node_order, &models, catalog);
+        let mut layout = layout::layout(&node_order, &models, &model_names);
         let mut notes = Vec::new();
-        let pods = snapshot.pending.iter().chain(&snapshot.expected);
-        let kinds = if policy.eviction_allowed {
-            NodeKinds::new(&node_order, pods.chain(&snapshot.running))
-        } else {
-            NodeKinds::new(&node_order, pods)
-        };
+        // Running pods are checked for where they could land only when they may be evicted.
+        let evictable: &[Pod] = if policy.eviction_allowed { &snapshot.running } else { &[] };
+        let pods = snapshot.pending.iter().chain(&snapshot.expected).chain(evictable);
+        let kinds = NodeKinds::new(&node_order, pods);
         let (running, freeable) = if policy.eviction_allowed {
             evictable::evictable_pods(
                 snapshot,

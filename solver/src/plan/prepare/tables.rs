@@ -7,25 +7,39 @@ use std::collections::BTreeSet;
 use crate::catalog::{Catalog, GpuModel, ProfileId};
 use crate::snapshot::{GpuMode, Node, Policy, Snapshot};
 
-/// The models of the snapshot's GPUs, in key order (find() never fails after validation).
-pub(super) fn models_of<'a>(nodes: &[&Node], catalog: &'a Catalog) -> Vec<&'a GpuModel> {
+/// The models of the snapshot's GPUs, in key order (find() never fails after validation), and
+/// the index of each GPU model name the snapshot uses. A cluster names a few models on many
+/// GPUs: each name is looked up in the catalog once.
+pub(super) fn models_of<'a, 'n>(
+    nodes: &[&'n Node],
+    catalog: &'a Catalog,
+) -> (Vec<&'a GpuModel>, ModelNames<'n>) {
+    let mut names: Vec<(&str, &GpuModel)> = Vec::new();
+    for gpu in nodes.iter().flat_map(|n| &n.gpus) {
+        if !names.iter().any(|(name, _)| *name == gpu.model) {
+            names.push((&gpu.model, catalog.find(&gpu.model).expect("validated")));
+        }
+    }
     let mut models: Vec<&GpuModel> = Vec::new();
-    let mut seen: Vec<&str> = Vec::new();
-    for node in nodes {
-        for gpu in &node.gpus {
-            // A cluster names a few models on many GPUs: each name is looked up once.
-            if seen.contains(&gpu.model.as_str()) {
-                continue;
-            }
-            seen.push(&gpu.model);
-            let model = catalog.find(&gpu.model).expect("validated");
-            if !models.iter().any(|m| m.key == model.key) {
-                models.push(model);
-            }
+    for (_, model) in &names {
+        if !models.iter().any(|m| m.key == model.key) {
+            models.push(model);
         }
     }
     models.sort_by(|a, b| a.key.cmp(&b.key));
-    models
+    let index = |model: &GpuModel| models.iter().position(|m| m.key == model.key).expect("listed above");
+    let names = names.iter().map(|&(name, model)| (name, index(model))).collect();
+    (models, ModelNames(names))
+}
+
+/// Each GPU model name of the snapshot, with the index of its model in [`models_of`]'s list.
+pub(super) struct ModelNames<'n>(Vec<(&'n str, usize)>);
+
+impl ModelNames<'_> {
+    /// The index of the model a GPU names (every name of the snapshot is there).
+    pub(super) fn index(&self, name: &str) -> usize {
+        self.0.iter().find(|(n, _)| *n == name).map(|&(_, i)| i).expect("models_of saw every GPU")
+    }
 }
 
 /// A profile's canonical name: the first model that knows it names it.
