@@ -249,8 +249,14 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     let mut summaries: Vec<Summary> = Vec::new();
     let started = Instant::now();
     for kind in &kinds {
-        let mut strategy =
-            build_strategy(*kind, &catalog, &cluster, &workload, args.plan_time_limit_ms, forecast)?;
+        let mut strategy = build_strategy(
+            *kind,
+            &catalog,
+            &cluster,
+            &workload,
+            args.plan_time_limit_ms,
+            (forecast, timings.stabilisation),
+        )?;
         let one = Instant::now();
         let summary = Engine::new(&cluster, &workload, timings, strategy.as_mut())
             .run()
@@ -349,7 +355,7 @@ fn build_strategy(
     cluster: &Cluster,
     workload: &Workload,
     time_limit_ms: u64,
-    forecast: Millis,
+    (forecast, stabilisation): (Millis, Millis),
 ) -> Result<Box<dyn Strategy>, Failure> {
     Ok(match kind {
         StrategyKind::WholeGpu => Box::new(WholeGpu),
@@ -368,7 +374,8 @@ fn build_strategy(
         }
         _ => Box::new(
             PlannerStrategy::new(kind, catalog, cluster, workload, time_limit_ms, forecast)
-                .map_err(|e| bad(anyhow!("--strategy {kind}: {e}")))?,
+                .map_err(|e| bad(anyhow!("--strategy {kind}: {e}")))?
+                .with_stabilisation(stabilisation),
         ),
     })
 }

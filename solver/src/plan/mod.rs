@@ -9,6 +9,7 @@ pub(crate) mod prepare;
 pub(crate) mod realize;
 mod render;
 pub mod slots;
+mod window;
 
 use std::time::Duration;
 

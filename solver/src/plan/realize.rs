@@ -79,20 +79,29 @@ pub(crate) fn score<'p, 'a>(
             }
         }
     }
+    (objective.headroom, objective.free_ranges) = spare_levels(problem, &decision.targets, &assignment);
+    Scored { problem, decision, assignment, limit_hit, objective }
+}
+
+/// The objective's last two levels, headroom and free ranges, of `targets` with the instances
+/// `assignment` gives pods (an instance it does not know of, on a GPU shaped after it was made,
+/// is free).
+fn spare_levels(problem: &Problem, targets: &[Geometry], assignment: &Assignment) -> (u32, u64) {
+    let used = |g: usize, i: usize| assignment.used[g].get(i).copied().unwrap_or(false);
     let mut spare = vec![0u32; problem.profiles.len()];
-    for (g, target) in decision.targets.iter().enumerate() {
+    let mut free_ranges = 0;
+    for (g, target) in targets.iter().enumerate() {
         let model = problem.model_of(g);
-        objective.free_ranges += u64::from(target.free_ranges(model, |i| !assignment.used[g][i]));
+        free_ranges += u64::from(target.free_ranges(model, |i| !used(g, i)));
         for (i, p) in target.instances().iter().enumerate() {
-            if !assignment.used[g][i] {
+            if !used(g, i) {
                 if let Some(k) = problem.key_of(g, p) {
                     spare[k] += 1;
                 }
             }
         }
     }
-    objective.headroom = spare.iter().zip(&problem.headroom).map(|(s, h)| (*s).min(*h)).sum();
-    Scored { problem, decision, assignment, limit_hit, objective }
+    (spare.iter().zip(&problem.headroom).map(|(s, h)| (*s).min(*h)).sum(), free_ranges)
 }
 
 impl Scored<'_, '_> {
@@ -104,7 +113,14 @@ impl Scored<'_, '_> {
         started: Instant,
         mut notes: Vec<String>,
     ) -> Plan {
-        let Scored { problem, decision, assignment, limit_hit, objective } = self;
+        let Scored { problem, mut decision, assignment, limit_hit, mut objective } = self;
+        let shaped = super::window::shape_empty_gpus(problem, &mut decision.targets);
+        if !shaped.is_empty() {
+            objective.gpus_changed += shaped.len() as u32;
+            (objective.headroom, objective.free_ranges) =
+                spare_levels(problem, &decision.targets, &assignment);
+            notes.push(shaped_note(problem, &shaped));
+        }
         let names = |g: usize, geometry: &[Placed]| -> Vec<PlacedName> {
             let model = problem.model_of(g);
             geometry
@@ -180,6 +196,18 @@ impl Scored<'_, '_> {
             gangs: Vec::new(),
         }
     }
+}
+
+/// Says which empty GPUs the plan shaped because their nodes change (see `window`).
+fn shaped_note(problem: &Problem, shaped: &[usize]) -> String {
+    let nodes: BTreeSet<&str> = shaped.iter().map(|&g| problem.nodes[problem.gpus[g].node].name).collect();
+    format!(
+        "{} empty GPU(s) on {} node(s) this plan changes get the geometry of the node's changed GPUs of their model: \
+         stabilisationSeconds={} keeps those nodes as planned, and an empty GPU serves no pod until then",
+        shaped.len(),
+        nodes.len(),
+        problem.stabilisation_seconds
+    )
 }
 
 /// Whether a pod's slices are all instances that exist now (the scheduler can place it before

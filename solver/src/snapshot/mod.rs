@@ -254,6 +254,15 @@ pub struct Policy {
     /// are made whatever this says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_whole_gpus: Option<u32>,
+    /// Seconds a node this plan changes stays as planned (`MigPolicy.spec.stabilisationSeconds`).
+    /// Above 0, the plan also shapes the empty GPUs of the nodes it changes, which no pod could
+    /// use until the window ends (see [`crate::plan`]'s `window`). 0: they stay empty.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stabilisation_seconds: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// A GPU's mode: partitioned into MIG instances, or whole (MIG off, `nvidia.com/gpu`).

@@ -1,5 +1,5 @@
-//! The planner: scenarios with known answers, expected pods, properties of every plan, and the
-//! exact optimiser it is checked against.
+//! The planner: scenarios with known answers, expected pods, properties of every plan, the
+//! stabilisation window's empty GPUs, and the exact optimiser it is checked against.
 
 mod expected;
 mod gangs;
@@ -8,3 +8,4 @@ mod properties;
 mod scenarios;
 mod support;
 mod whole;
+mod window;

@@ -122,6 +122,7 @@ pub fn mig_policy(policy: &MigPolicy, whole_selector: bool) -> Result<PolicyObje
         })
         .collect();
     out.policy.min_whole_gpus = spec.min_whole_gpus;
+    out.policy.stabilisation_seconds = spec.stabilisation_seconds;
     let limit = spec.solver.time_limit_ms;
     out.policy.time_limit_ms = (limit > 0).then_some(u64::from(limit));
     Ok(out)
@@ -142,9 +143,10 @@ mod tests {
         let p = policy(
             serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "mig"}}, "allowedProfiles": ["1g.10gb"],
             "headroom": {"1g.10gb": 2}, "disruption": {"evictionAllowed": true, "maxNodesReconfiguring": 1},
-            "solver": {"timeLimitMs": 2000, "maxNodesChanged": 1}}),
+            "solver": {"timeLimitMs": 2000, "maxNodesChanged": 1}, "stabilisationSeconds": 120}),
         );
         let p = mig_policy(&p, true).unwrap();
+        assert_eq!(p.policy.stabilisation_seconds, 120);
         assert_eq!(p.node_selector["pool"], "mig");
         assert!(p.policy.eviction_allowed);
         assert_eq!(p.policy.max_nodes_changed, Some(1));
@@ -159,6 +161,8 @@ mod tests {
         );
         let e = mig_policy(&p, true).unwrap_err().to_string();
         assert!(e.contains("MigPolicy p") && e.contains("spec.nodeSelector.matchExpressions"), "{e}");
-        assert!(mig_policy(&p, false).unwrap().node_selector.is_empty());
+        let read = mig_policy(&p, false).unwrap();
+        assert!(read.node_selector.is_empty());
+        assert_eq!(read.policy.stabilisation_seconds, 600, "the policy's default window reaches the planner");
     }
 }

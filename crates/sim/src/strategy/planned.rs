@@ -35,6 +35,9 @@ pub struct PlannerStrategy {
     profile_keys: HashMap<String, ProfileKey>,
     /// Forecast window in milliseconds (0: plan for pending pods only; always 0 for greedy).
     forecast_window: Millis,
+    /// The stabilisation window the plans are made under (0: none; always 0 for greedy), which
+    /// lets the planner shape the empty GPUs of the nodes it changes.
+    stabilisation: Millis,
     /// `(arrival, pod index)`, sorted.
     arrivals: Vec<(Millis, usize)>,
 }
@@ -70,6 +73,7 @@ impl PlannerStrategy {
             profile_keys: workload.profiles.iter().enumerate().map(|(i, p)| (p.clone(), i)).collect(),
             // The greedy baseline plans for pending pods only, as the tools it stands for do.
             forecast_window: if kind == StrategyKind::Greedy { 0 } else { forecast_window },
+            stabilisation: 0,
             arrivals: {
                 let mut a: Vec<(Millis, usize)> =
                     workload.pods.iter().enumerate().map(|(i, p)| (p.arrival, i)).collect();
@@ -77,6 +81,16 @@ impl PlannerStrategy {
                 a
             },
         })
+    }
+
+    /// Plans under a stabilisation window of `window` (the engine's), as a MigPolicy's
+    /// `stabilisationSeconds` tells the planner. Not for the greedy baseline: the tools it stands
+    /// for leave the GPUs no pending pod needs as they are.
+    pub fn with_stabilisation(mut self, window: Millis) -> Self {
+        if self.kind != StrategyKind::Greedy {
+            self.stabilisation = window;
+        }
+        self
     }
 
     fn pod(&self, pod: &SimPod, node: Option<usize>) -> Pod {
@@ -165,6 +179,7 @@ impl PlannerStrategy {
             policy: Some(Policy {
                 eviction_allowed: self.kind == StrategyKind::GeometerEvict,
                 time_limit_ms: Some(self.time_limit.as_millis() as u64),
+                stabilisation_seconds: u32::try_from(self.stabilisation.div_ceil(1000)).unwrap_or(u32::MAX),
                 ..Policy::default()
             }),
             placements_inferred: false,

@@ -137,6 +137,8 @@ pub(crate) struct Problem<'a> {
     /// Whole GPUs the plan must keep: the policy's minimum, or as many as there are now where
     /// that is fewer (turning GPUs whole for pending demand is never forced).
     pub whole_floor: u32,
+    /// Seconds a changed node stays as planned; above 0 its empty GPUs are shaped too.
+    pub stabilisation_seconds: u32,
     /// When planning must stop: the time limit after the problem was read. Geometry searches
     /// stop there too.
     pub deadline: Instant,
@@ -265,6 +267,7 @@ impl<'a> Problem<'a> {
             max_gpus_changed: policy.max_gpus_changed,
             max_nodes_changed: policy.max_nodes_changed,
             whole_floor: 0,
+            stabilisation_seconds: policy.stabilisation_seconds,
             deadline: Instant::now() + time_limit,
             placements_inferred: snapshot.placements_inferred,
             notes,
