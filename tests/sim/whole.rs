@@ -277,3 +277,33 @@ fn an_unknown_whole_gpus_value_exits_2_naming_it() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("mig-off") && stderr.contains("full-profile"), "{stderr}");
 }
+
+/// One training pod, then two more 200 s later, on one H100 node of four GPUs in MIG mode with no
+/// instance, under a 600 s stabilisation window.
+const LATE_TRAINING: &str = "name,arrival_s,duration_s,mig,num_gpu\n\
+    train-0,0,5000,,1\n\
+    train-1,200,5000,,1\n\
+    train-2,200,5000,,1\n";
+
+#[test]
+fn under_a_window_the_node_turned_whole_for_one_pod_is_ready_for_the_next() {
+    let c = cluster("1xH100-80GB:4");
+    let w = workload(LATE_TRAINING, &c, WholeGpus::Whole);
+    let timings = Timings { stabilisation: 600_000, ..Timings::default() };
+    let run_with = |kind: StrategyKind| {
+        let mut strategy = PlannerStrategy::new(kind, Catalog::builtin(), &c, &w, 5_000, 0)
+            .unwrap()
+            .with_stabilisation(timings.stabilisation);
+        Engine::new(&c, &w, timings, &mut strategy).run().unwrap()
+    };
+    for kind in [StrategyKind::Geometer, StrategyKind::GeometerEvict] {
+        let s = run_with(kind);
+        // The first plan turns the node's three other GPUs whole as well: the later pods start on
+        // arrival instead of waiting for the window to end.
+        assert_eq!(first_start(&s, &w, "train-1"), Some(200_000), "{kind}");
+        assert_eq!(first_start(&s, &w, "train-2"), Some(200_000), "{kind}");
+    }
+    // The greedy baseline leaves the other GPUs empty: its later pods wait for the window.
+    let s = run_with(StrategyKind::Greedy);
+    assert!(first_start(&s, &w, "train-1").unwrap() >= 600_000, "{:?}", first_start(&s, &w, "train-1"));
+}

@@ -117,8 +117,8 @@ pub struct MigPolicySpec {
     /// A node changed by a plan is not planned or changed again within this many seconds (none
     /// of its GPUs, changed or not), so that plans do not undo each other while demand flaps.
     /// Above 0, a plan also gives the GPUs of a node it changes that are in MIG mode with no
-    /// instance the geometry it gives most of that node's changed GPUs of their model: they
-    /// would serve no pod until the window ends.
+    /// instance the geometry it gives most of that node's changed GPUs of their model (slices
+    /// only where the GPU could not turn whole): they would serve no pod until the window ends.
     #[serde(default = "default_stabilisation_seconds")]
     pub stabilisation_seconds: u32,
 

@@ -1,7 +1,9 @@
 //! Nodes a plan changes stay as planned for the policy's stabilisation window
 //! (`stabilisationSeconds`): no plan may touch any of their GPUs until it ends. A GPU such a
 //! node keeps in MIG mode with no instance serves no pod all that time, so the plan shapes it
-//! too: it gets the geometry the plan gives most of the node's changed GPUs of its model.
+//! too: it gets the geometry the plan gives most of the node's changed GPUs of its model, unless
+//! that is slices and the GPU could still turn whole (a Hopper), as `ilp::tiebreak` keeps such
+//! GPUs for whole-GPU pods.
 //!
 //! The objective never asks for this: its "GPUs changed" level keeps every GPU the pods do not
 //! need as it is, which is right when the next plan may change it. Under a window it left, on
@@ -74,13 +76,16 @@ fn most_given(shapes: &[(usize, Geometry, u32)], model: usize) -> Option<&Geomet
     best.map(|(shape, _)| shape)
 }
 
-/// Whether the policy lets `gpu` take `shape`: each profile allowed, and a whole GPU only where
-/// it may be made one without a reset. (The shape came from a GPU of the same model, but that
-/// GPU may have kept an instance of a profile the policy no longer allows.)
+/// Whether `gpu` may take `shape`: a whole GPU only where it may be made one without a reset;
+/// slices only on a GPU that could not take a whole-GPU pod anyway (an Ampere), since a Hopper
+/// left empty can still turn whole for one, and slices on it, once a pod holds one, keep it
+/// from doing so for as long as that pod runs; and each profile allowed by the policy (the
+/// shape came from a GPU of the same model, which may have kept an instance of a profile the
+/// policy no longer allows).
 fn allowed_on(problem: &Problem, gpu: usize, shape: &Geometry) -> bool {
     let model = problem.model_of(gpu);
-    if shape.is_whole(model) {
-        return problem.can_be_whole(gpu);
+    if shape.is_whole(model) || problem.can_be_whole(gpu) {
+        return shape.is_whole(model) && problem.can_be_whole(gpu);
     }
     let allowed = &problem.allowed[problem.gpus[gpu].model];
     shape.instances().iter().all(|p| allowed.contains(&p.profile))
@@ -161,6 +166,15 @@ mod tests {
             let shaped = shape_empty_gpus(&problem, &mut targets);
             assert_eq!(shaped.len(), expected, "window {window}, maxGpusChanged {max:?}");
         }
+    }
+
+    #[test]
+    fn a_hopper_that_could_turn_whole_gets_no_slices() {
+        let catalog = Catalog::builtin();
+        let s = snapshot(vec![node("h100", "H100-80GB", 4)], 600, None);
+        let problem = Problem::new(&s, catalog, &PlanOptions::default()).expect("problem");
+        let mut targets = first_gpus_become(&problem, &["4g.40gb", "3g.40gb"]);
+        assert!(shape_empty_gpus(&problem, &mut targets).is_empty(), "they stay free to turn whole");
     }
 
     #[test]
