@@ -7,10 +7,11 @@
 //!
 //! The objective never asks for this: its "GPUs changed" level keeps every GPU the pods do not
 //! need as it is, which is right when the next plan may change it. Under a window it left, on
-//! the simulator's replays, H100s empty beside the ones turned whole for whole-GPU pods, and the
-//! next whole-GPU pods waited ten minutes for the node (BENCHMARKS.md, "Stop 42"). Only GPUs with
-//! no instance are shaped: no pod loses anything, the node is reconfiguring anyway, and an
-//! instance left free can be changed again without an eviction once the window ends.
+//! the simulator's replays, H100s empty beside the ones turned whole for whole-GPU pods, and
+//! the next whole-GPU pods waited up to nine minutes for the node (BENCHMARKS.md, "Stop 42").
+//! Only GPUs with no instance are shaped: no pod loses anything, the node is reconfiguring
+//! anyway, and an instance left free can be changed again without an eviction once the window
+//! ends.
 
 use crate::geometry::Geometry;
 
