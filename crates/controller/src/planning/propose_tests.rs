@@ -353,3 +353,38 @@ fn running_pods_are_in_the_round_only_as_eviction_candidates() {
     assert_eq!(prepared.snapshot.running.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["busy"]);
     assert_eq!(in_use(&prepared), 1);
 }
+
+#[test]
+fn under_a_window_the_published_plan_turns_the_changed_nodes_empty_gpus_whole_too() {
+    let serving: &[Inst<'static>] = &[("7g.80gb", 0, Some("ml/serve"))];
+    let plan_for = |stabilisation_seconds: u32| {
+        let mut world = World::new(0);
+        world.policy.spec.stabilisation_seconds = stabilisation_seconds;
+        // gpu-a: one GPU serving, two in MIG mode with no instance; gpu-b: busy.
+        world.mignodes = by_name(vec![
+            mignode("gpu-a", 1, None, &[(0, serving), (1, &[]), (2, &[])]),
+            mignode("gpu-b", 1, None, &[(0, serving)]),
+        ]);
+        let train: PodView = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "ml", "name": "train", "uid": "uid-train"},
+            "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+        }))
+        .unwrap();
+        world.pods.push(Arc::new(train));
+        published(world.decide(&[])).0
+    };
+    let whole = |plan: &MigPlan| -> Vec<u32> {
+        let gpus = plan.spec.nodes.iter().filter(|n| n.node == "gpu-a").flat_map(|n| &n.gpus);
+        gpus.filter(|g| g.to.len() == 1 && g.to[0].profile == "whole").map(|g| g.index).collect()
+    };
+    // The pod needs one GPU; the window keeps gpu-a as planned, so its other empty GPU goes
+    // whole as well, ready for the next training pod.
+    let plan = plan_for(600);
+    assert_eq!((plan.spec.summary.pods_helped, plan.spec.summary.gpus_changed), (1, 2), "{:?}", plan.spec);
+    assert_eq!(whole(&plan), [1, 2], "{:?}", plan.spec.nodes);
+    // Without a window the next plan can do that when a pod asks: one GPU changes.
+    let plan = plan_for(0);
+    assert_eq!((plan.spec.summary.pods_helped, plan.spec.summary.gpus_changed), (1, 1), "{:?}", plan.spec);
+}
