@@ -173,6 +173,8 @@ pub struct Objective {
     /// Expected pods ([`crate::snapshot::Snapshot::expected`]) given new slices.
     #[serde(default)]
     pub expected: u32,
+    /// GPUs the planner changes. The empty GPUs a stabilisation window has the plan shape
+    /// as well are not counted (a note says how many; `plan::window`).
     pub gpus_changed: u32,
     /// Spare slices kept, counted up to each profile's headroom.
     pub headroom: u32,

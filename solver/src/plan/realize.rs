@@ -79,29 +79,20 @@ pub(crate) fn score<'p, 'a>(
             }
         }
     }
-    (objective.headroom, objective.free_ranges) = spare_levels(problem, &decision.targets, &assignment);
-    Scored { problem, decision, assignment, limit_hit, objective }
-}
-
-/// The objective's last two levels, headroom and free ranges, of `targets` with the instances
-/// `assignment` gives pods (an instance it does not know of, on a GPU shaped after it was made,
-/// is free).
-fn spare_levels(problem: &Problem, targets: &[Geometry], assignment: &Assignment) -> (u32, u64) {
-    let used = |g: usize, i: usize| assignment.used[g].get(i).copied().unwrap_or(false);
     let mut spare = vec![0u32; problem.profiles.len()];
-    let mut free_ranges = 0;
-    for (g, target) in targets.iter().enumerate() {
+    for (g, target) in decision.targets.iter().enumerate() {
         let model = problem.model_of(g);
-        free_ranges += u64::from(target.free_ranges(model, |i| !used(g, i)));
+        objective.free_ranges += u64::from(target.free_ranges(model, |i| !assignment.used[g][i]));
         for (i, p) in target.instances().iter().enumerate() {
-            if !used(g, i) {
+            if !assignment.used[g][i] {
                 if let Some(k) = problem.key_of(g, p) {
                     spare[k] += 1;
                 }
             }
         }
     }
-    (spare.iter().zip(&problem.headroom).map(|(s, h)| (*s).min(*h)).sum(), free_ranges)
+    objective.headroom = spare.iter().zip(&problem.headroom).map(|(s, h)| (*s).min(*h)).sum();
+    Scored { problem, decision, assignment, limit_hit, objective }
 }
 
 impl Scored<'_, '_> {
@@ -113,12 +104,12 @@ impl Scored<'_, '_> {
         started: Instant,
         mut notes: Vec<String>,
     ) -> Plan {
-        let Scored { problem, mut decision, assignment, limit_hit, mut objective } = self;
+        let Scored { problem, mut decision, assignment, limit_hit, objective } = self;
+        // After scoring, so that the objective stays the program's and this plan's comparison
+        // with others (the greedy baseline's, the one without eviction) is made on what the
+        // planners chose.
         let shaped = super::window::shape_empty_gpus(problem, &mut decision.targets);
         if !shaped.is_empty() {
-            objective.gpus_changed += shaped.len() as u32;
-            (objective.headroom, objective.free_ranges) =
-                spare_levels(problem, &decision.targets, &assignment);
             notes.push(shaped_note(problem, &shaped));
         }
         let names = |g: usize, geometry: &[Placed]| -> Vec<PlacedName> {
@@ -202,8 +193,9 @@ impl Scored<'_, '_> {
 fn shaped_note(problem: &Problem, shaped: &[usize]) -> String {
     let nodes: BTreeSet<&str> = shaped.iter().map(|&g| problem.nodes[problem.gpus[g].node].name).collect();
     format!(
-        "{} empty GPU(s) on {} node(s) this plan changes get the geometry of the node's changed GPUs of their model: \
-         stabilisationSeconds={} keeps those nodes as planned, and an empty GPU serves no pod until then",
+        "{} empty GPU(s) on {} node(s) this plan changes get the geometry of the node's changed GPUs of their model \
+         (not counted in the objective): stabilisationSeconds={} keeps those nodes as planned, and an empty GPU \
+         serves no pod until then",
         shaped.len(),
         nodes.len(),
         problem.stabilisation_seconds

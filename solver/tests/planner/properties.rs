@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use geometer_solver::catalog::{Catalog, GpuModel};
 use geometer_solver::geometry::{self, Geometry, Placed};
-use geometer_solver::plan::{Plan, PlanOptions};
+use geometer_solver::plan::{GpuPlan, Plan, PlanOptions};
 use geometer_solver::snapshot::{Gpu, Instance, Node, Pod, Policy, Snapshot};
 use proptest::prelude::*;
 
@@ -50,7 +50,8 @@ fn gpu_spec() -> impl Strategy<Value = GpuSpec> {
 fn cluster() -> impl Strategy<Value = Snapshot> {
     let nodes = prop::collection::vec((prop::collection::vec(gpu_spec(), 1..3), 0u8..2), 1..4);
     let pods = prop::collection::vec((0..PROFILES.len(), 1u32..3, 0i32..3, 0u8..3), 0..10);
-    (nodes, pods, any::<bool>(), prop::option::of(1u32..3)).prop_map(|(nodes, pods, evict, max_gpus)| {
+    let policy = (any::<bool>(), prop::option::of(1u32..3), prop::sample::select(vec![0u32, 600]));
+    (nodes, pods, policy).prop_map(|(nodes, pods, (evict, max_gpus, stabilisation_seconds))| {
         let mut snapshot = Snapshot::default();
         for (n, (gpus, zone)) in nodes.into_iter().enumerate() {
             let name = format!("node-{n}");
@@ -89,8 +90,12 @@ fn cluster() -> impl Strategy<Value = Snapshot> {
         for (i, (profile, count, priority, zone)) in pods.into_iter().enumerate() {
             snapshot.pending.push(support::pending_pod(i, PROFILES[profile], count, priority, zone));
         }
-        snapshot.policy =
-            Some(Policy { eviction_allowed: evict, max_gpus_changed: max_gpus, ..Policy::default() });
+        snapshot.policy = Some(Policy {
+            eviction_allowed: evict,
+            max_gpus_changed: max_gpus,
+            stabilisation_seconds,
+            ..Policy::default()
+        });
         snapshot
     })
 }
@@ -107,9 +112,12 @@ fn check(snapshot: &Snapshot, plan: &Plan) -> Result<(), TestCaseError> {
     if !policy.eviction_allowed {
         prop_assert!(evicted.is_empty());
     }
+    // Every change the plan lists counts against the limit, the GPUs a window shapes included.
+    let changed = plan.changed_gpus().count() as u32;
     if let Some(max) = policy.max_gpus_changed {
-        prop_assert!(plan.objective.gpus_changed <= max);
+        prop_assert!(changed <= max, "{changed} GPUs changed, maxGpusChanged {max}");
     }
+    check_window(plan, &policy)?;
     // Slices each node offers to pods that are placed there now.
     let mut free: BTreeMap<(&str, String), i64> = BTreeMap::new();
     for node in &snapshot.nodes {
@@ -171,6 +179,24 @@ fn check(snapshot: &Snapshot, plan: &Plan) -> Result<(), TestCaseError> {
         prop_assert!(*left >= 0, "{node} {profile} oversubscribed by {}", -left);
     }
     prop_assert!(plan.objective.demand_met as f64 <= plan.bound + 1e-6);
+    Ok(())
+}
+
+/// The changes beyond those the objective counts are made only under a stabilisation window,
+/// and only on GPUs that had no instance, on nodes with another change.
+fn check_window(plan: &Plan, policy: &Policy) -> Result<(), TestCaseError> {
+    let changed = plan.changed_gpus().count() as u32;
+    prop_assert!(changed >= plan.objective.gpus_changed);
+    let extra = changed - plan.objective.gpus_changed;
+    if policy.stabilisation_seconds == 0 {
+        prop_assert_eq!(extra, 0);
+    }
+    let beside_another = |g: &GpuPlan| plan.changed_gpus().filter(|o| o.node == g.node).count() > 1;
+    let shapeable = plan.changed_gpus().filter(|g| g.from.is_empty() && beside_another(g)).count() as u32;
+    prop_assert!(
+        extra <= shapeable,
+        "{extra} changes beyond the objective's, {shapeable} empty GPUs beside another change"
+    );
     Ok(())
 }
 
