@@ -54,6 +54,7 @@ fn policy() -> MigPolicy {
             forecast_window_seconds: 0,
             batching: Batching { idle_seconds: IDLE, max_seconds: 10 },
             stabilisation_seconds: 0,
+            shape_empty_gpus: true,
             disruption: Disruption {
                 eviction_allowed: false,
                 max_nodes_reconfiguring: 100,

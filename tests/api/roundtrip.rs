@@ -28,6 +28,7 @@ fn a_minimal_policy_gets_safe_defaults() {
             forecast_window_seconds: 0,
             batching: Batching::default(),
             stabilisation_seconds: 600,
+            shape_empty_gpus: true,
             disruption: Disruption::default(),
             solver: SolverLimits::default(),
             rightsizing: None,
@@ -52,6 +53,7 @@ spec:
     1g.10gb: 2
   batching: {idleSeconds: 10, maxSeconds: 60}
   stabilisationSeconds: 120
+  shapeEmptyGpus: false
   disruption:
     evictionAllowed: true
     doNotDisruptAnnotations: [example.com/keep]
@@ -67,6 +69,7 @@ spec:
     let json = serde_json::to_value(&policy).unwrap();
     assert_eq!(json["spec"]["disruption"]["doNotDisruptAnnotations"][0], "example.com/keep");
     assert_eq!(json["spec"]["stabilisationSeconds"], 120);
+    assert_eq!(json["spec"]["shapeEmptyGpus"], false);
     let again: MigPolicy = serde_saphyr::from_str(&serde_saphyr::to_string(&policy).unwrap()).unwrap();
     assert_eq!(again, policy);
 }

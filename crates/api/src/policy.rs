@@ -116,11 +116,15 @@ pub struct MigPolicySpec {
 
     /// A node changed by a plan is not planned or changed again within this many seconds (none
     /// of its GPUs, changed or not), so that plans do not undo each other while demand flaps.
-    /// Above 0, a plan also gives the GPUs of a node it changes that are in MIG mode with no
-    /// instance the geometry it gives most of that node's changed GPUs of their model (slices
-    /// only where the GPU could not turn whole): they would serve no pod until the window ends.
     #[serde(default = "default_stabilisation_seconds")]
     pub stabilisation_seconds: u32,
+
+    /// Under a stabilisation window, a plan also gives the GPUs of a node it changes that are in
+    /// MIG mode with no instance the geometry it gives most of that node's changed GPUs of their
+    /// model (slices only where the GPU could not turn whole): until the window ends they would
+    /// serve no pod. No pod is touched. false: they stay empty until a plan needs them.
+    #[serde(default = "default_true")]
+    pub shape_empty_gpus: bool,
 
     /// How much disruption a plan may cause.
     #[serde(default)]
@@ -304,6 +308,9 @@ pub struct MigPolicyStatus {
 
 fn is_zero(value: &u32) -> bool {
     *value == 0
+}
+fn default_true() -> bool {
+    true
 }
 fn default_stabilisation_seconds() -> u32 {
     600

@@ -35,6 +35,7 @@ pub fn policy(mode: PolicyMode, eviction_allowed: bool) -> MigPolicy {
             forecast_window_seconds: 0,
             batching: Batching { idle_seconds: 1, max_seconds: 2 },
             stabilisation_seconds: 0,
+            shape_empty_gpus: true,
             disruption: Disruption {
                 eviction_allowed,
                 max_nodes_reconfiguring: 2,

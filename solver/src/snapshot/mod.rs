@@ -254,9 +254,10 @@ pub struct Policy {
     /// are made whatever this says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_whole_gpus: Option<u32>,
-    /// Seconds a node this plan changes stays as planned (`MigPolicy.spec.stabilisationSeconds`).
-    /// Above 0, the plan also shapes the empty GPUs of the nodes it changes, which no pod could
-    /// use until the window ends (see [`crate::plan`]'s `window`). 0: they stay empty.
+    /// Seconds a node this plan changes stays as planned (`MigPolicy.spec.stabilisationSeconds`,
+    /// given as 0 where the policy's `shapeEmptyGpus` is false). Above 0, the plan also shapes
+    /// the empty GPUs of the nodes it changes, which no pod could use until the window ends (see
+    /// [`crate::plan`]'s `window`). 0: they stay empty.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub stabilisation_seconds: u32,
 }

@@ -122,7 +122,8 @@ pub fn mig_policy(policy: &MigPolicy, whole_selector: bool) -> Result<PolicyObje
         })
         .collect();
     out.policy.min_whole_gpus = spec.min_whole_gpus;
-    out.policy.stabilisation_seconds = spec.stabilisation_seconds;
+    // The planner reads the window only to shape the empty GPUs of the nodes it changes.
+    out.policy.stabilisation_seconds = if spec.shape_empty_gpus { spec.stabilisation_seconds } else { 0 };
     let limit = spec.solver.time_limit_ms;
     out.policy.time_limit_ms = (limit > 0).then_some(u64::from(limit));
     Ok(out)
@@ -164,5 +165,11 @@ mod tests {
         let read = mig_policy(&p, false).unwrap();
         assert!(read.node_selector.is_empty());
         assert_eq!(read.policy.stabilisation_seconds, 600, "the policy's default window reaches the planner");
+    }
+
+    #[test]
+    fn shape_empty_gpus_false_keeps_the_window_from_the_planner() {
+        let p = policy(serde_json::json!({"stabilisationSeconds": 600, "shapeEmptyGpus": false}));
+        assert_eq!(mig_policy(&p, false).unwrap().policy.stabilisation_seconds, 0);
     }
 }

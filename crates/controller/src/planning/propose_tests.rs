@@ -357,9 +357,10 @@ fn running_pods_are_in_the_round_only_as_eviction_candidates() {
 #[test]
 fn under_a_window_the_published_plan_turns_the_changed_nodes_empty_gpus_whole_too() {
     let serving: &[Inst<'static>] = &[("7g.80gb", 0, Some("ml/serve"))];
-    let plan_for = |stabilisation_seconds: u32| {
+    let plan_for = |stabilisation_seconds: u32, shape_empty_gpus: bool| {
         let mut world = World::new(0);
         world.policy.spec.stabilisation_seconds = stabilisation_seconds;
+        world.policy.spec.shape_empty_gpus = shape_empty_gpus;
         // gpu-a: one GPU serving, two in MIG mode with no instance; gpu-b: busy.
         world.mignodes = by_name(vec![
             mignode("gpu-a", 1, None, &[(0, serving), (1, &[]), (2, &[])]),
@@ -381,10 +382,18 @@ fn under_a_window_the_published_plan_turns_the_changed_nodes_empty_gpus_whole_to
     };
     // The pod needs one GPU; the window keeps gpu-a as planned, so its other empty GPU goes
     // whole as well, ready for the next training pod.
-    let plan = plan_for(600);
+    let plan = plan_for(600, true);
     assert_eq!((plan.spec.summary.pods_helped, plan.spec.summary.gpus_changed), (1, 2), "{:?}", plan.spec);
     assert_eq!(whole(&plan), [1, 2], "{:?}", plan.spec.nodes);
-    // Without a window the next plan can do that when a pod asks: one GPU changes.
-    let plan = plan_for(0);
-    assert_eq!((plan.spec.summary.pods_helped, plan.spec.summary.gpus_changed), (1, 1), "{:?}", plan.spec);
+    // Without a window the next plan can do that when a pod asks, and `shapeEmptyGpus: false`
+    // leaves it to that plan under a window too: one GPU changes.
+    for (window, shape) in [(0, true), (600, false)] {
+        let plan = plan_for(window, shape);
+        assert_eq!(
+            (plan.spec.summary.pods_helped, plan.spec.summary.gpus_changed),
+            (1, 1),
+            "{:?}",
+            plan.spec
+        );
+    }
 }

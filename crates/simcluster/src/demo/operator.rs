@@ -41,6 +41,7 @@ pub fn demo_policy(mode: PolicyMode) -> MigPolicy {
             forecast_window_seconds: 0,
             batching: Batching { idle_seconds: 2, max_seconds: 6 },
             stabilisation_seconds: 10,
+            shape_empty_gpus: true,
             disruption: Disruption {
                 eviction_allowed: true,
                 max_nodes_reconfiguring: 2,
