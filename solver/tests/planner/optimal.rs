@@ -338,7 +338,11 @@ fn cases() -> u32 {
 }
 
 proptest! {
-    #![proptest_config(Config { cases: cases(), ..Config::default() })]
+    #![proptest_config(Config {
+        cases: cases(),
+        failure_persistence: support::regressions("tests/planner/optimal.proptest-regressions"),
+        ..Config::default()
+    })]
 
     #[test]
     fn the_plan_meets_the_optimal_demand_with_no_more_evictions_than_it_needs(snapshot in cluster()) {

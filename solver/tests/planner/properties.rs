@@ -206,7 +206,11 @@ fn strip_time(mut plan: Plan) -> Plan {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 48,
+        failure_persistence: support::regressions("tests/planner/properties.proptest-regressions"),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn plans_are_valid_and_ilp_is_never_worse_than_greedy(snapshot in cluster()) {
