@@ -248,7 +248,10 @@ fn changed_nodes(problem: &Problem, targets: &[Geometry]) -> BTreeSet<usize> {
 }
 
 /// The GPUs whose target differs from their current geometry, in order.
-fn changed_gpus<'t>(problem: &'t Problem, targets: &'t [Geometry]) -> impl Iterator<Item = usize> + 't {
+pub(super) fn changed_gpus<'t>(
+    problem: &'t Problem,
+    targets: &'t [Geometry],
+) -> impl Iterator<Item = usize> + 't {
     problem
         .gpus
         .iter()

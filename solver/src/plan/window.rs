@@ -16,6 +16,7 @@
 use crate::geometry::Geometry;
 
 use super::prepare::Problem;
+use super::realize::changed_gpus;
 
 /// Shapes the empty GPUs of the nodes `targets` changes (see the module); returns them in
 /// order. Stops where the policy's `maxGpusChanged` would be passed.
@@ -23,7 +24,7 @@ pub(super) fn shape_empty_gpus(problem: &Problem, targets: &mut [Geometry]) -> V
     if problem.stabilisation_seconds == 0 {
         return Vec::new();
     }
-    let mut changed = (0..targets.len()).filter(|&g| targets[g] != problem.gpus[g].current).count() as u32;
+    let mut changed = changed_gpus(problem, targets).count() as u32;
     let mut shaped = Vec::new();
     for node in &problem.nodes {
         let new_shapes = node_shapes(problem, targets, &node.gpus);
@@ -84,9 +85,9 @@ fn most_given(shapes: &[(usize, Geometry, u32)], model: usize) -> Option<&Geomet
 /// shape came from a GPU of the same model, which may have kept an instance of a profile the
 /// policy no longer allows).
 fn allowed_on(problem: &Problem, gpu: usize, shape: &Geometry) -> bool {
-    let model = problem.model_of(gpu);
-    if shape.is_whole(model) || problem.can_be_whole(gpu) {
-        return shape.is_whole(model) && problem.can_be_whole(gpu);
+    let (whole, may_be_whole) = (shape.is_whole(problem.model_of(gpu)), problem.can_be_whole(gpu));
+    if whole || may_be_whole {
+        return whole && may_be_whole;
     }
     let allowed = &problem.allowed[problem.gpus[gpu].model];
     shape.instances().iter().all(|p| allowed.contains(&p.profile))
