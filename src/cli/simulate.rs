@@ -134,7 +134,8 @@ pub struct SimulateArgs {
     /// Time limit for one ILP planning call, in milliseconds.
     #[arg(long, default_value_t = 2000, value_parser = crate::cli::bounds::time_limit_ms)]
     pub plan_time_limit_ms: u64,
-    /// Write summary.md, summary.csv, timeseries.csv, pods.csv and chart.svg into this directory.
+    /// Write summary.md, summary.csv, timeseries.csv, pods.csv, layout.csv (the GPUs' geometries at
+    /// the end) and chart.svg into this directory.
     #[arg(short = 'o', long = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Time buckets in timeseries.csv.
@@ -448,6 +449,7 @@ fn write_outputs(
         ("summary.csv", report::summary_csv(summaries)),
         ("timeseries.csv", report::timeseries_csv(summaries, buckets)),
         ("pods.csv", report::pods_csv(summaries, workload)),
+        ("layout.csv", report::layout_csv(summaries)),
         ("chart.svg", report::chart(summaries, title, setup)),
     ];
     for (file, text) in files {

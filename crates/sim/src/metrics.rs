@@ -165,6 +165,18 @@ pub struct Summary {
     pub series: Vec<Sample>,
     /// Per pod, in workload order.
     pub outcomes: Vec<PodOutcome>,
+    /// The GPUs at the end, counted by model and geometry.
+    pub layout: Vec<GpuLayout>,
+}
+
+/// GPUs of one model that end the run with the same geometry.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GpuLayout {
+    pub model: String,
+    /// Instances in placement order, `+` between them and `*` after each one a pod holds;
+    /// `whole` for MIG mode off, `-` for MIG mode with no instance.
+    pub geometry: String,
+    pub gpus: u32,
 }
 
 /// What happened to one pod.

@@ -452,6 +452,7 @@ impl<'a> Engine<'a> {
             })
             .collect();
         let gpus_reconfigured_for_nothing = self.changes.close_all();
+        let layout = self.state.layout(self.cluster, &self.workload.profiles);
         let mut waits: Vec<Millis> = outcomes.iter().filter(|o| o.served).map(|o| o.waited).collect();
         waits.sort_unstable();
         let served = waits.len();
@@ -486,6 +487,7 @@ impl<'a> Engine<'a> {
             planner_time_max: self.planner_time_max,
             series: r.series,
             outcomes,
+            layout,
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use crate::cluster::Cluster;
+use crate::metrics::GpuLayout;
 use crate::workload::{ProfileKey, SimPod, WHOLE_GPU};
 
 use super::super::strategy::Slot;
@@ -110,6 +111,24 @@ impl ClusterState {
             state.recount(n);
         }
         state
+    }
+
+    /// Every GPU, counted by model and geometry (see [`GpuLayout`]), in model then geometry order.
+    pub(super) fn layout(&self, cluster: &Cluster, profiles: &[String]) -> Vec<GpuLayout> {
+        let mut counts: std::collections::BTreeMap<(usize, String), u32> = Default::default();
+        for gpu in &self.gpus {
+            let mut slots: Vec<&SlotState> = gpu.slots.iter().collect();
+            slots.sort_by_key(|s| s.slot.start);
+            let held = |s: &SlotState| if s.pod.is_some() { "*" } else { "" };
+            let names: Vec<String> =
+                slots.iter().map(|s| format!("{}{}", profiles[s.slot.profile], held(s))).collect();
+            let geometry = if names.is_empty() { "-".to_string() } else { names.join("+") };
+            *counts.entry((gpu.model, geometry)).or_default() += 1;
+        }
+        counts
+            .into_iter()
+            .map(|((m, geometry), gpus)| GpuLayout { model: cluster.models[m].name.clone(), geometry, gpus })
+            .collect()
     }
 
     pub(super) fn node_gpus(&self, node: usize) -> std::ops::Range<usize> {

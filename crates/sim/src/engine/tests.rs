@@ -220,3 +220,25 @@ fn static_layouts_never_serve_whole_gpu_pods() {
         assert_eq!((seen.most_whole, s.whole_gpus_end, s.gpus_reconfigured), (0, 0, 0), "{layout}");
     }
 }
+
+#[test]
+fn the_layout_counts_every_gpu_by_its_final_geometry_and_marks_held_instances() {
+    // Pods that never finish: what they hold at the end is what the layout shows.
+    let c = cluster("1xA100-80GB:3");
+    let csv = "name,arrival_s,duration_s,mig,num_gpu\n\
+        big,0,,7g.80gb,\n\
+        half,0,,4g.40gb,\n";
+    let w = workload(csv, &c, WholeGpus::Whole);
+    let mut strategy = planner(StrategyKind::Geometer, &c, &w);
+    let (s, _) = run_checked(Engine::new(&c, &w, Timings::default(), &mut strategy));
+    assert_eq!(s.served, 2);
+    assert_eq!(s.layout.iter().map(|l| l.gpus).sum::<u32>(), 3, "{:?}", s.layout);
+    assert!(s.layout.iter().all(|l| l.model == "A100-80GB"));
+    let geometries: Vec<&str> = s.layout.iter().map(|l| l.geometry.as_str()).collect();
+    assert!(geometries.contains(&"7g.80gb*"), "{geometries:?}");
+    let half = geometries.iter().find(|g| g.starts_with("4g.40gb*")).expect("the 4g.40gb pod's GPU");
+    // The rest of that GPU is carved but free: no star after it.
+    assert_eq!(half.matches('*').count(), 1, "{half}");
+    // The third GPU is left as it started (MIG mode, no instance).
+    assert!(geometries.contains(&"-"), "{geometries:?}");
+}

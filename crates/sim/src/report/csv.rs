@@ -119,3 +119,14 @@ pub fn pods_csv(summaries: &[Summary], workload: &Workload) -> String {
     }
     out
 }
+
+/// One row per strategy, model and geometry the GPUs ended the run with: how many GPUs.
+pub fn layout_csv(summaries: &[Summary]) -> String {
+    let mut out = String::from("strategy,model,geometry,gpus\n");
+    for s in summaries {
+        for l in &s.layout {
+            let _ = writeln!(out, "{},{},{},{}", s.strategy, l.model, l.geometry, l.gpus);
+        }
+    }
+    out
+}

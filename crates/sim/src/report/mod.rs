@@ -4,7 +4,7 @@ mod csv;
 mod markdown;
 mod svg;
 
-pub use csv::{pods_csv, summary_csv, timeseries_csv};
+pub use csv::{layout_csv, pods_csv, summary_csv, timeseries_csv};
 pub use markdown::markdown_table;
 pub use svg::chart;
 
