@@ -20,6 +20,10 @@
 #   nvidia-smi mig -lgi                                      (existing GPU instances)
 #   nvidia-smi mig -lci                                      (existing compute instances)
 #   nvidia-smi -q -d MEMORY                                  (trimmed to 32 KiB)
+#   nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader
+#   a scan of /proc/<pid>/fd for open /dev/nvidia* and /dev/nvidia-caps/* (who holds the GPUs:
+#                                                             the clients a MIG change must stop)
+#   a scan of /proc/<pid>/environ for MIG_STRATEGY           (the device plugin's MIG strategy)
 #   geometer --version
 #   geometer agent probe -o json [--catalog FILE]            (NVML, read-only)
 #   geometer agent probe [--catalog FILE]                    (the same as text)
@@ -184,6 +188,7 @@ fi
 
 # --- nvidia-smi (listing only) ------------------------------------------------------------------
 query_key="nvidia-smi --query-gpu=index,name,pci.device_id,memory.total,mig.mode.current,mig.mode.pending,driver_version --format=csv,noheader"
+persistence_key="nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader"
 listing_keys=("nvidia-smi mig -lgip" "nvidia-smi mig -lgipp" "nvidia-smi mig -lcip" "nvidia-smi mig -lgi" "nvidia-smi mig -lci")
 nvidia=false
 nvidia_reason=""
@@ -222,11 +227,22 @@ if [ "$nvidia" = true ]; then
   run "nvidia-smi mig -lgi" "$default_limit" head yes "$nvsmi" mig -lgi
   run "nvidia-smi mig -lci" "$default_limit" head yes "$nvsmi" mig -lci
   run "nvidia-smi -q -d MEMORY" 32768 head yes "$nvsmi" -q -d MEMORY
+  run "$persistence_key" "$default_limit" head yes "$nvsmi" --query-gpu=index,persistence_mode --format=csv,noheader
 else
-  for key in "$query_key" "${listing_keys[@]}" "nvidia-smi -q -d MEMORY"; do
+  for key in "$query_key" "${listing_keys[@]}" "nvidia-smi -q -d MEMORY" "$persistence_key"; do
     skip "$key" "no usable NVIDIA GPU: $nvidia_reason"
   done
 fi
+
+# --- who holds the GPUs (read-only: /proc only) ------------------------------------------------
+# What blocks a GPU-instance destroy or a MIG mode change: every process with a GPU device node
+# open, and the device plugin's MIG strategy (only `mixed` advertises each profile on its own).
+# shellcheck disable=SC2016 # expanded by the inner bash
+holders_script='for fd in /proc/[0-9]*/fd/*; do t="$(readlink "$fd" 2>/dev/null)" || continue; case "$t" in /dev/nvidia*) p="${fd#/proc/}"; p="${p%%/*}"; printf "%s %s %s\n" "$p" "$(cat "/proc/$p/comm" 2>/dev/null)" "$t";; esac; done | sort -u'
+run "open /dev/nvidia* handles (/proc/*/fd)" "$default_limit" head yes bash -c "$holders_script"
+# shellcheck disable=SC2016 # expanded by the inner bash
+strategy_script='for e in /proc/[0-9]*/environ; do s="$( { tr "\0" "\n" <"$e"; } 2>/dev/null | grep "^MIG_STRATEGY=")" || continue; p="${e#/proc/}"; p="${p%%/*}"; printf "%s %s %s\n" "$p" "$(cat "/proc/$p/comm" 2>/dev/null)" "$s"; done | sort -u'
+run "MIG_STRATEGY of running processes (/proc/*/environ)" "$default_limit" head yes bash -c "$strategy_script"
 
 # --- geometer -----------------------------------------------------------------------------------
 target_dir="${CARGO_TARGET_DIR:-$root/target}"

@@ -16,7 +16,7 @@ use geometer_agent::nvml::NvmlBackend;
 use geometer_agent::pod_resources::DEFAULT_SOCKET;
 use geometer_agent::DEFAULT_DEVICE_PLUGIN_SELECTOR;
 use geometer_agent::{
-    Agent, AgentConfig, AgentMetrics, DeviceAssignments, KubeletPodResources, SharedAssignments,
+    Agent, AgentConfig, AgentMetrics, DeviceAssignments, KubeletPodResources, OperandMode, SharedAssignments,
 };
 use geometer_api::do_not_disrupt::parse_go_duration;
 use geometer_api::DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS as DEFAULT_KEYS;
@@ -70,6 +70,19 @@ pub struct RunArgs {
     /// (`MigNode.status.usage`); a measurement that changes is written at once.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = duration)]
     pub usage_publish_interval: Duration,
+    /// Pause the NVIDIA GPU Operator's operands (device plugin, GPU feature discovery, DCGM,
+    /// dcgm-exporter, nvsm, GPU clients) around a change, as its mig-manager does: `auto` on
+    /// nodes carrying its `nvidia.com/gpu.deploy.*` labels, `on`, or `off`.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["auto", "on", "off"])]
+    pub gpu_operator: String,
+    /// Longest wait for the paused operands' pods to leave the node before the change fails
+    /// (their labels restored) and is retried later.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = duration)]
+    pub operand_timeout: Duration,
+    /// Longest time the operands stay paused; a change still running then is stopped between
+    /// two steps, the labels restored, and the change retried later.
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = duration)]
+    pub max_pause: Duration,
     /// Serve `/metrics` and `/healthz` on this address (the DaemonSet gives 0.0.0.0:8080)
     /// [default: not served].
     #[arg(long, value_name = "ADDR")]
@@ -175,6 +188,13 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     cfg.advertise_timeout = args.advertise_timeout;
     cfg.poll_interval = args.poll_interval;
     cfg.usage_publish_interval = args.usage_publish_interval;
+    cfg.operands = match args.gpu_operator.as_str() {
+        "on" => OperandMode::On,
+        "off" => OperandMode::Off,
+        _ => OperandMode::Auto,
+    };
+    cfg.operand_timeout = args.operand_timeout;
+    cfg.max_pause = args.max_pause;
 
     let runtime = tokio::runtime::Runtime::new()
         .context("cannot start the async runtime")
@@ -187,13 +207,10 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             serve_metrics(addr, metrics.clone()).await?;
         }
         let agent = Agent::new(cfg, client, nvml, devices).with_metrics(metrics);
-        tokio::select! {
-            _ = agent.run() => Ok(()),
-            _ = shutdown() => {
-                tracing::info!("shutting down; the next agent resumes from MigNode status");
-                Ok(())
-            }
-        }
+        // Stops between two rounds, restoring any paused GPU Operator operands first.
+        agent.run_until(shutdown()).await;
+        tracing::info!("shut down; the next agent resumes from MigNode status");
+        Ok(())
     })
 }
 

@@ -5,6 +5,7 @@ mod cli;
 mod crash;
 mod deploy;
 mod drain;
+mod gpu_operator;
 mod mig_mode;
 mod nvml_fake_driver;
 mod nvml_inventory;

@@ -25,6 +25,7 @@ const ALLOWED: &[&[&str]] = &[
     &["mig", "-lgi"],
     &["mig", "-lci"],
     &["-q", "-d", "MEMORY"],
+    &["--query-gpu=index,persistence_mode", "--format=csv,noheader"],
 ];
 
 const QUERY_KEY: &str = "nvidia-smi --query-gpu=index,name,pci.device_id,memory.total,mig.mode.current,\
@@ -99,6 +100,8 @@ EOF
 "mig -lci")
   echo "No compute instances found: Not Found"
   exit 6 ;;
+"--query-gpu=index,persistence_mode --format=csv,noheader")
+  echo "0, Enabled" ;;
 "-q -d MEMORY")
   echo "==============NVSMI LOG=============="
   echo "Attached GPUs                             : 1"
@@ -247,6 +250,15 @@ fn fake_h100_is_recorded_and_nvidia_smi_only_lists() {
         catalog["profiles"].as_array().unwrap().iter().any(|p| p["resource"] == "nvidia.com/mig-1g.10gb"),
         "{catalog:#}"
     );
+
+    // What a MIG change has to stop, read from /proc only.
+    let persistence = "nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader";
+    assert!(stdout_of(&r, persistence).contains("0, Enabled"));
+    for key in
+        ["open /dev/nvidia* handles (/proc/*/fd)", "MIG_STRATEGY of running processes (/proc/*/environ)"]
+    {
+        assert_eq!(r["commands"][key]["exitCode"], 0, "{key}: {:#}", r["commands"][key]);
+    }
 
     assert_read_only(&log);
     let called: BTreeSet<Vec<String>> = calls(&log).into_iter().collect();

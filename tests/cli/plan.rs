@@ -210,3 +210,61 @@ fn gangs_declared_by_podgroups_and_kueue_are_planned_all_or_nothing() {
         .unwrap()
         .starts_with("no geometry of the eligible GPUs could ever hold it"));
 }
+
+/// `examples/mixed-cluster.yaml` with extra labels on node h100-2 (the node the 7g pod lands
+/// on), as `kubectl get nodes,pods -A -o yaml` would print a GPU Operator node.
+fn with_h100_2_labels(labels: &[(&str, &str)]) -> (tempfile::TempDir, String) {
+    let text = std::fs::read_to_string(example("mixed-cluster.yaml")).unwrap();
+    let (head, tail) = text.split_once("    name: h100-2\n    labels:\n").expect("h100-2 in the example");
+    let extra: String = labels.iter().map(|(k, v)| format!("      {k}: \"{v}\"\n")).collect();
+    let tail = tail.replacen("      nvidia.com/mig.strategy: mixed\n", "", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster.yaml");
+    std::fs::write(&path, format!("{head}    name: h100-2\n    labels:\n{extra}{tail}")).unwrap();
+    let path = path.display().to_string();
+    (dir, path)
+}
+
+fn notes(plan: &Value) -> Vec<String> {
+    plan["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn a_node_whose_device_plugin_uses_the_single_strategy_is_left_unchanged_with_a_note() {
+    let (_dir, path) = with_h100_2_labels(&[("nvidia.com/mig.strategy", "single")]);
+    let plan = plan_json(&["--snapshot", &path]);
+    assert!(plan["gpus"].as_array().unwrap().iter().all(|g| g["node"] != "h100-2"), "{}", plan["gpus"]);
+    assert!(pod(&plan, "training/pretrain-7g")["node"] != "h100-2");
+    let notes = notes(&plan);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("h100-2") && n.contains("\"single\"") && n.contains("mig.strategy=mixed")),
+        "{notes:?}"
+    );
+    let table = geometer(&["plan", "--snapshot", &path], None);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("left unchanged"), "the table says it too");
+}
+
+#[test]
+fn a_node_the_gpu_operators_mig_manager_still_owns_is_left_unchanged_with_a_note() {
+    let owned = [
+        ("nvidia.com/mig.strategy", "mixed"),
+        ("nvidia.com/gpu.deploy.device-plugin", "true"),
+        ("nvidia.com/gpu.deploy.mig-manager", "true"),
+    ];
+    let (_dir, path) = with_h100_2_labels(&owned);
+    let plan = plan_json(&["--snapshot", &path]);
+    assert!(plan["gpus"].as_array().unwrap().iter().all(|g| g["node"] != "h100-2"));
+    let notes = notes(&plan);
+    assert!(notes.iter().any(|n| n.contains("h100-2") && n.contains("mig-manager=false")), "{notes:?}");
+
+    let handed_over = [
+        ("nvidia.com/mig.strategy", "mixed"),
+        ("nvidia.com/gpu.deploy.device-plugin", "true"),
+        ("nvidia.com/gpu.deploy.mig-manager", "false"),
+    ];
+    let (_dir, path) = with_h100_2_labels(&handed_over);
+    let plan = plan_json(&["--snapshot", &path]);
+    assert_eq!(pod(&plan, "training/pretrain-7g")["node"], "h100-2", "handed over, it is planned as before");
+}

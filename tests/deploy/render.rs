@@ -325,7 +325,25 @@ fn gpu_operator_overlay_uses_the_operators_device_plugin_and_keeps_mig_manager_o
         node_selector["nvidia.com/gpu.deploy.mig-manager"], "false",
         "mig-manager's DaemonSet selects =true: one owner per node"
     );
-    assert_eq!(node_selector["nvidia.com/mig.capable"], "true");
+    assert_eq!(
+        node_selector["nvidia.com/gpu.present"], "true",
+        "an Operator-owned label: GPU feature discovery's can vanish while it is paused"
+    );
+    assert!(node_selector.get("nvidia.com/mig.capable").is_none(), "{node_selector}");
+    // The agent holds NVML open: a driver upgrade that pauses the GPU clients must move it,
+    // its own pause for a MIG change must not.
+    let requirements = pod_node_requirements(agent);
+    let client = requirements
+        .iter()
+        .find(|r| r.starts_with("nvidia.com/gpu.deploy.client "))
+        .expect("the agent's node affinity reads the client label");
+    let values: Vec<&str> = client.split_once(" NotIn ").expect(client).1.split(',').collect();
+    for moved in ["paused-for-driver-upgrade", "paused-for-mig-change_paused-for-driver-upgrade"] {
+        assert!(values.contains(&moved), "{client}");
+    }
+    for stays in ["true", "paused-for-mig-change"] {
+        assert!(!values.contains(&stays), "{client}");
+    }
 }
 
 /// A node requirement as text: `key=value`, or `key Operator [values]`.

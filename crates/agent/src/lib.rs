@@ -3,8 +3,8 @@
 //!   inventory published in `MigNode.status`, the catalog check, and one round's observation.
 //! - [`decide`]: what has to change on each GPU ([`decide::gpu_diff`]), the next step
 //!   ([`decide::next_step`]), and the disruption rules a drain follows.
-//! - [`steps`]: taking a step: cordon, drain (evictions through the Eviction API),
-//!   repartition, re-advertise.
+//! - [`steps`]: taking a step: cordon, drain (evictions through the Eviction API), pause
+//!   and restore the GPU Operator's operands, repartition, re-advertise.
 //! - [`runtime`]: the agent's loop, status and conditions, backoff.
 //!
 //! Crash safety: every step is written to `MigNode.status` before it is taken, and each round
@@ -31,6 +31,7 @@ pub use runtime::status::half_built_summary;
 pub use steps::advertise::{plugin_ready, DEFAULT_DEVICE_PLUGIN_SELECTOR};
 pub use steps::cordon::{cordon, uncordon, Applied};
 pub use steps::eviction::{evict, EvictionOutcome};
+pub use steps::operands::OperandMode;
 
 /// The agent's name in `managedFields` of what it writes (MigNode, Node cordons), so that
 /// `kubectl get -o yaml --show-managed-fields` says who set a field.

@@ -16,6 +16,7 @@ pub mod policy;
 pub mod decode;
 pub mod decoded;
 pub mod do_not_disrupt;
+pub mod gpu_operator;
 pub mod limits;
 pub mod migparted;
 pub mod names;

@@ -119,7 +119,7 @@ pub struct MigNodeStatus {
     /// The step being taken, written before it is taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<AgentStep>,
-    /// `Ready`, `Reconfiguring`, `DrainBlocked`, `Failed`, `CatalogMismatch`.
+    /// `Ready`, `Reconfiguring`, `DrainBlocked`, `Failed`, `CatalogMismatch`, `Refused`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -138,6 +138,11 @@ pub struct MigNodeStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_MEASURED_PODS_PER_NODE))]
     pub usage: Vec<PodGpuUsage>,
+    /// The GPU Operator operands the agent paused for the change in progress: each deploy
+    /// label's value before the pause. Also on the Node (annotation
+    /// `geometer.dev/paused-operands`); cleared once every label is restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_operands: Option<crate::gpu_operator::PausedOperands>,
 }
 
 /// A bounded summary of one pod's use of the whole GPU it holds.
@@ -171,6 +176,9 @@ impl MigNodeStatus {
     pub const DRAIN_BLOCKED: &'static str = "DrainBlocked";
     pub const FAILED: &'static str = "Failed";
     pub const CATALOG_MISMATCH: &'static str = "CatalogMismatch";
+    /// True while the GPU Operator's labels refuse a change of the node (mig-manager owns it,
+    /// a driver upgrade runs, the device plugin's MIG strategy is not `mixed`).
+    pub const REFUSED: &'static str = "Refused";
 }
 
 /// One GPU as the agent sees it.
@@ -367,7 +375,12 @@ pub enum StepAction {
     DestroyGpuInstance,
     CreateGpuInstance,
     CreateComputeInstance,
+    /// Pause the GPU Operator's operands (their deploy labels) and wait until their pods have
+    /// left the node, before the first GPU change.
+    PauseOperands,
     Verify,
+    /// Re-run the GPU Operator's validator and give each paused deploy label its value back.
+    RestoreOperands,
     RestartDevicePlugin,
     WaitForAllocatable,
     Uncordon,

@@ -170,7 +170,9 @@ pub fn examples() -> Vec<(&'static str, Value)> {
                     "instances": [{"profile": "3g.40gb", "start": 4, "size": 4, "gpuInstanceId": 1, "computeInstanceId": 0,
                         "uuid": "MIG-1", "pod": "ml/a", "sharedWith": ["ml/a2"], "processes": 1, "rebuild": "two compute instances"}]}],
                 "usage": [{"pod": "ml/w", "gpu": 0, "model": "H100-80GB", "since": "2026-12-01T10:00:00Z", "samples": 3,
-                    "peakMemoryMib": 7000, "p95MemoryMib": 6400, "peakUtilizationPercent": 40, "meanUtilizationPercent": 12}]}}),
+                    "peakMemoryMib": 7000, "p95MemoryMib": 6400, "peakUtilizationPercent": 40, "meanUtilizationPercent": 12}],
+                "pausedOperands": {"since": "2026-12-01T10:00:00Z",
+                    "labels": [{"label": "nvidia.com/gpu.deploy.device-plugin", "prior": "true", "paused": true}]}}}),
         ),
     ]
 }

@@ -5,14 +5,17 @@
 //! again. The recorded step only carries what cannot be observed: that the GPUs were changed
 //! and the device plugin still has to re-advertise them, and when a wait began.
 //!
-//! Order, as in DESIGN.md: cordon (only when needed) -> drain -> repartition (per GPU: MIG mode
-//! on, destroy compute then GPU instances, MIG mode off for a whole GPU, create GPU instances
-//! largest first, then their compute instances) -> verify -> re-advertise -> uncordon (only our own cordon) -> ready.
+//! Order, as in DESIGN.md: preflight (a node the GPU Operator's labels refuse is not touched) ->
+//! cordon (only when needed) -> drain -> pause the GPU Operator's operands (on its nodes) ->
+//! repartition (per GPU: MIG mode on, destroy compute then GPU instances, MIG mode off for a
+//! whole GPU, create GPU instances largest first, then their compute instances) -> verify ->
+//! restore the operands -> re-advertise -> uncordon (only our own cordon) -> ready.
 
 use geometer_api::{MigInstance, PlacedInstance, StepAction};
 
 use crate::decide::gpu_diff::NodeWork;
 use crate::steps::cordon::CordonState;
+use crate::steps::operands::Operands;
 
 /// What the agent knows when it decides.
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +38,11 @@ pub(crate) struct Facts<'a> {
     /// Status says the last attempt failed (and the backoff has passed, or we would not be
     /// deciding).
     pub failed: bool,
+    /// The GPU Operator's operands on the node.
+    pub operands: &'a Operands,
+    /// The GPU Operator's labels refuse a change now (preflight); a change already under way
+    /// (our cordon, our pause) goes on.
+    pub refused: bool,
 }
 
 /// The step to take next.
@@ -42,6 +50,8 @@ pub(crate) struct Facts<'a> {
 pub(crate) enum Next {
     /// Publish `Ready`: nothing to do.
     Ready,
+    /// The preflight refuses the change: say why and wait, touching nothing.
+    Refused,
     Cordon,
     /// Evict the pods on instances that go, or wait for them (or for do-not-disrupt, a PDB, or
     /// processes outside Kubernetes) to leave.
@@ -70,8 +80,14 @@ pub(crate) enum Next {
         gpu: u32,
         instance: MigInstance,
     },
+    /// Pause the GPU Operator's operands, or wait for their pods to leave the node.
+    PauseOperands,
+    /// The operands' pods did not leave in time: restore them, fail, and retry later.
+    OperandsTimedOut,
     /// Check every GPU against its target before telling anyone about the new slices.
     Verify,
+    /// Re-run the validator and give the paused labels their values back.
+    RestoreOperands,
     RestartDevicePlugin,
     WaitForAllocatable,
     /// The device plugin did not advertise in time: report it, then restart it again.
@@ -84,7 +100,11 @@ impl Next {
     /// (which keep the step they failed in).
     pub(crate) fn action(&self) -> Option<StepAction> {
         Some(match self {
-            Next::Ready | Next::DrainTimedOut | Next::AdvertiseTimedOut => return None,
+            Next::Ready
+            | Next::Refused
+            | Next::DrainTimedOut
+            | Next::AdvertiseTimedOut
+            | Next::OperandsTimedOut => return None,
             Next::Cordon => StepAction::Cordon,
             Next::Drain => StepAction::Evict,
             Next::EnableMigMode { .. } => StepAction::EnableMigMode,
@@ -93,7 +113,9 @@ impl Next {
             Next::DestroyGpuInstance { .. } => StepAction::DestroyGpuInstance,
             Next::CreateGpuInstance { .. } => StepAction::CreateGpuInstance,
             Next::CreateComputeInstance { .. } => StepAction::CreateComputeInstance,
+            Next::PauseOperands => StepAction::PauseOperands,
             Next::Verify => StepAction::Verify,
+            Next::RestoreOperands => StepAction::RestoreOperands,
             Next::RestartDevicePlugin => StepAction::RestartDevicePlugin,
             Next::WaitForAllocatable => StepAction::WaitForAllocatable,
             Next::Uncordon => StepAction::Uncordon,
@@ -144,7 +166,14 @@ pub(crate) fn next(f: &Facts<'_>) -> Next {
         Some(action) if changes_gpus(action) => Next::Verify,
         // A verification that failed is repeated; the plugin must not advertise unverified GPUs.
         Some(StepAction::Verify) if f.failed => Next::Verify,
+        // The window closes once the GPUs are verified, or when the work is gone (the plan was
+        // withdrawn) before any GPU changed.
+        _ if f.operands.paused() => Next::RestoreOperands,
         Some(StepAction::Verify) => Next::RestartDevicePlugin,
+        // The restored device plugin pod is a new one; an agent that does not know which pods
+        // the pause took away restarts it again (harmless).
+        Some(StepAction::RestoreOperands) if f.plugin_restarted => Next::WaitForAllocatable,
+        Some(StepAction::RestoreOperands) => Next::RestartDevicePlugin,
         Some(StepAction::RestartDevicePlugin) if !f.plugin_restarted => Next::RestartDevicePlugin,
         Some(StepAction::RestartDevicePlugin) => Next::WaitForAllocatable,
         Some(StepAction::WaitForAllocatable) if !f.advertised => match (f.expired, f.failed) {
@@ -161,6 +190,9 @@ fn next_change(f: &Facts<'_>) -> Next {
     let work = f.work;
     let must_leave =
         !work.pods_to_evict().is_empty() || work.gpus.iter().any(|g| g.busy_without_pod().next().is_some());
+    if f.refused && !f.cordon.marked() && !f.operands.paused() {
+        return Next::Refused;
+    }
     if must_leave && f.last_step == Some(StepAction::Evict) && f.expired && !f.failed {
         return Next::DrainTimedOut;
     }
@@ -174,6 +206,13 @@ fn next_change(f: &Facts<'_>) -> Next {
     }
     if must_leave {
         return Next::Drain;
+    }
+    if f.refused && !f.operands.paused() {
+        return Next::Refused;
+    }
+    if !f.operands.clear() {
+        let waited = f.last_step == Some(StepAction::PauseOperands) && f.operands.paused();
+        return if waited && f.expired && !f.failed { Next::OperandsTimedOut } else { Next::PauseOperands };
     }
     for gpu in &work.gpus {
         if gpu.enable_mig {
@@ -262,7 +301,61 @@ mod tests {
             advertised: false,
             expired: false,
             failed: false,
+            operands: &ABSENT,
+            refused: false,
         }
+    }
+
+    static ABSENT: Operands = Operands::Absent;
+    static RUNNING: Operands = Operands::Running;
+
+    #[test]
+    fn a_refused_node_is_not_touched_but_a_change_under_way_goes_on() {
+        let w = work(vec![instance("7g.80gb", 0, 8, 1, Some("ml/big"))], &[("3g.40gb", 0)]);
+        assert_eq!(next(&Facts { refused: true, ..facts(&w) }), Next::Refused);
+        let cordoned = Facts { refused: true, cordon: CordonState::Ours, ..facts(&w) };
+        assert_eq!(next(&cordoned), Next::Drain);
+        let done = work(vec![instance("7g.80gb", 0, 8, 1, None)], &[("7g.80gb", 0)]);
+        assert_eq!(
+            next(&Facts { refused: true, ..facts(&done) }),
+            Next::Ready,
+            "nothing to do is no refusal"
+        );
+    }
+
+    #[test]
+    fn on_a_gpu_operator_node_the_operands_are_paused_after_the_drain_and_restored_after_verify() {
+        let drained = work(vec![instance("7g.80gb", 0, 8, 1, None)], &[("3g.40gb", 0)]);
+        let base = Facts { cordon: CordonState::Ours, last_step: Some(StepAction::Evict), ..facts(&drained) };
+        assert_eq!(next(&Facts { operands: &RUNNING, ..base }), Next::PauseOperands);
+        let waiting = Operands::Paused { waiting: vec!["gpu-operator/nvidia-dcgm-exporter-x".into()] };
+        let paused = Facts { operands: &waiting, last_step: Some(StepAction::PauseOperands), ..base };
+        assert_eq!(next(&paused), Next::PauseOperands, "the clients have not left yet");
+        assert_eq!(next(&Facts { expired: true, ..paused }), Next::OperandsTimedOut);
+        let clear = Operands::Paused { waiting: vec![] };
+        assert!(matches!(next(&Facts { operands: &clear, ..paused }), Next::DestroyComputeInstance { .. }));
+
+        let done = work(vec![instance("3g.40gb", 0, 4, 1, None)], &[("3g.40gb", 0)]);
+        let changed =
+            Facts { operands: &clear, last_step: Some(StepAction::CreateComputeInstance), ..facts(&done) };
+        assert_eq!(next(&changed), Next::Verify);
+        assert_eq!(next(&Facts { last_step: Some(StepAction::Verify), ..changed }), Next::RestoreOperands);
+        let restored = Facts { operands: &RUNNING, last_step: Some(StepAction::RestoreOperands), ..changed };
+        assert_eq!(next(&Facts { plugin_restarted: true, ..restored }), Next::WaitForAllocatable);
+        assert_eq!(next(&restored), Next::RestartDevicePlugin, "a restarted agent restarts the plugin again");
+    }
+
+    #[test]
+    fn a_plan_withdrawn_inside_the_window_restores_the_operands_before_anything_else() {
+        let undone = work(vec![instance("7g.80gb", 0, 8, 1, None)], &[("7g.80gb", 0)]);
+        let clear = Operands::Paused { waiting: vec![] };
+        let f = Facts {
+            cordon: CordonState::Ours,
+            operands: &clear,
+            last_step: Some(StepAction::PauseOperands),
+            ..facts(&undone)
+        };
+        assert_eq!(next(&f), Next::RestoreOperands);
     }
 
     #[test]

@@ -22,7 +22,9 @@ use crate::runtime::{conditions, status};
 use crate::steps::advertise;
 use crate::steps::cordon::CordonState;
 use crate::steps::eviction::{classify, PodDrain};
+use crate::steps::operands::{self, Operands};
 use geometer_api::decoded::Decoded;
+use geometer_api::gpu_operator::{self, PausedOperands, Refusal};
 use geometer_api::{
     AgentStep, CatalogDisagreement, MigNode, MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction,
 };
@@ -43,6 +45,12 @@ pub(crate) struct Context {
     pub mismatches: Vec<String>,
     /// The rules the drain follows.
     pub disruption: DrainRules,
+    /// The pause of the GPU Operator's operands in force, if any.
+    pub pause: Option<PausedOperands>,
+    /// Why the GPU Operator's labels refuse a change now, if they do.
+    pub refusal: Option<Refusal>,
+    /// The GPU Operator's operands on the node.
+    pub operands: Operands,
 }
 
 impl Agent {
@@ -64,7 +72,15 @@ impl Agent {
 
         let now = self.clock.now();
         let mut status = mignode.status.clone().unwrap_or_default();
+        let pause = operands::record_of(&node, status.paused_operands.as_ref());
+        if let Some(record) = &pause {
+            if self.close_window_if_over(&node, record, &mut status, now).await? {
+                return Ok(NextRound::Continue);
+            }
+        }
+        let refusal = gpu_operator::preflight(&labels_of(&node), pause.as_ref()).err();
         self.observe_into(&mut status, &inventory, disagreements, cordon, generation, now);
+        preflight_condition(&mut status, refusal.as_ref(), generation, now);
         self.measure_into(&mut status, &inventory, now).await;
         let work = match NodeWork::plan(&mignode.spec.gpus, &inventory.gpus, &models) {
             Ok(work) => work,
@@ -96,6 +112,7 @@ impl Agent {
             _ => Vec::new(),
         };
         let fresh_plugin: Vec<&Pod> = plugin_pods.iter().filter(|p| self.is_fresh_plugin(p)).collect();
+        let operands = self.operands(&node, pause.as_ref()).await?;
         let mismatches =
             advertise::mismatches(&advertise::expected(&inventory.gpus), &advertise::advertised(&node));
         let facts = Facts {
@@ -107,6 +124,8 @@ impl Agent {
             advertised: mismatches.is_empty() && fresh_plugin.iter().any(|p| advertise::plugin_ready(p)),
             expired: self.expired(last.as_ref(), &disruption, now),
             failed,
+            operands: &operands,
+            refused: refusal.is_some(),
         };
         let next = next_step::next(&facts);
         tracing::debug!(node = %self.cfg.node, ?next, "decided");
@@ -121,8 +140,50 @@ impl Agent {
             pods,
             mismatches,
             disruption,
+            pause,
+            refusal,
+            operands,
         };
         self.take(next, cx).await
+    }
+
+    /// Closes a pause window that must not stay open, before anything is decided: one an
+    /// earlier agent left (killed inside it), one a driver upgrade has paused on top of, and
+    /// one open longer than `max_pause`. The first starts the round again (`true`); the others
+    /// fail it (reported, retried with backoff).
+    async fn close_window_if_over(
+        &mut self,
+        node: &Node,
+        record: &PausedOperands,
+        status: &mut MigNodeStatus,
+        now: Timestamp,
+    ) -> Result<bool, StepError> {
+        let labels = labels_of(node);
+        let failure = if !self.mem.window_mine {
+            None
+        } else if gpu_operator::upgrade_started(&labels) {
+            let (label, value) = labels
+                .iter()
+                .find(|(k, v)| {
+                    k.as_str() == gpu_operator::DRIVER_UPGRADE_STATE
+                        || v.contains(gpu_operator::PAUSED_FOR_DRIVER_UPGRADE)
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .unwrap_or_default();
+            Some(StepError::Refused(Refusal::DriverUpgrade { label, value }))
+        } else if self.window_overdue(record, now) {
+            Some(StepError::PauseTooLong { max: self.cfg.max_pause })
+        } else {
+            return Ok(false);
+        };
+        self.close_window(node, record, status).await?;
+        match failure {
+            Some(error) => Err(error),
+            None => {
+                tracing::info!(node = %self.cfg.node, "closed the operand pause window an earlier agent left open");
+                Ok(true)
+            }
+        }
     }
 
     /// This node's MigNode, if it exists. One the agent cannot decode (stored under an older,
@@ -401,10 +462,37 @@ impl Agent {
         let Some(step) = last else { return false };
         let timeout = match step.action {
             StepAction::Evict => disruption.settings.timeout,
+            StepAction::PauseOperands => self.cfg.operand_timeout,
             StepAction::WaitForAllocatable => self.cfg.advertise_timeout,
             _ => return false,
         };
         let timeout = SignedDuration::try_from(timeout).unwrap_or(SignedDuration::MAX);
         step.started_at.0.checked_add(timeout).is_ok_and(|deadline| now >= deadline)
     }
+}
+
+fn labels_of(node: &Node) -> std::collections::BTreeMap<String, String> {
+    node.metadata.labels.clone().unwrap_or_default()
+}
+
+/// The `Refused` condition: whether the GPU Operator's labels let Geometer change the node.
+fn preflight_condition(
+    status: &mut MigNodeStatus,
+    refusal: Option<&Refusal>,
+    generation: i64,
+    now: Timestamp,
+) {
+    let (refused, reason, message) = match refusal {
+        Some(r) => (true, r.reason(), r.to_string()),
+        None => (false, "Accepted", "the node's labels let Geometer change its GPUs".to_string()),
+    };
+    conditions::set(
+        &mut status.conditions,
+        MigNodeStatus::REFUSED,
+        refused,
+        reason,
+        message,
+        Some(generation),
+        now,
+    );
 }

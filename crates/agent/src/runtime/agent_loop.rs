@@ -22,6 +22,7 @@ use crate::runtime::metrics::AgentMetrics;
 use crate::runtime::status::status_patch;
 use crate::steps::advertise::DEFAULT_DEVICE_PLUGIN_SELECTOR;
 use crate::steps::eviction::DrainSettings;
+use crate::steps::operands::OperandMode;
 use geometer_api::{CatalogDisagreement, MigNode, MigNodePhase, MigNodeStatus};
 
 /// How the agent behaves. [`AgentConfig::new`] gives the defaults `geometer agent run` uses.
@@ -46,6 +47,14 @@ pub struct AgentConfig {
     /// Longest time between two publications of unchanged usage summaries (right-sizing);
     /// a summary that changes by a histogram bucket is published at once.
     pub usage_publish_interval: Duration,
+    /// Whether the GPU Operator's operands are paused around a change (`Auto`: on nodes with
+    /// its deploy labels).
+    pub operands: OperandMode,
+    /// Longest wait for the paused operands' pods to leave the node.
+    pub operand_timeout: Duration,
+    /// Longest time the operands stay paused; a window open longer is closed and the change
+    /// retried later.
+    pub max_pause: Duration,
 }
 
 impl AgentConfig {
@@ -61,6 +70,10 @@ impl AgentConfig {
             backoff: Backoff::default(),
             eviction_backoff: Backoff::new(Duration::from_secs(5), Duration::from_secs(60)),
             usage_publish_interval: Duration::from_secs(300),
+            operands: OperandMode::Auto,
+            // mig-manager's wait for each operand (NVIDIA/mig-parted pkg/mig/reconfigure).
+            operand_timeout: Duration::from_secs(300),
+            max_pause: Duration::from_secs(900),
         }
     }
 }
@@ -102,6 +115,12 @@ pub enum StepError {
     UnreadableMigNode { node: String, error: geometer_api::decode::DecodeError },
     #[error("an NVML call did not complete: {0}")]
     Task(String),
+    #[error("{0}")]
+    Refused(geometer_api::gpu_operator::Refusal),
+    #[error("the GPU Operator's paused operands did not leave the node within {timeout:?}: {waiting}. Their labels were restored and nothing was changed on the GPUs; the agent tries again later")]
+    OperandsTimeout { timeout: Duration, waiting: String },
+    #[error("the GPU Operator's operands were paused for longer than {max:?}; their labels were restored and the change is retried later, from the GPUs as they are now")]
+    PauseTooLong { max: Duration },
 }
 
 impl StepError {
@@ -125,6 +144,9 @@ impl StepError {
             StepError::Verify(_) => "VerifyFailed",
             StepError::Task(_) => "NvmlError",
             StepError::UnreadableMigNode { .. } => "Unreadable",
+            StepError::Refused(refusal) => refusal.reason(),
+            StepError::OperandsTimeout { .. } => "OperandsTimeout",
+            StepError::PauseTooLong { .. } => "PauseWindowTooLong",
         }
     }
 }
@@ -177,6 +199,11 @@ pub(crate) struct Memory {
     pub unreadable_marked: bool,
     /// What pods use of the whole GPUs they hold, summarised across rounds.
     pub usage: crate::observe::usage::UsageBook,
+    /// This agent opened the pause window in force (one it finds open otherwise is an
+    /// earlier agent's, and is closed before anything else).
+    pub window_mine: bool,
+    /// The preflight refusal last announced with an event.
+    pub refusal_announced: Option<String>,
 }
 
 /// The node agent.
@@ -228,37 +255,58 @@ impl Agent {
 
     /// Works towards the MigNode's spec forever. Failures are reported in status and retried;
     /// nothing here returns.
-    pub async fn run(mut self) {
+    pub async fn run(self) {
+        self.run_until(std::future::pending()).await
+    }
+
+    /// [`Agent::run`] until `stop` completes (SIGTERM), between two rounds: a round in progress
+    /// (an NVML call) finishes first. A pause of the GPU Operator's operands is closed before
+    /// it returns, as after every failure.
+    pub async fn run_until(mut self, stop: impl std::future::Future<Output = ()>) {
         let wake = Wake::default();
         let _watchers = watch::spawn(self.client.clone(), &self.cfg.node, wake.clone());
+        let mut stop = std::pin::pin!(stop);
         loop {
-            match self.round().await {
+            let outcome = self.round().await;
+            if futures::FutureExt::now_or_never(stop.as_mut()).is_some() {
+                break;
+            }
+            let stopped = match outcome {
                 Ok(NextRound::Continue) => {
                     self.mem.failures = 0;
                     tokio::task::yield_now().await;
+                    false
                 }
                 Ok(NextRound::Wait(pause)) => {
                     self.mem.failures = 0;
                     tokio::select! {
-                        _ = wake.any.notified() => {}
-                        _ = tokio::time::sleep(pause) => {}
+                        _ = wake.any.notified() => false,
+                        _ = tokio::time::sleep(pause) => false,
+                        _ = stop.as_mut() => true,
                     }
                 }
                 Err(error) => {
                     self.mem.failures += 1;
                     self.mem.last_round_ok = false;
                     self.metrics.failed(error.reason());
+                    // Nothing stays paused while the agent backs off.
+                    self.close_any_window(error.reason()).await;
                     let delay = self.cfg.backoff.delay(self.mem.failures);
                     self.report_failure(&error, delay).await;
                     // Only a new spec cuts the backoff short: our own status writes and the
                     // node's heartbeats must not turn it into a busy loop.
                     tokio::select! {
-                        _ = wake.spec.notified() => {}
-                        _ = tokio::time::sleep(delay) => {}
+                        _ = wake.spec.notified() => false,
+                        _ = tokio::time::sleep(delay) => false,
+                        _ = stop.as_mut() => true,
                     }
                 }
+            };
+            if stopped {
+                break;
             }
         }
+        self.close_any_window("the agent is stopping").await;
     }
 
     pub(crate) fn mignodes(&self) -> Api<MigNode> {

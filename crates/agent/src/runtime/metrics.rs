@@ -54,6 +54,7 @@ pub struct AgentMetrics {
     evictions: Counter,
     drain_blocked: Family<ReasonLabel, Gauge>,
     nvml_errors: Family<CallLabel, Counter>,
+    operands_paused: Gauge,
     /// The phase last written and since when.
     phase: Mutex<Option<(MigNodePhase, Instant)>>,
 }
@@ -76,6 +77,7 @@ impl AgentMetrics {
             evictions: Counter::default(),
             drain_blocked: Family::default(),
             nvml_errors: Family::default(),
+            operands_paused: Gauge::default(),
             phase: Mutex::new(None),
         };
         {
@@ -114,6 +116,11 @@ impl AgentMetrics {
                 "geometer_agent_nvml_errors",
                 "Failed rounds whose error came from NVML, by the step's NVML call",
                 metrics.nvml_errors.clone(),
+            );
+            registry.register(
+                "geometer_agent_operands_paused",
+                "1 while the agent holds the GPU Operator's operands paused for a change on this node",
+                metrics.operands_paused.clone(),
             );
         }
         metrics.set_drain_blocked(None);
@@ -163,6 +170,10 @@ impl AgentMetrics {
                 .get_or_create(&ReasonLabel { reason: r.into() })
                 .set(i64::from(reason == Some(r)));
         }
+    }
+
+    pub(crate) fn set_operands_paused(&self, paused: bool) {
+        self.operands_paused.set(i64::from(paused));
     }
 
     pub(crate) fn nvml_error(&self, call: StepAction) {

@@ -16,8 +16,11 @@ pub(crate) fn phase_of(action: StepAction) -> MigNodePhase {
         | StepAction::DestroyGpuInstance
         | StepAction::CreateGpuInstance
         | StepAction::CreateComputeInstance
+        | StepAction::PauseOperands
         | StepAction::Verify => MigNodePhase::Repartitioning,
-        StepAction::RestartDevicePlugin | StepAction::WaitForAllocatable => MigNodePhase::Advertising,
+        StepAction::RestoreOperands | StepAction::RestartDevicePlugin | StepAction::WaitForAllocatable => {
+            MigNodePhase::Advertising
+        }
         StepAction::Uncordon => MigNodePhase::Uncordoning,
     }
 }

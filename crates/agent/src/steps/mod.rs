@@ -4,4 +4,5 @@ pub(crate) mod advertise;
 pub(crate) mod cordon;
 pub(crate) mod drain;
 pub(crate) mod eviction;
+pub(crate) mod operands;
 pub(crate) mod take;

@@ -16,13 +16,25 @@ use crate::runtime::conditions;
 use crate::runtime::status::phase_of;
 use crate::steps::cordon::{self, Applied};
 use crate::steps::eviction::{self, EvictionOutcome};
+use crate::steps::operands::Operands;
 use geometer_api::{AgentStep, MigInstance, MigNodePhase, MigNodeStatus, PlacedInstance, StepAction};
 
 impl Agent {
     pub(crate) async fn take(&mut self, next: Next, mut cx: Context) -> Result<NextRound, StepError> {
         match next {
             Next::Ready => return self.ready(cx).await,
+            Next::Refused => return self.refused(cx).await,
             Next::DrainTimedOut => return self.drain_timed_out(cx).await,
+            Next::OperandsTimedOut => {
+                let waiting = match &cx.operands {
+                    Operands::Paused { waiting } => waiting.join(", "),
+                    _ => String::new(),
+                };
+                if let Some(record) = cx.pause.take() {
+                    self.close_window(&cx.node, &record, &mut cx.status).await?;
+                }
+                return Err(StepError::OperandsTimeout { timeout: self.cfg.operand_timeout, waiting });
+            }
             Next::AdvertiseTimedOut => {
                 return Err(StepError::AdvertiseTimeout {
                     timeout: self.cfg.advertise_timeout,
@@ -68,8 +80,10 @@ impl Agent {
             Some(p) if same => AgentStep {
                 attempt: p.attempt.saturating_add(1),
                 // A drain that timed out starts over with a full timeout; any other failure
-                // keeps the drain's clock running.
-                started_at: if action == StepAction::Evict && drain_timed_out(&cx.status) {
+                // keeps the drain's clock running. A pause retried after a failure is a new window, with a full timeout too.
+                started_at: if (action == StepAction::Evict && drain_timed_out(&cx.status))
+                    || action == StepAction::PauseOperands
+                {
                     now.into()
                 } else {
                     p.started_at
@@ -152,14 +166,18 @@ impl Agent {
             Next::CreateComputeInstance { gpu, instance } => {
                 format!("GPU {gpu}: creating the compute instance of {}", instance.placed())
             }
+            Next::PauseOperands => "pausing the GPU Operator's operands (device plugin, GPU feature discovery, DCGM, dcgm-exporter, GPU clients) and waiting until their pods have left the node".into(),
             Next::Verify => "checking every GPU against its target".into(),
+            Next::RestoreOperands => "re-running the GPU Operator's validator and restoring its operands' labels".into(),
             Next::RestartDevicePlugin => format!(
                 "restarting the NVIDIA device plugin ({}) so that it advertises the new slices",
                 self.cfg.device_plugin_selector
             ),
             Next::WaitForAllocatable => "waiting for the node's allocatable to show the new slices".into(),
             Next::Uncordon => "lifting Geometer's cordon".into(),
-            Next::Ready | Next::DrainTimedOut | Next::AdvertiseTimedOut => String::new(),
+            Next::Ready | Next::Refused | Next::DrainTimedOut | Next::AdvertiseTimedOut | Next::OperandsTimedOut => {
+                String::new()
+            }
         }
     }
 
@@ -201,11 +219,19 @@ impl Agent {
                 self.nvml_call(move |n| n.create_compute_instance(gpu, gi)).await?;
                 Ok(NextRound::Continue)
             }
+            Next::PauseOperands => self.pause_operands(cx).await,
             Next::Verify => self.verify(cx).await,
+            Next::RestoreOperands => self.restore_operands(cx).await,
             Next::RestartDevicePlugin => self.restart_device_plugin().await,
             Next::WaitForAllocatable => self.wait_for_allocatable(cx).await,
             Next::Uncordon => self.uncordon(cx).await,
-            Next::Ready | Next::DrainTimedOut | Next::AdvertiseTimedOut => unreachable!("handled in take"),
+            Next::Ready
+            | Next::Refused
+            | Next::DrainTimedOut
+            | Next::AdvertiseTimedOut
+            | Next::OperandsTimedOut => {
+                unreachable!("handled in take")
+            }
         }
     }
 
@@ -375,6 +401,31 @@ impl Agent {
         if !was_ready {
             let note = format!("MIG geometry matches spec generation {}", cx.generation);
             self.event(EventType::Normal, "Ready", "Reconfigure", note, None).await;
+        }
+        Ok(NextRound::Wait(self.cfg.poll_interval))
+    }
+
+    /// The GPU Operator's labels refuse the change: nothing on the node is touched; the
+    /// `Refused` condition (set every round) says why, and one event per refusal announces it.
+    async fn refused(&mut self, mut cx: Context) -> Result<NextRound, StepError> {
+        let Some(refusal) = cx.refusal.clone() else { return Ok(NextRound::Wait(self.cfg.poll_interval)) };
+        let g = Some(cx.generation);
+        let now = self.clock.now();
+        let message = format!("the spec is not applied: {refusal}");
+        conditions::set(
+            &mut cx.status.conditions,
+            MigNodeStatus::READY,
+            false,
+            refusal.reason(),
+            message.clone(),
+            g,
+            now,
+        );
+        self.write_status(&cx.status).await?;
+        self.mem.last_round_ok = true;
+        if self.mem.refusal_announced.as_deref() != Some(message.as_str()) {
+            self.event(EventType::Warning, refusal.reason(), "Preflight", message.clone(), None).await;
+            self.mem.refusal_announced = Some(message);
         }
         Ok(NextRound::Wait(self.cfg.poll_interval))
     }

@@ -138,6 +138,10 @@ pub fn build_snapshot(
             warnings.push(format!("node {}: its MigNode cannot be read; not managed", nodes::name(node)));
             continue;
         }
+        if let Err(refusal) = nodes::operator_preflight(node) {
+            warnings.push(format!("node {}: left unchanged: {refusal}", nodes::name(node)));
+            continue;
+        }
         match node_facts(node, objects, catalog, &usage, &mut warnings) {
             Ok(Some((facts, inferred))) => {
                 snapshot.placements_inferred |= inferred;

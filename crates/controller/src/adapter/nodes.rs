@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 
 use crate::adapter::pods::taint_effect;
 use crate::adapter::AdapterError;
+use geometer_api::gpu_operator::{self, PausedOperands, Refusal, PAUSED_OPERANDS_ANNOTATION};
 use geometer_api::limits::{quote, MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU};
 use geometer_api::quantity;
 use geometer_api::resources::MIG_RESOURCE_PREFIX;
@@ -35,6 +36,19 @@ pub fn name(node: &Node) -> &str {
 
 pub fn labels(node: &Node) -> BTreeMap<String, String> {
     node.metadata.labels.clone().unwrap_or_default()
+}
+
+/// Whether Geometer may change the node now, as the GPU Operator's labels say
+/// ([`geometer_api::gpu_operator::preflight`]). A pause record the agent left on the Node makes
+/// its own `paused-for-mig-change` values its own; one that does not parse counts as none.
+pub fn operator_preflight(node: &Node) -> Result<(), Refusal> {
+    let own = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PAUSED_OPERANDS_ANNOTATION))
+        .and_then(|v| PausedOperands::from_annotation(v).ok());
+    gpu_operator::preflight(&labels(node), own.as_ref())
 }
 
 /// Node facts. `used` is what bound, unfinished pods request, in milli-units per resource.

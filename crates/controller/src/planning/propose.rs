@@ -24,6 +24,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::adapter::gangs::PodGroupMin;
 use crate::adapter::{self, pods as adapter_pods, AdapterError, Objects};
+use geometer_api::gpu_operator::Refusal;
 use geometer_api::{MigNode, MigPlan, MigPlanPhase, MigPlanStatus, MigPolicy};
 
 use crate::planning::fingerprint::Fingerprint;
@@ -97,8 +98,12 @@ pub struct Prepared {
 /// (and make pods wait) while other nodes might have room now.
 fn not_plannable(node: &str, input: &RoundInput<'_>) -> Option<(String, bool)> {
     let (nodes, mignode) = (input.nodes, input.mignodes.get(node));
-    if !nodes.contains_key(node) {
+    let Some(node_object) = nodes.get(node) else {
         return Some(("the Node object is gone".into(), false));
+    };
+    if let Err(refusal) = adapter::nodes::operator_preflight(node_object) {
+        let passes = matches!(refusal, Refusal::MigConfigInProgress { .. } | Refusal::DriverUpgrade { .. });
+        return Some((format!("refused: {refusal}"), passes));
     }
     let Some(mignode) = mignode else {
         return Some(("no MigNode yet (is the node agent running?)".into(), true));
@@ -365,7 +370,7 @@ fn planned_condition(solved: &Plan, prepared: &Prepared, policy: &MigPolicy, now
     }
     if !prepared.excluded.is_empty() {
         let left: Vec<String> = prepared.excluded.iter().map(|(n, why)| format!("{n} ({why})")).collect();
-        message.push_str(&format!("; nodes left out until they settle: {}", left.join(", ")));
+        message.push_str(&format!("; nodes left out: {}", left.join(", ")));
     }
     if prepared.snapshot.placements_inferred {
         message.push_str("; some placements were inferred");

@@ -180,6 +180,28 @@ fn a_node_inside_its_stabilisation_window_stays_out_until_it_ends() {
 }
 
 #[test]
+fn a_node_the_gpu_operators_labels_refuse_is_never_planned_and_the_plan_says_why() {
+    let mut world = World::new(1);
+    let mut node = fixtures::node("gpu-a", "pool");
+    let labels = node.metadata.labels.get_or_insert_with(Default::default);
+    labels.insert("nvidia.com/gpu.deploy.device-plugin".into(), "true".into());
+    labels.insert("nvidia.com/gpu.deploy.mig-manager".into(), "false".into());
+    labels.insert("nvidia.com/mig.strategy".into(), "single".into());
+    world.nodes.insert("gpu-a".into(), Arc::new(node));
+    let prepared = world.prepare();
+    assert_eq!(prepared.snapshot.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["gpu-b"]);
+    assert!(!prepared.settling, "the strategy does not change on its own");
+    let (plan, _) = published(world.decide(&[]));
+    assert_eq!(plan.spec.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), ["gpu-b"]);
+    let planned = plan.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Planned").unwrap();
+    assert!(
+        planned.message.contains("gpu-a (refused: the device plugin's MIG strategy is \"single\""),
+        "{}",
+        planned.message
+    );
+}
+
+#[test]
 fn a_node_the_catalog_cannot_place_stays_out_and_the_rest_is_planned() {
     let mut world = World::new(1);
     world.gpu_a_holds(&[("4g.40gb", 3, None)]);

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod nvml;
+pub mod operator;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -51,12 +52,20 @@ pub struct Harness {
     pub devices: BTreeMap<(GpuIndex, String), String>,
     /// Pods the kubelet runs, by `namespace/name`.
     pub workloads: Arc<Mutex<BTreeMap<String, Workload>>>,
+    /// With [`Harness::with_gpu_operator`]: what the GPU Operator stand-in did.
+    pub operator_log: Arc<Mutex<operator::OperatorLog>>,
+    /// Operands whose pods never leave the node (by operand name).
+    pub stuck_operands: Arc<Mutex<Vec<String>>>,
     kubelet: JoinHandle<()>,
+    operator: Option<JoinHandle<()>>,
 }
 
 impl Drop for Harness {
     fn drop(&mut self) {
         self.kubelet.abort();
+        if let Some(operator) = &self.operator {
+            operator.abort();
+        }
     }
 }
 
@@ -88,11 +97,22 @@ impl Harness {
 
     /// GPUs with chosen simulation options (e.g. MIG mode off).
     pub async fn new_with(gpus: &[SimGpuSetup<'_>]) -> Harness {
+        Harness::build(gpus, false).await
+    }
+
+    /// A stock NVIDIA GPU Operator node handed to Geometer: its deploy labels, and its operand
+    /// DaemonSets' pods run by a stand-in ([`operator`]) that holds the GPUs open while
+    /// dcgm-exporter, the device plugin or a GPU client runs, as NVML does.
+    pub async fn with_gpu_operator(gpus: &[SimGpuSetup<'_>]) -> Harness {
+        Harness::build(gpus, true).await
+    }
+
+    async fn build(gpus: &[SimGpuSetup<'_>], gpu_operator: bool) -> Harness {
         let server = ApiServer::new();
         for crd in geometer_api::crds() {
             server.seed(&crd).expect("CRD");
         }
-        for ns in [WORKLOADS, PLUGIN_NAMESPACE] {
+        for ns in [WORKLOADS, PLUGIN_NAMESPACE, operator::CLIENTS_NAMESPACE] {
             server
                 .seed(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": ns}})).unwrap())
                 .expect("namespace");
@@ -106,23 +126,65 @@ impl Harness {
                 devices.insert((gpu, format!("{profile}@{start}")), device.uuid);
             }
         }
+        let labels: serde_json::Map<String, serde_json::Value> = match gpu_operator {
+            true => operator::OPERATOR_LABELS.iter().map(|(k, v)| (k.to_string(), json!(v))).collect(),
+            false => serde_json::Map::new(),
+        };
         server
             .seed(
-                &serde_json::from_value::<Node>(json!({"metadata": {"name": NODE, "uid": "node-uid-1"}}))
-                    .unwrap(),
+                &serde_json::from_value::<Node>(
+                    json!({"metadata": {"name": NODE, "uid": "node-uid-1", "labels": labels}}),
+                )
+                .unwrap(),
             )
             .expect("node");
-        advertise(&server, &sim).await;
-        let labels = json!({ PLUGIN_LABEL.0: PLUGIN_LABEL.1 });
-        server
-            .seed(&ready_pod(PLUGIN_NAMESPACE, "nvidia-device-plugin-0", labels, json!({}), json!({})))
-            .expect("device plugin pod");
+        let operator_log = Arc::new(Mutex::new(operator::OperatorLog::default()));
+        let stuck_operands = Arc::new(Mutex::new(Vec::new()));
+        let operator = gpu_operator.then(|| {
+            tokio::spawn(operator::run(
+                server.clone(),
+                sim.clone(),
+                operator_log.clone(),
+                stuck_operands.clone(),
+            ))
+        });
+        if !gpu_operator {
+            advertise(&server, &sim).await;
+            let labels = json!({ PLUGIN_LABEL.0: PLUGIN_LABEL.1 });
+            server
+                .seed(&ready_pod(PLUGIN_NAMESPACE, "nvidia-device-plugin-0", labels, json!({}), json!({})))
+                .expect("device plugin pod");
+        }
         let workloads = Arc::new(Mutex::new(BTreeMap::new()));
         let assignments = SharedAssignments::default();
         let client = server.client();
-        let kubelet =
-            tokio::spawn(kubelet(server.clone(), sim.clone(), assignments.clone(), workloads.clone()));
-        Harness { server, client, sim, assignments, devices, workloads, kubelet }
+        let kubelet = tokio::spawn(kubelet(
+            server.clone(),
+            sim.clone(),
+            assignments.clone(),
+            workloads.clone(),
+            !gpu_operator,
+        ));
+        let harness = Harness {
+            server,
+            client,
+            sim,
+            assignments,
+            devices,
+            workloads,
+            operator_log,
+            stuck_operands,
+            kubelet,
+            operator,
+        };
+        if gpu_operator {
+            harness
+                .wait_for("the GPU Operator's operands running", |h| {
+                    h.operator_log.lock().unwrap().started.contains_key("gpu-client").then_some(())
+                })
+                .await;
+        }
+        harness
     }
 
     /// Agent settings for tests: tiny waits so that nothing takes long, and a drain timeout
@@ -364,13 +426,22 @@ pub fn recording_hook(server: ApiServer) -> (StepHook, Arc<Mutex<Vec<StepAction>
 }
 
 async fn advertise(server: &ApiServer, sim: &SimNvml) {
+    advertise_checked(server, sim, true).await
+}
+
+/// The device plugin starting: allocatable per profile. `only_after_verify`: it may only start
+/// on GPUs the agent verified (no bare GPU instance; counting per profile is exact then). The
+/// GPU Operator's DaemonSet starts it whenever its label allows, half-built GPUs included
+/// (a window closed by a failure): a bare GPU instance is then counted with its profile, a
+/// device the plugin would not find, until the next window restarts it.
+pub(crate) async fn advertise_checked(server: &ApiServer, sim: &SimNvml, only_after_verify: bool) {
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let mut gpu = 0;
     while let Ok(geometry) = sim.geometry(gpu) {
-        // A bare GPU instance is no device. The plugin only restarts after verification, when
-        // there are none, so counting per profile is exact there.
         let bare = sim.gpu_instances_without_compute(gpu).unwrap().len();
-        assert_eq!(bare, 0, "the device plugin restarted while GPU {gpu} is half built");
+        if only_after_verify {
+            assert_eq!(bare, 0, "the device plugin restarted while GPU {gpu} is half built");
+        }
         for p in geometry {
             *counts.entry(format!("nvidia.com/mig-{}", p.profile)).or_default() += 1;
         }
@@ -405,6 +476,7 @@ async fn kubelet(
     sim: SimNvml,
     assignments: SharedAssignments,
     workloads: Arc<Mutex<BTreeMap<String, Workload>>>,
+    restarts_plugin: bool,
 ) {
     let mut plugin_generation = 1;
     let mut releases = 0u64;
@@ -440,7 +512,7 @@ async fn kubelet(
             p.metadata.namespace.as_deref() == Some(PLUGIN_NAMESPACE)
                 && p.metadata.deletion_timestamp.is_none()
         });
-        if !plugin_running {
+        if restarts_plugin && !plugin_running {
             advertise(&server, &sim).await;
             let labels = json!({ PLUGIN_LABEL.0: PLUGIN_LABEL.1 });
             let pod = ready_pod(

@@ -16,6 +16,9 @@ from its mig-manager. */}}
 {{- $selector := deepCopy .Values.agent.nodeSelector -}}
 {{- if .Values.gpuOperator.enabled -}}
 {{- $_ := set $selector "nvidia.com/gpu.deploy.mig-manager" "false" -}}
+{{- /* GPU feature discovery's label can vanish while it is paused; the Operator's stays. */ -}}
+{{- $_ := unset $selector "nvidia.com/mig.capable" -}}
+{{- $_ := set $selector "nvidia.com/gpu.present" "true" -}}
 {{- end -}}
 {{ toYaml $selector }}
 {{- end }}
@@ -30,4 +33,12 @@ from its mig-manager. */}}
 {{- end -}}
 namespace: {{ $namespace | quote }}
 selector: {{ $selector | quote }}
+{{- end }}
+
+{{/* Nodes whose GPU clients a driver upgrade paused: the agent (an NVML client) leaves them,
+but stays through its own pause (paused-for-mig-change). */}}
+{{- define "geometer.clientNotPaused" -}}
+- key: nvidia.com/gpu.deploy.client
+  operator: NotIn
+  values: ["false", paused-for-driver-upgrade, paused-for-mig-change_paused-for-driver-upgrade]
 {{- end }}
