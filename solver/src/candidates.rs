@@ -100,8 +100,12 @@ pub(crate) fn build(problem: &Problem, cache: &GeometryCache) -> Candidates {
             Some(&c) => c,
             None => {
                 let model = problem.models[gpu.model];
-                let search =
-                    Search { allowed: &problem.allowed[gpu.model], cache, deadline: problem.deadline };
+                let search = Search {
+                    allowed: &problem.allowed[gpu.model],
+                    cache,
+                    deadline: problem.deadline,
+                    resets_allowed: problem.resets_allowed,
+                };
                 let (cands, complete) =
                     generate(model, &key, &search, &problem.pid_to_key[gpu.model], problem.profiles.len());
                 if !complete {
@@ -139,6 +143,8 @@ pub(crate) struct Search<'a> {
     pub allowed: &'a [ProfileId],
     pub cache: &'a GeometryCache,
     pub deadline: Instant,
+    /// The policy lets the agent reset a GPU (an Ampere GPU may change mode).
+    pub resets_allowed: bool,
 }
 
 /// Candidates of one base class, pruned, and whether the geometry search finished in time.
@@ -171,7 +177,7 @@ pub(crate) fn generate(
             maximal_extensions_until(model, &fixed, search.allowed, search.cache, Some(search.deadline));
         complete &= found_in_time.complete;
         let mut geometries = found_in_time.geometries;
-        geometries.retain(|g| g.reachable_from(&key.current, model));
+        geometries.retain(|g| g.reachable_from(&key.current, model, search.resets_allowed));
         if evicts == 0 {
             geometries.push(key.current.clone());
         }
@@ -237,7 +243,7 @@ mod tests {
         let allowed = m.standard_profiles();
         let cache = GeometryCache::new();
         let deadline = Instant::now() + std::time::Duration::from_secs(3600);
-        let search = Search { allowed: &allowed, cache: &cache, deadline };
+        let search = Search { allowed: &allowed, cache: &cache, deadline, resets_allowed: false };
         let (cands, complete) = generate(m, key, &search, &keys(m, names), names.len());
         assert!(complete);
         cands

@@ -274,8 +274,9 @@ impl GpuModel {
 
     /// Whether a MIG mode change of this model takes effect only after a GPU reset with every
     /// NVML client stopped: Ampere. Hopper and later change mode at once when idle (NVIDIA MIG
-    /// user guide, "Enable MIG Mode"). Geometer's agent never resets a GPU, so the planner keeps
-    /// such a GPU in the mode it is in.
+    /// user guide, "Enable MIG Mode"). Geometer's agent resets a GPU only where the policy and
+    /// the agent both allow it (`Policy::gpu_reset_allowed`); otherwise the planner keeps such
+    /// a GPU in the mode it is in.
     pub fn mode_change_needs_reset(&self) -> bool {
         self.architecture.starts_with("Ampere")
     }

@@ -145,9 +145,10 @@ impl Geometry {
 
     /// Whether a GPU of `model` now in `current` may be planned to this geometry: always where
     /// its mode stays, and across modes only where the model changes mode without a reset
-    /// ([`GpuModel::mode_change_needs_reset`]).
-    pub fn reachable_from(&self, current: &Geometry, model: &GpuModel) -> bool {
-        !model.mode_change_needs_reset() || self.is_whole(model) == current.is_whole(model)
+    /// ([`GpuModel::mode_change_needs_reset`]) or the policy lets the agent reset GPUs
+    /// (`resets_allowed`).
+    pub fn reachable_from(&self, current: &Geometry, model: &GpuModel, resets_allowed: bool) -> bool {
+        resets_allowed || !model.mode_change_needs_reset() || self.is_whole(model) == current.is_whole(model)
     }
 
     /// The same instances with one more.

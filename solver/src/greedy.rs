@@ -95,8 +95,10 @@ pub(crate) fn decide(problem: &Problem) -> Decision {
             let mut current_free = vec![0i64; keys];
             add_free(problem, g, &gpu.current, &mut current_free, 1);
             let mut best: Option<(i64, &Geometry)> = None;
-            for option in options.iter().filter(|o| o.reachable_from(&gpu.current, problem.models[gpu.model]))
-            {
+            let reachable = |o: &&Geometry| {
+                o.reachable_from(&gpu.current, problem.models[gpu.model], problem.resets_allowed)
+            };
+            for option in options.iter().filter(reachable) {
                 let mut free = vec![0i64; keys];
                 add_free(problem, g, option, &mut free, 1);
                 let gain: i64 = (0..keys).map(|k| (free[k] - current_free[k]).max(0).min(lacking[k])).sum();

@@ -12,6 +12,7 @@ use clap::Args;
 use super::catalog::CatalogSource;
 use super::output::Failure;
 use geometer_agent::nvml::real::{RealNvml, NVML_LIBRARY};
+use geometer_agent::nvml::reset::{GpuReset, NvidiaSmiReset};
 use geometer_agent::nvml::NvmlBackend;
 use geometer_agent::pod_resources::DEFAULT_SOCKET;
 use geometer_agent::DEFAULT_DEVICE_PLUGIN_SELECTOR;
@@ -83,11 +84,22 @@ pub struct RunArgs {
     /// two steps, the labels restored, and the change retried later.
     #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = duration)]
     pub max_pause: Duration,
+    /// Let the agent reset a GPU whose MIG mode changes only through a reset (Ampere: A100,
+    /// A30), with `nvidia-smi -r -i <uuid>`, idle and alone, where the MigPolicy allows it too
+    /// (`spec.disruption.allowGpuReset`). Off: such a change stops with what to do by hand.
+    #[arg(long)]
+    pub allow_gpu_reset: bool,
+    /// The nvidia-smi used for `--allow-gpu-reset`.
+    #[arg(long, value_name = "PATH", default_value = "nvidia-smi")]
+    pub nvidia_smi: PathBuf,
     /// Serve `/metrics` and `/healthz` on this address (the DaemonSet gives 0.0.0.0:8080)
     /// [default: not served].
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
 }
+
+/// The agent's NVML and how it resets a GPU (`--allow-gpu-reset`).
+type Gpus = (Arc<dyn NvmlBackend>, Arc<dyn GpuReset>);
 
 /// A Go duration from 10 milliseconds to 24 hours.
 fn duration(text: &str) -> Result<Duration, String> {
@@ -106,7 +118,7 @@ fn simulated_nvml(
     catalog: &geometer_solver::catalog::Catalog,
     sims: &[(String, u32)],
     state: Option<&std::path::Path>,
-) -> Result<Arc<dyn NvmlBackend>, Failure> {
+) -> Result<Gpus, Failure> {
     let sim = geometer_agent::nvml::sim::SimNvml::with_catalog(node.to_string(), catalog.clone());
     for (model, count) in sims {
         for _ in 0..*count {
@@ -119,7 +131,8 @@ fn simulated_nvml(
         }
         None => sim,
     };
-    Ok(Arc::new(sim))
+    let reset = Arc::new(geometer_agent::nvml::sim::SimReset::new(sim.clone()));
+    Ok((Arc::new(sim), reset))
 }
 
 #[cfg(not(feature = "demo"))]
@@ -128,7 +141,7 @@ fn simulated_nvml(
     _catalog: &geometer_solver::catalog::Catalog,
     _sims: &[(String, u32)],
     _state: Option<&std::path::Path>,
-) -> Result<Arc<dyn NvmlBackend>, Failure> {
+) -> Result<Gpus, Failure> {
     Err(Failure::bad_input(anyhow!(
         "--simulate: this geometer was built without the `demo` feature, so it has no simulated GPUs; \
          use a developer build (cargo build -p geometer) or drop --simulate to use NVML"
@@ -169,8 +182,13 @@ fn simulated_gpus(specs: &[String]) -> Result<Vec<(String, u32)>, Failure> {
 pub fn run(args: RunArgs) -> Result<(), Failure> {
     let catalog = args.catalog.load()?;
     let sims = simulated_gpus(&args.simulate)?;
-    let nvml: Arc<dyn NvmlBackend> = if sims.is_empty() {
-        Arc::new(RealNvml::init_with_library(&args.nvml_library).map_err(|e| Failure::internal(anyhow!(e)))?)
+    // With --allow-gpu-reset: `nvidia-smi -r` and NVML opened again, or the simulated GPUs' reset.
+    let (nvml, reset): Gpus = if sims.is_empty() {
+        let nvml =
+            RealNvml::init_with_library(&args.nvml_library).map_err(|e| Failure::internal(anyhow!(e)))?;
+        let reset =
+            NvidiaSmiReset { nvidia_smi: args.nvidia_smi.clone(), library: args.nvml_library.clone() };
+        (Arc::new(nvml), Arc::new(reset))
     } else {
         simulated_nvml(&args.node, &catalog, &sims, args.simulate_state.as_deref())?
     };
@@ -195,6 +213,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     };
     cfg.operand_timeout = args.operand_timeout;
     cfg.max_pause = args.max_pause;
+    cfg.gpu_reset = args.allow_gpu_reset.then_some(reset);
 
     let runtime = tokio::runtime::Runtime::new()
         .context("cannot start the async runtime")

@@ -126,30 +126,11 @@ async fn a_pdb_refusal_is_retried_until_the_budget_allows_it() {
     assert_eq!(condition(&h, MigNodeStatus::DRAIN_BLOCKED).unwrap().0, "False");
 }
 
-/// A MigPolicy with the given disruption rules, and the MigPlan `plan-1` (which the harness's
-/// MigNode spec names) belonging to it.
-fn seed_policy(h: &Harness, disruption: serde_json::Value) {
-    h.server
-        .seed_value(json!({
-            "apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy",
-            "metadata": {"name": "gpu-pool"},
-            "spec": {"mode": "Auto", "disruption": disruption},
-        }))
-        .expect("MigPolicy");
-    h.server
-        .seed_value(json!({
-            "apiVersion": "geometer.dev/v1alpha1", "kind": "MigPlan",
-            "metadata": {"name": "plan-1"},
-            "spec": {"policy": "gpu-pool"},
-        }))
-        .expect("MigPlan");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_without_evictions_is_obeyed_and_its_drain_timeout_applies() {
     let h = Harness::new(&[("H100-80GB", &[("7g.80gb", 0)])]).await;
     h.run_pod("ordinary", 0, "7g.80gb", 0, &[], &[]);
-    seed_policy(&h, json!({"evictionAllowed": false, "drainTimeoutSeconds": 1}));
+    h.seed_policy(json!({"evictionAllowed": false, "drainTimeoutSeconds": 1}));
     // The agent's own drain timeout is long: only the policy's can end the wait.
     let agent = h.spawn_agent(h.config(), None);
     h.set_spec(&[(0, &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
@@ -182,7 +163,7 @@ async fn a_policy_that_cannot_be_read_allows_no_eviction() {
             geometer_testkit::crd_bounds::POLICY_TIME_LIMIT,
         ))
         .unwrap();
-    seed_policy(&h, json!({"evictionAllowed": false}));
+    h.seed_policy(json!({"evictionAllowed": false}));
     let mut policy = h.server.object_json::<geometer_api::MigPolicy>("", "gpu-pool").unwrap();
     policy["spec"]["solver"] = json!({"timeLimitMs": 4294967296u64});
     h.server.seed_value(policy).unwrap();
@@ -204,7 +185,7 @@ async fn the_policys_do_not_disrupt_keys_replace_the_agents() {
     let h = Harness::new(&[("H100-80GB", &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
     h.run_pod("custom-protected", 0, "3g.40gb", 0, &[("example.com/keep", "true")], &[]);
     h.run_pod("default-key-only", 0, "3g.40gb", 4, &[("geometer.dev/do-not-disrupt", "true")], &[]);
-    seed_policy(&h, json!({"evictionAllowed": true, "doNotDisruptAnnotations": ["example.com/keep"]}));
+    h.seed_policy(json!({"evictionAllowed": true, "doNotDisruptAnnotations": ["example.com/keep"]}));
     let agent = h.spawn_agent(h.config(), None);
     // Only the instance of the pod with the default key goes: under this policy it may move.
     let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("1g.10gb", 4)])]).await;

@@ -3,8 +3,10 @@
 use geometer_testkit::agent as agent_support;
 
 use agent_support::{recording_hook, Harness, SimGpuOptions};
+use geometer_agent::nvml::sim::SimReset;
 use geometer_agent::nvml::NvmlBackend;
 use geometer_api::StepAction::*;
+use serde_json::json;
 
 const MIG_OFF: SimGpuOptions = SimGpuOptions::MIG_OFF;
 
@@ -126,4 +128,65 @@ async fn on_hopper_a_client_holding_the_gpu_is_named_and_the_change_completes_on
     h.wait_ready(generation).await;
     agent.abort();
     assert_eq!(h.geometry(0), vec!["7g.80gb@0"]);
+}
+
+fn resetting(h: &Harness) -> (geometer_agent::AgentConfig, SimReset) {
+    let reset = SimReset::new(h.sim.clone());
+    let mut cfg = h.config();
+    cfg.gpu_reset = Some(std::sync::Arc::new(reset.clone()));
+    (cfg, reset)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_resets_allowed_only_the_ampere_gpu_that_changes_is_reset_and_its_neighbour_keeps_working() {
+    let busy = SimGpuOptions::default();
+    let h = Harness::new_with(&[("A100-40GB", &[], MIG_OFF), ("A100-40GB", &[("7g.40gb", 0)], busy)]).await;
+    let target = h.sim.devices().unwrap()[0].uuid.clone();
+    h.run_pod("neighbour", 1, "7g.40gb", 0, &[], &[]);
+    h.seed_policy(json!({"allowGpuReset": true}));
+    let (cfg, reset) = resetting(&h);
+    let agent = h.spawn_agent(cfg, None);
+    let generation = h.set_spec(&[(0, &[("7g.40gb", 0)])]).await;
+    h.wait_ready(generation).await;
+    agent.abort();
+
+    assert_eq!(h.geometry(0), vec!["7g.40gb@0"]);
+    assert_eq!(*reset.resets.lock().unwrap(), vec![target], "only the GPU whose mode changes");
+    assert_eq!(h.geometry(1), vec!["7g.40gb@0"], "the neighbour is left as it is");
+    assert!(h.running().contains(&"neighbour".to_string()), "and its pod keeps running");
+    assert_eq!(h.events_with_reason("GpuReset").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_reset_undoes_the_pending_mode_so_no_later_reboot_flips_the_gpu() {
+    let h = Harness::new_with(&[("A100-40GB", &[], MIG_OFF)]).await;
+    let (cfg, reset) = resetting(&h);
+    reset.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let agent = h.spawn_agent(cfg, None);
+    let generation = h.set_spec(&[(0, &[("7g.40gb", 0)])]).await;
+
+    let failed = h.wait_for("a GpuResetFailed event", |h| h.events_with_reason("GpuResetFailed").pop()).await;
+    let note = failed.note.unwrap_or_default();
+    assert!(note.contains("undone") && note.contains("not supported"), "{note}");
+    let mode = h.sim.devices().unwrap()[0].mig_mode.unwrap();
+    assert!(!mode.current && !mode.pending, "nothing pending after the failure: {mode:?}");
+
+    reset.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    h.wait_ready(generation).await;
+    agent.abort();
+    assert_eq!(h.geometry(0), vec!["7g.40gb@0"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_does_not_allow_resets_keeps_the_agent_from_resetting() {
+    let h = Harness::new_with(&[("A100-40GB", &[], MIG_OFF)]).await;
+    h.seed_policy(json!({"allowGpuReset": false}));
+    let (cfg, reset) = resetting(&h);
+    let agent = h.spawn_agent(cfg, None);
+    h.set_spec(&[(0, &[("7g.40gb", 0)])]).await;
+
+    let failed = h.wait_for("Failed: MigModePendingReset", Harness::failed_condition).await;
+    agent.abort();
+    assert_eq!(failed.reason, "MigModePendingReset");
+    assert!(reset.resets.lock().unwrap().is_empty(), "never reset");
 }

@@ -179,6 +179,28 @@ fn the_optional_objects_render_when_asked() {
 }
 
 #[test]
+fn allowing_gpu_resets_gives_the_agent_a_flag_its_cli_accepts() {
+    use clap::Parser;
+    let Some(helm) = helm_or_skip() else { return };
+    let agent_args = |sets: &[&str]| {
+        let objects = template(&helm, sets);
+        let agent = objects
+            .iter()
+            .find(|o| o["kind"] == "DaemonSet" && o["metadata"]["name"] == "geometer-agent")
+            .expect("the agent")
+            .clone();
+        crate::render::args(&agent)
+    };
+    assert!(!agent_args(&[]).contains(&"--allow-gpu-reset".to_string()), "off by default");
+    let args = agent_args(&["agent.allowGpuReset=true"]);
+    assert!(args.contains(&"--allow-gpu-reset".to_string()), "{args:?}");
+    let argv: Vec<String> = std::iter::once("geometer".to_string()).chain(args).collect();
+    if let Err(e) = geometer::cli::Cli::try_parse_from(&argv) {
+        panic!("the agent runs `{}`, which the CLI rejects:\n{e}", argv.join(" "));
+    }
+}
+
+#[test]
 fn the_charts_crds_are_the_generated_ones() {
     for name in ["migpolicies.geometer.dev.yaml", "migplans.geometer.dev.yaml", "mignodes.geometer.dev.yaml"]
     {

@@ -268,7 +268,7 @@ fn the_rightsizing_webhook_never_blocks_pods_and_reaches_the_controller() {
 }
 
 /// Container args with `$(VAR)` replaced as the kubelet would (a placeholder value).
-fn args(workload: &Value) -> Vec<String> {
+pub(crate) fn args(workload: &Value) -> Vec<String> {
     workload["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
         .expect("container args")

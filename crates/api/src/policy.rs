@@ -243,6 +243,11 @@ pub struct Disruption {
     /// How long a drain may wait for pods to leave before the node's change fails.
     #[serde(default = "default_drain_timeout_seconds")]
     pub drain_timeout_seconds: u32,
+    /// Whether a GPU whose MIG mode changes only through a GPU reset (Ampere: A100, A30) may be
+    /// reset by the agent, idle and alone, so that plans may change its mode. The agent must
+    /// be started with `--allow-gpu-reset` too. Off: such a GPU keeps its mode.
+    #[serde(default)]
+    pub allow_gpu_reset: bool,
 }
 
 impl Default for Disruption {
@@ -252,6 +257,7 @@ impl Default for Disruption {
             do_not_disrupt_annotations: default_do_not_disrupt_annotations(),
             max_nodes_reconfiguring: default_max_nodes_reconfiguring(),
             drain_timeout_seconds: default_drain_timeout_seconds(),
+            allow_gpu_reset: false,
         }
     }
 }

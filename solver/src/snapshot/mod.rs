@@ -260,6 +260,11 @@ pub struct Policy {
     /// [`crate::plan`]'s `window`). 0: they stay empty.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub stabilisation_seconds: u32,
+    /// The agent may reset a GPU to change its MIG mode (`MigPolicy.spec.disruption.allowGpuReset`):
+    /// an Ampere GPU, which changes mode only through a reset, may then be planned into the
+    /// other mode. Off: such a GPU keeps its mode.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gpu_reset_allowed: bool,
 }
 
 fn is_zero(value: &u32) -> bool {

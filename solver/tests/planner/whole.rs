@@ -230,6 +230,28 @@ pending:
     }
 }
 
+/// Under a policy that lets the agent reset GPUs (`gpuResetAllowed`), an Ampere GPU may change
+/// mode like a Hopper: the idle whole A100 is carved for the 7g slice.
+#[test]
+fn an_ampere_gpu_changes_mode_where_the_policy_allows_a_reset() {
+    let s = snapshot(
+        r#"
+nodes:
+- name: a
+  gpus:
+  - {index: 0, model: A100-40GB, instances: [{profile: whole, start: 0}]}
+pending:
+- {namespace: ml, name: big, requests: {7g.40gb: 1}}
+policy: {gpuResetAllowed: true}
+"#,
+    );
+    for plan in plans(&s) {
+        let table = plan.render_table();
+        assert!(gpu(&plan, "a", 0).mode_change().is_some(), "{table}");
+        assert_eq!(plan.objective.pods_met, 1, "{table}");
+    }
+}
+
 /// Four empty GPUs in MIG mode on four nodes, two Hopper (which can still turn whole and take
 /// a whole-GPU pod) and two Ampere (which cannot without a reset), the Hopper nodes first by
 /// name.

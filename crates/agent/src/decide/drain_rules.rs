@@ -17,6 +17,10 @@ pub(crate) struct DrainRules {
     pub eviction_allowed: bool,
     /// Where the rules come from, for messages: `MigPolicy NAME` or `agent flags`.
     pub source: String,
+    /// Whether the policy lets the agent reset a GPU whose MIG mode changes only through a
+    /// reset (`spec.disruption.allowGpuReset`); the agent also needs `--allow-gpu-reset`.
+    /// Without a policy, the agent's flag decides alone.
+    pub gpu_reset_allowed: bool,
 }
 
 impl Agent {
@@ -29,6 +33,7 @@ impl Agent {
             settings: self.cfg.drain.clone(),
             eviction_allowed: true,
             source: "agent flags".into(),
+            gpu_reset_allowed: true,
         };
         let Some(plan_name) = &spec.plan else { return flags };
         let plan = match Api::<MigPlan>::all(self.client.clone()).get_opt(plan_name).await {
@@ -41,6 +46,7 @@ impl Agent {
                 tracing::warn!(plan = %plan_name, error = %e, "cannot read the MigPlan; no pod is evicted until it can be");
                 return DrainRules {
                     eviction_allowed: false,
+                    gpu_reset_allowed: false,
                     source: format!("MigPlan {plan_name} (unreadable)"),
                     ..flags
                 };
@@ -56,6 +62,7 @@ impl Agent {
                         timeout: Duration::from_secs(d.drain_timeout_seconds.into()),
                     },
                     eviction_allowed: d.eviction_allowed,
+                    gpu_reset_allowed: d.allow_gpu_reset,
                     source: format!("MigPolicy {policy_name}"),
                 }
             }
@@ -67,6 +74,7 @@ impl Agent {
                 tracing::warn!(policy = %policy_name, error = %e, "cannot read the MigPolicy; no pod is evicted until it can be");
                 DrainRules {
                     eviction_allowed: false,
+                    gpu_reset_allowed: false,
                     source: format!("MigPolicy {policy_name} (unreadable)"),
                     ..flags
                 }

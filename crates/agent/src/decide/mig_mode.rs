@@ -1,12 +1,12 @@
 //! Turning MIG mode on: what the agent tells the operator when the change does not take effect.
 //!
-//! The agent never resets a GPU. On Ampere (A100, A30) the reset that activates a MIG mode
-//! change only succeeds with every NVML client gone, the agent's own session included, so the
-//! agent cannot carry it out from inside: it stops with a condition naming what to stop and
-//! the command to run. From Hopper on the change needs no reset and takes effect on an idle
+//! On Ampere (A100, A30) the reset that activates a MIG mode change only succeeds with every
+//! NVML client gone, the agent's own session included. Unless the agent and the policy allow
+//! it to reset the GPU itself (`nvml::reset`), it stops with a condition naming what to stop
+//! and the command to run. From Hopper on the change needs no reset and takes effect on an idle
 //! GPU; "idle" is checked through NVML's process list before the call (NVIDIA MIG user guide,
-//! "Enable MIG Mode"; NVIDIA/mig-parted `deployments/gpu-operator/reconfigure-mig.sh` stops
-//! the same clients around a change).
+//! "Enable MIG Mode"; NVIDIA/mig-parted `pkg/mig/reconfigure/reconfigure.go` pauses the same
+//! clients around a change).
 
 use crate::nvml::{ProcessInfo, Reason};
 

@@ -85,6 +85,9 @@ pub enum NvmlError {
 
     #[error("GPU {gpu}: cannot turn MIG mode {}: {reason}", if *.enabled { "on" } else { "off" })]
     SetMigMode { gpu: GpuIndex, enabled: bool, reason: Reason },
+
+    #[error("the agent's NVML session is released for a GPU reset and not open again yet")]
+    Released,
 }
 
 impl NvmlError {
@@ -104,7 +107,8 @@ impl NvmlError {
             NvmlError::DriverNotFound { .. }
             | NvmlError::MissingSymbol { .. }
             | NvmlError::NoSuchGpu { .. }
-            | NvmlError::UnknownGpuInstanceProfile { .. } => None,
+            | NvmlError::UnknownGpuInstanceProfile { .. }
+            | NvmlError::Released => None,
         }
     }
 

@@ -14,6 +14,7 @@
 mod error;
 #[allow(unsafe_code)] // the one home of `unsafe`: NVML calls nvml-wrapper does not wrap
 pub mod real;
+pub mod reset;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 

@@ -55,6 +55,7 @@ pub(crate) struct Context {
 
 impl Agent {
     pub(crate) async fn round(&mut self) -> Result<NextRound, StepError> {
+        self.reopen_nvml().await?;
         let node = self
             .nodes()
             .get_opt(&self.cfg.node)
@@ -95,13 +96,16 @@ impl Agent {
         let failed = status.phase == MigNodePhase::Failed;
         let must_leave = !work.pods_to_evict().is_empty()
             || work.gpus.iter().any(|g| g.busy_without_pod().next().is_some());
-        let disruption = if must_leave || last_action == Some(StepAction::Evict) {
+        // The policy's rules are read when a drain or a MIG mode change (a GPU reset) needs them.
+        let mode_changes = work.gpus.iter().any(|g| g.enable_mig || g.disable_mig);
+        let disruption = if must_leave || mode_changes || last_action == Some(StepAction::Evict) {
             self.disruption(&mignode.spec).await
         } else {
             DrainRules {
                 settings: self.cfg.drain.clone(),
                 eviction_allowed: true,
                 source: "agent flags".into(),
+                gpu_reset_allowed: false,
             }
         };
         let pods = self.pods_to_leave(&work, &disruption, now).await?;

@@ -13,6 +13,7 @@ use kube::{Api, Resource};
 use thiserror::Error;
 
 use crate::decide::gpu_diff::WorkError;
+use crate::nvml::reset::GpuReset;
 use crate::nvml::{NvmlBackend, NvmlError};
 use crate::observe::sources::{Clock, DeviceAssignments, StepHook};
 use crate::observe::watch::{self, Wake};
@@ -55,6 +56,9 @@ pub struct AgentConfig {
     /// Longest time the operands stay paused; a window open longer is closed and the change
     /// retried later.
     pub max_pause: Duration,
+    /// How to reset a GPU whose MIG mode changes only through a reset (Ampere), where the
+    /// policy allows it (`--allow-gpu-reset`); `None`: never reset, say what to do instead.
+    pub gpu_reset: Option<Arc<dyn GpuReset>>,
 }
 
 impl AgentConfig {
@@ -74,6 +78,7 @@ impl AgentConfig {
             // mig-manager's wait for each operand (NVIDIA/mig-parted pkg/mig/reconfigure).
             operand_timeout: Duration::from_secs(300),
             max_pause: Duration::from_secs(900),
+            gpu_reset: None,
         }
     }
 }
@@ -105,7 +110,7 @@ pub enum StepError {
     InUse { gpu: u32, instance: String, user: String },
     #[error("GPU {gpu}: nothing is destroyed on this node while the kubelet reports NVIDIA devices the agent cannot match to a GPU or MIG instance, as they may be on it: {devices}. Check the device plugin's id strategy (uuid or index) and its sharing settings")]
     UnknownDeviceInUse { gpu: u32, devices: String },
-    #[error("GPU {gpu}: NVML refuses to destroy instance {instance} as in use, but no pod and no process uses it: another NVML client holds the GPU (processes with NVIDIA devices open: {holders}). Stop or pause it (mig-parted's reconfigure stops the device plugin, GPU feature discovery, dcgm-exporter, DCGM and nvidia-persistenced around a change); the agent tries again")]
+    #[error("GPU {gpu}: NVML refuses to destroy instance {instance} as in use, but no pod and no process uses it: another NVML client holds the GPU (processes with NVIDIA devices open: {holders}). Stop or pause it (NVIDIA's mig-manager pauses the device plugin, GPU feature discovery, dcgm-exporter and DCGM around a change, and so does this agent on a GPU Operator node); the agent tries again")]
     HeldByClient { gpu: u32, instance: String, holders: String },
     #[error("GPU {gpu}: {what}")]
     Placement { gpu: u32, what: String },
@@ -121,6 +126,8 @@ pub enum StepError {
     OperandsTimeout { timeout: Duration, waiting: String },
     #[error("the GPU Operator's operands were paused for longer than {max:?}; their labels were restored and the change is retried later, from the GPUs as they are now")]
     PauseTooLong { max: Duration },
+    #[error("GPU {gpu}: the reset that makes MIG mode {mode} take effect failed: {error}. The pending change was undone, so no later reset or reboot flips the GPU; the agent tries again")]
+    GpuResetFailed { gpu: u32, mode: &'static str, error: String },
 }
 
 impl StepError {
@@ -147,6 +154,7 @@ impl StepError {
             StepError::Refused(refusal) => refusal.reason(),
             StepError::OperandsTimeout { .. } => "OperandsTimeout",
             StepError::PauseTooLong { .. } => "PauseWindowTooLong",
+            StepError::GpuResetFailed { .. } => "GpuResetFailed",
         }
     }
 }
@@ -217,6 +225,8 @@ pub struct Agent {
     pub(crate) clock: Clock,
     pub(crate) metrics: Arc<AgentMetrics>,
     pub(crate) mem: Memory,
+    /// Set while the NVML session is released for a GPU reset and not open again yet.
+    pub(crate) reopen: Option<Arc<dyn GpuReset>>,
 }
 
 impl Agent {
@@ -238,6 +248,7 @@ impl Agent {
             clock: Clock::start(),
             metrics: Arc::new(AgentMetrics::new()),
             mem: Memory::default(),
+            reopen: None,
         }
     }
 
@@ -307,6 +318,17 @@ impl Agent {
             }
         }
         self.close_any_window("the agent is stopping").await;
+    }
+
+    /// Opens NVML again after a GPU reset released it (retried each round until it opens).
+    pub(crate) async fn reopen_nvml(&mut self) -> Result<(), StepError> {
+        let Some(reset) = self.reopen.clone() else { return Ok(()) };
+        let opened = tokio::task::spawn_blocking(move || reset.reopen())
+            .await
+            .map_err(|e| StepError::Task(e.to_string()))??;
+        self.nvml = opened;
+        self.reopen = None;
+        Ok(())
     }
 
     pub(crate) fn mignodes(&self) -> Api<MigNode> {

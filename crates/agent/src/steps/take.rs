@@ -2,11 +2,13 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::Arc;
 
 use kube::runtime::events::EventType;
 
 use crate::decide::mig_mode;
 use crate::decide::next_step::Next;
+use crate::nvml::reset::{GpuReset, Released};
 use crate::nvml::{NvmlBackend, NvmlError, NvmlProfileId, Placement, Reason};
 use crate::observe::device_holders::device_holders;
 use crate::observe::observation::Context;
@@ -286,8 +288,18 @@ impl Agent {
         }
         if change.mode.current != enabled {
             let architecture = cx.models.get(&gpu).map(|m| m.architecture.as_str());
-            let blocker = mig_mode::pending_blocker(gpu, architecture, change.activation.as_ref());
-            return Err(StepError::MigModePending { gpu, blocker });
+            // Never on a pass-through VM: the driver says the hypervisor must reset it.
+            let resettable = mig_mode::needs_reset(architecture)
+                && change.activation != Some(Reason::ResetRequired)
+                && cx.disruption.gpu_reset_allowed;
+            let uuid = cx.inventory.gpus.iter().find(|g| g.index == gpu).map(|g| g.uuid.clone());
+            match (self.cfg.gpu_reset.clone(), uuid) {
+                (Some(reset), Some(uuid)) if resettable => self.reset_gpu(gpu, &uuid, enabled, reset).await?,
+                _ => {
+                    let blocker = mig_mode::pending_blocker(gpu, architecture, change.activation.as_ref());
+                    return Err(StepError::MigModePending { gpu, blocker });
+                }
+            }
         }
         let (reason, action, note) = match enabled {
             true => ("MigModeEnabled", "EnableMigMode", format!("GPU {gpu}: MIG mode on")),
@@ -295,6 +307,40 @@ impl Agent {
         };
         self.event(EventType::Normal, reason, action, note, None).await;
         Ok(NextRound::Continue)
+    }
+
+    /// Resets GPU `gpu` (and only it: it is idle, checked by the caller) so that its pending
+    /// MIG mode takes effect, with the agent's own NVML session released around the reset. A
+    /// failed reset undoes the pending change, so that no later reset or reboot flips the GPU.
+    async fn reset_gpu(
+        &mut self,
+        gpu: u32,
+        uuid: &str,
+        enabled: bool,
+        reset: Arc<dyn GpuReset>,
+    ) -> Result<(), StepError> {
+        tracing::info!(node = %self.cfg.node, gpu, uuid, "resetting the GPU so that its MIG mode change takes effect");
+        self.nvml = Arc::new(Released);
+        self.reopen = Some(reset.clone());
+        let (target, r) = (uuid.to_string(), reset.clone());
+        let outcome = tokio::task::spawn_blocking(move || r.reset(&target))
+            .await
+            .map_err(|e| StepError::Task(e.to_string()))?;
+        self.reopen_nvml().await?;
+        let mode = if enabled { "on" } else { "off" };
+        match outcome {
+            Ok(()) => {
+                let note = format!("GPU {gpu} ({uuid}) reset: MIG mode {mode}");
+                self.event(EventType::Normal, "GpuReset", "ResetGpu", note, None).await;
+                Ok(())
+            }
+            Err(error) => {
+                if let Err(e) = self.nvml_call(move |n| n.set_mig_mode(gpu, !enabled)).await {
+                    tracing::warn!(node = %self.cfg.node, gpu, error = %e, "cannot undo the pending MIG mode change");
+                }
+                Err(StepError::GpuResetFailed { gpu, mode, error })
+            }
+        }
     }
 
     async fn verify(&mut self, cx: &Context) -> Result<NextRound, StepError> {

@@ -110,6 +110,7 @@ pub fn mig_policy(policy: &MigPolicy, whole_selector: bool) -> Result<PolicyObje
     out.policy.allowed_profiles = spec.allowed_profiles.clone();
     out.policy.headroom = spec.headroom.clone();
     out.policy.eviction_allowed = spec.disruption.eviction_allowed;
+    out.policy.gpu_reset_allowed = spec.disruption.allow_gpu_reset;
     out.do_not_disrupt = spec.disruption.do_not_disrupt_annotations.clone();
     out.policy.max_gpus_changed = spec.solver.max_gpus_changed;
     out.policy.max_nodes_changed = spec.solver.max_nodes_changed;

@@ -302,6 +302,25 @@ impl Harness {
         stored.metadata.generation.expect("generation")
     }
 
+    /// A MigPolicy `gpu-pool` with the given disruption rules, and the MigPlan `plan-1` (which
+    /// [`Harness::set_spec`]'s MigNode spec names) belonging to it.
+    pub fn seed_policy(&self, disruption: serde_json::Value) {
+        self.server
+            .seed_value(json!({
+                "apiVersion": "geometer.dev/v1alpha1", "kind": "MigPolicy",
+                "metadata": {"name": "gpu-pool"},
+                "spec": {"mode": "Auto", "disruption": disruption},
+            }))
+            .expect("MigPolicy");
+        self.server
+            .seed_value(json!({
+                "apiVersion": "geometer.dev/v1alpha1", "kind": "MigPlan",
+                "metadata": {"name": "plan-1"},
+                "spec": {"policy": "gpu-pool"},
+            }))
+            .expect("MigPlan");
+    }
+
     pub fn mignode(&self) -> MigNode {
         self.server.object::<MigNode>("", NODE).expect("MigNode exists")
     }

@@ -139,6 +139,9 @@ pub(crate) struct Problem<'a> {
     pub whole_floor: u32,
     /// Seconds a changed node stays as planned; above 0 its empty GPUs are shaped too.
     pub stabilisation_seconds: u32,
+    /// The policy lets the agent reset GPUs: an Ampere GPU may change mode
+    /// ([`crate::snapshot::Policy::gpu_reset_allowed`]).
+    pub resets_allowed: bool,
     /// When planning must stop: the time limit after the problem was read. Geometry searches
     /// stop there too.
     pub deadline: Instant,
@@ -193,7 +196,9 @@ impl<'a> Problem<'a> {
         let (model, info) = (self.model_of(gpu), &self.gpus[gpu]);
         let allowed = self.allowed[info.model].contains(&model.whole());
         info.current.is_whole(model)
-            || (allowed && info.current.instances().is_empty() && !model.mode_change_needs_reset())
+            || (allowed
+                && info.current.instances().is_empty()
+                && (self.resets_allowed || !model.mode_change_needs_reset()))
     }
 
     /// GPUs that are whole (MIG off) now, or in `targets` where given.
@@ -268,6 +273,7 @@ impl<'a> Problem<'a> {
             max_nodes_changed: policy.max_nodes_changed,
             whole_floor: 0,
             stabilisation_seconds: policy.stabilisation_seconds,
+            resets_allowed: policy.gpu_reset_allowed,
             deadline: Instant::now() + time_limit,
             placements_inferred: snapshot.placements_inferred,
             notes,

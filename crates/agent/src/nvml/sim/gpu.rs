@@ -460,6 +460,11 @@ impl SimGpu {
         self.clients.remove(client);
     }
 
+    /// A process or another NVML client has the GPU open.
+    pub(crate) fn held(&self) -> bool {
+        !self.processes.is_empty() || !self.clients.is_empty()
+    }
+
     /// Processes on the whole GPU (outside any MIG device) and, as NVML reports them on the
     /// parent device, on its MIG devices.
     pub(crate) fn gpu_processes(&self) -> Vec<ProcessInfo> {
