@@ -15,6 +15,7 @@ use agent_support::operator::OPERATOR_LABELS;
 use agent_support::{recording_hook, Harness, SimGpuOptions};
 use geometer_agent::{AgentConfig, OperandMode, StepHook, StepPoint};
 use geometer_api::gpu_operator::PAUSED_OPERANDS_ANNOTATION;
+use geometer_api::MigNodePhase;
 use geometer_api::StepAction::{self, *};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
@@ -312,8 +313,34 @@ async fn each_preflight_refusal_leaves_the_node_untouched_and_says_why() {
         agent.abort();
         assert_eq!(refused.reason, reason, "{extra}");
         assert!(refused.message.contains(text), "{extra}: {}", refused.message);
+        let failed = h.failed_condition().expect("a refused change is not taken for done");
+        assert_eq!(
+            (h.mignode().status.unwrap().phase, failed.reason.as_str()),
+            (MigNodePhase::Failed, reason)
+        );
         assert_eq!(h.cordon_state(), (false, false), "{extra}: never cordoned");
         assert_eq!(labels(&h), before, "{extra}: no label touched");
         assert_eq!(h.geometry(0), vec!["7g.80gb@0"], "{extra}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_nvml_failure_inside_the_window_restores_the_operands_before_the_retry() {
+    use geometer_agent::nvml::sim::Fault;
+    use geometer_agent::nvml::{NvmlCall, Reason};
+    let h = operator_node(1).await;
+    h.sim.inject(Fault::on(NvmlCall::CreateGpuInstance).nth(1).reason(Reason::GpuLost));
+    let agent = h.spawn_agent(config(&h), None);
+    let generation = h.set_spec(&[(0, TWO_3G)]).await;
+    h.wait_for("the failure", |h| h.events_with_reason("NvmlError").pop()).await;
+    h.wait_ready(generation).await;
+    agent.abort();
+
+    assert_eq!(h.geometry(0), vec!["3g.40gb@0", "3g.40gb@4"]);
+    assert_labels_restored(&h, "after the retry");
+    assert_eq!(
+        (occurrences(&h, "OperandsPaused"), occurrences(&h, "OperandsRestored")),
+        (2, 2),
+        "the failed attempt's window was closed, and the retry opened its own"
+    );
 }

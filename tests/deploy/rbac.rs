@@ -53,8 +53,9 @@ fn condition_true(h: &Harness, type_: &str, reason: &str) -> Option<()> {
 }
 
 /// Everything the agent does on a node: create its MigNode, cordon, evict (refused by a budget,
-/// then allowed), repartition, restart the device plugin, uncordon; and a drain blocked by a
-/// do-not-disrupt pod until it times out, twice (repeated events fold into a series).
+/// then allowed), repartition, restart the device plugin, uncordon; a drain blocked by a
+/// do-not-disrupt pod until it times out, twice (repeated events fold into a series); and a
+/// change on a GPU Operator node, inside a pause window of its operands.
 async fn agent_scenarios() -> BTreeSet<Access> {
     let mut seen = BTreeSet::new();
 
@@ -111,6 +112,21 @@ async fn agent_scenarios() -> BTreeSet<Access> {
     })
     .await;
     agent.abort();
+    seen.extend(accesses(&h.server, AGENT));
+
+    // A GPU Operator node: the operands' labels paused and restored, their pods watched on the
+    // node, the validators evicted.
+    let h = Harness::with_gpu_operator(&[(
+        "H100-80GB",
+        &[("7g.80gb", 0)],
+        agent_support::SimGpuOptions::default(),
+    )])
+    .await;
+    let agent = spawn_signed_agent(&h, h.config());
+    let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+    h.wait_ready(generation).await;
+    agent.abort();
+    assert!(!h.events_with_reason("OperandsRestored").is_empty(), "the scenario paused and restored");
     seen.extend(accesses(&h.server, AGENT));
     seen
 }

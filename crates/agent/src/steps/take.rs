@@ -453,24 +453,21 @@ impl Agent {
 
     /// The GPU Operator's labels refuse the change: nothing on the node is touched; the
     /// `Refused` condition (set every round) says why, and one event per refusal announces it.
+    /// The phase is `Failed`, with the refusal as the reason, so that a plan that meets a node
+    /// refused after it was planned reports that node failed rather than taking it for done.
     async fn refused(&mut self, mut cx: Context) -> Result<NextRound, StepError> {
         let Some(refusal) = cx.refusal.clone() else { return Ok(NextRound::Wait(self.cfg.poll_interval)) };
-        let g = Some(cx.generation);
-        let now = self.clock.now();
+        let (g, now, reason) = (Some(cx.generation), self.clock.now(), refusal.reason());
         let message = format!("the spec is not applied: {refusal}");
-        conditions::set(
-            &mut cx.status.conditions,
-            MigNodeStatus::READY,
-            false,
-            refusal.reason(),
-            message.clone(),
-            g,
-            now,
-        );
+        let status = &mut cx.status;
+        status.phase = MigNodePhase::Failed;
+        conditions::set(&mut status.conditions, MigNodeStatus::READY, false, reason, message.clone(), g, now);
+        conditions::set(&mut status.conditions, MigNodeStatus::FAILED, true, reason, message.clone(), g, now);
         self.write_status(&cx.status).await?;
-        self.mem.last_round_ok = true;
+        // Not a success: the Failed condition stays until the change can go ahead.
+        self.mem.last_round_ok = false;
         if self.mem.refusal_announced.as_deref() != Some(message.as_str()) {
-            self.event(EventType::Warning, refusal.reason(), "Preflight", message.clone(), None).await;
+            self.event(EventType::Warning, reason, "Preflight", message.clone(), None).await;
             self.mem.refusal_announced = Some(message);
         }
         Ok(NextRound::Wait(self.cfg.poll_interval))
