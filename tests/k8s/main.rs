@@ -11,6 +11,7 @@ mod demand_shift;
 mod demo;
 mod differential;
 mod disruption;
+mod gpu_operator;
 mod helm;
 mod leader;
 mod pod_groups;

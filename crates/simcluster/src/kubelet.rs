@@ -109,11 +109,16 @@ impl Kubelet {
         if !matches!(phase, None | Some("Pending")) || self.handled.contains(&uid) {
             return;
         }
+        let holds = objects::holds_gpus(&pod)
+            .then(|| PodKey::new(&pod.namespace().unwrap_or_default(), &pod.name_any()));
         if is_device_plugin(&pod) {
             self.start_plugin(&node, pod).await;
         } else {
             self.handled.insert(uid);
             self.start_workload(&node, pod).await;
+        }
+        if let Some(client) = holds {
+            hold_gpus(&node, &client.to_string(), true);
         }
     }
 
@@ -263,7 +268,11 @@ impl Kubelet {
         if !self.stopped.insert(uid.clone()) {
             return;
         }
-        if is_device_plugin(pod) {
+        if objects::holds_gpus(pod) {
+            let client = PodKey::new(&pod.namespace().unwrap_or_default(), &pod.name_any());
+            hold_gpus(&node, &client.to_string(), false);
+        }
+        if is_device_plugin(pod) && !objects::owned_by_daemonset(pod) {
             return self.recreate_plugin(&node.name).await;
         }
         let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
@@ -318,5 +327,18 @@ impl Kubelet {
                 }
             }
         }
+    }
+}
+
+/// Opens (or closes) an NVML client named `client` on every GPU of `node`.
+fn hold_gpus(node: &SimNode, client: &str, open: bool) {
+    let mut gpu = 0;
+    loop {
+        let done =
+            if open { node.nvml.open_client(gpu, client) } else { node.nvml.close_client(gpu, client) };
+        if done.is_err() {
+            break;
+        }
+        gpu += 1;
     }
 }

@@ -51,8 +51,8 @@ pub use latency::SlowNvml;
 pub use ledger::{Ending, Ledger, PodRun, SimEvent};
 pub use node::{AdmitError, Device, SimNode, SliceUnits};
 pub use objects::{
-    gpu_usage, is_device_plugin, run_seconds, MigPod, GPU_USAGE_ANNOTATION, RELEASES_ANNOTATION,
-    RUN_SECONDS_ANNOTATION,
+    gpu_usage, is_device_plugin, run_seconds, MigPod, GPU_USAGE_ANNOTATION, HOLDS_GPUS_LABEL,
+    RELEASES_ANNOTATION, RUN_SECONDS_ANNOTATION,
 };
 pub use scheduler::SCHEDULER_NAME;
 pub use spec::{ClusterSpec, GpuSpec, NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
@@ -232,6 +232,9 @@ impl SimCluster {
             tasks.push(served);
         }
         let cluster = SimCluster { shared, tasks };
+        if spec.plugin_daemonset {
+            return Ok(cluster);
+        }
         // The namespace's ServiceAccount, which pods need, comes from the controller manager.
         cluster.start_plugins(Duration::from_secs(60)).await?;
         cluster.plugins_advertised(&mut events).await?;

@@ -23,6 +23,23 @@ pub const GPU_USAGE_ANNOTATION: &str = "sim.geometer.dev/gpu-usage";
 /// Node annotation the kubelet bumps after it freed a deleted pod's devices, so that watchers
 /// of the node (the agent waiting for a drain) look again at once.
 pub const RELEASES_ANNOTATION: &str = "sim.geometer.dev/released-pods";
+/// Pod label: while the pod runs it holds every GPU of its node open as an NVML client would
+/// (DCGM, dcgm-exporter, the device plugin), so NVML refuses destroys and MIG mode changes.
+pub const HOLDS_GPUS_LABEL: &str = "sim.geometer.dev/holds-gpus";
+
+/// Whether the pod holds its node's GPUs open while it runs ([`HOLDS_GPUS_LABEL`] `"true"`).
+pub(crate) fn holds_gpus(pod: &Pod) -> bool {
+    pod.metadata.labels.as_ref().and_then(|l| l.get(HOLDS_GPUS_LABEL)).is_some_and(|v| v == "true")
+}
+
+/// Whether a DaemonSet owns the pod (its controller brings it back, not the simulated kubelet).
+pub(crate) fn owned_by_daemonset(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet" && o.controller == Some(true))
+}
 
 pub(crate) fn now() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()

@@ -89,11 +89,21 @@ pub struct ClusterSpec {
     pub nodes: Vec<NodeSpec>,
     /// How long each NVML call that changes a GPU takes for agents (zero: instant).
     pub nvml_latency: Duration,
+    /// The device plugin's pods come from a real DaemonSet (the GPU Operator's, created by the
+    /// test): the simulated cluster neither creates nor recreates them, and does not wait for
+    /// them when it joins.
+    pub plugin_daemonset: bool,
 }
 
 impl ClusterSpec {
     pub fn new(nodes: Vec<NodeSpec>) -> ClusterSpec {
-        ClusterSpec { nodes, nvml_latency: Duration::ZERO }
+        ClusterSpec { nodes, nvml_latency: Duration::ZERO, plugin_daemonset: false }
+    }
+
+    /// [`ClusterSpec::plugin_daemonset`].
+    pub fn with_plugin_daemonset(mut self) -> ClusterSpec {
+        self.plugin_daemonset = true;
+        self
     }
 
     pub fn with_nvml_latency(mut self, per_change: Duration) -> ClusterSpec {

@@ -17,7 +17,9 @@ use kube::api::{ListParams, PostParams};
 use kube::Api;
 use serde_json::json;
 
-use crate::control_plane::{free_port, start_or_skip, ControlPlane, Identity, Process, GEOMETER_NAMESPACE};
+use crate::control_plane::{
+    free_port, start_or_skip_with, ControlPlane, Identity, Process, GEOMETER_NAMESPACE,
+};
 use crate::deploy::repo;
 
 /// Where the workloads run.
@@ -57,7 +59,18 @@ impl RealCluster {
         spec: &ClusterSpec,
         policy: &MigPolicy,
     ) -> Option<RealCluster> {
-        let cp = start_or_skip(test).await?;
+        RealCluster::start_with(test, geometer, spec, policy, &[]).await
+    }
+
+    /// [`RealCluster::start`] with more of kube-controller-manager's controllers.
+    pub async fn start_with(
+        test: &str,
+        geometer: &Path,
+        spec: &ClusterSpec,
+        policy: &MigPolicy,
+        more_controllers: &[&str],
+    ) -> Option<RealCluster> {
+        let cp = start_or_skip_with(test, more_controllers).await?;
         install(&cp);
         let admin = cp.client(Identity::Admin).await;
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
@@ -89,6 +102,11 @@ impl RealCluster {
     /// Starts (or restarts) the agent of `node` as `geometer agent run --simulate`, on the
     /// node's GPU state file and PodResources socket, as the agent ServiceAccount.
     pub fn start_agent(&mut self, node: &str) {
+        self.start_agent_with(node, &[]);
+    }
+
+    /// [`RealCluster::start_agent`] with more flags.
+    pub fn start_agent_with(&mut self, node: &str, flags: &[&str]) {
         self.kill_agent(node);
         let spec = self.sim.node(node).unwrap_or_else(|| panic!("no node {node}"));
         let mut args: Vec<String> = vec!["agent".into(), "run".into(), format!("--node={node}")];
@@ -112,6 +130,7 @@ impl RealCluster {
         ] {
             args.push(flag.into());
         }
+        args.extend(flags.iter().map(|f| f.to_string()));
         let process =
             self.spawn_geometer(&format!("agent {node}"), &format!("agent-{node}"), Identity::Agent, &args);
         self.agents.insert(node.to_string(), process);

@@ -62,8 +62,15 @@ impl Drop for ControlPlane {
 /// With `GEOMETER_REQUIRE_CONTROL_PLANE=1` (as `make test` and `.ci/run` set it) missing
 /// binaries fail the test instead.
 pub async fn start_or_skip(test: &str) -> Option<ControlPlane> {
+    start_or_skip_with(test, &[]).await
+}
+
+/// [`start_or_skip`] with more of kube-controller-manager's controllers (`daemonset-controller`
+/// for tests with DaemonSets of their own; `deploy/` holds the agent's, which no other test
+/// wants run).
+pub async fn start_or_skip_with(test: &str, more_controllers: &[&str]) -> Option<ControlPlane> {
     match binaries() {
-        Ok(bins) => Some(ControlPlane::start(&bins).await),
+        Ok(bins) => Some(ControlPlane::start_with(&bins, more_controllers).await),
         Err(why) => {
             assert!(std::env::var(REQUIRE_ENV).as_deref() != Ok("1"), "{test}: {why}");
             eprintln!("SKIPPED {test}: {why}");
@@ -77,6 +84,11 @@ impl ControlPlane {
     /// once the API server is ready and the controller manager made the `default`
     /// ServiceAccount (pods cannot be created before).
     pub async fn start(bins: &Binaries) -> ControlPlane {
+        ControlPlane::start_with(bins, &[]).await
+    }
+
+    /// [`ControlPlane::start`] with more of kube-controller-manager's controllers.
+    pub async fn start_with(bins: &Binaries, more_controllers: &[&str]) -> ControlPlane {
         let began = Instant::now();
         let dir = tempfile::Builder::new().prefix("geometer-k8s-").tempdir().expect("temp dir");
         identity::write_token_file(dir.path());
@@ -101,7 +113,7 @@ impl ControlPlane {
         }
         cp.check_alive();
         cp.start_scheduler(bins);
-        cp.start_controller_manager(bins);
+        cp.start_controller_manager(bins, more_controllers);
         cp.wait_default_service_account().await;
         cp.startup = began.elapsed();
         eprintln!(
@@ -235,10 +247,10 @@ impl ControlPlane {
         self.launch("kube-scheduler", &bins.scheduler, &args);
     }
 
-    fn start_controller_manager(&mut self, bins: &Binaries) {
+    fn start_controller_manager(&mut self, bins: &Binaries, more: &[&str]) {
         let d = self.dir.path();
         let kubeconfig = self.kubeconfig(Identity::ControllerManager);
-        let controllers = [
+        let mut controllers = vec![
             "serviceaccount-controller",
             "serviceaccount-token-controller",
             "namespace-controller",
@@ -251,6 +263,7 @@ impl ControlPlane {
             "pod-garbage-collector-controller",
             "root-ca-certificate-publisher-controller",
         ];
+        controllers.extend_from_slice(more);
         let args = [
             format!("--kubeconfig={}", kubeconfig.display()),
             "--leader-elect=false".to_string(),

@@ -80,6 +80,10 @@ pub(crate) struct SavedGpu {
     processes: BTreeMap<u32, ProcessTarget>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     usage: BTreeMap<u32, ProcessUsage>,
+    /// Other NVML clients (a simulated kubelet's DCGM or device plugin pods, seen by an agent
+    /// in another process).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    clients: BTreeSet<String>,
     serial: u64,
 }
 
@@ -93,8 +97,8 @@ pub(crate) struct SimGpu {
     model: Option<GpuModel>,
     mig: Option<MigMode>,
     mig_mode_switch: MigModeSwitch,
-    /// Other NVML clients with the GPU open (not kept in a state file: they are processes of
-    /// this run).
+    /// Other NVML clients with the GPU open (kept in the state file, so that the processes
+    /// sharing it see them).
     clients: BTreeSet<String>,
     /// Parallel to `model.profiles`.
     reported: Vec<ReportedProfile>,
@@ -157,6 +161,7 @@ impl SimGpu {
             instances: self.instances.clone(),
             processes: self.processes.clone(),
             usage: self.usage.clone(),
+            clients: self.clients.clone(),
             serial: self.serial,
         }
     }
@@ -171,6 +176,7 @@ impl SimGpu {
         self.instances = saved.instances.clone();
         self.processes = saved.processes.clone();
         self.usage = saved.usage.clone();
+        self.clients = saved.clients.clone();
         self.serial = saved.serial;
         true
     }

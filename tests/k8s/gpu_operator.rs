@@ -1,0 +1,282 @@
+//! A GPU Operator node on the real control plane: the Operator's operand DaemonSets (their
+//! `app` labels and node selectors, as NVIDIA/gpu-operator `assets/state-*` has them) run by
+//! the real DaemonSet controller on a simulated node whose GPUs refuse destroys while
+//! dcgm-exporter, the device plugin or a GPU client runs. The agent pauses them by their deploy
+//! labels, the DaemonSet controller takes their pods off the node, both GPUs change inside the
+//! one window, and every label gets its value back.
+
+use std::collections::BTreeMap;
+
+use geometer_api::gpu_operator::PAUSED_OPERANDS_ANNOTATION;
+use geometer_api::{MigNode, PolicyMode};
+use geometer_simcluster::{ClusterSpec, MigPod, NodeSpec, HOLDS_GPUS_LABEL};
+use geometer_testkit::agent::operator::{Operand, CLIENTS_NAMESPACE, OPERANDS, OPERATOR_LABELS};
+use geometer_testkit::e2e::policy;
+use geometer_testkit::real_cluster::{RealCluster, NS};
+use geometer_testkit::wait::wait_until;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::Api;
+use serde_json::json;
+
+use crate::support::{geometer, WHOLE};
+
+const NODE: &str = "gpu-1";
+
+fn operator_node() -> ClusterSpec {
+    let node =
+        OPERATOR_LABELS.iter().fold(NodeSpec::new(NODE, "H100-80GB", 2, WHOLE), |n, (k, v)| n.label(k, v));
+    ClusterSpec::new(vec![node]).with_plugin_daemonset()
+}
+
+/// The operand's DaemonSet, its pods holding the node's GPUs where the operand does.
+fn daemonset(operand: &Operand) -> DaemonSet {
+    let selector: serde_json::Map<String, serde_json::Value> =
+        operand.selector.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    let mut labels = json!({"app": operand.app});
+    if operand.holds_gpus {
+        labels[HOLDS_GPUS_LABEL] = json!("true");
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": operand.name, "namespace": operand.namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app": operand.app}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": selector,
+                    "tolerations": [{"operator": "Exists"}],
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "main", "image": "nvidia/operand"}],
+                },
+            },
+        },
+    }))
+    .expect("DaemonSet")
+}
+
+async fn node_labels(k8s: &RealCluster) -> (BTreeMap<String, String>, bool) {
+    let node = Api::<Node>::all(k8s.admin.clone()).get(NODE).await.unwrap();
+    let annotated = node.metadata.annotations.unwrap_or_default().contains_key(PAUSED_OPERANDS_ANNOTATION);
+    (node.metadata.labels.unwrap_or_default(), annotated)
+}
+
+async fn events(k8s: &RealCluster, reason: &str) -> i32 {
+    let list = Api::<Event>::all(k8s.admin.clone()).list(&ListParams::default()).await.unwrap();
+    list.items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
+
+/// The node with the Operator's operands running and its device plugin advertising; `None`
+/// when the test is skipped.
+async fn with_operands(test: &str) -> Option<RealCluster> {
+    let k8s = RealCluster::start_with(
+        test,
+        geometer(),
+        &operator_node(),
+        &policy(PolicyMode::Auto, false),
+        &["daemonset-controller"],
+    )
+    .await?;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": CLIENTS_NAMESPACE}})).unwrap();
+    Api::<Namespace>::all(k8s.admin.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    for operand in OPERANDS.iter().filter(|o| o.app != "nvidia-operator-validator") {
+        Api::<DaemonSet>::namespaced(k8s.admin.clone(), operand.namespace)
+            .create(&PostParams::default(), &daemonset(operand))
+            .await
+            .unwrap();
+    }
+    // The operands whose selectors the node's labels match and that hold the GPUs open.
+    let runs = |o: &&Operand| o.selector.iter().all(|s| OPERATOR_LABELS.contains(s));
+    let holders = OPERANDS.iter().filter(runs).filter(|o| o.holds_gpus).count();
+    wait_until(
+        "the operands running, the device plugin advertising",
+        || async {
+            k8s.check_alive();
+            let pods = Api::<Pod>::all(k8s.admin.clone()).list(&ListParams::default()).await.ok()?.items;
+            let running = pods
+                .iter()
+                .filter(|p| {
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                        && p.metadata.labels.as_ref().is_some_and(|l| l.contains_key(HOLDS_GPUS_LABEL))
+                })
+                .count();
+            let node = Api::<Node>::all(k8s.admin.clone()).get(NODE).await.ok()?;
+            let advertised = node.status?.allocatable?.get("nvidia.com/mig-7g.80gb").map(|q| q.0.clone());
+            (running == holders && advertised.as_deref() == Some("2")).then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
+    Some(k8s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_gpus_change_inside_one_pause_of_the_operators_daemonsets_and_every_label_comes_back() {
+    let Some(mut k8s) = with_operands("gpu operator: one window").await else { return };
+    // All four pods wait before the controller starts, so that one plan changes both GPUs.
+    k8s.deploy("infer", 4, MigPod::new(NS, "infer").slice("3g.40gb", 1).build()).await;
+    wait_until(
+        "4 pods of infer unschedulable",
+        || async {
+            let pods = k8s.pods_of("infer").await;
+            let waiting = pods.iter().filter(|p| {
+                let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+                conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
+            });
+            (waiting.count() == 4).then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
+    k8s.start_agents();
+    k8s.start_controller("controller-0");
+    wait_until(
+        "4 pods of infer running",
+        || async {
+            k8s.check_alive();
+            (k8s.running_of("infer").await.len() == 4).then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
+    wait_until("the node settled", || async { k8s.settled().await.then_some(()) }, || k8s.logs()).await;
+
+    assert_eq!(k8s.geometry(NODE, 0), vec!["3g.40gb@0", "3g.40gb@4"]);
+    assert_eq!(k8s.geometry(NODE, 1), vec!["3g.40gb@0", "3g.40gb@4"]);
+    let (labels, annotated) = node_labels(&k8s).await;
+    for (key, value) in OPERATOR_LABELS {
+        assert_eq!(labels.get(key).map(String::as_str), Some(value), "{key}");
+    }
+    assert!(!annotated, "the pause record is cleared");
+    assert_eq!(
+        (events(&k8s, "OperandsPaused").await, events(&k8s, "OperandsRestored").await),
+        (1, 1),
+        "both GPUs changed inside one window"
+    );
+}
+
+/// What happens without the pause, as before Geometer knew the Operator: the destroy meets the
+/// GPU clients of another process (the node's dcgm-exporter) and is refused, again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_pause_the_operands_hold_the_gpus_and_the_change_is_refused() {
+    let Some(mut k8s) = with_operands("gpu operator: no pause").await else { return };
+    k8s.start_agent_with(NODE, &["--gpu-operator=off"]);
+    k8s.start_controller("controller-0");
+    k8s.deploy("infer", 4, MigPod::new(NS, "infer").slice("3g.40gb", 1).build()).await;
+    let failed = wait_until(
+        "a GpuHeldByClient failure",
+        || async {
+            k8s.check_alive();
+            let mignode = Api::<MigNode>::all(k8s.admin.clone()).get_opt(NODE).await.ok()??;
+            mignode
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Failed" && c.reason == "GpuHeldByClient")
+        },
+        || k8s.logs(),
+    )
+    .await;
+    assert!(failed.message.contains("another NVML client holds the GPU"), "{}", failed.message);
+    assert_eq!(k8s.geometry(NODE, 0), vec!["7g.80gb@0"], "nothing destroyed");
+    let (labels, annotated) = node_labels(&k8s).await;
+    assert_eq!(labels["nvidia.com/gpu.deploy.dcgm-exporter"], "true", "nothing paused");
+    assert!(!annotated);
+}
+
+async fn paused(k8s: &RealCluster) -> bool {
+    let (labels, _) = node_labels(k8s).await;
+    labels.get("nvidia.com/gpu.deploy.dcgm-exporter").is_some_and(|v| v == "paused-for-mig-change")
+}
+
+async fn settled_and_restored(k8s: &RealCluster, what: &str) {
+    wait_until(
+        "4 pods of infer running, the node settled",
+        || async {
+            k8s.check_alive();
+            (k8s.running_of("infer").await.len() == 4 && k8s.settled().await).then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
+    let (labels, annotated) = node_labels(k8s).await;
+    for (key, value) in OPERATOR_LABELS {
+        assert_eq!(labels.get(key).map(String::as_str), Some(value), "{what}: {key}");
+    }
+    assert!(!annotated, "{what}: the pause record is cleared");
+}
+
+/// SIGKILL inside the window: the next agent gives the labels back first, then finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_inside_the_window_is_restored_by_the_next_one() {
+    let Some(mut k8s) = with_operands("gpu operator: killed").await else { return };
+    // The GPU client never leaves while the first agent runs: the window stays open.
+    let client = Api::<Pod>::namespaced(k8s.admin.clone(), CLIENTS_NAMESPACE);
+    let hold = json!({"metadata": {"finalizers": ["sim.geometer.dev/hold"]}});
+    for pod in client.list(&ListParams::default()).await.unwrap().items {
+        let name = pod.metadata.name.unwrap();
+        client.patch(&name, &PatchParams::default(), &Patch::Merge(&hold)).await.unwrap();
+    }
+    k8s.start_agents();
+    k8s.start_controller("controller-0");
+    k8s.deploy("infer", 4, MigPod::new(NS, "infer").slice("3g.40gb", 1).build()).await;
+    wait_until("the operands paused", || async { paused(&k8s).await.then_some(()) }, || k8s.logs()).await;
+    k8s.kill_agent(NODE);
+    for pod in client.list(&ListParams::default()).await.unwrap().items {
+        let name = pod.metadata.name.unwrap();
+        let release = json!({"metadata": {"finalizers": null}});
+        client.patch(&name, &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
+    }
+    k8s.start_agent(NODE);
+    settled_and_restored(&k8s, "after the kill").await;
+    assert_eq!(k8s.geometry(NODE, 0), vec!["3g.40gb@0", "3g.40gb@4"]);
+}
+
+/// A GPU client whose pod never goes (a finalizer nobody removes): the window ends at the
+/// operand timeout with the labels restored and nothing changed; once it can go, the change
+/// is retried and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_leaves_ends_the_window_and_the_retry_completes() {
+    let Some(mut k8s) = with_operands("gpu operator: stuck client").await else { return };
+    let client = Api::<Pod>::namespaced(k8s.admin.clone(), CLIENTS_NAMESPACE);
+    let hold = json!({"metadata": {"finalizers": ["sim.geometer.dev/hold"]}});
+    let names: Vec<String> = client
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    for name in &names {
+        client.patch(name, &PatchParams::default(), &Patch::Merge(&hold)).await.unwrap();
+    }
+    k8s.start_agent_with(NODE, &["--operand-timeout=3s"]);
+    k8s.start_controller("controller-0");
+    k8s.deploy("infer", 4, MigPod::new(NS, "infer").slice("3g.40gb", 1).build()).await;
+    wait_until(
+        "an OperandsTimeout naming the client",
+        || async {
+            k8s.check_alive();
+            let list = Api::<Event>::all(k8s.admin.clone()).list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|e| e.reason.as_deref() == Some("OperandsTimeout"))
+        },
+        || k8s.logs(),
+    )
+    .await;
+    wait_until("the labels restored", || async { (!paused(&k8s).await).then_some(()) }, || k8s.logs()).await;
+    assert_eq!(k8s.geometry(NODE, 0), vec!["7g.80gb@0"], "nothing changed on the GPUs");
+
+    for name in &names {
+        let release = json!({"metadata": {"finalizers": null}});
+        client.patch(name, &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
+    }
+    settled_and_restored(&k8s, "after the retry").await;
+    assert_eq!(k8s.geometry(NODE, 1), vec!["3g.40gb@0", "3g.40gb@4"]);
+}
