@@ -159,6 +159,41 @@ async fn both_gpus_change_inside_one_pause_of_the_operators_daemonsets_and_every
         (1, 1),
         "both GPUs changed inside one window"
     );
+    // The API server's own record: one patch pauses the four operand labels that were `true`,
+    // one gives them back, and nothing else touches them.
+    let transitions: Vec<Vec<(String, String)>> = k8s
+        .cp
+        .agent_node_patches()
+        .iter()
+        .map(deploy_label_writes)
+        .filter(|writes| !writes.is_empty())
+        .collect();
+    let paused = ["device-plugin", "gpu-feature-discovery", "dcgm-exporter", "client"];
+    let expect = |value: &str| -> Vec<(String, String)> {
+        let mut labels: Vec<(String, String)> =
+            paused.iter().map(|o| (format!("nvidia.com/gpu.deploy.{o}"), value.to_string())).collect();
+        labels.sort();
+        labels
+    };
+    assert_eq!(transitions, vec![expect("paused-for-mig-change"), expect("true")]);
+}
+
+/// The deploy labels a JSON patch writes (`replace` ops), sorted, as (label, value).
+fn deploy_label_writes(patch: &serde_json::Value) -> Vec<(String, String)> {
+    let mut writes: Vec<(String, String)> = patch
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|op| op["op"] == "replace")
+        .filter_map(|op| {
+            let label = op["path"].as_str()?.strip_prefix("/metadata/labels/")?.replace("~1", "/");
+            label
+                .starts_with("nvidia.com/gpu.deploy.")
+                .then(|| (label, op["value"].as_str().unwrap_or_default().to_string()))
+        })
+        .collect();
+    writes.sort();
+    writes
 }
 
 /// What happens without the pause, as before Geometer knew the Operator: the destroy meets the
@@ -215,24 +250,9 @@ async fn settled_and_restored(k8s: &RealCluster, what: &str) {
 /// SIGKILL inside the window: the next agent gives the labels back first, then finishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_killed_inside_the_window_is_restored_by_the_next_one() {
-    let Some(mut k8s) = with_operands("gpu operator: killed").await else { return };
-    // The GPU client never leaves while the first agent runs: the window stays open.
-    let client = Api::<Pod>::namespaced(k8s.admin.clone(), CLIENTS_NAMESPACE);
-    let hold = json!({"metadata": {"finalizers": ["sim.geometer.dev/hold"]}});
-    for pod in client.list(&ListParams::default()).await.unwrap().items {
-        let name = pod.metadata.name.unwrap();
-        client.patch(&name, &PatchParams::default(), &Patch::Merge(&hold)).await.unwrap();
-    }
-    k8s.start_agents();
-    k8s.start_controller("controller-0");
-    k8s.deploy("infer", 4, MigPod::new(NS, "infer").slice("3g.40gb", 1).build()).await;
-    wait_until("the operands paused", || async { paused(&k8s).await.then_some(()) }, || k8s.logs()).await;
+    let Some(mut k8s) = window_open("gpu operator: killed").await else { return };
     k8s.kill_agent(NODE);
-    for pod in client.list(&ListParams::default()).await.unwrap().items {
-        let name = pod.metadata.name.unwrap();
-        let release = json!({"metadata": {"finalizers": null}});
-        client.patch(&name, &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
-    }
+    hold_clients(&k8s, false).await;
     k8s.start_agent(NODE);
     settled_and_restored(&k8s, "after the kill").await;
     assert_eq!(k8s.geometry(NODE, 0), vec!["3g.40gb@0", "3g.40gb@4"]);
@@ -244,19 +264,7 @@ async fn an_agent_killed_inside_the_window_is_restored_by_the_next_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_leaves_ends_the_window_and_the_retry_completes() {
     let Some(mut k8s) = with_operands("gpu operator: stuck client").await else { return };
-    let client = Api::<Pod>::namespaced(k8s.admin.clone(), CLIENTS_NAMESPACE);
-    let hold = json!({"metadata": {"finalizers": ["sim.geometer.dev/hold"]}});
-    let names: Vec<String> = client
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|p| p.metadata.name)
-        .collect();
-    for name in &names {
-        client.patch(name, &PatchParams::default(), &Patch::Merge(&hold)).await.unwrap();
-    }
+    hold_clients(&k8s, true).await;
     k8s.start_agent_with(NODE, &["--operand-timeout=3s"]);
     k8s.start_controller("controller-0");
     k8s.deploy("infer", 4, MigPod::new(NS, "infer").slice("3g.40gb", 1).build()).await;
@@ -273,10 +281,117 @@ async fn a_client_that_never_leaves_ends_the_window_and_the_retry_completes() {
     wait_until("the labels restored", || async { (!paused(&k8s).await).then_some(()) }, || k8s.logs()).await;
     assert_eq!(k8s.geometry(NODE, 0), vec!["7g.80gb@0"], "nothing changed on the GPUs");
 
-    for name in &names {
-        let release = json!({"metadata": {"finalizers": null}});
-        client.patch(name, &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
-    }
+    hold_clients(&k8s, false).await;
     settled_and_restored(&k8s, "after the retry").await;
     assert_eq!(k8s.geometry(NODE, 1), vec!["3g.40gb@0", "3g.40gb@4"]);
+}
+
+/// Holds the window open: the GPU client's pods get a finalizer, so they never leave.
+async fn hold_clients(k8s: &RealCluster, hold: bool) {
+    let client = Api::<Pod>::namespaced(k8s.admin.clone(), CLIENTS_NAMESPACE);
+    let finalizers = if hold { json!(["sim.geometer.dev/hold"]) } else { json!(null) };
+    for pod in client.list(&ListParams::default()).await.unwrap().items {
+        let name = pod.metadata.name.unwrap();
+        let patch = json!({"metadata": {"finalizers": finalizers}});
+        client.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    }
+}
+
+/// The operators' agents and controller started, the demand deployed, and the window open
+/// (held by the GPU client).
+async fn window_open(test: &str) -> Option<RealCluster> {
+    let mut k8s = with_operands(test).await?;
+    hold_clients(&k8s, true).await;
+    k8s.start_agents();
+    k8s.start_controller("controller-0");
+    k8s.deploy("infer", 4, MigPod::new(NS, "infer").slice("3g.40gb", 1).build()).await;
+    wait_until("the operands paused", || async { paused(&k8s).await.then_some(()) }, || k8s.logs()).await;
+    Some(k8s)
+}
+
+async fn label(k8s: &RealCluster, labels: serde_json::Value) {
+    let patch = json!({"metadata": {"labels": labels}});
+    Api::<Node>::all(k8s.admin.clone())
+        .patch(NODE, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_stopped_by_sigterm_inside_the_window_restores_the_labels_before_it_exits() {
+    let Some(mut k8s) = window_open("gpu operator: SIGTERM").await else { return };
+    assert!(k8s.terminate_agent(NODE), "the agent exits within its grace period");
+    let (labels, annotated) = node_labels(&k8s).await;
+    for (key, value) in OPERATOR_LABELS {
+        assert_eq!(labels.get(key).map(String::as_str), Some(value), "{key}");
+    }
+    assert!(!annotated, "the pause record is cleared");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_a_person_sets_inside_the_window_is_kept_and_the_others_come_back() {
+    let Some(k8s) = window_open("gpu operator: a person's label").await else { return };
+    label(&k8s, json!({"nvidia.com/gpu.deploy.gpu-feature-discovery": "false"})).await;
+    hold_clients(&k8s, false).await;
+    wait_until(
+        "4 pods of infer running, the node settled",
+        || async {
+            k8s.check_alive();
+            (k8s.running_of("infer").await.len() == 4 && k8s.settled().await).then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
+    let (labels, annotated) = node_labels(&k8s).await;
+    assert_eq!(labels["nvidia.com/gpu.deploy.gpu-feature-discovery"], "false", "the person's value stays");
+    assert_eq!(labels["nvidia.com/gpu.deploy.dcgm-exporter"], "true");
+    assert_eq!(labels["nvidia.com/gpu.deploy.device-plugin"], "true");
+    assert!(!annotated);
+}
+
+/// NVIDIA's driver-upgrade manager pauses the same labels on top of ours (it appends its
+/// token, NVIDIA/k8s-driver-manager `cmd/driver-manager/main.go`): the window closes at once,
+/// its pause stays, and the change goes ahead once the upgrade ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_upgrade_pausing_on_top_closes_the_window_and_keeps_its_pause() {
+    let Some(k8s) = window_open("gpu operator: driver upgrade").await else { return };
+    label(
+        &k8s,
+        json!({
+            "nvidia.com/gpu.deploy.device-plugin": "paused-for-mig-change_paused-for-driver-upgrade",
+            "nvidia.com/gpu-driver-upgrade-state": "pod-deletion-required",
+        }),
+    )
+    .await;
+    wait_until(
+        "the window closed",
+        || async {
+            let (labels, annotated) = node_labels(&k8s).await;
+            (!annotated && labels["nvidia.com/gpu.deploy.dcgm-exporter"] == "true").then_some(labels)
+        },
+        || k8s.logs(),
+    )
+    .await;
+    let (labels, _) = node_labels(&k8s).await;
+    assert_eq!(
+        labels["nvidia.com/gpu.deploy.device-plugin"], "paused-for-driver-upgrade",
+        "the upgrade's pause holds"
+    );
+    assert_eq!(k8s.geometry(NODE, 0), vec!["7g.80gb@0"]);
+
+    hold_clients(&k8s, false).await;
+    label(
+        &k8s,
+        json!({"nvidia.com/gpu.deploy.device-plugin": "true", "nvidia.com/gpu-driver-upgrade-state": "upgrade-done"}),
+    )
+    .await;
+    wait_until(
+        "4 pods of infer running",
+        || async {
+            k8s.check_alive();
+            (k8s.running_of("infer").await.len() == 4).then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
 }

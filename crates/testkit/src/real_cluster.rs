@@ -136,6 +136,12 @@ impl RealCluster {
         self.agents.insert(node.to_string(), process);
     }
 
+    /// SIGTERM, as the kubelet stopping the agent's pod does (within its 60 s grace period);
+    /// whether it exited by itself in time.
+    pub fn terminate_agent(&mut self, node: &str) -> bool {
+        self.agents.remove(node).is_some_and(|p| p.terminate(std::time::Duration::from_secs(60)).is_some())
+    }
+
     /// SIGKILL, as a node losing the agent's pod would.
     pub fn kill_agent(&mut self, node: &str) {
         if let Some(p) = self.agents.remove(node) {

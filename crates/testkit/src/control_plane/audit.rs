@@ -1,7 +1,7 @@
 //! What the API server itself recorded: its audit log (`--audit-policy-file`,
-//! `--audit-log-path`), kept for pod evictions only, so that tests count evictions as the
-//! server answered them, whoever asked (kubernetes/website
-//! `content/en/docs/tasks/debug/debug-cluster/audit.md`).
+//! `--audit-log-path`), kept for pod evictions and the node agent's Node patches only, so that
+//! tests count evictions as the server answered them, whoever asked, and the label changes the
+//! agent made (kubernetes/website `content/en/docs/tasks/debug/debug-cluster/audit.md`).
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +17,12 @@ rules:
     resources:
       - group: \"\"
         resources: [pods/eviction]
+  - level: Request
+    users: [\"system:serviceaccount:geometer-system:geometer-agent\"]
+    verbs: [patch]
+    resources:
+      - group: \"\"
+        resources: [nodes]
   - level: None
 ";
 
@@ -63,5 +69,16 @@ pub(crate) fn evictions(dir: &Path) -> Vec<Eviction> {
             user: e["user"]["username"].as_str().unwrap_or_default().to_string(),
             at: e["stageTimestamp"].as_str().unwrap_or_default().to_string(),
         })
+        .collect()
+}
+
+/// The body of every Node patch the node agent made that the API server accepted, in order.
+pub(crate) fn agent_node_patches(dir: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(log_file(dir)).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["stage"] == "ResponseComplete" && e["objectRef"]["resource"] == "nodes")
+        .filter(|e| (200..300).contains(&e["responseStatus"]["code"].as_u64().unwrap_or_default()))
+        .map(|e| e["requestObject"].clone())
         .collect()
 }

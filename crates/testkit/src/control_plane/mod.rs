@@ -178,6 +178,11 @@ impl ControlPlane {
         audit::evictions(self.dir.path())
     }
 
+    /// The body of every Node patch the node agent made that the API server accepted.
+    pub fn agent_node_patches(&self) -> Vec<serde_json::Value> {
+        audit::agent_node_patches(self.dir.path())
+    }
+
     /// The last lines of a component's log, for failure messages.
     pub fn log_tail(&self, component: &str, lines: usize) -> String {
         match self.processes.iter().find(|p| p.name() == component) {

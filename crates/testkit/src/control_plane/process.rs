@@ -51,6 +51,23 @@ impl Process {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// SIGTERM, as a kubelet stopping the pod does, and reap; SIGKILL if it has not exited
+    /// within `grace`.
+    pub(crate) fn terminate(self, grace: std::time::Duration) -> Option<ExitStatus> {
+        let mut child = self.child.into_inner().unwrap_or_else(|p| p.into_inner());
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
     /// SIGKILL and reap: nothing outlives its test, and a kill is a crash, not a shutdown.
     pub(crate) fn stop(self) {
         let mut child = self.child.into_inner().unwrap_or_else(|p| p.into_inner());
