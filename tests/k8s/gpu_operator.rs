@@ -395,3 +395,28 @@ async fn a_driver_upgrade_pausing_on_top_closes_the_window_and_keeps_its_pause()
     )
     .await;
 }
+
+/// An A100 in whole mode turns MIG on only through a GPU reset: with the policy's
+/// `allowGpuReset` and the agent's `--allow-gpu-reset`, the plan changes its mode and the agent
+/// resets that GPU itself (`nvidia-smi -r` on hardware, the simulated reset here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_resets_allowed_an_idle_whole_a100_is_reset_into_mig_for_slice_demand() {
+    let spec = ClusterSpec::new(vec![NodeSpec::new(NODE, "A100-40GB", 1, &[("whole", 0)])]);
+    let mut allowed = policy(PolicyMode::Auto, false);
+    allowed.spec.disruption.allow_gpu_reset = true;
+    let Some(mut k8s) = RealCluster::start("gpu reset", geometer(), &spec, &allowed).await else { return };
+    k8s.start_agent_with(NODE, &["--allow-gpu-reset"]);
+    k8s.start_controller("controller-0");
+    k8s.deploy("infer", 1, MigPod::new(NS, "infer").slice("7g.40gb", 1).build()).await;
+    wait_until(
+        "the pod running on the reset GPU",
+        || async {
+            k8s.check_alive();
+            (k8s.running_of("infer").await.len() == 1).then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
+    assert_eq!(k8s.geometry(NODE, 0), vec!["7g.40gb@0"]);
+    assert_eq!(events(&k8s, "GpuReset").await, 1, "one reset, of that GPU");
+}
