@@ -21,7 +21,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
 
-use crate::support::{geometer, WHOLE};
+use crate::support::{geometer, running, WHOLE};
 
 const NODE: &str = "gpu-1";
 
@@ -136,15 +136,7 @@ async fn both_gpus_change_inside_one_pause_of_the_operators_daemonsets_and_every
     .await;
     k8s.start_agents();
     k8s.start_controller("controller-0");
-    wait_until(
-        "4 pods of infer running",
-        || async {
-            k8s.check_alive();
-            (k8s.running_of("infer").await.len() == 4).then_some(())
-        },
-        || k8s.logs(),
-    )
-    .await;
+    running(&k8s, "infer", 4).await;
     wait_until("the node settled", || async { k8s.settled().await.then_some(()) }, || k8s.logs()).await;
 
     assert_eq!(k8s.geometry(NODE, 0), vec!["3g.40gb@0", "3g.40gb@4"]);
@@ -385,15 +377,7 @@ async fn a_driver_upgrade_pausing_on_top_closes_the_window_and_keeps_its_pause()
         json!({"nvidia.com/gpu.deploy.device-plugin": "true", "nvidia.com/gpu-driver-upgrade-state": "upgrade-done"}),
     )
     .await;
-    wait_until(
-        "4 pods of infer running",
-        || async {
-            k8s.check_alive();
-            (k8s.running_of("infer").await.len() == 4).then_some(())
-        },
-        || k8s.logs(),
-    )
-    .await;
+    running(&k8s, "infer", 4).await;
 }
 
 /// An A100 in whole mode turns MIG on only through a GPU reset: with the policy's
@@ -408,15 +392,7 @@ async fn with_resets_allowed_an_idle_whole_a100_is_reset_into_mig_for_slice_dema
     k8s.start_agent_with(NODE, &["--allow-gpu-reset"]);
     k8s.start_controller("controller-0");
     k8s.deploy("infer", 1, MigPod::new(NS, "infer").slice("7g.40gb", 1).build()).await;
-    wait_until(
-        "the pod running on the reset GPU",
-        || async {
-            k8s.check_alive();
-            (k8s.running_of("infer").await.len() == 1).then_some(())
-        },
-        || k8s.logs(),
-    )
-    .await;
+    running(&k8s, "infer", 1).await;
     assert_eq!(k8s.geometry(NODE, 0), vec!["7g.40gb@0"]);
     assert_eq!(events(&k8s, "GpuReset").await, 1, "one reset, of that GPU");
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 use geometer_api::MigPolicy;
 use geometer_simcluster::{ClusterSpec, NodeSpec};
 use geometer_testkit::real_cluster::RealCluster;
+use geometer_testkit::wait::wait_until;
 
 pub(crate) const WHOLE: &[(&str, u8)] = &[("7g.80gb", 0)];
 pub(crate) const HALVES: &[(&str, u8)] = &[("3g.40gb", 0), ("3g.40gb", 4)];
@@ -26,4 +27,17 @@ pub(crate) async fn operator(test: &str, spec: &ClusterSpec, policy: &MigPolicy)
     k8s.start_agents();
     k8s.start_controller("controller-0");
     Some(k8s)
+}
+
+/// Waits until `replicas` pods of `app` run.
+pub(crate) async fn running(k8s: &RealCluster, app: &str, replicas: usize) {
+    wait_until(
+        &format!("{replicas} pods of {app} running"),
+        || async {
+            k8s.check_alive();
+            (k8s.running_of(app).await.len() == replicas).then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
 }

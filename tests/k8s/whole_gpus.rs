@@ -6,22 +6,10 @@
 use geometer_api::PolicyMode;
 use geometer_simcluster::MigPod;
 use geometer_testkit::e2e::policy;
-use geometer_testkit::real_cluster::{RealCluster, NS};
+use geometer_testkit::real_cluster::NS;
 use geometer_testkit::wait::wait_until;
 
-use crate::support::{operator, two_nodes};
-
-async fn running(k8s: &RealCluster, app: &str, replicas: usize) {
-    wait_until(
-        &format!("{replicas} pods of {app} running"),
-        || async {
-            k8s.check_alive();
-            (k8s.running_of(app).await.len() == replicas).then_some(())
-        },
-        || k8s.logs(),
-    )
-    .await;
-}
+use crate::support::{operator, running, two_nodes};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_training_deployment_takes_gpus_out_of_mig_and_slice_demand_brings_them_back() {
