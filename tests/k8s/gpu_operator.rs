@@ -396,3 +396,52 @@ async fn with_resets_allowed_an_idle_whole_a100_is_reset_into_mig_for_slice_dema
     assert_eq!(k8s.geometry(NODE, 0), vec!["7g.40gb@0"]);
     assert_eq!(events(&k8s, "GpuReset").await, 1, "one reset, of that GPU");
 }
+
+/// Rounds the controller ended without a plan to publish, from its metrics.
+fn skipped_rounds(k8s: &RealCluster) -> f64 {
+    let metrics = k8s.scrape("controller-0");
+    let line = metrics.lines().find(|l| l.starts_with("geometer_rounds_total{outcome=\"skipped\"}"));
+    line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
+}
+
+/// The Operator's default `single` MIG strategy would make the device plugin fail on a GPU
+/// with two profiles: the node is refused before anything is touched, the agent says why, and
+/// the controller's rounds plan nothing for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_device_plugin_uses_the_single_strategy_is_never_touched() {
+    let Some(mut k8s) = with_operands("gpu operator: single strategy").await else { return };
+    label(&k8s, json!({"nvidia.com/mig.strategy": "single"})).await;
+    k8s.deploy("infer", 4, MigPod::new(NS, "infer").slice("3g.40gb", 1).build()).await;
+    k8s.start_agents();
+    k8s.start_controller("controller-0");
+    wait_until(
+        "the agent's refusal",
+        || async {
+            k8s.check_alive();
+            let mignode = Api::<MigNode>::all(k8s.admin.clone()).get_opt(NODE).await.ok()??;
+            let conditions = mignode.status?.conditions;
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Refused" && c.status == "True" && c.reason == "MigStrategyNotMixed")
+                .then_some(())
+        },
+        || k8s.logs(),
+    )
+    .await;
+    // More demand: a round that sees the node's inventory and its labels.
+    let before = skipped_rounds(&k8s);
+    k8s.scale("infer", 5).await;
+    wait_until(
+        "a controller round that planned nothing",
+        || async { (skipped_rounds(&k8s) > before).then_some(()) },
+        || k8s.logs(),
+    )
+    .await;
+    assert!(k8s.plans().await.iter().all(|p| p.spec.nodes.is_empty()), "no plan changes the node");
+    let (labels, annotated) = node_labels(&k8s).await;
+    assert_eq!(labels["nvidia.com/gpu.deploy.dcgm-exporter"], "true", "nothing paused");
+    assert!(!annotated);
+    let node = Api::<Node>::all(k8s.admin.clone()).get(NODE).await.unwrap();
+    assert!(!node.spec.and_then(|s| s.unschedulable).unwrap_or(false), "never cordoned");
+    assert_eq!(k8s.geometry(NODE, 0), vec!["7g.80gb@0"]);
+}
