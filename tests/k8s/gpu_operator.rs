@@ -222,7 +222,8 @@ async fn paused(k8s: &RealCluster) -> bool {
     labels.get("nvidia.com/gpu.deploy.dcgm-exporter").is_some_and(|v| v == "paused-for-mig-change")
 }
 
-async fn settled_and_restored(k8s: &RealCluster, what: &str) {
+/// The four pods of `infer` run and the node has settled (uncordoned, MigNode converged).
+async fn infer_settled(k8s: &RealCluster) {
     wait_until(
         "4 pods of infer running, the node settled",
         || async {
@@ -232,6 +233,10 @@ async fn settled_and_restored(k8s: &RealCluster, what: &str) {
         || k8s.logs(),
     )
     .await;
+}
+
+async fn settled_and_restored(k8s: &RealCluster, what: &str) {
+    infer_settled(k8s).await;
     let (labels, annotated) = node_labels(k8s).await;
     for (key, value) in OPERATOR_LABELS {
         assert_eq!(labels.get(key).map(String::as_str), Some(value), "{what}: {key}");
@@ -325,15 +330,7 @@ async fn a_label_a_person_sets_inside_the_window_is_kept_and_the_others_come_bac
     let Some(k8s) = window_open("gpu operator: a person's label").await else { return };
     label(&k8s, json!({"nvidia.com/gpu.deploy.gpu-feature-discovery": "false"})).await;
     hold_clients(&k8s, false).await;
-    wait_until(
-        "4 pods of infer running, the node settled",
-        || async {
-            k8s.check_alive();
-            (k8s.running_of("infer").await.len() == 4 && k8s.settled().await).then_some(())
-        },
-        || k8s.logs(),
-    )
-    .await;
+    infer_settled(&k8s).await;
     let (labels, annotated) = node_labels(&k8s).await;
     assert_eq!(labels["nvidia.com/gpu.deploy.gpu-feature-discovery"], "false", "the person's value stays");
     assert_eq!(labels["nvidia.com/gpu.deploy.dcgm-exporter"], "true");

@@ -135,8 +135,8 @@ pub fn preflight(
     {
         return Err(Refusal::MigConfigInProgress { value: value.clone() });
     }
-    if let Some(value) = labels.get(DRIVER_UPGRADE_STATE).filter(|v| !UPGRADE_IDLE.contains(&v.as_str())) {
-        return Err(Refusal::DriverUpgrade { label: DRIVER_UPGRADE_STATE.into(), value: value.clone() });
+    if let Some(state) = upgrade_state(labels) {
+        return Err(state);
     }
     if let Some((label, value)) = foreign_pause(labels, own_pause) {
         return Err(Refusal::DriverUpgrade { label: label.clone(), value: value.clone() });
@@ -161,9 +161,20 @@ fn foreign_pause<'l>(
 
 /// Whether a driver upgrade has paused a label on top of Geometer's own pause (or started
 /// meanwhile): the window must close.
-pub fn upgrade_started(labels: &BTreeMap<String, String>) -> bool {
-    labels.get(DRIVER_UPGRADE_STATE).is_some_and(|v| !UPGRADE_IDLE.contains(&v.as_str()))
-        || labels.iter().any(|(k, v)| k.starts_with(DEPLOY_PREFIX) && v.contains(PAUSED_FOR_DRIVER_UPGRADE))
+/// The refusal names the label that says so.
+pub fn upgrade_started(labels: &BTreeMap<String, String>) -> Option<Refusal> {
+    upgrade_state(labels).or_else(|| {
+        let (label, value) = labels
+            .iter()
+            .find(|(k, v)| k.starts_with(DEPLOY_PREFIX) && v.contains(PAUSED_FOR_DRIVER_UPGRADE))?;
+        Some(Refusal::DriverUpgrade { label: label.clone(), value: value.clone() })
+    })
+}
+
+/// The Operator's upgrade state, when it says an upgrade is under way (or failed).
+fn upgrade_state(labels: &BTreeMap<String, String>) -> Option<Refusal> {
+    let value = labels.get(DRIVER_UPGRADE_STATE).filter(|v| !UPGRADE_IDLE.contains(&v.as_str()))?;
+    Some(Refusal::DriverUpgrade { label: DRIVER_UPGRADE_STATE.into(), value: value.clone() })
 }
 
 /// The record of one pause: each operand label's value before it (absent included), which of

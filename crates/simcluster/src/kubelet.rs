@@ -118,7 +118,7 @@ impl Kubelet {
             self.start_workload(&node, pod).await;
         }
         if let Some(client) = holds {
-            hold_gpus(&node, &client.to_string(), true);
+            node.nvml.hold_every_gpu(&client.to_string(), true);
         }
     }
 
@@ -270,7 +270,7 @@ impl Kubelet {
         }
         if objects::holds_gpus(pod) {
             let client = PodKey::new(&pod.namespace().unwrap_or_default(), &pod.name_any());
-            hold_gpus(&node, &client.to_string(), false);
+            node.nvml.hold_every_gpu(&client.to_string(), false);
         }
         if is_device_plugin(pod) && !objects::owned_by_daemonset(pod) {
             return self.recreate_plugin(&node.name).await;
@@ -327,18 +327,5 @@ impl Kubelet {
                 }
             }
         }
-    }
-}
-
-/// Opens (or closes) an NVML client named `client` on every GPU of `node`.
-fn hold_gpus(node: &SimNode, client: &str, open: bool) {
-    let mut gpu = 0;
-    loop {
-        let done =
-            if open { node.nvml.open_client(gpu, client) } else { node.nvml.close_client(gpu, client) };
-        if done.is_err() {
-            break;
-        }
-        gpu += 1;
     }
 }

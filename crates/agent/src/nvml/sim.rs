@@ -9,6 +9,7 @@
 
 mod fault;
 mod gpu;
+mod reset;
 mod state_file;
 
 use std::fs::File;
@@ -21,6 +22,7 @@ use thiserror::Error;
 
 pub use fault::{CallRecord, Fault, FaultEffect};
 pub use gpu::{ProcessUsage, ReportedProfile};
+pub use reset::SimReset;
 
 use self::fault::FaultBook;
 use self::gpu::{ProcessTarget, SimGpu};
@@ -336,6 +338,15 @@ impl SimNvml {
         Ok(())
     }
 
+    /// [`SimNvml::open_client`] (`open`) or [`SimNvml::close_client`] on every GPU: a node-wide
+    /// client such as DCGM or the device plugin.
+    pub fn hold_every_gpu(&self, client: &str, open: bool) {
+        let mut gpu = 0;
+        while (if open { self.open_client(gpu, client) } else { self.close_client(gpu, client) }).is_ok() {
+            gpu += 1;
+        }
+    }
+
     /// Applies a pending MIG mode change, as a GPU reset would.
     pub fn reset_gpu(&self, gpu: GpuIndex) -> Result<(), SimError> {
         self.lock().gpu_mut_setup(gpu)?.reset();
@@ -561,41 +572,5 @@ impl NvmlBackend for SimNvml {
         self.run(NvmlCall::SetMigMode, Some(gpu), err, |st| {
             st.gpu_mut(gpu)?.set_mig_mode(enabled).map_err(err)
         })
-    }
-}
-
-/// [`crate::nvml::reset::GpuReset`] on simulated GPUs, as `nvidia-smi -r -i <uuid>`: refused
-/// while a process or another NVML client has the GPU open, or while `fail` is set; otherwise
-/// the pending MIG mode takes effect. Every GPU it resets is logged by UUID.
-#[derive(Clone)]
-pub struct SimReset {
-    sim: SimNvml,
-    pub fail: Arc<std::sync::atomic::AtomicBool>,
-    pub resets: Arc<Mutex<Vec<String>>>,
-}
-
-impl SimReset {
-    pub fn new(sim: SimNvml) -> SimReset {
-        SimReset { sim, fail: Arc::default(), resets: Arc::default() }
-    }
-}
-
-impl crate::nvml::reset::GpuReset for SimReset {
-    fn reset(&self, gpu_uuid: &str) -> Result<(), String> {
-        let devices = self.sim.devices().map_err(|e| e.to_string())?;
-        let gpu = devices.iter().find(|d| d.uuid == gpu_uuid).ok_or(format!("no GPU {gpu_uuid}"))?.index;
-        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(format!("Resetting GPU {gpu_uuid} is not supported (injected)"));
-        }
-        if self.sim.held(gpu).map_err(|e| e.to_string())? {
-            return Err(format!("GPU {gpu_uuid} is in use by another client"));
-        }
-        self.sim.reset_gpu(gpu).map_err(|e| e.to_string())?;
-        self.resets.lock().unwrap_or_else(|p| p.into_inner()).push(gpu_uuid.to_string());
-        Ok(())
-    }
-
-    fn reopen(&self) -> Result<Arc<dyn NvmlBackend>, NvmlError> {
-        Ok(Arc::new(self.sim.clone()))
     }
 }

@@ -79,7 +79,7 @@ impl Agent {
                 return Ok(NextRound::Continue);
             }
         }
-        let refusal = gpu_operator::preflight(&labels_of(&node), pause.as_ref()).err();
+        let refusal = gpu_operator::preflight(&operands::labels(&node), pause.as_ref()).err();
         self.observe_into(&mut status, &inventory, disagreements, cordon, generation, now);
         preflight_condition(&mut status, refusal.as_ref(), generation, now);
         self.measure_into(&mut status, &inventory, now).await;
@@ -162,19 +162,10 @@ impl Agent {
         status: &mut MigNodeStatus,
         now: Timestamp,
     ) -> Result<bool, StepError> {
-        let labels = labels_of(node);
         let failure = if !self.mem.window_mine {
             None
-        } else if gpu_operator::upgrade_started(&labels) {
-            let (label, value) = labels
-                .iter()
-                .find(|(k, v)| {
-                    k.as_str() == gpu_operator::DRIVER_UPGRADE_STATE
-                        || v.contains(gpu_operator::PAUSED_FOR_DRIVER_UPGRADE)
-                })
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .unwrap_or_default();
-            Some(StepError::Refused(Refusal::DriverUpgrade { label, value }))
+        } else if let Some(upgrade) = gpu_operator::upgrade_started(&operands::labels(node)) {
+            Some(StepError::Refused(upgrade))
         } else if self.window_overdue(record, now) {
             Some(StepError::PauseTooLong { max: self.cfg.max_pause })
         } else {
@@ -444,12 +435,17 @@ impl Agent {
     }
 
     pub(crate) async fn device_plugin_pods(&self) -> Result<Vec<Pod>, StepError> {
-        let params = ListParams::default()
-            .labels(&self.cfg.device_plugin_selector)
-            .fields(&format!("spec.nodeName={}", self.cfg.node));
-        let api: kube::Api<Pod> = match &self.cfg.device_plugin_namespace {
+        self.operator_pods_on_node(&self.cfg.device_plugin_selector).await
+    }
+
+    /// This node's pods matching the label `selector` in the device plugin's namespace (the
+    /// GPU Operator's), or in every namespace when none is set.
+    pub(crate) async fn operator_pods_on_node(&self, selector: &str) -> Result<Vec<Pod>, StepError> {
+        let params =
+            ListParams::default().labels(selector).fields(&format!("spec.nodeName={}", self.cfg.node));
+        let api: Api<Pod> = match &self.cfg.device_plugin_namespace {
             Some(ns) => self.pods(ns),
-            None => kube::Api::all(self.client.clone()),
+            None => Api::all(self.client.clone()),
         };
         Ok(api.list(&params).await?.items)
     }
@@ -473,10 +469,6 @@ impl Agent {
         let timeout = SignedDuration::try_from(timeout).unwrap_or(SignedDuration::MAX);
         step.started_at.0.checked_add(timeout).is_ok_and(|deadline| now >= deadline)
     }
-}
-
-fn labels_of(node: &Node) -> std::collections::BTreeMap<String, String> {
-    node.metadata.labels.clone().unwrap_or_default()
 }
 
 /// The `Refused` condition: whether the GPU Operator's labels let Geometer change the node.

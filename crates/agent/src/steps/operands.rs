@@ -19,6 +19,7 @@ use crate::observe::observation::Context;
 use crate::runtime::agent_loop::{Agent, NextRound, StepError};
 use crate::steps::eviction;
 use geometer_api::gpu_operator::{self, PausedOperands, PAUSED_FOR_MIG_CHANGE, PAUSED_OPERANDS_ANNOTATION};
+use geometer_solver::PodKey;
 
 /// Pods the validator starts that use every GPU while they run (NVIDIA/gpu-operator
 /// `validator/manifests/cuda-workload-validation.yaml`, `plugin-workload-validation.yaml`):
@@ -79,7 +80,8 @@ pub(crate) fn record_of(node: &Node, status_record: Option<&PausedOperands>) -> 
     }
 }
 
-fn labels(node: &Node) -> BTreeMap<String, String> {
+/// The node's labels (none: empty).
+pub(crate) fn labels(node: &Node) -> BTreeMap<String, String> {
     node.metadata.labels.clone().unwrap_or_default()
 }
 
@@ -199,11 +201,9 @@ impl<'p> Selection<'p> {
 }
 
 fn pod_ref(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
+    let meta = &pod.metadata;
+    PodKey::new(meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default())
+        .to_string()
 }
 
 impl Agent {
@@ -291,15 +291,8 @@ impl Agent {
     /// Evicts the pods on the node matching any of `selectors` in the operands' namespace.
     async fn evict_on_node(&self, selectors: &[&str]) -> Result<(), StepError> {
         for selector in selectors {
-            let params =
-                ListParams::default().labels(selector).fields(&format!("spec.nodeName={}", self.cfg.node));
-            let api: kube::Api<Pod> = match &self.cfg.device_plugin_namespace {
-                Some(ns) => self.pods(ns),
-                None => kube::Api::all(self.client.clone()),
-            };
-            for pod in
-                api.list(&params).await?.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none())
-            {
+            let pods = self.operator_pods_on_node(selector).await?;
+            for pod in pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
                 match eviction::evict(&self.client, pod).await? {
                     eviction::EvictionOutcome::Refused { message } => {
                         tracing::warn!(pod = %pod_ref(pod), %message, "an operand pod's eviction was refused")

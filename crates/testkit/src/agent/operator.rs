@@ -130,7 +130,7 @@ pub(crate) async fn run(
             let wanted = operand.selector.iter().all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v));
             let pod = live_pod(&server, operand);
             if pod.is_none() && running.remove(operand.name) {
-                release(&sim, operand);
+                sim.hold_every_gpu(&client_name(operand), false);
                 *log.lock().unwrap().stopped.entry(operand.name.into()).or_default() += 1;
             }
             match (wanted, pod) {
@@ -143,7 +143,7 @@ pub(crate) async fn run(
                 (false, Some(pod)) if !stuck.lock().unwrap().iter().any(|s| s == operand.name) => {
                     // Its containers stop (and let go of the GPUs) before the pod object goes,
                     // as the kubelet finishes a deletion.
-                    release(&sim, operand);
+                    sim.hold_every_gpu(&client_name(operand), false);
                     let name = pod.metadata.name.clone().unwrap_or_default();
                     let _ = Api::<Pod>::namespaced(server.client(), operand.namespace)
                         .delete(&name, &DeleteParams::default())
@@ -210,17 +210,6 @@ async fn start(server: &ApiServer, sim: &SimNvml, operand: &Operand, generation:
     .expect("operand pod");
     server.seed(&pod).expect("operand pod");
     if operand.holds_gpus {
-        let mut gpu = 0;
-        while sim.open_client(gpu, &client_name(operand)).is_ok() {
-            gpu += 1;
-        }
-    }
-}
-
-/// An operand whose pod is gone lets go of the GPUs.
-fn release(sim: &SimNvml, operand: &Operand) {
-    let mut gpu = 0;
-    while sim.close_client(gpu, &client_name(operand)).is_ok() {
-        gpu += 1;
+        sim.hold_every_gpu(&client_name(operand), true);
     }
 }
