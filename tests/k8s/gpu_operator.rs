@@ -48,7 +48,9 @@ fn daemonset(operand: &Operand) -> DaemonSet {
                 "spec": {
                     "nodeSelector": selector,
                     "tolerations": [{"operator": "Exists"}],
-                    "terminationGracePeriodSeconds": 0,
+                    // Not 0: that deletes the object at once, before the kubelet has stopped
+                    // the containers (and let go of the GPUs), which no real operand does.
+                    "terminationGracePeriodSeconds": 1,
                     "containers": [{"name": "main", "image": "nvidia/operand"}],
                 },
             },
