@@ -26,7 +26,7 @@ use geometer_sim::workload::Workload;
 pub enum TraceFormat {
     /// Alibaba when the header has `gpu_milli` but no `arrival_s`, else Geometer's format.
     Auto,
-    /// Geometer's trace format, CSV or YAML (see the README's "Simulator" section).
+    /// Geometer's trace format, CSV or YAML (see docs/simulator.md, "Trace format (Geometer)").
     Geometer,
     /// An Alibaba `openb_pod_list_*.csv` (cluster-trace-gpu-v2023).
     Alibaba,

@@ -1,4 +1,4 @@
-//! PodGroups on the real control plane (issue #20): without a gang scheduler's CRD the
+//! PodGroups (gangs) on the real control plane: without a gang scheduler's CRD the
 //! controller finds no PodGroup kind and reads none (and works on); once the scheduler-plugins
 //! coscheduling CRD is installed it discovers the kind, reads each PodGroup's `minMember` with
 //! its own ServiceAccount (deploy/base's RBAC), and its watch follows a change.

@@ -1,5 +1,5 @@
 //! Gangs in the simulator: members run only together; a gang-aware plan never leaves a slice
-//! idle for a gang that has not started, a gang-unaware one does (issue #20).
+//! idle for a gang that has not started, a gang-unaware one does.
 
 use geometer_testkit::trace as sim_fixtures;
 

@@ -1,4 +1,4 @@
-//! Whole GPUs (issue #18): a trace's whole-GPU pods are demand for GPUs with MIG mode off
+//! Whole GPUs (MIG mode off): a trace's whole-GPU pods are demand for GPUs with MIG mode off
 //! (`--whole-gpus whole`, the default) or, as before, the full-GPU MIG profile
 //! (`--whole-gpus full-profile`). On Hopper GPUs: an Ampere GPU keeps its MIG mode (its mode
 //! changes only through a GPU reset; `solver/tests/planner/whole.rs`).

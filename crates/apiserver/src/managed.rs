@@ -1,6 +1,6 @@
 //! `metadata.managedFields` and server-side apply.
 //!
-//! Approximations (documented in README): ownership is tracked per leaf field and keyed list
+//! Approximations (documented in docs/apiserver.md): ownership is tracked per leaf field and keyed list
 //! item; a manager is identified by its name alone (an `Apply` and an `Update` entry of the same
 //! manager never conflict with each other); apply removes fields its manager stopped applying
 //! only when no other manager owns them, and leaves emptied parent maps in place; apply conflicts

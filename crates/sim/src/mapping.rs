@@ -19,7 +19,7 @@ pub enum WholeGpus {
     #[default]
     Whole,
     /// The model's full-GPU MIG profile (`7g.80gb`) once per GPU: MIG stays on everywhere (the
-    /// simulator before issue #18).
+    /// simulator's only mapping before it modelled MIG mode off).
     FullProfile,
 }
 

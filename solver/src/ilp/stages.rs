@@ -7,7 +7,7 @@
 //! optimal and no branch and bound runs; otherwise the MIP runs told its value, so that it only
 //! searches for better points (HiGHS prunes and fixes variables by reduced cost against it from
 //! the root on). On the 90%-busy benchmark the point took the first stage from 0.76 to 0.5 s
-//! when the pods' placements were held to the support too (stop 38), 2 GPUs changed short of
+//! when the pods' placements were held to the support too (at first), 2 GPUs changed short of
 //! the bound; with them free it reaches the bound, and the stage takes 0.05 s (the placements
 //! are where the program is most degenerate). Later stages do not start from a point: the
 //! previous stage's answer is far from their optimum (free ranges 7,433 against 7,870 there),

@@ -17,7 +17,7 @@
 //!    level means it to.
 //!
 //! Counting either as a level of the program made its last stage several times slower
-//! (BENCHMARKS.md, stop 39). A move is kept only where every row of the program still holds
+//! (BENCHMARKS.md, "Simulator"). A move is kept only where every row of the program still holds
 //! and no level is worth less (checked on the program itself).
 
 use std::collections::{BTreeMap, HashMap};

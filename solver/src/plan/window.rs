@@ -8,7 +8,7 @@
 //! The objective never asks for this: its "GPUs changed" level keeps every GPU the pods do not
 //! need as it is, which is right when the next plan may change it. Under a window it left, on
 //! the simulator's replays, H100s empty beside the ones turned whole for whole-GPU pods, and
-//! the next whole-GPU pods waited up to nine minutes for the node (BENCHMARKS.md, "Stop 42").
+//! the next whole-GPU pods waited up to nine minutes for the node (BENCHMARKS.md, "Simulator").
 //! Only GPUs with no instance are shaped: no pod loses anything, the node is reconfiguring
 //! anyway, and an instance left free can be changed again without an eviction once the window
 //! ends.

@@ -1,4 +1,4 @@
-//! Geometer's own trace format, in CSV or YAML (the README's "Simulator" section documents it).
+//! Geometer's own trace format, in CSV or YAML (docs/simulator.md, "Trace format (Geometer)", documents it).
 //!
 //! CSV header (any column order; only `name` and `arrival_s` are required):
 //! `name,arrival_s,duration_s,mig,num_gpu,gpu_milli,cpu_milli,memory_mib,priority,gpu_models,nodes,do_not_disrupt,gang,gang_min`
