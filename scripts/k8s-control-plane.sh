@@ -2,9 +2,10 @@
 # Builds the real Kubernetes control plane that the end-to-end suite runs against:
 # kube-apiserver, kube-scheduler and kube-controller-manager from the k8s.io/kubernetes module,
 # and etcd from go.etcd.io/etcd/server/v3, into a cache folder keyed by version; and, into the
-# same folder, helm from helm.sh/helm/v3 (the chart tests) and promtool from
-# github.com/prometheus/prometheus (the alert and metrics checks). Nothing built here is committed; a
-# second run with the binaries present does nothing.
+# same folder, kubectl from the same k8s.io/kubernetes release (so the tests' kubectl matches the
+# control plane's version), helm from helm.sh/helm/v3 (the chart tests) and promtool from
+# github.com/prometheus/prometheus (the alert and metrics checks). Nothing built here is committed;
+# a second run builds only the binaries that are missing, and nothing when all are present.
 #
 #   scripts/k8s-control-plane.sh          build (or reuse) and print the bin folder
 #   scripts/k8s-control-plane.sh --print  print the bin folder without building
@@ -22,10 +23,12 @@ ETCD_VERSION="${GEOMETER_ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${GEOMETER_HELM_VERSION:-v3.17.3}"
 # Prometheus 3.x is tagged v0.3xx.y as a Go module.
 PROMETHEUS_VERSION="${GEOMETER_PROMETHEUS_VERSION:-v0.316.0}"
-TOOLS=(helm promtool)
+TOOLS=(kubectl helm promtool)
 CACHE_ROOT="${GEOMETER_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/geometer/control-plane}"
 BIN="$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
 BINARIES=(kube-apiserver kube-scheduler kube-controller-manager etcd)
+# The commands built from k8s.io/kubernetes (k8s.io/kubernetes/cmd/<name>).
+KUBE_COMMANDS=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
 
 if [ "${1:-}" = "--print" ]; then
   echo "$BIN"
@@ -50,8 +53,9 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$BIN"
 started=$(date +%s)
 
+# Builds the named commands of k8s.io/kubernetes (some of KUBE_COMMANDS) into $BIN.
 build_kubernetes() {
-  local dir="$work/kubernetes" minor patch gomod
+  local dir="$work/kubernetes" minor patch gomod cmd
   minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
   patch="$(echo "$K8S_VERSION" | cut -d. -f3)"
   mkdir -p "$dir" && cd "$dir"
@@ -69,26 +73,19 @@ build_kubernetes() {
       while read -r m; do echo "replace $m => $m v0.$minor.$patch"; done
   } > go.mod
   grep -q '^replace ' go.mod || { echo "k8s-control-plane: no staging replaces found in $gomod" >&2; exit 1; }
-  cat > tools.go <<'EOF'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-)
-EOF
+  # kubectl's code is the staging module k8s.io/kubectl; its command is k8s.io/kubernetes/cmd/kubectl.
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for cmd in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$cmd"; done
+    printf ')\n'
+  } > tools.go
   go mod tidy
   local ldflags="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
     ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  go build -trimpath -ldflags "$ldflags" -o "$BIN/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
-    k8s.io/kubernetes/cmd/kube-controller-manager
+  go build -trimpath -ldflags "$ldflags" -o "$BIN/" "${@/#/k8s.io/kubernetes/cmd/}"
 }
 
 build_etcd() {
@@ -118,12 +115,17 @@ build_helm() {
     "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
 
-if ! have_all; then
-  echo "k8s-control-plane: building Kubernetes $K8S_VERSION and etcd $ETCD_VERSION into $BIN" >&2
-  (build_kubernetes)
-  (build_etcd)
-  have_all || { echo "k8s-control-plane: build finished without every binary in $BIN" >&2; exit 1; }
+kube_missing=()
+for b in "${KUBE_COMMANDS[@]}"; do [ -x "$BIN/$b" ] || kube_missing+=("$b"); done
+if [ ${#kube_missing[@]} -gt 0 ]; then
+  echo "k8s-control-plane: building ${kube_missing[*]} (Kubernetes $K8S_VERSION) into $BIN" >&2
+  (build_kubernetes "${kube_missing[@]}")
 fi
+if [ ! -x "$BIN/etcd" ]; then
+  echo "k8s-control-plane: building etcd $ETCD_VERSION into $BIN" >&2
+  (build_etcd)
+fi
+have_all || { echo "k8s-control-plane: build finished without every binary in $BIN" >&2; exit 1; }
 if [ ! -x "$BIN/helm" ]; then
   echo "k8s-control-plane: building helm $HELM_VERSION into $BIN" >&2
   (build_helm)
@@ -132,6 +134,6 @@ if [ ! -x "$BIN/promtool" ]; then
   echo "k8s-control-plane: building promtool (prometheus $PROMETHEUS_VERSION) into $BIN" >&2
   (GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION")
 fi
-have_tools || { echo "k8s-control-plane: helm or promtool was not built into $BIN" >&2; exit 1; }
+have_tools || { echo "k8s-control-plane: kubectl, helm or promtool was not built into $BIN" >&2; exit 1; }
 echo "k8s-control-plane: built in $(( $(date +%s) - started ))s ($(du -sh "$BIN" | cut -f1))" >&2
 echo "$BIN"

@@ -5,6 +5,7 @@ use std::process::Command;
 
 use geometer_api::*;
 use geometer_apiserver::ApiServer;
+use geometer_testkit::control_plane::kubectl_or_skip;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use serde_json::{json, Value};
@@ -147,11 +148,7 @@ async fn plan_and_node_status_are_subresources() {
 
 #[tokio::test]
 async fn kubectl_get_migplans_is_a_review_screen() {
-    if !matches!(Command::new("kubectl").args(["version", "--client"]).output(), Ok(o) if o.status.success())
-    {
-        eprintln!("SKIPPED: kubectl is not on PATH; install kubectl 1.32 to run this test");
-        return;
-    }
+    let Some(kubectl) = kubectl_or_skip() else { return };
     let server = server_with_crds();
     let plans: Api<MigPlan> = Api::all(server.client());
     plans.create(&PostParams::default(), &MigPlan::new("inference-1", plan_spec())).await.unwrap();
@@ -162,7 +159,7 @@ async fn kubectl_get_migplans_is_a_review_screen() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig).unwrap();
-    let mut cmd = Command::new("kubectl");
+    let mut cmd = Command::new(kubectl);
     cmd.arg("--kubeconfig").arg(&kubeconfig).arg("--cache-dir").arg(dir.path().join("cache"));
     cmd.args(["get", "mplan"]).env("HOME", dir.path()).env_remove("KUBECONFIG");
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();

@@ -2,28 +2,21 @@
 //! wide), describe, apply, patch, label, annotate, cordon, uncordon, delete, and a CRD created
 //! at run time used with its printer columns. Results are checked through the server itself.
 //!
-//! Skips (saying so) when kubectl is not on PATH.
+//! The kubectl is the control plane's (`make control-plane` builds it): the tests skip, saying
+//! so, when it is not built, and fail instead under `GEOMETER_REQUIRE_CONTROL_PLANE=1`.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use geometer_apiserver::ApiServer;
+use geometer_testkit::control_plane::kubectl_or_skip;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 
-fn kubectl_available() -> bool {
-    match Command::new("kubectl").args(["version", "--client"]).output() {
-        Ok(out) if out.status.success() => true,
-        _ => {
-            eprintln!("SKIPPED: kubectl is not on PATH; install kubectl 1.32 to run the kubectl tests");
-            false
-        }
-    }
-}
-
 struct Kubectl {
+    path: PathBuf,
     kubeconfig: PathBuf,
     cache: PathBuf,
     dir: tempfile::TempDir,
@@ -36,13 +29,15 @@ struct Output {
 }
 
 impl Kubectl {
-    async fn start(server: &ApiServer) -> (Kubectl, geometer_apiserver::ServeHandle) {
+    /// kubectl against `server` over HTTP; `None` when the test skips for want of kubectl.
+    async fn start(server: &ApiServer) -> Option<(Kubectl, geometer_apiserver::ServeHandle)> {
+        let path = kubectl_or_skip()?;
         let (_, handle) = server.serve_http("127.0.0.1:0").await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).unwrap();
         let cache = dir.path().join("cache");
-        (Kubectl { kubeconfig, cache, dir }, handle)
+        Some((Kubectl { path, kubeconfig, cache, dir }, handle))
     }
 
     fn file(&self, name: &str, contents: &str) -> PathBuf {
@@ -52,7 +47,7 @@ impl Kubectl {
     }
 
     async fn run(&self, args: &[&str]) -> Output {
-        let mut cmd = Command::new("kubectl");
+        let mut cmd = Command::new(&self.path);
         cmd.arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .arg("--cache-dir")
@@ -126,12 +121,9 @@ fn seed_cluster(server: &ApiServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_reads_tables_yaml_and_descriptions() {
-    if !kubectl_available() {
-        return;
-    }
     let server = ApiServer::new();
     seed_cluster(&server);
-    let (k, _http) = Kubectl::start(&server).await;
+    let Some((k, _http)) = Kubectl::start(&server).await else { return };
 
     let nodes = rows(&k.ok(&["get", "nodes"]).await);
     assert_eq!(nodes[0], ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]);
@@ -176,12 +168,9 @@ async fn kubectl_reads_tables_yaml_and_descriptions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_changes_land_in_the_server() {
-    if !kubectl_available() {
-        return;
-    }
     let server = ApiServer::new();
     seed_cluster(&server);
-    let (k, _http) = Kubectl::start(&server).await;
+    let Some((k, _http)) = Kubectl::start(&server).await else { return };
     let nodes: Api<Node> = Api::all(server.client());
 
     let manifest = |image: &str| {
@@ -272,11 +261,8 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crd_created_at_run_time_prints_its_columns() {
-    if !kubectl_available() {
-        return;
-    }
     let server = ApiServer::new();
-    let (k, _http) = Kubectl::start(&server).await;
+    let Some((k, _http)) = Kubectl::start(&server).await else { return };
     // kubectl learns the server's types before the CRD exists; it must notice the new one.
     k.ok(&["get", "nodes"]).await;
     let crd = k.file("crd.yaml", CRD);
@@ -313,10 +299,12 @@ async fn crd_created_at_run_time_prints_its_columns() {
 }
 
 /// `geometer apiserver` as a person starts it: loads manifests, writes a kubeconfig, prints
-/// the export line; kube-rs (and kubectl, when present) then work through that kubeconfig.
+/// the export line; kube-rs and kubectl then work through that kubeconfig.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_serves_loaded_manifests_through_its_kubeconfig() {
     use std::io::BufRead;
+    // Looked up first: a missing kubectl fails the test before the server process starts.
+    let kubectl = kubectl_or_skip();
     let dir = tempfile::tempdir().unwrap();
     let manifests = dir.path().join("cluster.yaml");
     std::fs::write(&manifests, format!("{CRD}---\napiVersion: v1\nkind: Node\nmetadata:\n  name: gpu-7\n---\napiVersion: example.dev/v1alpha1\nkind: MigPlan\nmetadata:\n  name: seeded\nspec:\n  nodes: 1\n")).unwrap();
@@ -354,8 +342,8 @@ async fn cli_serves_loaded_manifests_through_its_kubeconfig() {
         Api::<DynamicObject>::all_with(client, &ApiResource::from_gvk(&gvk)).get("seeded").await.unwrap();
     assert_eq!(plan.data["spec"]["nodes"], 1);
 
-    if kubectl_available() {
-        let out = Command::new("kubectl")
+    if let Some(kubectl) = kubectl {
+        let out = Command::new(kubectl)
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .arg("--cache-dir")
@@ -364,7 +352,12 @@ async fn cli_serves_loaded_manifests_through_its_kubeconfig() {
             .env("HOME", dir.path())
             .output()
             .unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "migplan.example.dev/seeded");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "migplan.example.dev/seeded",
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     child.kill().unwrap();
     child.wait().unwrap();

@@ -4,14 +4,13 @@
 
 use std::process::Command;
 
-use geometer_testkit::deploy::{kubectl_available, repo};
+use geometer_testkit::control_plane::kubectl_or_skip;
+use geometer_testkit::deploy::repo;
 use serde_json::Value;
 
 #[test]
 fn the_packed_plugin_matches_its_manifest_and_runs_under_kubectl() {
-    if !kubectl_available() {
-        return;
-    }
+    let Some(kubectl) = kubectl_or_skip() else { return };
     let out = tempfile::tempdir().unwrap();
     let packed = Command::new("bash")
         .arg(repo().join("scripts/krew-package.sh"))
@@ -41,7 +40,7 @@ fn the_packed_plugin_matches_its_manifest_and_runs_under_kubectl() {
     assert!(untar.success());
     let path = format!("{}:{}", unpacked.path().display(), std::env::var("PATH").unwrap_or_default());
     let help =
-        Command::new("kubectl").args(["geometer", "plan", "--help"]).env("PATH", path).output().unwrap();
+        Command::new(&kubectl).args(["geometer", "plan", "--help"]).env("PATH", path).output().unwrap();
     assert!(help.status.success(), "{}", String::from_utf8_lossy(&help.stderr));
     assert!(String::from_utf8_lossy(&help.stdout).contains("--snapshot"));
 }

@@ -1,7 +1,8 @@
 //! `kubectl kustomize` renders deploy/base and every overlay; every rendered object parses as
 //! its Kubernetes type without losing a field; the pieces fit together (selectors, ports,
 //! arguments the real CLI accepts, the default policy and the agent on the same nodes).
-//! Skips, saying so, without kubectl.
+//! Skips, saying so, when the control plane's kubectl is not built (`make control-plane`), and
+//! fails instead under `GEOMETER_REQUIRE_CONTROL_PLANE=1`.
 
 use geometer_testkit::deploy as deploy_support;
 

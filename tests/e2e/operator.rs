@@ -1,11 +1,14 @@
 //! The whole operator end to end on the simulated cluster: in-memory API server, simulated
 //! nodes, device plugin, scheduler and kubelet, the real controller and a real agent per node.
 
+use std::path::PathBuf;
+
 use geometer_testkit::e2e as e2e_support;
 
-use e2e_support::{kubectl, policy, wait_for, E2e, NS};
+use e2e_support::{policy, wait_for, E2e, NS};
 use geometer_api::{MigPlanPhase, PolicyMode};
 use geometer_simcluster::{ClusterSpec, MigPod, NodeSpec};
+use geometer_testkit::control_plane::kubectl_or_skip;
 
 const WHOLE: &[(&str, u8)] = &[("7g.80gb", 0)];
 
@@ -14,6 +17,41 @@ fn two_nodes() -> ClusterSpec {
         NodeSpec::new("gpu-1", "H100-80GB", 2, WHOLE),
         NodeSpec::new("gpu-2", "H100-80GB", 2, WHOLE),
     ])
+}
+
+/// The control plane's kubectl against the in-memory API server over HTTP.
+struct Kubectl {
+    path: PathBuf,
+    dir: tempfile::TempDir,
+    _serving: geometer_apiserver::ServeHandle,
+}
+
+impl Kubectl {
+    async fn serve(e2e: &E2e, path: PathBuf) -> Kubectl {
+        let dir = tempfile::tempdir().unwrap();
+        let (_addr, serving) = e2e.server.serve_http("127.0.0.1:0").await.unwrap();
+        e2e.server.write_kubeconfig(dir.path().join("kubeconfig")).unwrap();
+        Kubectl { path, dir, _serving: serving }
+    }
+
+    /// kubectl's output; fails the test with kubectl's error output when kubectl fails.
+    async fn ok(&self, args: &[&str]) -> String {
+        let mut cmd = std::process::Command::new(&self.path);
+        cmd.args(args)
+            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
+            .env("HOME", self.dir.path())
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("cache"));
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {} failed ({}):\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
 }
 
 async fn submit_small(e2e: &E2e, names: &[&str]) {
@@ -46,6 +84,7 @@ async fn a_demand_shift_is_planned_applied_and_the_pods_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_leaves_gpus_alone_and_kubectl_shows_the_plan() {
+    let Some(kubectl) = kubectl_or_skip() else { return };
     let e2e = E2e::new(&two_nodes(), policy(PolicyMode::DryRun, false)).await;
     submit_small(&e2e, &["small-0"]).await;
     let plan = wait_for("a proposed plan", || e2e.plans().into_iter().next()).await;
@@ -55,41 +94,26 @@ async fn dry_run_leaves_gpus_alone_and_kubectl_shows_the_plan() {
             assert_eq!(e2e.geometry(node, gpu), ["7g.80gb@0"], "DryRun never changes a GPU");
         }
     }
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let (_addr, _serving) = e2e.server.serve_http("127.0.0.1:0").await.unwrap();
-    e2e.server.write_kubeconfig(&kubeconfig).unwrap();
-    match kubectl(&e2e.server, &kubeconfig, &["get", "migplans"]) {
-        Ok(table) => {
-            assert!(table.contains("PODS-HELPED") && table.contains(&name), "{table}");
-            let described = kubectl(&e2e.server, &kubeconfig, &["describe", "migplan", &name]).unwrap();
-            assert!(described.contains("1g.10gb") && described.contains("DryRun"), "{described}");
-        }
-        Err(why) => eprintln!("skipping the kubectl part: {why}"),
-    }
+    let kubectl = Kubectl::serve(&e2e, kubectl).await;
+    let table = kubectl.ok(&["get", "migplans"]).await;
+    assert!(table.contains("PODS-HELPED") && table.contains(&name), "{table}");
+    let described = kubectl.ok(&["describe", "migplan", &name]).await;
+    assert!(described.contains("1g.10gb") && described.contains("DryRun"), "{described}");
     assert_eq!(e2e.plans()[0].phase(), MigPlanPhase::Proposed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_waits_for_kubectl_patch_then_applies() {
+    let Some(kubectl) = kubectl_or_skip() else { return };
     let e2e = E2e::new(&two_nodes(), policy(PolicyMode::Approve, false)).await;
     submit_small(&e2e, &["small-0"]).await;
     let plan = wait_for("a proposed plan", || e2e.plans().into_iter().next()).await;
     let name = plan.metadata.name.clone().unwrap();
     assert!(!e2e.running(&["small-0"]));
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let (_addr, _serving) = e2e.server.serve_http("127.0.0.1:0").await.unwrap();
-    e2e.server.write_kubeconfig(&kubeconfig).unwrap();
-    let patched = kubectl(
-        &e2e.server,
-        &kubeconfig,
-        &["patch", "migplan", &name, "--type=merge", "-p", r#"{"spec":{"approved":true}}"#],
-    );
-    if let Err(why) = patched {
-        eprintln!("kubectl unavailable ({why}); approving through the API instead");
-        geometer_controller::approve(e2e.server.client(), &name).await.unwrap();
-    }
+    let kubectl = Kubectl::serve(&e2e, kubectl).await;
+    let patched =
+        kubectl.ok(&["patch", "migplan", &name, "--type=merge", "-p", r#"{"spec":{"approved":true}}"#]).await;
+    assert!(patched.contains(&format!("migplan.geometer.dev/{name} patched")), "{patched}");
     wait_for("the pod running", || e2e.running(&["small-0"]).then_some(())).await;
     let done =
         wait_for("Succeeded", || e2e.plans().into_iter().find(|p| p.phase() == MigPlanPhase::Succeeded))

@@ -21,7 +21,7 @@ fn api(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
 }
 
 /// The messages of the CEL rules (`x-kubernetes-validations`) in `kind`'s schema.
-fn cel_messages(kind: &str) -> Vec<String> {
+pub(crate) fn cel_messages(kind: &str) -> Vec<String> {
     fn walk(v: &Value, out: &mut Vec<String>) {
         match v {
             Value::Object(map) => {

@@ -193,21 +193,3 @@ impl E2e {
 }
 
 pub use crate::wait::wait_for;
-
-/// Runs the real kubectl against the server, or says why it cannot.
-pub fn kubectl(server: &ApiServer, kubeconfig: &std::path::Path, args: &[&str]) -> Result<String, String> {
-    let path = std::path::Path::new("/usr/bin/kubectl");
-    if !path.exists() {
-        return Err("kubectl is not installed at /usr/bin/kubectl".into());
-    }
-    let _ = server;
-    let out = std::process::Command::new(path)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .map_err(|e| format!("cannot run kubectl: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}

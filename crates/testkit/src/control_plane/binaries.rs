@@ -1,5 +1,7 @@
 //! Where the control-plane binaries are: `GEOMETER_CONTROL_PLANE_BIN`, or the cache folder of
-//! `scripts/k8s-control-plane.sh` (which `make test` runs first).
+//! `scripts/k8s-control-plane.sh` (which `make control-plane` and `make test` run). kubectl is
+//! always the one built there from the control plane's own Kubernetes release, never the one on
+//! PATH, whose version may not match kube-apiserver's.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,6 +15,8 @@ pub struct Binaries {
     pub apiserver: PathBuf,
     pub scheduler: PathBuf,
     pub controller_manager: PathBuf,
+    /// kubectl of the same Kubernetes release, which the tests drive the cluster with.
+    pub kubectl: PathBuf,
 }
 
 fn folder() -> Result<PathBuf, String> {
@@ -36,12 +40,13 @@ pub fn binaries() -> Result<Binaries, String> {
         apiserver: dir.join("kube-apiserver"),
         scheduler: dir.join("kube-scheduler"),
         controller_manager: dir.join("kube-controller-manager"),
+        kubectl: dir.join("kubectl"),
     };
-    for b in [&bins.etcd, &bins.apiserver, &bins.scheduler, &bins.controller_manager] {
+    for b in [&bins.etcd, &bins.apiserver, &bins.scheduler, &bins.controller_manager, &bins.kubectl] {
         if !b.is_file() {
             return Err(format!(
-                "the real control plane is not built ({} is missing); run scripts/k8s-control-plane.sh \
-                 (make test does) or set GEOMETER_CONTROL_PLANE_BIN to a folder with etcd and the kube binaries",
+                "the real control plane is not built ({} is missing); run `make control-plane` \
+                 (make test does) or set GEOMETER_CONTROL_PLANE_BIN to a folder with etcd, kubectl and the kube binaries",
                 b.display()
             ));
         }
@@ -59,13 +64,25 @@ pub fn promtool() -> Result<PathBuf, String> {
     tool("promtool")
 }
 
+/// `kubectl`, built by the same script from the control plane's Kubernetes release (so that
+/// its version is kube-apiserver's), or what is missing. Never the kubectl on PATH.
+pub fn kubectl() -> Result<PathBuf, String> {
+    tool("kubectl")
+}
+
+/// The path of [`kubectl`] for a test that runs it; `None` (the test skips, saying why) when it
+/// is not built, and a failed test instead when the control plane is required ([`REQUIRE_ENV`]).
+pub fn kubectl_or_skip() -> Option<PathBuf> {
+    tool_or_skip(kubectl())
+}
+
 fn tool(name: &str) -> Result<PathBuf, String> {
     let path = folder()?.join(name);
     if path.is_file() {
         Ok(path)
     } else {
         Err(format!(
-            "{name} is not built ({} is missing); run scripts/k8s-control-plane.sh (make test does)",
+            "{name} is not built ({} is missing); run `make control-plane` (make test does)",
             path.display()
         ))
     }

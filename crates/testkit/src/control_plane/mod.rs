@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
 
 pub use audit::Eviction;
-pub use binaries::{binaries, helm, promtool, tool_or_skip, Binaries, REQUIRE_ENV};
+pub use binaries::{binaries, helm, kubectl, kubectl_or_skip, promtool, tool_or_skip, Binaries, REQUIRE_ENV};
 pub use identity::{Identity, GEOMETER_NAMESPACE};
 pub(crate) use process::{free_port, Process};
 
@@ -41,6 +41,8 @@ pub struct ControlPlane {
     processes: Vec<Process>,
     /// From the first process started to the `default` ServiceAccount's existence.
     pub startup: Duration,
+    /// The control plane's own kubectl (same Kubernetes release).
+    kubectl: PathBuf,
 }
 
 /// Set to `1` to keep the control plane's folder (logs, kubeconfigs, etcd data) after a test.
@@ -94,8 +96,13 @@ impl ControlPlane {
         identity::write_token_file(dir.path());
         identity::write_service_account_key(dir.path());
         audit::write_policy(dir.path());
-        let mut cp =
-            ControlPlane { server: String::new(), dir, processes: Vec::new(), startup: Duration::ZERO };
+        let mut cp = ControlPlane {
+            server: String::new(),
+            dir,
+            processes: Vec::new(),
+            startup: Duration::ZERO,
+            kubectl: bins.kubectl.clone(),
+        };
 
         let etcd = cp.start_etcd(bins);
         for attempt in 1..=BIND_ATTEMPTS {
@@ -159,9 +166,9 @@ impl ControlPlane {
         kube::Client::try_from(config).expect("client")
     }
 
-    /// The real kubectl as `id`; its output, or its error output when it fails.
+    /// The control plane's kubectl as `id`; its output, or its error output when it fails.
     pub fn kubectl(&self, id: Identity, args: &[&str]) -> Result<String, String> {
-        let out = std::process::Command::new("kubectl")
+        let out = std::process::Command::new(&self.kubectl)
             .args(args)
             .env("KUBECONFIG", self.kubeconfig(id))
             .output()

@@ -1,4 +1,5 @@
-//! Rendering `deploy/` with the real `kubectl kustomize`, for the deploy tests.
+//! Rendering `deploy/` with the real `kubectl kustomize` (the control plane's kubectl, see
+//! [`crate::control_plane::kubectl`]), for the deploy tests.
 #![allow(dead_code)]
 
 pub mod observe;
@@ -28,20 +29,21 @@ pub fn kustomizations() -> Vec<String> {
     dirs
 }
 
-/// Whether kubectl can be run; says so on stderr when it cannot, so a skipped test is visible.
+/// Whether the control plane's kubectl is built; says so on stderr when it is not, so a skipped
+/// test is visible, and fails the test instead when the control plane is required
+/// ([`crate::control_plane::REQUIRE_ENV`]).
 pub fn kubectl_available() -> bool {
-    match Command::new("kubectl").args(["version", "--client"]).output() {
-        Ok(out) if out.status.success() => true,
-        _ => {
-            eprintln!("SKIPPED: kubectl is not on PATH; install kubectl (1.27 or later, with kustomize v5) to render deploy/");
-            false
-        }
-    }
+    crate::control_plane::kubectl_or_skip().is_some()
 }
 
 /// The objects `kubectl kustomize DIR` renders. Panics with kubectl's message when it fails.
 pub fn render(dir: &str) -> Vec<Value> {
-    let out = Command::new("kubectl").arg("kustomize").arg(repo().join(dir)).output().expect("kubectl runs");
+    let kubectl = crate::control_plane::kubectl().unwrap_or_else(|why| panic!("{why}"));
+    let out = Command::new(&kubectl)
+        .arg("kustomize")
+        .arg(repo().join(dir))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", kubectl.display()));
     assert!(
         out.status.success(),
         "kubectl kustomize {dir} failed:\n{}",
