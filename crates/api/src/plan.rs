@@ -75,6 +75,9 @@ pub use crate::limits::{
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+// `bound` is optional, and a field's own rule runs only when the old and new objects both have
+// it: this one keeps a published plan from gaining or losing one.
+#[x_kube(validation = Rule::new("has(self.bound) == has(oldSelf.bound)").field_path(".bound").message("spec.bound cannot be added to or removed from a published plan"))]
 pub struct MigPlanSpec {
     /// The MigPolicy this plan belongs to.
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.policy is immutable"))]
