@@ -1,4 +1,4 @@
-//! Load on the in-memory API server (issue #3): 1,000 nodes and 20,000 pods, listed and watched
+//! Load on the in-memory API server: 1,000 nodes and 20,000 pods, listed and watched
 //! by kube-runtime reflectors, one for nodes and one for pods, as the controller's caches do.
 //!
 //! Measured, for the in-process client (`ApiServer::client`, no sockets) and for a kube client
@@ -20,6 +20,8 @@
 //! between them, which a sampling harness would blur.
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
+#[path = "support/report.rs"]
+mod report;
 #[path = "support/counting_alloc.rs"]
 #[allow(unsafe_code)] // a counting GlobalAlloc wrapper: measuring heap needs it
 mod counting_alloc;
@@ -39,6 +41,8 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::mpsc;
+
+use report::Report;
 
 /// 1 under `cargo bench`; 10 when `cargo test --all-targets` runs this as a smoke test (cargo
 /// passes `--bench` only to benchmarks it runs as such).
@@ -238,8 +242,8 @@ fn summary(mut v: Vec<Duration>) -> String {
     format!("min {} / median {} / max {}", ms(v[0]), ms(percentile(&v, 0.5)), ms(v[v.len() - 1]))
 }
 
-async fn measure(transport: &str, server: &ApiServer, client: Client, runs: usize, round: &str) {
-    println!("-- {transport}");
+async fn measure(table: &mut Report, transport: &str, server: &ApiServer, client: Client, runs: usize, round: &str) {
+    table.line(format!("\n**{transport}**\n"));
     let before = server.requests().len();
     let heap_before = counting_alloc::mark();
     let (mut reflectors, first) = sync_both(&client).await;
@@ -248,13 +252,13 @@ async fn measure(transport: &str, server: &ApiServer, client: Client, runs: usiz
         .iter()
         .filter(|r| r.resource.as_deref() == Some("pods") && r.verb == Some(Verb::List))
         .count();
-    println!("initial sync, nodes and pods: run 1 {} ({pod_lists} pod list pages)", ms(first));
-    println!(
-        "reflector stores hold {} of heap; the sync peaked at {} above the heap before it; RSS {}",
+    table.line(format!("- initial sync, nodes and pods: run 1 {} ({pod_lists} pod list pages)", ms(first)));
+    table.line(format!(
+        "- reflector stores hold {} of heap; the sync peaked at {} above the heap before it; RSS {}",
         heap_mib(heap_synced.saturating_sub(heap_before)),
         heap_mib(heap_peak.saturating_sub(heap_before)),
         mib(status_kib("VmRSS:"))
-    );
+    ));
 
     let pod_names: Vec<_> = (0..POD_UPDATES)
         .map(|i| i * (pod_count() / POD_UPDATES))
@@ -267,12 +271,12 @@ async fn measure(transport: &str, server: &ApiServer, client: Client, runs: usiz
         &mut reflectors.pod_rx,
     )
     .await;
-    report_watch("pod", latencies, span);
+    report_watch(table, "pod", latencies, span);
     let node_names: Vec<_> =
         (0..NODE_UPDATES).map(|n| (None, format!("gpu-{:04}", n * (node_count() / NODE_UPDATES)))).collect();
     let (latencies, span) =
         watch_round(|_| Api::<Node>::all(client.clone()), node_names, round, &mut reflectors.node_rx).await;
-    report_watch("node", latencies, span);
+    report_watch(table, "node", latencies, span);
     let labelled = reflectors
         .pods
         .state()
@@ -286,11 +290,11 @@ async fn measure(transport: &str, server: &ApiServer, client: Client, runs: usiz
     drop(reflectors);
     // Give the aborted tasks a moment to drop their streams before reading the heap.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    println!(
-        "heap after dropping the reflectors: {} ({} before the sync)",
+    table.line(format!(
+        "- heap after dropping the reflectors: {} ({} before the sync)",
         heap_mib(counting_alloc::live()),
         heap_mib(heap_before)
-    );
+    ));
 
     let mut syncs = vec![first];
     for _ in 1..runs {
@@ -299,24 +303,24 @@ async fn measure(transport: &str, server: &ApiServer, client: Client, runs: usiz
         drop(r);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    println!(
-        "initial sync over {runs} fresh runs: {}; heap after them {}",
+    table.line(format!(
+        "- initial sync over {runs} fresh runs: {}; heap after them {}",
         summary(syncs),
         heap_mib(counting_alloc::live())
-    );
+    ));
 }
 
-fn report_watch(kind: &str, mut latencies: Vec<Duration>, span: Duration) {
+fn report_watch(table: &mut Report, kind: &str, mut latencies: Vec<Duration>, span: Duration) {
     latencies.sort();
     let n = latencies.len();
-    println!(
-        "watch, {n} {kind} patches one after another: write-to-event p50 {} / p99 {} / max {}; burst {} ({:.0} events/s)",
+    table.line(format!(
+        "- watch, {n} {kind} patches one after another: write-to-event p50 {} / p99 {} / max {}; burst {} ({:.0} events/s)",
         ms(percentile(&latencies, 0.5)),
         ms(percentile(&latencies, 0.99)),
         ms(latencies[n - 1]),
         ms(span),
         n as f64 / span.as_secs_f64()
-    );
+    ));
 }
 
 /// The value after `--name`, if given; exits 2 naming the flag and value when `parse` refuses it.
@@ -348,34 +352,40 @@ fn main() {
         KEEP_MANAGED_FIELDS.store(true, std::sync::atomic::Ordering::Relaxed);
         println!("reflectors keep managedFields");
     }
+    let mut table = Report::new(
+        "apiserver",
+        "cargo bench --bench apiserver",
+        format!("{} nodes and {} pods; {POD_UPDATES} pod and {NODE_UPDATES} node patches watched; {runs} sync runs", node_count(), pod_count()),
+    );
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let baseline = (status_kib("VmRSS:"), counting_alloc::mark());
     let server = ApiServer::new();
     let started = Instant::now();
     populate(&server);
     let seeded = (status_kib("VmRSS:"), counting_alloc::live());
-    println!(
-        "seeded {} nodes and {} pods in {}; the server's store holds {} of heap; RSS {} before, {} after",
+    table.line(format!(
+        "- seeded {} nodes and {} pods in {}; the server's store holds {} of heap; RSS {} before, {} after",
         node_count(),
         pod_count(),
         ms(started.elapsed()),
         heap_mib(seeded.1 - baseline.1),
         mib(baseline.0),
         mib(seeded.0)
-    );
+    ));
 
     rt.block_on(async {
         if transport != "http" {
-            measure("in-process client (tower service, no sockets)", &server, server.client(), runs, "1")
+            measure(&mut table, "in-process client (tower service, no sockets)", &server, server.client(), runs, "1")
                 .await;
         }
         if transport != "in-process" {
             let (addr, handle) = server.serve_http("127.0.0.1:0").await.expect("serve on loopback");
             let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
             let client = Client::try_from(config).expect("HTTP client");
-            measure("kube client over HTTP on loopback", &server, client, runs, "2").await;
+            measure(&mut table, "kube client over HTTP on loopback", &server, client, runs, "2").await;
             handle.shutdown().await;
         }
     });
-    println!("peak RSS (VmHWM) {}", mib(status_kib("VmHWM:")));
+    table.line(format!("\npeak RSS (VmHWM) {}", mib(status_kib("VmHWM:"))));
+    table.write();
 }

@@ -25,6 +25,8 @@ use serde_json::{json, Value};
 mod controller_process;
 #[path = "support/proc_memory.rs"]
 mod proc_memory;
+#[path = "support/report.rs"]
+mod report;
 #[path = "support/timing.rs"]
 mod timing;
 use controller_process::Controller;
@@ -94,26 +96,32 @@ async fn main() {
         wait("a plan", Duration::from_secs(300), || !server.objects::<MigPlan>().is_empty()).await;
     let plan = server.objects::<MigPlan>().remove(0);
     let (peak, rss) = memory(pid);
-    println!("| measure | value |");
-    println!("|---|---|");
-    println!(
+    let mut table = report::Report::new(
+        "controller_scale",
+        "cargo bench --bench controller_scale",
+        format!("{nodes} nodes x 8 H100-80GB, {running} running and {pending} pending pods in the in-memory API server; the controller in its own process"),
+    );
+    table.line("| measure | value |");
+    table.line("|---|---|");
+    table.line(format!(
         "| cluster | {nodes} nodes x 8 H100-80GB = {} GPUs, {running} running + {pending} pending pods, {nodes} MigNodes |",
         nodes * 8
-    );
-    println!("| seeding the in-memory API server | {:.2} s |", seeded.as_secs_f64());
-    println!("| controller cache fill to /readyz | {:.2} s |", cache_fill.as_secs_f64());
-    println!("| controller RSS when ready | {ready_rss:.0} MiB |");
-    println!("| pending pods seeded in | {:.2} s |", (last - first).as_secs_f64());
-    println!(
+    ));
+    table.line(format!("| seeding the in-memory API server | {:.2} s |", seeded.as_secs_f64()));
+    table.line(format!("| controller cache fill to /readyz | {:.2} s |", cache_fill.as_secs_f64()));
+    table.line(format!("| controller RSS when ready | {ready_rss:.0} MiB |"));
+    table.line(format!("| pending pods seeded in | {:.2} s |", (last - first).as_secs_f64()));
+    table.line(format!(
         "| batch window closes (last pod + idle {IDLE} s) -> plan published | {} |",
         signed(published, window_closes)
-    );
-    println!("| plan: solver time | {} ms |", plan.spec.solve_ms);
-    println!(
+    ));
+    table.line(format!("| plan: solver time | {} ms |", plan.spec.solve_ms));
+    table.line(format!(
         "| plan: GPUs changed / nodes / pods helped | {} / {} / {} |",
         plan.spec.summary.gpus_changed, plan.spec.summary.nodes_changed, plan.spec.summary.pods_helped
-    );
-    println!("| controller peak RSS (VmHWM) / RSS at end | {peak:.0} MiB / {rss:.0} MiB |");
+    ));
+    table.line(format!("| controller peak RSS (VmHWM) / RSS at end | {peak:.0} MiB / {rss:.0} MiB |"));
     assert!(plan.spec.summary.pods_helped > 0, "the plan helps no pending pod");
+    table.write();
     drop(controller);
 }

@@ -23,6 +23,8 @@ use kube::Api;
 mod controller_process;
 #[path = "support/proc_memory.rs"]
 mod proc_memory;
+#[path = "support/report.rs"]
+mod report;
 #[path = "support/timing.rs"]
 mod timing;
 use controller_process::Controller;
@@ -194,28 +196,33 @@ async fn main() {
     .await;
     let (peak, rss) = memory(pid);
     let secs = |d: Duration| format!("{:.2} s", d.as_secs_f64());
-    println!("| measure | value |");
-    println!("|---|---|");
-    println!("| cluster | {nodes} nodes x {GPUS_PER_NODE} H100-80GB = {} GPUs, {running_pods} running pods + {shifted_pods} shifted pods |", nodes * GPUS_PER_NODE);
-    println!("| controller over HTTP, pid {pid} | separate process |");
-    println!("| setup (cluster, pods running, agent inventories) | {} |", secs(setup));
-    println!("| controller cache fill to /readyz | {} |", secs(cache_fill));
-    println!("| controller RSS when ready | {idle_rss:.0} MiB |");
-    println!("| shift submitted -> last pod marked Unschedulable | {} |", secs(all_unschedulable - shift));
-    println!("| batch window closes (last change + idle {IDLE} s, or first + max 10 s) -> first plan published | {} |", signed(published, window_closes));
-    println!("| first plan: solver time | {} ms |", plan.spec.solve_ms);
-    println!(
+    let mut table = report::Report::new(
+        "operator_scale",
+        "cargo bench --bench operator_scale",
+        format!("{nodes} simulated nodes x {GPUS_PER_NODE} H100-80GB, {running_pods} running pods, then {shifted_pods} pods of a new shape; the controller in its own process, one agent per node"),
+    );
+    table.line("| measure | value |");
+    table.line("|---|---|");
+    table.line(format!("| cluster | {nodes} nodes x {GPUS_PER_NODE} H100-80GB = {} GPUs, {running_pods} running pods + {shifted_pods} shifted pods |", nodes * GPUS_PER_NODE));
+    table.line(format!("| setup (cluster, pods running, agent inventories) | {} |", secs(setup)));
+    table.line(format!("| controller cache fill to /readyz | {} |", secs(cache_fill)));
+    table.line(format!("| controller RSS when ready | {idle_rss:.0} MiB |"));
+    table.line(format!("| shift submitted -> last pod marked Unschedulable | {} |", secs(all_unschedulable - shift)));
+    table.line(format!("| batch window closes (last change + idle {IDLE} s, or first + max 10 s) -> first plan published | {} |", signed(published, window_closes)));
+    table.line(format!("| first plan: solver time | {} ms |", plan.spec.solve_ms));
+    table.line(format!(
         "| first plan: GPUs changed / nodes / pods helped | {} / {} / {} |",
         plan.spec.summary.gpus_changed, plan.spec.summary.nodes_changed, plan.spec.summary.pods_helped
-    );
-    println!("| plans published in all | {plans} |");
-    println!("| first plan published -> a plan Succeeded (every node cordoned, repartitioned, re-advertised, uncordoned) | {} |", secs(succeeded - published));
-    println!(
+    ));
+    table.line(format!("| plans published in all | {plans} |"));
+    table.line(format!("| first plan published -> a plan Succeeded (every node cordoned, repartitioned, re-advertised, uncordoned) | {} |", secs(succeeded - published)));
+    table.line(format!(
         "| plan Succeeded -> every shifted pod running (simulated scheduler and kubelet) | {} |",
         secs(running - succeeded)
-    );
-    println!("| shift submitted -> every shifted pod running | {} |", secs(running - shift));
-    println!("| controller peak RSS (VmHWM) / RSS at end | {peak:.0} MiB / {rss:.0} MiB |");
+    ));
+    table.line(format!("| shift submitted -> every shifted pod running | {} |", secs(running - shift)));
+    table.line(format!("| controller peak RSS (VmHWM) / RSS at end | {peak:.0} MiB / {rss:.0} MiB |"));
+    table.write();
     drop(controller);
     for a in agents {
         a.abort();

@@ -24,6 +24,8 @@ use geometer_solver::plan::PlanOptions;
 
 #[path = "support/proc_memory.rs"]
 mod proc_memory;
+#[path = "support/report.rs"]
+mod report;
 
 /// The allocator `geometer plan` runs with (src/main.rs), so the phases are timed as it does.
 #[global_allocator]
@@ -114,9 +116,16 @@ fn main() {
     let dir =
         std::env::var("PLAN_SNAPSHOT_DIR").map(std::path::PathBuf::from).unwrap_or(temp.path().to_path_buf());
     let me = std::env::current_exe().unwrap();
-    println!("| GPU nodes (x 8 H100) | pending pods | running pods | format | input MB | read ms | parse ms | snapshot ms | solve ms | render ms | total ms | peak RSS MiB | pods placed | `geometer plan` ms | its peak RSS MiB |");
-    println!("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for (nodes, pending) in rows(smoke) {
+    let sizes = rows(smoke);
+    let load: Vec<String> = sizes.iter().map(|(n, p)| format!("{n} nodes x 8 H100 with {p} pending and {p} running pods")).collect();
+    let mut table = report::Report::new(
+        "plan_snapshot",
+        "cargo bench --bench plan_snapshot",
+        format!("kubectl Lists in JSON and YAML of {}; each row in its own process", load.join(", ")),
+    );
+    table.line("| GPU nodes (x 8 H100) | pending pods | running pods | format | input MB | read ms | parse ms | snapshot ms | solve ms | render ms | total ms | peak RSS MiB | pods placed | `geometer plan` ms | its peak RSS MiB |");
+    table.line("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (nodes, pending) in sizes {
         let list = geometer_testkit::kubectl_snapshot::kubectl_list(nodes, 1, pending, pending);
         let formats = [
             ("JSON", serde_json::to_string(&list).unwrap()),
@@ -134,11 +143,12 @@ fn main() {
             let f: Vec<&str> = line.split(' ').collect();
             let mb = text.len() as f64 / 1e6;
             let (cli_ms, cli_peak) = time_cli(&me, path.to_str().unwrap());
-            println!(
+            table.line(format!(
                 "| {nodes} | {pending} | {pending} | {format} | {mb:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {cli_ms} | {cli_peak} |",
                 f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
-            );
+            ));
             assert!(f[7].parse::<usize>().unwrap() > 0, "no pending pod placed");
         }
     }
+    table.write();
 }

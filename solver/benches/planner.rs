@@ -1,10 +1,13 @@
 //! Planning time: ILP and greedy on synthetic clusters (see `common`), with eviction off and
-//! allowed. Numbers go to BENCHMARKS.md; `planner_report` adds peak memory and plan quality.
+//! allowed. Under `cargo bench` it writes its table for BENCHMARKS.md (see `report`);
+//! `planner_report` adds peak memory and plan quality.
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 mod common;
+#[path = "../../benches/support/report.rs"]
+mod report;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion};
 use geometer_solver::catalog::Catalog;
 use geometer_solver::plan::PlanOptions;
 
@@ -30,5 +33,24 @@ fn planning(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, planning);
-criterion_main!(benches);
+fn main() {
+    let dir = report::target_dir().join("criterion/planner");
+    let mut criterion = Criterion::default().output_directory(&dir).configure_from_args();
+    planning(&mut criterion);
+    criterion.final_summary();
+    let sizes: Vec<String> = common::SIZES.iter().map(|(g, p)| format!("{g} GPUs / {p} pending pods")).collect();
+    let mut table = report::Report::new(
+        "planner",
+        "cargo bench -p geometer-solver --bench planner",
+        format!("half-busy synthetic clusters (seed 7): {}; 10 samples each", sizes.join(", ")),
+    );
+    table.line("| cluster | planner | median |");
+    table.line("|---|---|---:|");
+    for (id, ns) in report::criterion_medians(&dir) {
+        // `plan/ilp-eviction/1000gpus-500pods`
+        let mut parts = id.split('/').skip(1);
+        let (planner, size) = (parts.next().unwrap_or(&id), parts.next().unwrap_or(""));
+        table.line(format!("| {size} | {planner} | {} |", report::human_ns(ns)));
+    }
+    table.write();
+}

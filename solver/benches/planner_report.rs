@@ -11,6 +11,8 @@
 mod common;
 #[path = "../../benches/support/proc_memory.rs"]
 mod proc_memory;
+#[path = "../../benches/support/report.rs"]
+mod report;
 
 use std::process::Command;
 use std::time::Instant;
@@ -93,8 +95,13 @@ fn main() {
     let smoke = !args.iter().any(|a| a == "--bench");
     let me = std::env::current_exe().unwrap();
     let columns = COLUMNS.split(" | ").count();
-    println!("| scenario | GPUs | pending pods | eviction | planner | {COLUMNS} |");
-    println!("|---|---:|---:|---|---|{}", "---:|".repeat(columns - 1) + "---|");
+    let mut table = report::Report::new(
+        "planner_report",
+        "cargo bench -p geometer-solver --bench planner_report",
+        format!("synthetic clusters (seed 7), half-busy and 90%-busy, up to 520,000 GPUs, eviction off and allowed; median of {reps} plans per row, each row in its own process"),
+    );
+    table.line(format!("| scenario | GPUs | pending pods | eviction | planner | {COLUMNS} |"));
+    table.line(format!("|---|---:|---:|---|---|{}", "---:|".repeat(columns - 1) + "---|"));
     // `PLANNER_REPORT_PLANNERS=greedy` reruns one planner's rows only.
     let planners: Vec<String> = std::env::var("PLANNER_REPORT_PLANNERS")
         .unwrap_or_else(|_| "ilp,greedy".into())
@@ -106,6 +113,8 @@ fn main() {
     runs.extend(common::BUSY_SIZES.iter().map(|&(g, p)| ("90%-busy", g, p)));
     if smoke {
         runs.retain(|&(_, gpus, _)| gpus <= 100);
+    } else {
+        runs.extend(common::LARGE_SIZES.iter().map(|&(g, p)| ("half-busy", g, p)));
     }
     for (scenario, gpus, pods) in runs {
         for evict in [false, true] {
@@ -122,13 +131,14 @@ fn main() {
                     if evict { "allowed" } else { "off" }
                 );
                 match text.lines().find_map(|l| l.strip_prefix("RESULT ")) {
-                    Some(line) => println!("{head} {} |", line.split(' ').collect::<Vec<_>>().join(" | ")),
-                    None => println!(
+                    Some(line) => table.line(format!("{head} {} |", line.split(' ').collect::<Vec<_>>().join(" | "))),
+                    None => table.line(format!(
                         "{head} failed: {} |",
                         String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("no output")
-                    ),
+                    )),
                 }
             }
         }
     }
+    table.write();
 }

@@ -155,3 +155,6 @@ pub(crate) const SIZES: [(usize, usize); 8] =
 /// A contended cluster: most GPUs busy, so pending pods compete for the room left.
 pub(crate) const BUSY_SHARE: f64 = 0.9;
 pub(crate) const BUSY_SIZES: [(usize, usize); 3] = [(100, 100), (1000, 1000), (8000, 5000)];
+
+/// The largest half-busy clusters the planner is held to: 5,000 and 65,000 nodes of 8 GPUs.
+pub(crate) const LARGE_SIZES: [(usize, usize); 2] = [(40_000, 20_000), (520_000, 100_000)];
