@@ -20,11 +20,11 @@
 //! between them, which a sampling harness would blur.
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
-#[path = "support/report.rs"]
-mod report;
 #[path = "support/counting_alloc.rs"]
 #[allow(unsafe_code)] // a counting GlobalAlloc wrapper: measuring heap needs it
 mod counting_alloc;
+#[path = "support/report.rs"]
+mod report;
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -242,7 +242,14 @@ fn summary(mut v: Vec<Duration>) -> String {
     format!("min {} / median {} / max {}", ms(v[0]), ms(percentile(&v, 0.5)), ms(v[v.len() - 1]))
 }
 
-async fn measure(table: &mut Report, transport: &str, server: &ApiServer, client: Client, runs: usize, round: &str) {
+async fn measure(
+    table: &mut Report,
+    transport: &str,
+    server: &ApiServer,
+    client: Client,
+    runs: usize,
+    round: &str,
+) {
     table.line(format!("\n**{transport}**\n"));
     let before = server.requests().len();
     let heap_before = counting_alloc::mark();
@@ -375,8 +382,15 @@ fn main() {
 
     rt.block_on(async {
         if transport != "http" {
-            measure(&mut table, "in-process client (tower service, no sockets)", &server, server.client(), runs, "1")
-                .await;
+            measure(
+                &mut table,
+                "in-process client (tower service, no sockets)",
+                &server,
+                server.client(),
+                runs,
+                "1",
+            )
+            .await;
         }
         if transport != "in-process" {
             let (addr, handle) = server.serve_http("127.0.0.1:0").await.expect("serve on loopback");

@@ -207,7 +207,10 @@ async fn main() {
     table.line(format!("| setup (cluster, pods running, agent inventories) | {} |", secs(setup)));
     table.line(format!("| controller cache fill to /readyz | {} |", secs(cache_fill)));
     table.line(format!("| controller RSS when ready | {idle_rss:.0} MiB |"));
-    table.line(format!("| shift submitted -> last pod marked Unschedulable | {} |", secs(all_unschedulable - shift)));
+    table.line(format!(
+        "| shift submitted -> last pod marked Unschedulable | {} |",
+        secs(all_unschedulable - shift)
+    ));
     table.line(format!("| batch window closes (last change + idle {IDLE} s, or first + max 10 s) -> first plan published | {} |", signed(published, window_closes)));
     table.line(format!("| first plan: solver time | {} ms |", plan.spec.solve_ms));
     table.line(format!(

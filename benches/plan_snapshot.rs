@@ -117,7 +117,10 @@ fn main() {
         std::env::var("PLAN_SNAPSHOT_DIR").map(std::path::PathBuf::from).unwrap_or(temp.path().to_path_buf());
     let me = std::env::current_exe().unwrap();
     let sizes = rows(smoke);
-    let load: Vec<String> = sizes.iter().map(|(n, p)| format!("{n} nodes x 8 H100 with {p} pending and {p} running pods")).collect();
+    let load: Vec<String> = sizes
+        .iter()
+        .map(|(n, p)| format!("{n} nodes x 8 H100 with {p} pending and {p} running pods"))
+        .collect();
     let mut table = report::Report::new(
         "plan_snapshot",
         "cargo bench --bench plan_snapshot",

@@ -39,13 +39,17 @@ fn search(c: &mut Criterion) -> Vec<(String, String)> {
     }
     let a100 = catalog.find("A100-40GB").unwrap();
     let add = parse_spec(a100, "3g.20gb,2g.10gb,1g.5gb,1g.5gb").unwrap().unplaced();
-    let placed = place(a100, &Geometry::empty(), &add).map_or("no placement".into(), |_| "placed".to_string());
+    let placed =
+        place(a100, &Geometry::empty(), &add).map_or("no placement".into(), |_| "placed".to_string());
     answers.push(("place/A100-40GB/3g+2g+1g+1g".into(), placed));
     c.bench_function("place/A100-40GB/3g+2g+1g+1g", |b| {
         b.iter(|| place(black_box(a100), black_box(&Geometry::empty()), black_box(&add)))
     });
     let g = parse_spec(a100, "3g.20gb@4,2g.10gb@0,1g.5gb@2,1g.5gb@3").unwrap().fixed();
-    answers.push(("validate/A100-40GB/4 instances".into(), validate(a100, &g).map_or_else(|e| e.to_string(), |()| "valid".into())));
+    answers.push((
+        "validate/A100-40GB/4 instances".into(),
+        validate(a100, &g).map_or_else(|e| e.to_string(), |()| "valid".into()),
+    ));
     c.bench_function("validate/A100-40GB/4 instances", |b| {
         b.iter(|| validate(black_box(a100), black_box(&g)))
     });
@@ -66,7 +70,8 @@ fn main() {
     table.line("|---|---|---:|");
     let medians = report::criterion_medians(&dir);
     for (id, answer) in answers {
-        let median = medians.iter().find(|(m, _)| *m == id).map_or("not run".into(), |(_, ns)| report::human_ns(*ns));
+        let median =
+            medians.iter().find(|(m, _)| *m == id).map_or("not run".into(), |(_, ns)| report::human_ns(*ns));
         table.line(format!("| {id} | {answer} | {median} |"));
     }
     table.write();

@@ -38,7 +38,8 @@ fn main() {
     let mut criterion = Criterion::default().output_directory(&dir).configure_from_args();
     planning(&mut criterion);
     criterion.final_summary();
-    let sizes: Vec<String> = common::SIZES.iter().map(|(g, p)| format!("{g} GPUs / {p} pending pods")).collect();
+    let sizes: Vec<String> =
+        common::SIZES.iter().map(|(g, p)| format!("{g} GPUs / {p} pending pods")).collect();
     let mut table = report::Report::new(
         "planner",
         "cargo bench -p geometer-solver --bench planner",

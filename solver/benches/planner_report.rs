@@ -131,7 +131,9 @@ fn main() {
                     if evict { "allowed" } else { "off" }
                 );
                 match text.lines().find_map(|l| l.strip_prefix("RESULT ")) {
-                    Some(line) => table.line(format!("{head} {} |", line.split(' ').collect::<Vec<_>>().join(" | "))),
+                    Some(line) => {
+                        table.line(format!("{head} {} |", line.split(' ').collect::<Vec<_>>().join(" | ")))
+                    }
                     None => table.line(format!(
                         "{head} failed: {} |",
                         String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("no output")

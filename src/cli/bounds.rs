@@ -65,9 +65,9 @@ mod tests {
         assert_eq!(buckets("0"), Err("0 is out of range: give 1 to 100000 buckets".into()));
         assert!(buckets("10000000000").unwrap_err().contains("out of range"));
         assert!(scenario_seconds("1e12").unwrap_err().contains("604800"));
-        assert!(scenario_seconds("NaN").is_err());
-        assert!(scenario_seconds("inf").is_err());
-        assert!(speed("-1").is_err());
+        assert_eq!(scenario_seconds("NaN"), Err("NaN is out of range: give 0 to 604800 seconds".into()));
+        assert_eq!(scenario_seconds("inf"), Err("inf is out of range: give 0 to 604800 seconds".into()));
+        assert_eq!(speed("-1"), Err("-1 is out of range: give 0.01 to 1000 times real time".into()));
         assert_eq!(time_limit_ms("abc"), Err("\"abc\" is not a number".into()));
     }
 }

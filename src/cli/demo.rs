@@ -5,35 +5,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use super::output::Failure;
-use geometer_api::PolicyMode;
+pub use super::policy_mode::ModeArg;
+
 use geometer_simcluster::demo::{self, Console, DemoOptions};
-
-/// The policy mode, as in `MigPolicy.spec.mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ModeArg {
-    /// Publish plans only; GPUs are never changed.
-    #[value(name = "DryRun")]
-    DryRun,
-    /// Publish plans and apply each one once it is approved.
-    #[value(name = "Approve")]
-    Approve,
-    /// Apply plans as soon as they are published.
-    #[value(name = "Auto")]
-    Auto,
-}
-
-impl From<ModeArg> for PolicyMode {
-    fn from(m: ModeArg) -> PolicyMode {
-        match m {
-            ModeArg::DryRun => PolicyMode::DryRun,
-            ModeArg::Approve => PolicyMode::Approve,
-            ModeArg::Auto => PolicyMode::Auto,
-        }
-    }
-}
 
 #[derive(Debug, Args)]
 #[command(

@@ -11,11 +11,11 @@ use serde_json::Value;
 
 use super::catalog::CatalogSource;
 use super::output::Failure;
+use super::policy_mode::ModeArg;
 use geometer_api::limits::quoted;
 use geometer_api::migparted::export::{self, Which};
 use geometer_api::migparted::{import, MigPartedConfig};
 use geometer_api::names;
-use geometer_api::PolicyMode;
 
 #[derive(Debug, Args)]
 pub struct MigpartedArgs {
@@ -82,19 +82,6 @@ pub struct ImportArgs {
     pub node_selector: Vec<String>,
     #[command(flatten)]
     pub catalog: CatalogSource,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ModeArg {
-    /// Publish plans only.
-    #[value(name = "DryRun")]
-    DryRun,
-    /// Publish plans and apply each once approved.
-    #[value(name = "Approve")]
-    Approve,
-    /// Apply plans as soon as they are published.
-    #[value(name = "Auto")]
-    Auto,
 }
 
 pub fn run(args: MigpartedArgs) -> Result<(), Failure> {
@@ -191,12 +178,7 @@ fn run_import(args: ImportArgs) -> Result<(), Failure> {
             quoted(&name)
         )));
     }
-    let mode = match args.mode {
-        ModeArg::DryRun => PolicyMode::DryRun,
-        ModeArg::Approve => PolicyMode::Approve,
-        ModeArg::Auto => PolicyMode::Auto,
-    };
-    let policy = import::policy(&name, &imported, mode, &selector);
+    let policy = import::policy(&name, &imported, args.mode.into(), &selector);
     let yaml =
         serde_saphyr::to_string(&policy).context("cannot render the MigPolicy").map_err(Failure::internal)?;
     print!("{yaml}");

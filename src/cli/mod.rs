@@ -23,6 +23,7 @@ pub mod geometry;
 pub mod migparted;
 pub mod output;
 pub mod plan;
+pub mod policy_mode;
 pub mod recommend;
 #[cfg(feature = "demo")]
 pub mod simulate;

@@ -59,7 +59,11 @@ fn changes_to_a_published_plan() -> Vec<(&'static str, Value, &'static str)> {
         ("spec.demand", json!({"demand": {"met": []}}), "spec.demand is immutable"),
         ("spec.objective", json!({"objective": 3.0}), "spec.objective is immutable"),
         ("spec.bound", json!({"bound": 9.5}), "spec.bound is immutable"),
-        ("spec.bound", json!({"bound": null}), "spec.bound cannot be added to or removed from a published plan"),
+        (
+            "spec.bound",
+            json!({"bound": null}),
+            "spec.bound cannot be added to or removed from a published plan",
+        ),
         ("spec.solveMs", json!({"solveMs": 8}), "spec.solveMs is immutable"),
         ("spec.summary", json!({"summary": {"podsHelped": 3}}), "spec.summary is immutable"),
     ]

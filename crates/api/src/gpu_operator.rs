@@ -336,7 +336,14 @@ mod tests {
             "a pause nobody recorded"
         );
         let dcgm = operator_node(&[("nvidia.com/gpu.deploy.dcgm", PAUSED_FOR_MIG_CHANGE)]);
-        assert!(preflight(&dcgm, Some(&record)).is_err(), "dcgm was false before: not our pause");
+        assert_eq!(
+            preflight(&dcgm, Some(&record)),
+            Err(Refusal::DriverUpgrade {
+                label: "nvidia.com/gpu.deploy.dcgm".into(),
+                value: PAUSED_FOR_MIG_CHANGE.into()
+            }),
+            "dcgm was false before: not our pause"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod decoded;
 pub mod do_not_disrupt;
 pub mod gpu_operator;
 pub mod limits;
+pub mod merge_patch;
 pub mod migparted;
 pub mod names;
 pub mod quantity;

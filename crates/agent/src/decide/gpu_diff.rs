@@ -26,6 +26,10 @@ pub enum WorkError {
     UnknownProfile { gpu: u32, model: String, profile: String },
     #[error("the geometry for GPU {gpu} ({model}) is not valid: {reason}")]
     InvalidGeometry { gpu: u32, model: String, reason: String },
+    /// The geometry diff named an instance the GPU does not have: a bug in Geometer, reported
+    /// instead of acting on a diff it cannot trust.
+    #[error("GPU {gpu} ({model}): the change to the target names {instance}, which the GPU does not have; nothing was changed (please report this as a bug)")]
+    DiffMismatch { gpu: u32, model: String, instance: String },
 }
 
 /// Work on one GPU.
@@ -185,12 +189,18 @@ fn plan_gpu(want: &GpuGeometry, have: &GpuInventory, model: &GpuModel) -> Result
     let d = diff(&current, &target, model);
 
     let mut pool = known;
-    let mut take = |p: &Placed| -> MigInstance {
-        let at = pool.iter().position(|(q, _)| q == p).expect("diff only names observed instances");
-        pool.remove(at).1.clone()
+    let mut take = |p: &Placed| -> Result<MigInstance, WorkError> {
+        let at = pool.iter().position(|(q, _)| q == p).ok_or_else(|| WorkError::DiffMismatch {
+            gpu,
+            model: model.key.clone(),
+            instance: format!("{}@{}", model.profiles[p.profile].name, p.start),
+        })?;
+        Ok(pool.remove(at).1.clone())
     };
-    let keep: Vec<MigInstance> = d.keep.iter().map(&mut take).collect();
-    destroy.extend(d.destroy.iter().map(&mut take));
+    let keep: Vec<MigInstance> = d.keep.iter().map(&mut take).collect::<Result<_, _>>()?;
+    for p in &d.destroy {
+        destroy.push(take(p)?);
+    }
     destroy.sort_by_key(|i| (i.start, i.gpu_instance_id));
 
     let name = |p: &Placed| PlacedInstance::new(model.profiles[p.profile].name.clone(), p.start);

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use geometer_api::{Condition, MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction};
+use geometer_api::{merge_patch, Condition, MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction};
 
 /// The phase a step belongs to.
 pub(crate) fn phase_of(action: StepAction) -> MigNodePhase {
@@ -25,32 +25,6 @@ pub(crate) fn phase_of(action: StepAction) -> MigNodePhase {
     }
 }
 
-/// A JSON merge patch (RFC 7386) that turns `old` into `new`: fields `new` lacks are set to
-/// `null` so that the server removes them (a plain serialisation would leave them in place).
-pub(crate) fn merge_patch(old: &Value, new: &Value) -> Value {
-    match (old, new) {
-        (Value::Object(old), Value::Object(new)) => {
-            let mut patch = Map::new();
-            for (key, value) in new {
-                match old.get(key) {
-                    Some(before) if before == value => {}
-                    Some(before) => {
-                        patch.insert(key.clone(), merge_patch(before, value));
-                    }
-                    None => {
-                        patch.insert(key.clone(), value.clone());
-                    }
-                }
-            }
-            for key in old.keys().filter(|k| !new.contains_key(*k)) {
-                patch.insert(key.clone(), Value::Null);
-            }
-            Value::Object(patch)
-        }
-        _ => new.clone(),
-    }
-}
-
 /// The conditions of a status read raw (a MigNode that does not decode as a whole) that still
 /// read one by one; anything else in the list (or a list that is not one) is dropped.
 pub(crate) fn readable_conditions(raw: Option<&Value>) -> Vec<Condition> {
@@ -68,7 +42,7 @@ pub(crate) fn status_patch(old: Option<&MigNodeStatus>, new: &MigNodeStatus) -> 
     if old_json == new_json {
         return None;
     }
-    Some(serde_json::json!({ "status": merge_patch(&old_json, &new_json) }))
+    Some(serde_json::json!({ "status": merge_patch::diff(&old_json, &new_json) }))
 }
 
 /// One line per GPU of the spec that is not at its target yet (`None` when all are), so that a
@@ -104,22 +78,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    #[test]
-    fn removed_fields_become_null_and_unchanged_ones_are_left_out() {
-        let old = json!({"phase": "Draining", "step": {"action": "Evict", "pod": "ml/a"}, "gpuCount": 2});
-        let new = json!({"phase": "Ready", "gpuCount": 2});
-        assert_eq!(merge_patch(&old, &new), json!({"phase": "Ready", "step": null}));
-        let new = json!({"phase": "Draining", "step": {"action": "Evict"}, "gpuCount": 2});
-        assert_eq!(merge_patch(&old, &new), json!({"step": {"pod": null}}));
-    }
-
-    #[test]
-    fn lists_are_replaced_whole() {
-        let old = json!({"conditions": [{"type": "Ready"}, {"type": "Failed"}]});
-        let new = json!({"conditions": [{"type": "Ready"}]});
-        assert_eq!(merge_patch(&old, &new), json!({"conditions": [{"type": "Ready"}]}));
-    }
 
     #[test]
     fn conditions_that_read_are_kept_and_the_rest_dropped() {

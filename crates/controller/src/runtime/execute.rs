@@ -10,9 +10,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use geometer_api::{MigNode, MigPlan, MigPolicy};
+use geometer_api::{merge_patch, MigNode, MigPlan, MigPolicy};
 
 use crate::runtime::actions::{Action, EventSpec};
 use crate::world;
@@ -153,7 +153,7 @@ pub(crate) fn status_patch<S: Serialize>(
 ) -> Value {
     let after = serde_json::to_value(after).unwrap_or(Value::Null);
     let status = match before.map(serde_json::to_value) {
-        Some(Ok(before)) => merge_diff(&before, &after),
+        Some(Ok(before)) => merge_patch::diff(&before, &after),
         _ => after,
     };
     let mut patch = json!({ "status": status });
@@ -177,31 +177,6 @@ pub(crate) fn node_spec_patch<S: Serialize>(
     json!({ "metadata": metadata, "spec": spec })
 }
 
-/// The JSON merge patch (RFC 7396) that turns `before` into `after`.
-pub(crate) fn merge_diff(before: &Value, after: &Value) -> Value {
-    match (before, after) {
-        (Value::Object(b), Value::Object(a)) => {
-            let mut out = Map::new();
-            for (key, new) in a {
-                match b.get(key) {
-                    Some(old) if old == new => {}
-                    Some(old) => {
-                        out.insert(key.clone(), merge_diff(old, new));
-                    }
-                    None => {
-                        out.insert(key.clone(), new.clone());
-                    }
-                }
-            }
-            for key in b.keys().filter(|k| !a.contains_key(*k)) {
-                out.insert(key.clone(), Value::Null);
-            }
-            Value::Object(out)
-        }
-        _ => after.clone(),
-    }
-}
-
 fn fill_uid(reference: &mut ObjectReference, made: &ObjectReference) {
     if reference.uid.is_none() && reference.kind == made.kind && reference.name == made.name {
         reference.uid = made.uid.clone();
@@ -215,16 +190,6 @@ pub(crate) fn is_conflict(e: &kube::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn merge_diff_writes_only_changes_and_nulls_what_went_away() {
-        let before = json!({"phase": "Proposed", "message": "waiting", "nodes": [{"node": "a"}]});
-        let after = json!({"phase": "Applying", "nodes": [{"node": "a"}]});
-        assert_eq!(merge_diff(&before, &after), json!({"phase": "Applying", "message": null}));
-        let nested_before = json!({"a": {"x": 1, "y": 2}});
-        let nested_after = json!({"a": {"x": 1, "y": 3}});
-        assert_eq!(merge_diff(&nested_before, &nested_after), json!({"a": {"y": 3}}));
-    }
 
     #[test]
     fn status_patches_carry_the_resource_version() {
