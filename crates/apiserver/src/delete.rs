@@ -74,7 +74,8 @@ pub(crate) struct Deleted {
 
 const FOREGROUND: &str = "foregroundDeletion";
 
-fn finalizers(obj: &Value) -> Vec<String> {
+/// The object's `metadata.finalizers`: while any is left, a deleted object stays, terminating.
+pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
     obj["metadata"]["finalizers"]
         .as_array()
         .into_iter()

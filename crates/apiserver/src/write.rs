@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::convert::to_storage;
 use super::crd;
+use super::delete::finalizers;
 use super::error::{ApiError, ApiResult};
 use super::fieldset::Scope;
 use super::list_semantics::ListSemantics;
@@ -78,15 +79,6 @@ fn without_volatile(obj: &Value) -> Value {
         m.remove("resourceVersion");
     }
     v
-}
-
-fn finalizers(obj: &Value) -> Vec<String> {
-    obj["metadata"]["finalizers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|f| f.as_str().map(str::to_string))
-        .collect()
 }
 
 impl Store {
