@@ -1,10 +1,12 @@
-//! Draining: do-not-disrupt pods are never evicted, PodDisruptionBudgets are honoured.
+//! Draining: do-not-disrupt pods are never evicted, PodDisruptionBudgets are honoured, and an
+//! evicted pod that still holds its instance is waited for.
 
 use geometer_testkit::agent as agent_support;
 
 use std::time::Duration;
 
 use agent_support::{Harness, WORKLOADS};
+use geometer_agent::nvml::NvmlCall;
 use geometer_api::{MigNodePhase, MigNodeStatus};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::DeleteParams;
@@ -218,5 +220,44 @@ async fn processes_outside_kubernetes_are_waited_for_never_killed() {
     h.wait_ready(generation).await;
     agent.abort();
     assert_eq!(h.geometry(0), vec!["3g.40gb@0", "3g.40gb@4"]);
+    assert_eq!(h.cordon_state(), (false, false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_pod_still_holding_its_instance_is_waited_for_before_the_instance_goes() {
+    let h = Harness::new(&[("H100-80GB", &[("7g.80gb", 0)])]).await;
+    h.run_pod("trainer", 0, "7g.80gb", 0, &[], &[]);
+    // Its containers take their time to stop: once evicted it stays terminating, its process
+    // still on the instance and the kubelet still reporting the device as its own.
+    h.hold_termination("trainer");
+    let agent = h.spawn_agent(h.config(), None);
+    let generation = h.set_spec(&[(0, &[("3g.40gb", 0), ("3g.40gb", 4)])]).await;
+
+    h.wait_for("the evicted pod terminating", |h| h.terminating("trainer").then_some(())).await;
+    let (blocked, _, message) = h
+        .wait_for("the drain waiting for the terminating pod", |h| {
+            condition(h, MigNodeStatus::DRAIN_BLOCKED).filter(|c| c.2.contains("ml/trainer (terminating)"))
+        })
+        .await;
+    assert_eq!(blocked, "False", "a terminating pod is waited for, not a blockage: {message}");
+    // Round after round, the instance the pod still holds is left alone.
+    h.wait_for_agent_rounds(5).await;
+    assert!(h.terminating("trainer"), "still terminating");
+    assert_eq!(h.running(), vec!["trainer"], "its process still runs on the instance");
+    assert_eq!(h.geometry(0), vec!["7g.80gb@0"]);
+    let destroys =
+        |h: &Harness| h.sim.calls().iter().filter(|c| c.call == NvmlCall::DestroyGpuInstance).count();
+    assert_eq!(destroys(&h), 0, "no destroy is even tried while the pod holds the instance");
+    assert_eq!(h.evictions(), 1, "evicted once; a terminating pod is not evicted again");
+    assert_eq!(h.mignode().status.unwrap().phase, MigNodePhase::Draining);
+
+    // Its containers stop: the kubelet deletes it and releases the device, and the change goes on.
+    h.end_termination("trainer");
+    h.wait_ready(generation).await;
+    agent.abort();
+    assert!(!h.pod_exists("trainer"));
+    assert_eq!(h.geometry(0), vec!["3g.40gb@0", "3g.40gb@4"]);
+    assert_eq!(destroys(&h), 1);
+    assert_eq!(h.evictions(), 1);
     assert_eq!(h.cordon_state(), (false, false));
 }

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use geometer_agent::catalog_check::{self, nvml_model};
-use geometer_agent::nvml::sim::{Fault, SimGpuOptions, SimNvml};
+use geometer_agent::nvml::sim::{Fault, SimError, SimGpuOptions, SimNvml};
 use geometer_agent::nvml::{NvmlBackend, NvmlCall, NvmlProfileId, Placement, Reason};
 use geometer_agent::pod_resources::proto::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
@@ -299,7 +299,11 @@ fn catalog_agrees_with_a_simulated_gpu_until_nvml_says_otherwise() {
     assert_eq!(corrected.profiles[p3].memory_mib, 40000);
     assert!(corrected.profiles[corrected.profile("1g.20gb").unwrap()].starts.is_empty());
     // And the simulated driver enforces it.
-    assert!(sim.set_geometry(0, &[("3g.40gb", 0)]).is_err());
+    let refused = sim.set_geometry(0, &[("3g.40gb", 0)]).unwrap_err();
+    assert!(
+        matches!(&refused, SimError::Nvml(e) if e.reason() == Some(&Reason::InvalidArgument)),
+        "start 0 is no placement NVML lists: {refused}"
+    );
     assert!(sim.set_geometry(0, &[("3g.40gb", 4)]).is_ok());
 }
 

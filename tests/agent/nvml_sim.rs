@@ -51,7 +51,10 @@ fn enforces_placements_overlap_and_caps() {
     let err = sim.create_gpu_instance(0, P_1G10, at(5, 1)).unwrap_err();
     assert_eq!(err.reason(), Some(&Reason::InsufficientResources));
     // The whole GPU no longer fits.
-    assert!(sim.create_gpu_instance(0, P_7G80, at(0, 8)).is_err());
+    assert_eq!(
+        sim.create_gpu_instance(0, P_7G80, at(0, 8)).unwrap_err().reason(),
+        Some(&Reason::InsufficientResources)
+    );
     for start in 0..4 {
         sim.create_gpu_instance(0, P_1G10, at(start, 1)).unwrap();
     }
@@ -207,7 +210,15 @@ fn a_fault_fails_the_chosen_call_once_and_names_it() {
 fn a_fault_after_the_effect_leaves_the_change_in_place() {
     let sim = h100();
     sim.inject(Fault::on(NvmlCall::CreateGpuInstance).after_effect());
-    assert!(sim.create_gpu_instance(0, P_3G40, at(0, 4)).is_err());
+    assert_eq!(
+        sim.create_gpu_instance(0, P_3G40, at(0, 4)).unwrap_err(),
+        NvmlError::CreateGpuInstance {
+            gpu: 0,
+            profile: P_3G40,
+            placement: at(0, 4),
+            reason: Reason::Injected
+        }
+    );
     assert_eq!(
         sim.geometry(0).unwrap(),
         [PlacedInstance::new("3g.40gb", 0)],
@@ -235,7 +246,10 @@ fn faults_can_target_a_gpu_any_call_or_stay() {
     sim.inject(Fault::any_call().nth(3));
     assert!(sim.devices().is_ok());
     assert!(sim.gpu_instance_profiles(0).is_ok());
-    assert!(sim.mig_devices(0).is_err());
+    assert_eq!(
+        sim.mig_devices(0).unwrap_err(),
+        NvmlError::Gpu { gpu: 0, call: NvmlCall::MigDevices, reason: Reason::Injected }
+    );
     assert!(sim.devices().is_ok());
     assert_eq!(sim.call_count(), before + 4);
 }

@@ -4,7 +4,6 @@
 //! (keeping the conditions already there), and carries on as soon as the object is fixed.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use geometer_agent::AgentMetrics;
 
@@ -65,7 +64,7 @@ async fn an_unreadable_mignode_changes_nothing_is_reported_on_it_and_a_fixed_one
     assert_eq!(h.server.faults().hits(), 3, "the condition was written after three failed tries");
     assert!(metrics.encode().contains(UNREADABLE_GAUGE_SET), "{}", metrics.encode());
     // The agent keeps retrying; the same object is not reported again, and nothing changes.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.wait_for_agent_rounds(3).await;
     let events = unreadable_events(&h);
     assert_eq!(events.len(), 1, "one report per generation of the object, not per write of its status");
     assert!(events[0].series.is_none(), "published once, not repeated into a series: {:?}", events[0].series);

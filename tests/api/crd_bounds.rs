@@ -57,7 +57,16 @@ fn every_boundary_value_is_refused_or_read() {
                 object["metadata"]["name"] = Value::String(format!("b{n}"));
                 *at(&mut object, &field.path).unwrap() = value;
                 match server.seed_value(object) {
-                    Err(_) => refused += 1,
+                    Err(e) => {
+                        // Refused as kube-apiserver refuses it: 422 Invalid, naming the object
+                        // and the field.
+                        let what = format!("{kind} {} = {label}", field.dotted());
+                        assert_eq!((e.code, e.reason), (422, "Invalid"), "{what}: {e}");
+                        assert!(e.message.contains(&format!("\"b{n}\" is invalid")), "{what}: {e}");
+                        let name = field.path.iter().rev().find(|p| p.parse::<usize>().is_err()).unwrap();
+                        assert!(e.message.contains(name.as_str()), "{what}: {e}");
+                        refused += 1;
+                    }
                     Ok(stored) => {
                         if let Err(e) = decodes(kind, &stored) {
                             panic!(

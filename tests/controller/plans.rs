@@ -55,7 +55,7 @@ async fn dry_run_publishes_and_never_touches_a_mignode() {
     world.node("gpu-a", "pool", &[SEVEN]);
     world.policy("pool", "DryRun", json!({}));
     world.pending("infer-0", "1g.10gb");
-    let _controller = world.start(None);
+    let controller = world.start(None);
 
     let plan = wait_for("a plan held for review", || {
         world.plans().into_iter().find(|p| {
@@ -64,8 +64,8 @@ async fn dry_run_publishes_and_never_touches_a_mignode() {
     })
     .await;
     assert_eq!(plan.phase(), MigPlanPhase::Proposed);
-    // Several passes later (resync every 500 ms) it is still only a proposal.
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // Several passes later, each of which could have applied it, it is still only a proposal.
+    controller.wait_for_passes("1g.10gb", 3).await;
     let mignode = world.mignode("gpu-a");
     assert_eq!(mignode.metadata.generation, Some(1), "DryRun never writes a MigNode");
     assert!(mignode.spec.gpus.is_empty());
@@ -165,15 +165,15 @@ async fn an_invalid_policy_gets_a_condition_and_no_plan() {
     world.node("gpu-a", "pool", &[SEVEN]);
     world.policy("pool", "Auto", json!({"allowedProfiles": ["5g.99gb"]}));
     world.pending("infer-0", "1g.10gb");
-    let _controller = world.start(None);
+    let controller = world.start(None);
     let condition = wait_for("the Ready condition", || {
         world.policy_object("pool").status?.conditions.into_iter().find(|c| c.type_ == "Ready")
     })
     .await;
     assert_eq!(condition.status, "False");
     assert!(condition.message.contains("5g.99gb"), "{}", condition.message);
-    // Passes continue (resync every 500 ms), but an invalid policy never plans.
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // Passes continue, seeing the pending pod, but an invalid policy never plans.
+    controller.wait_for_passes("1g.10gb", 3).await;
     assert!(world.plans().is_empty());
 }
 
@@ -188,8 +188,17 @@ async fn of_two_controllers_only_the_leader_plans() {
     wait_for("a plan", || world.plans().into_iter().next()).await;
     let leaders = [&a, &b].iter().filter(|c| c.metric("geometer_leader") == 1.0).count();
     assert_eq!(leaders, 1, "exactly one controller leads");
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let (leader, standby) = if a.metric("geometer_leader") == 1.0 { (&a, &b) } else { (&b, &a) };
+    // The leader goes on passing over the same demand while the other stands by.
+    leader.wait_for_passes("1g.10gb", 5).await;
     assert_eq!(world.plans().len(), 1, "the standby published nothing");
+    assert!(!standby.task.is_finished(), "the standby is still standing by");
+    assert_eq!(standby.metric("geometer_leader"), 0.0);
+    let standby_metrics = standby.metrics.encode();
+    assert!(
+        !standby_metrics.contains("geometer_rounds_total{"),
+        "the standby planned no round: {standby_metrics}"
+    );
 }
 
 #[tokio::test]

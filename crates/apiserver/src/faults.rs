@@ -1,10 +1,29 @@
 //! Fault injection for tests: make chosen requests slow or fail, and cut open watches.
 //!
 //! ```
-//! # use geometer_apiserver::{ApiServer, Fault, Verb};
+//! # fn main() -> anyhow::Result<()> {
+//! # tokio::runtime::Runtime::new()?.block_on(async {
+//! use geometer_apiserver::{ApiServer, Fault, Verb};
+//! use k8s_openapi::api::core::v1::Pod;
+//!
 //! let server = ApiServer::new();
+//! let pod = serde_json::json!({
+//!     "metadata": {"name": "train-0", "namespace": "default"},
+//!     "spec": {"containers": [{"name": "main", "image": "train"}]},
+//! });
+//! server.seed(&serde_json::from_value::<Pod>(pod)?)?;
 //! // The next two evictions of pod "train-0" are refused as if a budget said no.
 //! server.faults().inject(Fault::error(429).verb(Verb::Create).resource("pods/eviction").name("train-0").times(2));
+//!
+//! let pods = kube::Api::<Pod>::namespaced(server.client(), "default");
+//! for _ in 0..2 {
+//!     let refused = pods.evict("train-0", &Default::default()).await.unwrap_err();
+//!     assert!(matches!(&refused, kube::Error::Api(s) if s.code == 429), "{refused}");
+//! }
+//! pods.evict("train-0", &Default::default()).await?; // the third goes through
+//! assert!(pods.get_opt("train-0").await?.is_none());
+//! # Ok(()) })
+//! # }
 //! ```
 
 use std::sync::{Arc, Mutex};

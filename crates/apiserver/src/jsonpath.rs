@@ -196,8 +196,12 @@ mod tests {
 
     #[test]
     fn rejects_what_it_cannot_evaluate() {
-        assert!(JsonPath::parse("spec.x").is_err());
-        assert!(JsonPath::parse("..x").is_err());
-        assert!(JsonPath::parse(".a[").is_err());
+        let error = |expr: &str| JsonPath::parse(expr).unwrap_err();
+        assert_eq!(
+            error("spec.x"),
+            "must be a simple JSON path starting with '.' (for example .spec.replicas)"
+        );
+        assert_eq!(error("..x"), "recursive descent '..' is not supported");
+        assert_eq!(error(".a["), "unclosed '[' at offset 2");
     }
 }

@@ -5,18 +5,29 @@
 //! types Geometer touches and for any CRD created at run time, both as a `tower::Service` for
 //! `kube::Client` and over plain HTTP on a loopback port for `kubectl`.
 //!
-//! ```no_run
-//! # async fn demo() -> anyhow::Result<()> {
+//! ```
+//! # fn main() -> anyhow::Result<()> {
+//! # tokio::runtime::Runtime::new()?.block_on(async {
 //! use geometer_apiserver::{ApiServer, Fault, Verb};
 //! use k8s_openapi::api::core::v1::Node;
 //!
 //! let server = ApiServer::new();
 //! let client: kube::Client = server.client();           // in-process, no sockets
 //! let (addr, _http) = server.serve_http("127.0.0.1:0").await?; // for kubectl
-//! server.write_kubeconfig("/tmp/kubeconfig")?;
+//! let kubeconfig = std::env::temp_dir().join(format!("geometer-apiserver-{}.kubeconfig", addr.port()));
+//! server.write_kubeconfig(&kubeconfig)?;
+//! assert!(std::fs::read_to_string(&kubeconfig)?.contains(&format!("http://{addr}")));
 //! server.seed(&serde_json::from_value::<Node>(serde_json::json!({"metadata": {"name": "gpu-1"}}))?)?;
 //! server.faults().inject(Fault::error(500).verb(Verb::List).resource("nodes").times(1));
-//! # Ok(()) }
+//!
+//! let nodes = kube::Api::<Node>::all(client);
+//! let refused = nodes.list(&Default::default()).await.unwrap_err();
+//! assert!(matches!(&refused, kube::Error::Api(s) if s.code == 500), "{refused}");
+//! let listed = nodes.list(&Default::default()).await?; // the fault struck once
+//! assert_eq!(listed.items[0].metadata.name.as_deref(), Some("gpu-1"));
+//! # std::fs::remove_file(kubeconfig)?;
+//! # Ok(()) })
+//! # }
 //! ```
 
 mod builtins;

@@ -300,7 +300,11 @@ mod tests {
                 false,
                 lists,
             );
-            assert!(again.is_err(), "kubectl now owns spec.unschedulable with a different value");
+            assert_eq!(
+                again.unwrap_err(),
+                vec![Conflict { manager: "kubectl".into(), field: ".spec.unschedulable".into() }],
+                "kubectl now owns spec.unschedulable with a different value"
+            );
         });
     }
 }

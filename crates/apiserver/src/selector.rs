@@ -306,8 +306,14 @@ mod tests {
         for s in no {
             assert!(!LabelSelector::parse(s).unwrap().matches(Some(&l)), "{s} should not match");
         }
-        assert!(LabelSelector::parse("app in web").is_err());
-        assert!(LabelSelector::parse("a b=c").is_err());
+        assert_eq!(
+            LabelSelector::parse("app in web").unwrap_err(),
+            "invalid label selector \"app in web\": expected a set like (a,b)"
+        );
+        assert_eq!(
+            LabelSelector::parse("a b=c").unwrap_err(),
+            "invalid label selector \"a b=c\": \"a b\" is not a valid label key"
+        );
     }
 
     #[test]
@@ -319,8 +325,11 @@ mod tests {
         assert!(!sel.matches(Some(&labels(json!({"app": "web"})))));
         assert!(LabelSelector::from_object(&json!({})).unwrap().matches(None));
         assert!(!LabelSelector::from_object(&Value::Null).unwrap().matches(None));
-        assert!(LabelSelector::from_object(&json!({"matchExpressions": [{"key": "a", "operator": "Is"}]}))
-            .is_err());
+        assert_eq!(
+            LabelSelector::from_object(&json!({"matchExpressions": [{"key": "a", "operator": "Is"}]}))
+                .unwrap_err(),
+            "matchExpressions[0].operator: unsupported value \"Is\" (use In, NotIn, Exists or DoesNotExist)"
+        );
     }
 
     #[test]
@@ -332,6 +341,9 @@ mod tests {
         assert!(!FieldSelector::parse("spec.nodeName=").unwrap().matches(&pod));
         assert!(FieldSelector::parse("spec.nodeName!=").unwrap().matches(&pod));
         assert_eq!(FieldSelector::parse("metadata.name=p").unwrap().exact_name(), Some("p"));
-        assert!(FieldSelector::parse("nonsense").is_err());
+        assert_eq!(
+            FieldSelector::parse("nonsense").unwrap_err(),
+            "invalid field selector \"nonsense\": expected field=value or field!=value"
+        );
     }
 }

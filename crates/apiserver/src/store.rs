@@ -308,7 +308,7 @@ mod tests {
             after_a.iter().map(|c| c.kind).collect::<Vec<_>>(),
             vec![ChangeType::Modified, ChangeType::Deleted]
         );
-        assert!(s.changes_after(rv_of(&a) - 1, 10).is_err());
+        assert_eq!(s.changes_after(rv_of(&a) - 1, 10).unwrap_err(), Expired { oldest_available: rv_of(&a) });
     }
 
     #[test]

@@ -8,17 +8,37 @@
 //! The real controller and agents run against it unchanged: an agent gets the node's
 //! [`SimNvml`] as its NVML and the node's [`SharedAssignments`] as its PodResources source.
 //!
-//! ```no_run
-//! # async fn demo() -> anyhow::Result<()> {
+//! ```
+//! # fn main() -> anyhow::Result<()> {
+//! # tokio::runtime::Runtime::new()?.block_on(async {
 //! use geometer_apiserver::ApiServer;
-//! use geometer::simcluster::{ClusterSpec, MigPod, SimCluster};
+//! use geometer_simcluster::{ClusterSpec, MigPod, SimCluster, SimEvent};
 //!
 //! let server = ApiServer::new();
-//! let cluster = SimCluster::start(&server, &ClusterSpec::uniform("gpu", 2, "A100-80GB", 8, &[("7g.80gb", 0)])).await?;
-//! let _agent = cluster.spawn_agent("gpu-1", cluster.agent_config("gpu-1"));
+//! // Two nodes, gpu-1 and gpu-2, each with one A100-80GB cut as one 7g.80gb instance.
+//! let spec = ClusterSpec::uniform("gpu", 2, "A100-80GB", 1, &[("7g.80gb", 0)]);
+//! let cluster = SimCluster::start(&server, &spec).await?;
+//! assert_eq!(cluster.node_names(), ["gpu-1", "gpu-2"]);
+//! let agent = cluster.spawn_agent("gpu-1", cluster.agent_config("gpu-1"));
+//!
+//! let mut events = cluster.ledger().subscribe();
 //! let pods = kube::Api::namespaced(server.client(), "default");
-//! pods.create(&Default::default(), &MigPod::new("default", "p").slice("1g.10gb", 1).build()).await?;
-//! # Ok(()) }
+//! pods.create(&Default::default(), &MigPod::new("default", "p").slice("7g.80gb", 1).build()).await?;
+//! // The scheduler binds the pod and the kubelet runs it on the node's 7g.80gb device.
+//! let devices = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+//!     loop {
+//!         if let Ok(SimEvent::Started { pod, devices, .. }) = events.recv().await {
+//!             assert_eq!(pod, "default/p");
+//!             return devices;
+//!         }
+//!     }
+//! })
+//! .await?;
+//! assert_eq!(devices.len(), 1);
+//! assert!(devices[0].starts_with("7g.80gb"), "{devices:?}");
+//! agent.abort();
+//! # Ok(()) })
+//! # }
 //! ```
 
 mod fit;

@@ -176,8 +176,17 @@ pub(crate) fn ended_status(pod: &Pod, phase: &str, reason: &str, message: &str) 
 /// A workload pod asking for MIG slices, built up step by step:
 ///
 /// ```
-/// use geometer::simcluster::MigPod;
+/// use geometer_simcluster::{MigPod, RUN_SECONDS_ANNOTATION};
+/// use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+///
 /// let pod = MigPod::new("ml", "infer-1").slice("1g.10gb", 1).run_seconds(30.0).build();
+/// assert_eq!(pod.metadata.namespace.as_deref(), Some("ml"));
+/// assert_eq!(pod.metadata.name.as_deref(), Some("infer-1"));
+/// let spec = pod.spec.as_ref().unwrap();
+/// let limits = spec.containers[0].resources.as_ref().unwrap().limits.as_ref().unwrap();
+/// assert_eq!(limits.get("nvidia.com/mig-1g.10gb"), Some(&Quantity("1".into())));
+/// let annotations = pod.metadata.annotations.as_ref().unwrap();
+/// assert_eq!(annotations.get(RUN_SECONDS_ANNOTATION).map(String::as_str), Some("30"));
 /// ```
 #[derive(Debug, Clone)]
 pub struct MigPod {

@@ -2,7 +2,7 @@
 //! form a user or a node label uses.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use geometer_solver::catalog::{Catalog, GpuModel, ProfileKind, Verification};
+use geometer_solver::catalog::{Catalog, GpuModel, ProfileKind, Verification, WHOLE};
 
 fn model(query: &str) -> &'static GpuModel {
     Catalog::builtin().find(query).unwrap_or_else(|| panic!("{query} not found"))
@@ -183,8 +183,105 @@ fn rtx_pro_6000_profile_kinds_and_engine_rules() {
     assert_eq!(standard, ["1g.24gb", "2g.48gb", "4g.96gb"]);
 }
 
+/// One row of NVIDIA's MIG profile tables, transcribed by hand (not read from the catalog).
+struct NvidiaRow {
+    name: &'static str,
+    /// "Fraction of Memory", in eighths: the memory slices the instance covers.
+    memory_eighths: u8,
+    /// "Fraction of SMs", in sevenths: the compute slices.
+    compute_sevenths: u8,
+    /// "Number of Instances Available".
+    max_instances: u8,
+    /// The placements `nvidia-smi mig -lgipp` lists: `{starts}:size` on an empty GPU.
+    starts: &'static [u8],
+    /// Memory as `nvidia-smi mig -lgip` prints it (GiB, two decimals), where the guide shows it.
+    lgip_gib: Option<f64>,
+    /// The profile ID `nvidia-smi mig -lgip` prints, where the guide shows it.
+    lgip_id: Option<u32>,
+}
+
+const fn row(
+    name: &'static str,
+    (memory_eighths, compute_sevenths, max_instances): (u8, u8, u8),
+    starts: &'static [u8],
+    lgip: Option<(f64, u32)>,
+) -> NvidiaRow {
+    let (lgip_gib, lgip_id) = match lgip {
+        Some((gib, id)) => (Some(gib), Some(id)),
+        None => (None, None),
+    };
+    NvidiaRow { name, memory_eighths, compute_sevenths, max_instances, starts, lgip_gib, lgip_id }
+}
+
+const ONE_SLICE: &[u8] = &[0, 1, 2, 3, 4, 5, 6];
+const TWO_SLICES_1G: &[u8] = &[0, 2, 4, 6];
+const TWO_SLICES_2G: &[u8] = &[0, 2, 4];
+const HALF: &[u8] = &[0, 4];
+const FIRST: &[u8] = &[0];
+
+/// NVIDIA Multi-Instance GPU User Guide, docs.nvidia.com/datacenter/tesla/mig-user-guide:
+/// "Supported MIG Profiles", the A100-SXM4-40GB table (fractions, instances) and its placement
+/// figure; "Getting Started with MIG", the `nvidia-smi mig -lgip` and `-lgipp` listings of an
+/// A100-SXM4-40GB (memory in GiB, profile IDs, placements).
+const A100_40GB: &[NvidiaRow] = &[
+    row("1g.5gb", (1, 1, 7), ONE_SLICE, Some((4.75, 19))),
+    row("1g.5gb+me", (1, 1, 1), ONE_SLICE, Some((4.75, 20))),
+    row("1g.10gb", (2, 1, 4), TWO_SLICES_1G, Some((9.62, 15))),
+    row("2g.10gb", (2, 2, 3), TWO_SLICES_2G, Some((9.62, 14))),
+    row("3g.20gb", (4, 3, 2), HALF, Some((19.50, 9))),
+    row("4g.20gb", (4, 4, 1), FIRST, Some((19.50, 5))),
+    row("7g.40gb", (8, 7, 1), FIRST, Some((39.25, 0))),
+];
+
+/// The same guide, "Supported MIG Profiles": the H100 table (H100-SXM5-80GB: fractions,
+/// instances) and its placement figure, which has the A100's grid.
+const H100_80GB: &[NvidiaRow] = &[
+    row("1g.10gb", (1, 1, 7), ONE_SLICE, None),
+    row("1g.10gb+me", (1, 1, 1), ONE_SLICE, None),
+    row("1g.20gb", (2, 1, 4), TWO_SLICES_1G, None),
+    row("2g.20gb", (2, 2, 3), TWO_SLICES_2G, None),
+    row("3g.40gb", (4, 3, 2), HALF, None),
+    row("4g.40gb", (4, 4, 1), FIRST, None),
+    row("7g.80gb", (8, 7, 1), FIRST, None),
+];
+
+/// Checks a model of `catalog` against NVIDIA's table for it, row by row.
+fn agrees_with_nvidia(catalog: &Catalog, key: &str, table: &[NvidiaRow]) {
+    let m = catalog.find(key).unwrap_or_else(|| panic!("{key} not in the catalog"));
+    assert_eq!((m.placement_units, m.compute_slices), (8, 7), "{key}: eight memory and seven compute slices");
+    // `whole` is Geometer's own name for the GPU with MIG mode off, not a MIG profile.
+    let names: Vec<&str> = m.profiles.iter().map(|p| p.name.as_str()).filter(|&n| n != WHOLE).collect();
+    let expected: Vec<&str> = table.iter().map(|r| r.name).collect();
+    assert_eq!(names, expected, "{key}: the profiles NVIDIA lists, and no others");
+    for r in table {
+        let p = m.profile_info(m.profile(r.name).unwrap());
+        let what = format!("{key} {}", r.name);
+        assert_eq!(p.size, r.memory_eighths, "{what}: memory slices");
+        assert_eq!(p.compute_slices, r.compute_sevenths, "{what}: compute slices");
+        assert_eq!(p.max_instances, r.max_instances, "{what}: most instances");
+        assert_eq!(p.starts, r.starts, "{what}: placements");
+        // The name gives the instance's memory rounded up to whole GB (the guide's "MIG Device
+        // Names"; its listings show 4.75 GiB for 1g.5gb and 39.25 GiB for 7g.40gb).
+        let gib = p.memory_mib as f64 / 1024.0;
+        let digits = r.name.split('.').nth(1).unwrap().trim_end_matches(|c: char| !c.is_ascii_digit());
+        let nominal: f64 = digits.parse().unwrap();
+        assert_eq!(gib.ceil(), nominal, "{what}: {gib:.2} GiB");
+        if let Some(printed) = r.lgip_gib {
+            // nvidia-smi cuts to two decimals (9.625 GiB prints as 9.62).
+            assert!((gib - printed).abs() < 0.01, "{what}: {gib:.3} GiB, nvidia-smi shows {printed}");
+        }
+        if let Some(id) = r.lgip_id {
+            assert_eq!(p.nvidia_smi_profile_id, Some(id), "{what}: nvidia-smi profile ID");
+        }
+    }
+}
+
 #[test]
-fn builtin_yaml_is_exposed_for_users_to_copy() {
-    let again = Catalog::from_yaml(Catalog::builtin_yaml()).unwrap();
-    assert_eq!(again.models(), Catalog::builtin().models());
+fn the_yaml_users_copy_agrees_with_nvidias_mig_profile_tables() {
+    // The built-in text users copy as a starting point, read as their catalog file would be.
+    let copied = Catalog::from_yaml(Catalog::builtin_yaml()).unwrap();
+    for catalog in [&copied, Catalog::builtin()] {
+        agrees_with_nvidia(catalog, "A100-40GB", A100_40GB);
+        agrees_with_nvidia(catalog, "H100-80GB", H100_80GB);
+    }
 }

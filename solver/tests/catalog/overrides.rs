@@ -5,7 +5,9 @@
 use geometer_solver::catalog::{Catalog, CatalogError, CatalogFile, GpuModel};
 use std::time::{Duration, Instant};
 
-use geometer_solver::geometry::{maximal_extensions_until, parse_spec, validate, Geometry, GeometryCache};
+use geometer_solver::geometry::{
+    maximal_extensions_until, parse_spec, validate, Geometry, GeometryCache, GeometryError,
+};
 use geometer_solver::plan::PlanOptions;
 use geometer_solver::snapshot::Snapshot;
 use proptest::prelude::*;
@@ -72,7 +74,15 @@ fn a_new_model_is_added_and_found_every_way() {
     let spec = |s: &str| parse_spec(m, s).unwrap().fixed();
     assert!(validate(m, &spec("2g.8gb@0,2g.8gb@2")).is_ok());
     assert!(validate(m, &spec("2g.8gb@0,1g.4gb+me@2,1g.4gb@3")).is_ok());
-    assert!(validate(m, &spec("1g.4gb+me@0,1g.4gb+me@1")).is_err());
+    assert_eq!(
+        validate(m, &spec("1g.4gb+me@0,1g.4gb+me@1")),
+        Err(GeometryError::TooManyInstances {
+            model: "X100-16GB".into(),
+            profile: "1g.4gb+me".into(),
+            count: 2,
+            max: 1
+        })
+    );
 }
 
 #[test]

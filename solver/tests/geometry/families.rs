@@ -70,7 +70,12 @@ fn a100_40gb_seven_1g_leave_unit_7_empty() {
     assert_eq!(validate(m, &g), Ok(()));
     assert_eq!(g.len(), 7);
     assert_eq!(g.used_units(m), 0b0111_1111, "unit 7 stays empty: {}", g.display(m));
-    assert!(place(m, &Geometry::empty(), &[one; 8]).is_err());
+    match place(m, &Geometry::empty(), &[one; 8]) {
+        Err(GeometryError::NoPlacement { reason, .. }) => {
+            assert_eq!(reason, "8 instances of 1g.5gb on A100-40GB; at most 7 fit")
+        }
+        other => panic!("expected NoPlacement, got {other:?}"),
+    }
     match check(m, "1g.5gb@7") {
         Err(GeometryError::IllegalStart { start: 7, legal, .. }) => assert_eq!(legal, [0, 1, 2, 3, 4, 5, 6]),
         other => panic!("expected IllegalStart, got {other:?}"),
@@ -150,7 +155,15 @@ fn hopper_layouts_and_counts() {
     assert_eq!(maximal_counts(h100, &classic).0, 19);
     assert_eq!(check(h100, "4g.40gb@0,3g.40gb@4"), Ok(()));
     assert_eq!(check(h100, "1g.10gb+me@6,2g.20gb@0,2g.20gb@2,2g.20gb@4"), Ok(()));
-    assert!(check(h100, "1g.10gb+me@5,1g.10gb+me@6").is_err());
+    assert_eq!(
+        check(h100, "1g.10gb+me@5,1g.10gb+me@6"),
+        Err(GeometryError::TooManyInstances {
+            model: "H100-80GB".into(),
+            profile: "1g.10gb+me".into(),
+            count: 2,
+            max: 1
+        })
+    );
 
     let h200 = model("H200-141GB");
     assert_eq!(check(h200, "3g.71gb@0,3g.71gb@4"), Ok(()));
@@ -170,9 +183,21 @@ fn blackwell_layouts_and_counts() {
     assert_eq!(maximal_counts(b200, &all(b200)).0, 239);
     assert_eq!(check(b200, "4g.90gb@0,3g.90gb@4"), Ok(()));
     assert_eq!(check(b200, "7g.180gb@0"), Ok(()));
-    assert!(check(b200, "7g.180gb@0,1g.23gb@0").is_err());
+    assert!(
+        matches!(check(b200, "7g.180gb@0,1g.23gb@0"), Err(GeometryError::Overlap { units, .. }) if units == [0]),
+        "{:?}",
+        check(b200, "7g.180gb@0,1g.23gb@0")
+    );
     // No engine totals are known for B200; the +me cap still comes from its group and max.
-    assert!(check(b200, "1g.23gb+me@0,1g.23gb+me@1").is_err());
+    assert_eq!(
+        check(b200, "1g.23gb+me@0,1g.23gb+me@1"),
+        Err(GeometryError::TooManyInstances {
+            model: "B200".into(),
+            profile: "1g.23gb+me".into(),
+            count: 2,
+            max: 1
+        })
+    );
     let gb200 = model("GB200");
     assert_eq!(maximal_counts(gb200, &gb200.standard_profiles()).0, 78);
     let err = check(gb200, "1g.24gb@0,7g.189gb@0").unwrap_err();
@@ -201,8 +226,11 @@ fn rtx_pro_6000_media_engine_rules() {
     let err = check(m, "1g.24gb+me.all@0,1g.24gb@3").unwrap_err();
     assert!(matches!(err, GeometryError::Incompatible { .. }), "{err}");
     assert!(err.to_string().contains("1g.24gb-me"), "names what may coexist: {err}");
-    assert!(check(m, "1g.24gb+me.all@0,1g.24gb+gfx@3").is_err());
-    assert!(check(m, "1g.24gb+me.all@0,2g.48gb+me.all@6").is_err());
+    let err = check(m, "1g.24gb+me.all@0,1g.24gb+gfx@3").unwrap_err();
+    assert!(matches!(&err, GeometryError::Incompatible { other, .. } if other == "1g.24gb+gfx"), "{err}");
+    // Two +me.all instances would each own every media engine: one at most.
+    let err = check(m, "1g.24gb+me.all@0,2g.48gb+me.all@6").unwrap_err();
+    assert!(matches!(err, GeometryError::GroupLimit { count: 2, max: 1, .. }), "{err}");
     // One OFA: +me and +me.all exclude each other.
     let err = check(m, "1g.24gb+me@0,1g.24gb+me.all@3").unwrap_err();
     assert!(matches!(err, GeometryError::GroupLimit { .. } | GeometryError::Incompatible { .. }), "{err}");

@@ -139,7 +139,13 @@ impl Agent {
         now: jiff::Timestamp,
     ) -> Result<NextRound, StepError> {
         let g = Some(cx.generation);
-        let step = cx.status.step.as_mut().expect("the drain step was recorded");
+        // The step is written to status before it is taken; a drain without one fails the
+        // round (retried with backoff) rather than the agent.
+        let Some(step) = cx.status.step.as_mut() else {
+            return Err(StepError::Verify(
+                "the drain step is missing from the MigNode's status, where it is recorded before the drain runs; the agent records it again on its next round".into(),
+            ));
+        };
         step.pod = cx.pods.first().map(|(p, _)| p.clone());
         let timeout = SignedDuration::try_from(cx.disruption.settings.timeout).unwrap_or(SignedDuration::MAX);
         let deadline = step.started_at.0.checked_add(timeout).ok();

@@ -1,13 +1,20 @@
 //! A simulated node for agent tests: the in-memory API server, simulated GPUs, and a small
 //! simulated kubelet (device assignments, processes, the device plugin's restart).
+//!
+//! Pods are deleted as on a real cluster: an eviction or a delete only marks a pod on the node
+//! (`deletionTimestamp`); it stays listed, its processes keep running on its MIG device and the
+//! kubelet keeps reporting the device as its own until the kubelet has stopped its containers.
+//! Then the kubelet deletes the pod for good and releases the device. Containers stop
+//! [`SHUTDOWN`] after the deletion, or at the end of the grace period for a pod whose
+//! containers a test keeps running ([`Harness::hold_termination`]).
 #![allow(dead_code)]
 
 pub mod nvml;
 pub mod operator;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use geometer_agent::nvml::sim::SimGpuOptions;
 use geometer_agent::nvml::sim::SimNvml;
@@ -18,10 +25,10 @@ use geometer_agent::{Agent, AgentConfig, SharedAssignments, StepHook, StepPoint}
 use geometer_api::{
     GpuGeometry, MigNode, MigNodePhase, MigNodeSpec, PlacedInstance, StepAction, CORDONED_BY_ANNOTATION,
 };
-use geometer_apiserver::ApiServer;
+use geometer_apiserver::{ApiServer, Verb};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::Api;
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -30,6 +37,9 @@ pub const NODE: &str = "gpu-1";
 pub const WORKLOADS: &str = "ml";
 pub const PLUGIN_NAMESPACE: &str = "gpu-operator";
 pub const PLUGIN_LABEL: (&str, &str) = ("app", "nvidia-device-plugin-daemonset");
+/// How long a deleted pod's containers take to stop once the kubelet sees the deletion (unless
+/// a test keeps them running): the pod is terminating, on its device, for that long.
+pub const SHUTDOWN: Duration = Duration::from_millis(50);
 
 /// One simulated GPU: model, initial geometry (`profile`, `start`), options.
 pub type SimGpuSetup<'a> = (&'a str, &'a [(&'a str, u8)], SimGpuOptions);
@@ -56,6 +66,9 @@ pub struct Harness {
     pub operator_log: Arc<Mutex<operator::OperatorLog>>,
     /// Operands whose pods never leave the node (by operand name).
     pub stuck_operands: Arc<Mutex<Vec<String>>>,
+    /// Pods (`namespace/name`) whose containers keep running when the pod is deleted, until the
+    /// test lets them stop or their grace period ends.
+    held_terminations: Arc<Mutex<BTreeSet<String>>>,
     kubelet: JoinHandle<()>,
     operator: Option<JoinHandle<()>>,
 }
@@ -109,6 +122,8 @@ impl Harness {
 
     async fn build(gpus: &[SimGpuSetup<'_>], gpu_operator: bool) -> Harness {
         let server = ApiServer::new();
+        // A deleted pod on the node stays until the simulated kubelet has stopped it.
+        server.set_graceful_pod_deletion(true);
         for crd in geometer_api::crds() {
             server.seed(&crd).expect("CRD");
         }
@@ -157,14 +172,16 @@ impl Harness {
         }
         let workloads = Arc::new(Mutex::new(BTreeMap::new()));
         let assignments = SharedAssignments::default();
+        let held_terminations = Arc::new(Mutex::new(BTreeSet::new()));
         let client = server.client();
-        let kubelet = tokio::spawn(kubelet(
-            server.clone(),
-            sim.clone(),
-            assignments.clone(),
-            workloads.clone(),
-            !gpu_operator,
-        ));
+        let kubelet = tokio::spawn(kubelet(Kubelet {
+            server: server.clone(),
+            sim: sim.clone(),
+            assignments: assignments.clone(),
+            workloads: workloads.clone(),
+            held: held_terminations.clone(),
+            restarts_plugin: !gpu_operator,
+        }));
         let harness = Harness {
             server,
             client,
@@ -174,6 +191,7 @@ impl Harness {
             workloads,
             operator_log,
             stuck_operands,
+            held_terminations,
             kubelet,
             operator,
         };
@@ -395,6 +413,48 @@ impl Harness {
         self.server.object::<Pod>(WORKLOADS, name).is_some()
     }
 
+    /// Whether the workload pod `name` is being deleted but still there (`deletionTimestamp`).
+    pub fn terminating(&self, name: &str) -> bool {
+        self.server.object::<Pod>(WORKLOADS, name).is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+    }
+
+    /// The workload pod `name`'s containers ignore SIGTERM: once it is deleted it stays
+    /// terminating, its process running on its device, until [`Harness::end_termination`] or
+    /// the end of its grace period (30 s unless the pod says otherwise).
+    pub fn hold_termination(&self, name: &str) {
+        self.held_terminations.lock().unwrap().insert(format!("{WORKLOADS}/{name}"));
+    }
+
+    /// Lets the containers of a pod held by [`Harness::hold_termination`] stop: the kubelet
+    /// then finishes its deletion.
+    pub fn end_termination(&self, name: &str) {
+        self.held_terminations.lock().unwrap().remove(&format!("{WORKLOADS}/{name}"));
+    }
+
+    /// Rounds the agent has begun so far: each begins with one GET of its MigNode (besides it,
+    /// the agent writes the MigNode with patches, and reads it again only after a create that
+    /// found it there or to report a failure). Counted in the server's request log, which keeps
+    /// the last 10,000 requests: for tests that make fewer.
+    pub fn agent_rounds(&self) -> usize {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.verb == Some(Verb::Get)
+                    && r.resource.as_deref() == Some("mignodes")
+                    && r.name.as_deref() == Some(NODE)
+            })
+            .count()
+    }
+
+    /// Waits until the agent has begun `rounds` more rounds than when called: a test that
+    /// checks that nothing happens checks it after the agent had its chances to act.
+    pub async fn wait_for_agent_rounds(&self, rounds: usize) {
+        let target = self.agent_rounds() + rounds;
+        self.wait_for(&format!("{rounds} more agent rounds"), |h| (h.agent_rounds() >= target).then_some(()))
+            .await
+    }
+
     /// Pods the kubelet still runs, by name.
     pub fn running(&self) -> Vec<String> {
         self.workloads.lock().unwrap().keys().map(|k| k.split('/').nth(1).unwrap().to_string()).collect()
@@ -488,33 +548,111 @@ pub(crate) async fn advertise_checked(server: &ApiServer, sim: &SimNvml, only_af
         .expect("node allocatable");
 }
 
-/// The simulated kubelet: releases the devices of pods that are gone (stopping their
-/// processes), and brings the device plugin back (with a fresh allocatable) when it is deleted.
-async fn kubelet(
+/// What the simulated kubelet works with.
+struct Kubelet {
     server: ApiServer,
     sim: SimNvml,
     assignments: SharedAssignments,
     workloads: Arc<Mutex<BTreeMap<String, Workload>>>,
+    /// Pods whose containers ignore SIGTERM (see [`Harness::hold_termination`]).
+    held: Arc<Mutex<BTreeSet<String>>>,
+    /// It brings the device plugin back when its pod is deleted (on a GPU Operator node the
+    /// Operator's stand-in does).
     restarts_plugin: bool,
-) {
+}
+
+impl Kubelet {
+    /// Pods on the node that are being deleted and whose containers have stopped: those not
+    /// held by the test once [`SHUTDOWN`] has passed since the kubelet saw the deletion, and
+    /// every one whose grace period is over. `seen` keeps when each deletion (by uid) was seen.
+    fn stopped(&self, seen: &mut BTreeMap<String, Instant>) -> Vec<Pod> {
+        let held = self.held.lock().unwrap().clone();
+        let now = jiff::Timestamp::now();
+        let terminating: Vec<Pod> = self
+            .server
+            .objects::<Pod>()
+            .into_iter()
+            .filter(|p| {
+                p.metadata.deletion_timestamp.is_some()
+                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE)
+            })
+            .collect();
+        seen.retain(|uid, _| terminating.iter().any(|p| p.metadata.uid.as_ref() == Some(uid)));
+        terminating
+            .into_iter()
+            .filter(|p| {
+                let uid = p.metadata.uid.clone().unwrap_or_default();
+                let since = *seen.entry(uid).or_insert_with(Instant::now);
+                let key = format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or_default(),
+                    p.metadata.name.as_deref().unwrap_or_default()
+                );
+                let grace_over = p.metadata.deletion_timestamp.as_ref().is_some_and(|t| t.0 <= now);
+                grace_over || (!held.contains(&key) && since.elapsed() >= SHUTDOWN)
+            })
+            .collect()
+    }
+
+    /// Stops the pod's process, deletes the pod for good (`gracePeriodSeconds: 0`, pinned to its
+    /// uid) and only then releases its device, as the kubelet does once containers have stopped.
+    async fn finish(&self, pod: &Pod) {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let key = format!("{namespace}/{name}");
+        let workload = self.workloads.lock().unwrap().get(&key).cloned();
+        if let Some(w) = &workload {
+            self.sim.stop_process(w.pid);
+        }
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        // Gone already, or replaced by a pod of the same name: nothing of this one is left.
+        let _ = Api::<Pod>::namespaced(self.server.client(), &namespace).delete(&name, &params).await;
+        if workload.is_some() {
+            self.release(&key);
+        }
+    }
+
+    /// The pod's device is free again.
+    fn release(&self, key: &str) {
+        self.assignments.update(|list| list.retain(|a| a.pod_ref() != key));
+        self.workloads.lock().unwrap().remove(key);
+    }
+}
+
+/// The simulated kubelet: finishes the deletion of pods on the node once their containers have
+/// stopped (stopping their processes, then releasing their devices), releases the devices of
+/// pods that went at once, and brings the device plugin back (with a fresh allocatable) when
+/// it is deleted.
+async fn kubelet(k: Kubelet) {
     let mut plugin_generation = 1;
     let mut releases = 0u64;
+    let mut seen = BTreeMap::new();
     loop {
+        let stopped = k.stopped(&mut seen);
+        let mut released = !stopped.is_empty();
+        for pod in &stopped {
+            k.finish(pod).await;
+        }
+        // Pods removed without a grace period (by a test, or force-deleted) take their devices
+        // with them.
         let gone: Vec<(String, Workload)> = {
-            let w = workloads.lock().unwrap();
+            let w = k.workloads.lock().unwrap();
             w.iter()
                 .filter(|(key, _)| {
                     let (ns, name) = key.split_once('/').unwrap();
-                    server.object::<Pod>(ns, name).is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+                    k.server.object::<Pod>(ns, name).is_none()
                 })
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(key, w)| (key.clone(), w.clone()))
                 .collect()
         };
-        let released = !gone.is_empty();
         for (key, w) in gone {
-            sim.stop_process(w.pid);
-            assignments.update(|list| list.retain(|a| a.pod_ref() != key.as_str()));
-            workloads.lock().unwrap().remove(&key);
+            k.sim.stop_process(w.pid);
+            k.release(&key);
+            released = true;
         }
         if released {
             // The kubelet reports on its node after a pod goes; the agent wakes on that rather
@@ -522,17 +660,17 @@ async fn kubelet(
             releases += 1;
             let touch =
                 json!({"metadata": {"annotations": {"sim.geometer.dev/releases": releases.to_string()}}});
-            Api::<Node>::all(server.client())
+            Api::<Node>::all(k.server.client())
                 .patch(NODE, &PatchParams::default(), &Patch::Merge(touch))
                 .await
                 .expect("touch node");
         }
-        let plugin_running = server.objects::<Pod>().iter().any(|p| {
+        let plugin_running = k.server.objects::<Pod>().iter().any(|p| {
             p.metadata.namespace.as_deref() == Some(PLUGIN_NAMESPACE)
                 && p.metadata.deletion_timestamp.is_none()
         });
-        if restarts_plugin && !plugin_running {
-            advertise(&server, &sim).await;
+        if k.restarts_plugin && !plugin_running {
+            advertise(&k.server, &k.sim).await;
             let labels = json!({ PLUGIN_LABEL.0: PLUGIN_LABEL.1 });
             let pod = ready_pod(
                 PLUGIN_NAMESPACE,
@@ -541,7 +679,7 @@ async fn kubelet(
                 json!({}),
                 json!({}),
             );
-            server.seed(&pod).expect("device plugin pod");
+            k.server.seed(&pod).expect("device plugin pod");
             plugin_generation += 1;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -40,6 +40,27 @@ impl Running {
             .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
             .unwrap_or(0.0)
     }
+
+    /// Waits until the controller has made `passes` more passes than when called, each of them
+    /// seeing the pending demand for `profile` (a test that checks that nothing happens checks
+    /// it after the controller had its chances to act). The controller counts planning rounds
+    /// only when a demand batch is due, not passes; but every pass ends by rewriting
+    /// `geometer_demand_oldest_seconds` from the clock, so each new value of it is a pass that
+    /// ran to its end.
+    pub async fn wait_for_passes(&self, profile: &str, passes: usize) {
+        let series = format!("geometer_demand_oldest_seconds{{profile=\"{profile}\"}}");
+        let mut last = self.metric(&series);
+        let mut seen = 0;
+        wait_for(&format!("{passes} more controller passes"), || {
+            let now = self.metric(&series);
+            if now > last {
+                seen += 1;
+                last = now;
+            }
+            (seen >= passes).then_some(())
+        })
+        .await
+    }
 }
 
 impl Default for World {

@@ -18,10 +18,24 @@ pub enum FaultEffect {
 /// A failure to inject. Built with [`Fault::on`] or [`Fault::any_call`] and refined:
 ///
 /// ```
-/// use geometer::agent::nvml::{NvmlCall, Reason, sim::Fault};
+/// use geometer_agent::nvml::sim::{Fault, SimNvml};
+/// use geometer_agent::nvml::{NvmlBackend, NvmlCall, NvmlProfileId, Placement, Reason};
+///
+/// let sim = SimNvml::new("node-a");
+/// sim.add_gpu("H100-80GB").unwrap(); // GPU 0
+/// sim.add_gpu("H100-80GB").unwrap(); // GPU 1
 /// // The 2nd GPU-instance creation on GPU 1 fails with "in use", and keeps failing after that.
-/// let fault = Fault::on(NvmlCall::CreateGpuInstance).on_gpu(1).nth(2).always().reason(Reason::InUse);
-/// # let _ = fault;
+/// sim.inject(Fault::on(NvmlCall::CreateGpuInstance).on_gpu(1).nth(2).always().reason(Reason::InUse));
+///
+/// let one_g = NvmlProfileId(19); // 1g.10gb on an H100-80GB (`nvidia-smi mig -lgip`)
+/// let at = |start| Placement { start, size: 1 };
+/// assert!(sim.create_gpu_instance(1, one_g, at(0)).is_ok(), "the 1st call on GPU 1 goes through");
+/// for start in [1, 2] {
+///     let err = sim.create_gpu_instance(1, one_g, at(start)).unwrap_err();
+///     assert_eq!(err.reason(), Some(&Reason::InUse));
+/// }
+/// assert!(sim.create_gpu_instance(0, one_g, at(1)).is_ok(), "GPU 0 is not targeted");
+/// assert_eq!(sim.geometry(1).unwrap().len(), 1, "a fault before the effect changes nothing");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fault {
