@@ -65,7 +65,7 @@ async fn dry_run_publishes_and_never_touches_a_mignode() {
     .await;
     assert_eq!(plan.phase(), MigPlanPhase::Proposed);
     // Several passes later, each of which could have applied it, it is still only a proposal.
-    controller.wait_for_passes("1g.10gb", 3).await;
+    controller.wait_for_passes(3).await;
     let mignode = world.mignode("gpu-a");
     assert_eq!(mignode.metadata.generation, Some(1), "DryRun never writes a MigNode");
     assert!(mignode.spec.gpus.is_empty());
@@ -173,7 +173,7 @@ async fn an_invalid_policy_gets_a_condition_and_no_plan() {
     assert_eq!(condition.status, "False");
     assert!(condition.message.contains("5g.99gb"), "{}", condition.message);
     // Passes continue, seeing the pending pod, but an invalid policy never plans.
-    controller.wait_for_passes("1g.10gb", 3).await;
+    controller.wait_for_passes(3).await;
     assert!(world.plans().is_empty());
 }
 
@@ -190,7 +190,7 @@ async fn of_two_controllers_only_the_leader_plans() {
     assert_eq!(leaders, 1, "exactly one controller leads");
     let (leader, standby) = if a.metric("geometer_leader") == 1.0 { (&a, &b) } else { (&b, &a) };
     // The leader goes on passing over the same demand while the other stands by.
-    leader.wait_for_passes("1g.10gb", 5).await;
+    leader.wait_for_passes(5).await;
     assert_eq!(world.plans().len(), 1, "the standby published nothing");
     assert!(!standby.task.is_finished(), "the standby is still standing by");
     assert_eq!(standby.metric("geometer_leader"), 0.0);

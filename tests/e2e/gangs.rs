@@ -3,8 +3,6 @@
 //! repartitioned, no pod evicted, and each worker's event says why. The same five pods without the group get
 //! the four slices there are.
 
-use std::time::Duration;
-
 use geometer_testkit::e2e as e2e_support;
 
 use e2e_support::{policy, wait_for, E2e, NS};
@@ -52,7 +50,7 @@ async fn a_gang_that_cannot_be_completed_changes_nothing_while_lone_pods_get_sli
         workers.iter().all(|w| told(w)).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    e2e.wait_for_controller_passes(3).await;
     for gpu in 0..2 {
         assert_eq!(e2e.geometry("gpu-1", gpu), ["7g.80gb@0"], "no GPU changes for the gang");
     }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use geometer_agent::Backoff;
@@ -53,6 +54,8 @@ pub struct E2e {
     pub cluster: SimCluster,
     pub agents: BTreeMap<String, JoinHandle<()>>,
     pub controller: Option<JoinHandle<()>>,
+    /// What the controller counts (across restarts).
+    pub controller_metrics: Arc<geometer_controller::Metrics>,
     /// How often agents re-read their GPUs when nothing watched changes.
     pub poll: Duration,
 }
@@ -85,7 +88,14 @@ impl E2e {
             .expect("namespace");
         let cluster = SimCluster::start(&server, spec).await.expect("simulated cluster starts");
         Api::<MigPolicy>::all(server.client()).create(&PostParams::default(), &policy).await.expect("policy");
-        let mut e2e = E2e { server, cluster, agents: BTreeMap::new(), controller: None, poll };
+        let mut e2e = E2e {
+            server,
+            cluster,
+            agents: BTreeMap::new(),
+            controller: None,
+            controller_metrics: Arc::new(geometer_controller::Metrics::new()),
+            poll,
+        };
         for node in e2e.cluster.node_names() {
             e2e.start_agent(&node, None);
         }
@@ -123,7 +133,20 @@ impl E2e {
 
     pub fn start_controller(&mut self) {
         self.kill_controller();
-        self.controller = Some(geometer_simcluster::demo::start_controller(self.server.client()));
+        self.controller = Some(geometer_simcluster::demo::start_controller_with(
+            self.server.client(),
+            self.controller_metrics.clone(),
+        ));
+    }
+
+    /// Waits until the controller has finished `passes` more passes over the cluster: a test
+    /// that checks that nothing happens checks it after the controller had its chances to act.
+    pub async fn wait_for_controller_passes(&self, passes: u64) {
+        let target = self.controller_metrics.passes() + passes;
+        wait_for(&format!("{passes} more controller passes"), || {
+            (self.controller_metrics.passes() >= target).then_some(())
+        })
+        .await
     }
 
     pub fn kill_controller(&mut self) {

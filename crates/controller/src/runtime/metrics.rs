@@ -88,6 +88,7 @@ pub struct Metrics {
     skipped: Family<KindLabel, Gauge>,
     solve_seconds: Histogram,
     rounds: Family<OutcomeLabel, Counter>,
+    passes: Counter,
     leader: Gauge,
     reclaimable: Family<NamespaceLabel, Gauge>,
     admissions: Family<OutcomeLabel, Counter>,
@@ -132,6 +133,12 @@ impl Metrics {
         registry.register("solve_seconds", "Time the solver took per planning round", solve_seconds.clone());
         let rounds = Family::<OutcomeLabel, Counter>::default();
         registry.register("rounds", "Planning rounds by outcome", rounds.clone());
+        let passes = Counter::default();
+        registry.register(
+            "passes",
+            "Passes over the cluster (read, move plans along, plan when a batch is due), finished",
+            passes.clone(),
+        );
         let leader = Gauge::default();
         registry.register("leader", "1 while this controller holds the leader lease", leader.clone());
         let reclaimable = Family::<NamespaceLabel, Gauge>::default();
@@ -185,6 +192,7 @@ impl Metrics {
             skipped,
             solve_seconds,
             rounds,
+            passes,
             leader,
             reclaimable,
             admissions,
@@ -267,6 +275,15 @@ impl Metrics {
 
     pub fn count_round(&self, outcome: RoundOutcome) {
         self.rounds.get_or_create(&OutcomeLabel { outcome: outcome.as_str().to_string() }).inc();
+    }
+
+    pub fn count_pass(&self) {
+        self.passes.inc();
+    }
+
+    /// Passes finished so far (`geometer_passes_total`).
+    pub fn passes(&self) -> u64 {
+        self.passes.get()
     }
 
     pub fn set_leader(&self, leader: bool) {

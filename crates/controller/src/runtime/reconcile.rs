@@ -186,6 +186,7 @@ impl Controller {
             pass_ms = started.elapsed().as_millis() as u64,
             "pass done"
         );
+        self.metrics.count_pass();
         wake
     }
 

@@ -26,7 +26,7 @@ use geometer_api::{MigPlan, MigPlanPhase, PolicyMode};
 use geometer_apiserver::ApiServer;
 
 pub use display::Console;
-pub use operator::{demo_policy, start_controller, OperatorHandles, POLICY_NAME};
+pub use operator::{demo_policy, start_controller, start_controller_with, OperatorHandles, POLICY_NAME};
 pub use scenario::Scenario;
 pub use summary::Summary;
 

@@ -116,7 +116,8 @@ pub fn start_controller(client: kube::Client) -> JoinHandle<()> {
     start_controller_with(client, Arc::new(Metrics::new()))
 }
 
-fn start_controller_with(client: kube::Client, metrics: Arc<Metrics>) -> JoinHandle<()> {
+/// As [`start_controller`], counting into `metrics`.
+pub fn start_controller_with(client: kube::Client, metrics: Arc<Metrics>) -> JoinHandle<()> {
     let mut settings = Settings::new("demo-controller", Arc::new(Catalog::builtin().clone()));
     settings.resync = Duration::from_secs(5);
     tokio::spawn(async move {

@@ -41,23 +41,13 @@ impl Running {
             .unwrap_or(0.0)
     }
 
-    /// Waits until the controller has made `passes` more passes than when called, each of them
-    /// seeing the pending demand for `profile` (a test that checks that nothing happens checks
-    /// it after the controller had its chances to act). The controller counts planning rounds
-    /// only when a demand batch is due, not passes; but every pass ends by rewriting
-    /// `geometer_demand_oldest_seconds` from the clock, so each new value of it is a pass that
-    /// ran to its end.
-    pub async fn wait_for_passes(&self, profile: &str, passes: usize) {
-        let series = format!("geometer_demand_oldest_seconds{{profile=\"{profile}\"}}");
-        let mut last = self.metric(&series);
-        let mut seen = 0;
+    /// Waits until the controller has finished `passes` more passes over the cluster than when
+    /// called (`geometer_passes_total`): a test that checks that nothing happens checks it after
+    /// the controller had its chances to act.
+    pub async fn wait_for_passes(&self, passes: u64) {
+        let target = self.metrics.passes() + passes;
         wait_for(&format!("{passes} more controller passes"), || {
-            let now = self.metric(&series);
-            if now > last {
-                seen += 1;
-                last = now;
-            }
-            (seen >= passes).then_some(())
+            (self.metrics.passes() >= target).then_some(())
         })
         .await
     }
