@@ -13,7 +13,8 @@
 //! previous stage's answer is far from their optimum (free ranges 7,433 against 7,870 there),
 //! so its value as a cutoff gained nothing, and it made HiGHS pick another of the tied optima,
 //! one that placed 67 fewer pods on the pooled 1,000-GPU / 5,000-pod benchmark; a point on
-//! their own support reached their bound too seldom to pay for itself (BENCHMARKS.md).
+//! their own support reached their bound too seldom to pay for itself (BENCHMARKS.md, the design
+//! notes of *Planner: quality, time and memory*).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
