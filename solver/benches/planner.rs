@@ -45,13 +45,28 @@ fn main() {
         "cargo bench -p geometer-solver --bench planner",
         format!("half-busy synthetic clusters (seed 7): {}; 10 samples each", sizes.join(", ")),
     );
-    table.line("| cluster | planner | median |");
-    table.line("|---|---|---:|");
-    for (id, ns) in report::criterion_medians(&dir) {
-        // `plan/ilp-eviction/1000gpus-500pods`
-        let mut parts = id.split('/').skip(1);
-        let (planner, size) = (parts.next().unwrap_or(&id), parts.next().unwrap_or(""));
-        table.line(format!("| {size} | {planner} | {} |", report::human_ns(ns)));
+    table.line("| GPUs | pending pods | planner | median |");
+    table.line("|---:|---:|---|---:|");
+    // Ids look like `plan/ilp-eviction/1000gpus-500pods`: by size, then planner as run.
+    let order = ["ilp", "ilp-eviction", "greedy"];
+    let mut rows: Vec<(usize, usize, usize, String)> = report::criterion_medians(&dir)
+        .into_iter()
+        .filter_map(|(id, ns)| {
+            let mut parts = id.split('/').skip(1);
+            let planner = parts.next()?;
+            let (gpus, pods) = parts.next()?.split_once("gpus-")?;
+            let rank = order.iter().position(|o| *o == planner).unwrap_or(order.len());
+            let row = format!(
+                "| {gpus} | {} | {planner} | {} |",
+                pods.trim_end_matches("pods"),
+                report::human_ns(ns)
+            );
+            Some((gpus.parse().ok()?, pods.trim_end_matches("pods").parse().ok()?, rank, row))
+        })
+        .collect();
+    rows.sort();
+    for (_, _, _, row) in rows {
+        table.line(row);
     }
     table.write();
 }

@@ -186,7 +186,9 @@ fn rtx_pro_6000_profile_kinds_and_engine_rules() {
 /// One row of NVIDIA's MIG profile tables, transcribed by hand (not read from the catalog).
 struct NvidiaRow {
     name: &'static str,
-    /// "Fraction of Memory", in eighths: the memory slices the instance covers.
+    /// "Fraction of Memory", in eighths: the memory slices the instance covers (for A100
+    /// 1g.10gb the table says 1/8, but the guide's own `-lgipp` listing, `{0,2,4,6}:2`, and the
+    /// hardware give it two slices).
     memory_eighths: u8,
     /// "Fraction of SMs", in sevenths: the compute slices.
     compute_sevenths: u8,
@@ -220,9 +222,10 @@ const HALF: &[u8] = &[0, 4];
 const FIRST: &[u8] = &[0];
 
 /// NVIDIA Multi-Instance GPU User Guide, docs.nvidia.com/datacenter/tesla/mig-user-guide:
-/// "Supported MIG Profiles", the A100-SXM4-40GB table (fractions, instances) and its placement
-/// figure; "Getting Started with MIG", the `nvidia-smi mig -lgip` and `-lgipp` listings of an
-/// A100-SXM4-40GB (memory in GiB, profile IDs, placements).
+/// "Supported MIG Profiles" (supported-mig-profiles.html), the A100-SXM4-40GB table (fractions,
+/// instances); "Getting Started with MIG" (getting-started-with-mig.html), the `nvidia-smi mig
+/// -lgip` and `-lgipp` listings of an A100-SXM4-40GB (memory in GiB, profile IDs, placements).
+/// The GiB figures are that driver's output; other drivers print slightly different ones.
 const A100_40GB: &[NvidiaRow] = &[
     row("1g.5gb", (1, 1, 7), ONE_SLICE, Some((4.75, 19))),
     row("1g.5gb+me", (1, 1, 1), ONE_SLICE, Some((4.75, 20))),
@@ -233,8 +236,9 @@ const A100_40GB: &[NvidiaRow] = &[
     row("7g.40gb", (8, 7, 1), FIRST, Some((39.25, 0))),
 ];
 
-/// The same guide, "Supported MIG Profiles": the H100 table (H100-SXM5-80GB: fractions,
-/// instances) and its placement figure, which has the A100's grid.
+/// The same guide, "Supported MIG Profiles": the table "GPU Instance Profiles on H100"
+/// (fractions, instances). Its placements are those `nvidia-smi mig -lgipp` prints on H100
+/// hardware, the A100's grid.
 const H100_80GB: &[NvidiaRow] = &[
     row("1g.10gb", (1, 1, 7), ONE_SLICE, None),
     row("1g.10gb+me", (1, 1, 1), ONE_SLICE, None),
@@ -260,14 +264,14 @@ fn agrees_with_nvidia(catalog: &Catalog, key: &str, table: &[NvidiaRow]) {
         assert_eq!(p.compute_slices, r.compute_sevenths, "{what}: compute slices");
         assert_eq!(p.max_instances, r.max_instances, "{what}: most instances");
         assert_eq!(p.starts, r.starts, "{what}: placements");
-        // The name gives the instance's memory rounded up to whole GB (the guide's "MIG Device
-        // Names"; its listings show 4.75 GiB for 1g.5gb and 39.25 GiB for 7g.40gb).
+        // The name gives the instance's memory in whole GB (the guide's "MIG Device Names"), which
+        // its listings show rounded up: 4.75 GiB for 1g.5gb, 39.25 GiB for 7g.40gb.
         let gib = p.memory_mib as f64 / 1024.0;
         let digits = r.name.split('.').nth(1).unwrap().trim_end_matches(|c: char| !c.is_ascii_digit());
         let nominal: f64 = digits.parse().unwrap();
         assert_eq!(gib.ceil(), nominal, "{what}: {gib:.2} GiB");
         if let Some(printed) = r.lgip_gib {
-            // nvidia-smi cuts to two decimals (9.625 GiB prints as 9.62).
+            // nvidia-smi prints two decimals (9.625 GiB as 9.62).
             assert!((gib - printed).abs() < 0.01, "{what}: {gib:.3} GiB, nvidia-smi shows {printed}");
         }
         if let Some(id) = r.lgip_id {

@@ -434,7 +434,9 @@ mod tests {
         let mut now = operator_labels();
         now[1] = ("nvidia.com/gpu.deploy.dcgm-exporter", "false");
         let changed = node(&now, true);
-        assert!(apply(&changed, &pause_patch(&read, &record())).is_err());
+        // The patch's `test` of the label read fails, so none of its operations apply.
+        let refused = apply(&changed, &pause_patch(&read, &record())).unwrap_err();
+        assert!(matches!(refused.kind, json_patch::PatchErrorKind::TestFailed), "{refused}");
     }
 
     #[test]

@@ -474,9 +474,9 @@ status:
 "#);
         assert_eq!(demand_check(&p), Ok(()));
         p.status.as_mut().unwrap().nominated_node_name = Some("n1".into());
-        assert!(demand_check(&p).is_err());
+        assert_eq!(demand_check(&p), Err("nominated to a node (preemption in progress)"));
         p.status.as_mut().unwrap().nominated_node_name = None;
         p.status.as_mut().unwrap().conditions = None;
-        assert!(demand_check(&p).is_err());
+        assert_eq!(demand_check(&p), Err("not marked Unschedulable by the scheduler yet"));
     }
 }

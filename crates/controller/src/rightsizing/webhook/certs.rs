@@ -183,7 +183,9 @@ mod tests {
         let mixed = Material { cert_pem: a.cert_pem, key_pem: b.key_pem };
         assert!(certified_key(&mixed).unwrap_err().to_string().contains("not the key of tls.crt"));
         let serving = Serving::default();
-        assert!(serving.set(&mixed).is_err() && !serving.is_set(), "nothing half-presented");
+        let refused = serving.set(&mixed).unwrap_err().to_string();
+        assert!(refused.contains("not the key of tls.crt"), "{refused}");
+        assert!(!serving.is_set(), "nothing half-presented");
     }
 
     #[test]
