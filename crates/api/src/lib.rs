@@ -19,6 +19,7 @@ pub mod do_not_disrupt;
 pub mod gpu_operator;
 pub mod limits;
 pub mod merge_patch;
+pub mod metrics_text;
 pub mod migparted;
 pub mod names;
 pub mod quantity;

@@ -6,7 +6,6 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -182,11 +181,7 @@ impl AgentMetrics {
 
     /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
-        // Writing into a String cannot fail.
-        let _ = encode(&mut out, &registry);
-        out
+        geometer_api::metrics_text::openmetrics(&self.registry)
     }
 }
 

@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -290,13 +289,9 @@ impl Metrics {
         self.leader.set(i64::from(leader));
     }
 
-    /// Prometheus text exposition format.
+    /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        let registry = self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        // Writing into a String cannot fail.
-        let _ = encode(&mut out, &registry);
-        out
+        geometer_api::metrics_text::openmetrics(&self.registry)
     }
 }
 
