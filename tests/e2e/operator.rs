@@ -87,7 +87,13 @@ async fn dry_run_leaves_gpus_alone_and_kubectl_shows_the_plan() {
     let Some(kubectl) = kubectl_or_skip() else { return };
     let e2e = E2e::new(&two_nodes(), policy(PolicyMode::DryRun, false)).await;
     submit_small(&e2e, &["small-0"]).await;
-    let plan = wait_for("a proposed plan", || e2e.plans().into_iter().next()).await;
+    // The pass after publishing says why the plan stays Proposed.
+    let plan = wait_for("a plan that says it is DryRun", || {
+        e2e.plans().into_iter().find(|p| {
+            p.status.as_ref().and_then(|s| s.message.as_deref()).is_some_and(|m| m.starts_with("DryRun"))
+        })
+    })
+    .await;
     let name = plan.metadata.name.clone().unwrap();
     for node in ["gpu-1", "gpu-2"] {
         for gpu in 0..2 {
