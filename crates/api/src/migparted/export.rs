@@ -190,6 +190,20 @@ fn layouts_of(doc: &Value, which: Which) -> Result<Result<Vec<NodeLayout>, Strin
 pub fn from_mig_node(node: &MigNode, which: Which) -> Result<NodeLayout, String> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let inventory = node.status.as_ref().map(|s| s.gpus.as_slice()).unwrap_or_default();
+    // One GPU listed twice has two layouts, and which one the node has cannot be told.
+    let listed_twice = |field: &str, index: Option<u32>| {
+        index.map(|i| {
+            format!("MigNode {name}: {field} lists GPU {i} twice; each GPU index must appear once (its agent writes status.gpus, the controller spec.gpus)")
+        })
+    };
+    if let Some(why) = listed_twice("status.gpus", repeated(inventory.iter().map(|g| g.index))) {
+        return Err(why);
+    }
+    if which == Which::Planned {
+        if let Some(why) = listed_twice("spec.gpus", repeated(node.spec.gpus.iter().map(|g| g.index))) {
+            return Err(why);
+        }
+    }
     let mut gpus: BTreeMap<u32, GpuLayout> = inventory
         .iter()
         .map(|g| {
@@ -217,6 +231,12 @@ pub fn from_mig_node(node: &MigNode, which: Which) -> Result<NodeLayout, String>
         });
     }
     Ok(NodeLayout { node: name, gpus: gpus.into_values().collect() })
+}
+
+/// The first index that appears a second time.
+fn repeated(indices: impl IntoIterator<Item = u32>) -> Option<u32> {
+    let mut seen = std::collections::BTreeSet::new();
+    indices.into_iter().find(|i| !seen.insert(*i))
 }
 
 /// The GPUs a MigPlan lists, per node.
@@ -350,6 +370,19 @@ mod tests {
         let cfg = to_config(&found.layouts, str::to_string);
         let back = MigPartedConfig::parse(&cfg.to_yaml()).unwrap();
         assert_eq!(back, cfg);
+    }
+
+    #[test]
+    fn a_mig_node_listing_a_gpu_twice_is_skipped_and_named() {
+        let mut twice = mig_node("twice", gpu(0, &["3g.20gb"]));
+        twice["status"]["gpus"].as_array_mut().unwrap().push(gpu(0, &["7g.40gb"]));
+        let docs = vec![mig_node("good", gpu(0, &["3g.20gb"])), twice];
+        let found = layouts(&docs, Which::Current).unwrap();
+        assert_eq!(found.layouts.iter().map(|l| l.node.as_str()).collect::<Vec<_>>(), ["good"]);
+        assert_eq!(
+            found.skipped,
+            ["MigNode twice: status.gpus lists GPU 0 twice; each GPU index must appear once (its agent writes status.gpus, the controller spec.gpus)"]
+        );
     }
 
     #[test]

@@ -280,6 +280,14 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_list_saved_with_a_byte_order_mark_reads_the_same_pods() {
+        assert_eq!(
+            read_pods("p.csv", &format!("\u{feff}{PODS}")).unwrap(),
+            read_pods("p.csv", PODS).unwrap()
+        );
+    }
+
+    #[test]
     fn five_column_lists_need_load_mode() {
         let text = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nopenb-pod-8152,1000,100,2,1000\n";
         let pods = read_pods("m.csv", text).unwrap();

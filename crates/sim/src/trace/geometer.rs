@@ -342,6 +342,11 @@ mod tests {
     }
 
     #[test]
+    fn a_csv_saved_with_a_byte_order_mark_reads_the_same_pods() {
+        assert_eq!(parse("t.csv", &format!("\u{feff}{CSV}")).unwrap(), parse("t.csv", CSV).unwrap());
+    }
+
+    #[test]
     fn yaml_reads_the_same_pods() {
         let yaml = "pods:\n- name: a\n  arrival_s: 0\n  duration_s: 10\n  mig: {1g.10gb: 2, 3g.40gb: 1}\n  priority: 5\n  do_not_disrupt: true\n  gpu_models: [A100-80GB, H100-80GB]\n- name: b\n  arrival_s: 1.5\n  num_gpu: 1\n  gpu_milli: 470\n";
         assert_eq!(parse("t.yaml", yaml).unwrap(), parse("t.csv", CSV).unwrap());

@@ -18,7 +18,10 @@ pub(crate) struct Row<'t, 'a> {
 
 impl<'a> Table<'a> {
     /// Splits `text` into header and rows; blank lines and lines starting with `#` are skipped.
+    /// A UTF-8 byte-order mark, which spreadsheet programs write at the start of a CSV they save,
+    /// is not part of the first column's name.
     pub(super) fn parse(file: &'a str, text: &'a str) -> Result<Self, TraceError> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut lines = text
             .lines()
             .enumerate()
