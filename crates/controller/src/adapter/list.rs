@@ -237,6 +237,7 @@ fn gather(reads: Vec<Read<'_>>) -> Objects {
                 e.map_err(bad).unwrap_or_else(|e| e)
             }),
             Typed::Other(item) => read_other(&kind, item, index, &mut objects),
+            Typed::NotAnObject(found) => Err(AdapterError::NotAnObject { index, found }),
         };
         if let Err(e) = read {
             objects.skipped.push(e);
@@ -260,6 +261,8 @@ enum Typed<'t> {
     Pod(Result<Arc<PodView>, DecodeError>),
     MigNode(Result<Box<MigNode>, DecodeError>),
     Other(Item<'t>),
+    /// An item that is not an object at all (a number, a list): what it is.
+    NotAnObject(String),
 }
 
 /// Items at most this many to a thread: below it a second thread costs more than it saves.
@@ -271,6 +274,10 @@ fn threads_for(items: usize) -> usize {
 }
 
 fn decode_one<'t>(item: Item<'t>, implied: &str) -> Read<'t> {
+    if let Some(found) = not_an_object(&item) {
+        let typed = Typed::NotAnObject(found);
+        return Read { kind: String::new(), namespace: String::new(), name: String::new(), typed };
+    }
     let (header, item) = item.header();
     let kind = header.kind.unwrap_or_else(|| implied.to_string());
     let typed = match kind.as_str() {
@@ -285,6 +292,29 @@ fn decode_one<'t>(item: Item<'t>, implied: &str) -> Read<'t> {
         name: header.metadata.name.unwrap_or_default(),
         typed,
     }
+}
+
+/// What an item that is not a JSON object is, as the user wrote it (shortened); `None` for an
+/// object.
+fn not_an_object(item: &Item<'_>) -> Option<String> {
+    let parsed;
+    let value = match item {
+        Item::Value(value) => value,
+        Item::Json(json) if json.trim_start().starts_with('{') => return None,
+        Item::Json(json) => {
+            parsed = serde_json::from_str::<Value>(json).unwrap_or(Value::Null);
+            &parsed
+        }
+    };
+    let what = match value {
+        Value::Object(_) => return None,
+        Value::Null => return Some("empty (null)".into()),
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+    };
+    Some(format!("{what}, {}", geometer_api::limits::quote(&value.to_string())))
 }
 
 /// Only what planning reads of an object is kept, as in the controller's caches: a large
@@ -419,6 +449,40 @@ mod tests {
         assert!(errors(&one)
             .last()
             .is_some_and(|e| e.contains("items[5000]") && e.contains("second object")));
+    }
+
+    #[test]
+    fn items_that_are_not_objects_are_skipped_and_named_in_json_and_yaml() {
+        let items =
+            "[5, [1, 2], \"Pod\", null, true, {\"kind\": \"Node\", \"metadata\": {\"name\": \"gpu-1\"}}]";
+        let json = format!("{{\"kind\": \"List\", \"items\": {items}}}");
+        let fast = json_list(&json).expect("a JSON List takes the item-by-item path");
+        let whole = objects_of(serde_json::from_str(&json).unwrap()).unwrap();
+        let yaml = objects_of(parse_value(&format!("kind: List\nitems: {items}\n")).unwrap()).unwrap();
+        let errors = |o: &Objects| o.skipped.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        let tail = "not a Kubernetes object; remove it, or put the object it stands for there";
+        assert_eq!(
+            errors(&fast),
+            [
+                format!("items[0] is a number, 5, {tail}"),
+                format!("items[1] is a list, [1,2], {tail}"),
+                format!("items[2] is a string, \"Pod\", {tail}"),
+                format!("items[3] is empty (null), {tail}"),
+                format!("items[4] is a boolean, true, {tail}"),
+            ]
+        );
+        assert_eq!(errors(&whole), errors(&fast));
+        assert_eq!(errors(&yaml), errors(&fast));
+        assert_eq!(
+            (fast.nodes.len(), whole.nodes.len(), yaml.nodes.len()),
+            (1, 1, 1),
+            "the object is still read"
+        );
+        // kubectl's block style, read item by item.
+        let block = "kind: List\nitems:\n- 5\n- [1, 2]\n- \"Pod\"\n- null\n- true\n- kind: Node\n  metadata:\n    name: gpu-1\n";
+        let by_item = yaml_list(block).expect("a YAML List takes the item-by-item path");
+        assert_eq!(errors(&by_item), errors(&fast));
+        assert_eq!(by_item.nodes.len(), 1);
     }
 
     #[test]

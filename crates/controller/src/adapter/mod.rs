@@ -40,6 +40,8 @@ pub enum AdapterError {
     NotAList { found: String },
     #[error("items[{index}] ({kind} {name}) does not parse as a {kind}: {problem}")]
     Object { index: usize, kind: String, name: String, problem: String },
+    #[error("items[{index}] is {found}, not a Kubernetes object; remove it, or put the object it stands for there")]
+    NotAnObject { index: usize, found: String },
     #[error("{object}: field `{field}` = {value}: {problem}")]
     Field { object: String, field: String, value: String, problem: String },
 }
