@@ -248,13 +248,8 @@ impl Kubelet {
     /// delete at once never show a terminating pod.
     async fn remove(&self, pod: &Pod) {
         let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-        let params = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions { uid: pod.uid(), resource_version: None }),
-            ..DeleteParams::default()
-        };
-        match self.pods(&ns).delete(&name, &params).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
+        match delete_stopped_pod(self.shared.client.clone(), pod).await {
+            Ok(()) | Err(kube::Error::Api(_)) => {}
             Err(e) => {
                 tracing::debug!(pod = %PodKey::new(&ns, &name).to_string(), error = %e, "simulated kubelet could not remove the pod")
             }
@@ -328,4 +323,17 @@ impl Kubelet {
             }
         }
     }
+}
+
+/// Deletes a terminating pod whose containers have stopped for good, as a kubelet does: grace
+/// 0, and only this pod (its uid), so a new pod of the same name is left alone. An API error
+/// (gone already, or replaced) means nothing of this pod is left.
+pub async fn delete_stopped_pod(client: kube::Client, pod: &Pod) -> Result<(), kube::Error> {
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions { uid: pod.uid(), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    let pods: Api<Pod> = Api::namespaced(client, &pod.namespace().unwrap_or_default());
+    pods.delete(&pod.name_any(), &params).await.map(|_| ())
 }

@@ -67,6 +67,7 @@ use thiserror::Error;
 use tokio::task::JoinHandle;
 
 pub use fit::{describe as describe_requests, pod_requests, Misfit, Resources};
+pub use kubelet::delete_stopped_pod;
 pub use latency::SlowNvml;
 pub use ledger::{Ending, Ledger, PodRun, SimEvent};
 pub use node::{AdmitError, Device, SimNode, SliceUnits};
