@@ -9,6 +9,7 @@ pub mod greedy;
 pub(crate) mod ilp;
 pub mod plan;
 pub mod snapshot;
+pub mod words;
 pub mod yaml;
 
 pub use geometry::GeometryCache;

@@ -72,12 +72,17 @@ fn in_words(error: Error) -> YamlError {
             let at = format!(" (line {}, column {})", location.line(), location.column());
             format!("the YAML {}{at}; Geometer reads plain Kubernetes YAML or JSON", breach_in_words(breach))
         }
+        Error::MultipleDocuments { location, .. } => format!(
+            "the file holds more than one YAML document (`---` separates them; the second is at \
+             line {}); give one document here",
+            location.line()
+        ),
         other => {
             let text = other.to_string().lines().next().unwrap_or_default().to_string();
             if text.starts_with("recursion limit exceeded") {
                 format!("the YAML nests lists and maps too deep ({text})")
             } else {
-                text
+                crate::words::serde_in_words(&text)
             }
         }
     };
@@ -89,7 +94,10 @@ fn breach_in_words(breach: &BudgetBreach) -> String {
         BudgetBreach::Depth { depth } => format!("nests lists and maps {depth} deep, more than {MAX_DEPTH}"),
         BudgetBreach::Aliases { aliases } => format!("uses {aliases} aliases (*name), too many to expand"),
         BudgetBreach::Anchors { anchors } => format!("defines {anchors} anchors (&name), too many"),
-        other => format!("is larger than its own length allows ({other:?}): aliases expand it too far"),
+        BudgetBreach::Documents { documents } => {
+            format!("holds {documents} documents, more than its length allows")
+        }
+        _ => "expands to more than its own length allows: aliases (*name) repeat it too often".to_string(),
     }
 }
 
@@ -119,9 +127,18 @@ mod tests {
             ));
         }
         let e = from_str::<Value>(&bomb).unwrap_err();
-        assert!(e.0.starts_with("the YAML "), "{e}");
+        assert!(e.0.starts_with("the YAML ") && !e.0.contains('{'), "{e}");
         let deep = format!("{}1{}", "[".repeat(500), "]".repeat(500));
         let e = from_str::<Value>(&deep).unwrap_err();
         assert!(e.0.contains("deep"), "{e}");
+    }
+
+    #[test]
+    fn a_second_document_where_one_is_read_is_named_by_its_line() {
+        let e = from_str::<Value>("a: 1\n---\nb: 2\n").unwrap_err();
+        assert!(e.0.contains("more than one YAML document") && e.0.contains("line 3"), "{e}");
+        assert!(!e.0.contains("from_str"), "{e}");
+        let docs: Vec<Value> = from_multiple("a: 1\n---\nb: 2\n").unwrap();
+        assert_eq!(docs.len(), 2);
     }
 }

@@ -153,3 +153,54 @@ fn a_misspelt_policy_field_is_refused_by_both_policy_forms() {
         assert!(stderr.contains(field), "{name}: {stderr}");
     }
 }
+
+#[test]
+fn a_geometry_of_hundreds_of_instances_is_refused_in_one_short_line() {
+    let spec = vec!["1g.10gb"; 400].join(",");
+    for format in ["table", "json"] {
+        let out = geometer(&["geometry", "check", "--model", "H100-80GB", &spec, "-o", format]);
+        assert_eq!(out.status.code(), Some(1), "{format}");
+        let said =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(said.len() < 2000, "{format}: {} bytes: {}", said.len(), &said[..300]);
+        assert!(said.contains("1g.10gb x400"), "{format}: {said}");
+    }
+    let token = format!("1g.10gb@{}", "9".repeat(100_000));
+    let out = geometer(&["geometry", "check", "--model", "H100-80GB", &token]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr.len() < 2000 && stderr.contains("(100008 bytes)"),
+        "{} bytes: {}",
+        stderr.len(),
+        &stderr[..300]
+    );
+}
+
+#[test]
+fn hostile_yaml_is_refused_in_the_users_terms() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = write(&dir, "s.yaml", "kind: List\nitems: []\n");
+    let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..12 {
+        let p = i - 1;
+        bomb.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    let two_documents = "headroom: 0.1\n---\nevictionAllowed: true\n";
+    for (name, text, says) in [
+        ("bomb.yaml", bomb.as_str(), "aliases"),
+        ("two.yaml", two_documents, "more than one YAML document"),
+        ("null.yaml", "", "expected an object"),
+    ] {
+        let policy = write(&dir, name, text);
+        let out = geometer(&["plan", "--snapshot", &snapshot, "--policy", &policy]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains(says), "{name}: {stderr}");
+        for internal in ["from_str", "Breach", "struct", "{ "] {
+            assert!(!stderr.contains(internal), "{name} quotes {internal:?}: {stderr}");
+        }
+    }
+}

@@ -49,7 +49,9 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         (any::<usize>(), any::<u8>()).prop_map(|(at, b)| Mutation::Flip(at, b)),
         (any::<usize>(), 1..64usize).prop_map(|(at, n)| Mutation::Delete(at, n)),
-        (any::<usize>(), 1..64usize, 2..50usize).prop_map(|(at, n, times)| Mutation::Repeat(at, n, times)),
+        // A few repeats, or thousands (a value or a list far longer than anyone writes).
+        (any::<usize>(), 1..64usize, prop_oneof![2..50usize, 1000..4000usize])
+            .prop_map(|(at, n, times)| Mutation::Repeat(at, n, times)),
         (any::<usize>(), 0..TOKENS.len()).prop_map(|(at, t)| Mutation::Token(at, t)),
     ]
 }

@@ -5,7 +5,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::limits::quote;
+use geometer_solver::words::{quote, serde_in_words};
 
 /// Why an object did not decode: where, what was there, and what was expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,7 +27,7 @@ pub fn from_value<T: DeserializeOwned>(value: &Value) -> Result<T, DecodeError> 
             other => quote(&other.to_string()),
         });
         let field = if field == "." { "(top level)".to_string() } else { field };
-        DecodeError { field, value: found, problem: in_words(&e.inner().to_string()) }
+        DecodeError { field, value: found, problem: serde_in_words(&e.inner().to_string()) }
     })
 }
 
@@ -46,7 +46,7 @@ pub fn from_json_str<T: DeserializeOwned>(text: &str) -> Result<T, DecodeError> 
             let value: Value = serde_json::from_str(text).map_err(|e| DecodeError {
                 field: "(top level)".into(),
                 value: None,
-                problem: in_words(&e.to_string()),
+                problem: serde_in_words(&e.to_string()),
             })?;
             from_value(&value)
         }
@@ -64,36 +64,6 @@ fn pointer<'v>(value: &'v Value, path: &serde_path_to_error::Path) -> Option<&'v
         };
     }
     Some(at)
-}
-
-/// serde's wording ("invalid value: integer `256`, expected u8") in a user's: the position
-/// suffix dropped (the field is named instead), Rust type names as ranges and shapes.
-fn in_words(message: &str) -> String {
-    let message = message.split(" at line ").next().unwrap_or(message);
-    let expected = |ty: &str| -> Option<String> {
-        Some(match ty {
-            "u8" => "a whole number from 0 to 255".into(),
-            "u16" => "a whole number from 0 to 65535".into(),
-            "u32" => format!("a whole number from 0 to {}", u32::MAX),
-            "u64" => format!("a whole number from 0 to {}", u64::MAX),
-            "i32" => format!("a whole number from {} to {}", i32::MIN, i32::MAX),
-            "i64" => format!("a whole number from {} to {}", i64::MIN, i64::MAX),
-            "a sequence" => "a list".into(),
-            "a map" => "an object (key: value)".into(),
-            "a boolean" => "true or false".into(),
-            _ => return None,
-        })
-    };
-    for kind in ["invalid value: ", "invalid type: "] {
-        if let Some(rest) = message.strip_prefix(kind) {
-            if let Some((found, ty)) = rest.rsplit_once(", expected ") {
-                let ty = expected(ty).unwrap_or_else(|| ty.to_string());
-                let found = quote(&found.replace('`', ""));
-                return format!("expected {ty}, found {found}");
-            }
-        }
-    }
-    message.to_string()
 }
 
 /// The fields of `value` (a whole object of a Geometer kind) that its CRD schema does not

@@ -5,6 +5,8 @@ use std::collections::{HashMap, HashSet};
 
 use thiserror::Error;
 
+use crate::words::quote;
+
 use super::file::{CatalogFile, RawEngines, RawModel, RawProfile};
 use super::lookup::{format_device_id, parse_device_id, product_label};
 use super::{
@@ -32,8 +34,8 @@ pub enum CatalogError {
 
 fn location(model: &str, profile: &Option<String>) -> String {
     match profile {
-        Some(p) => format!("model {model}, profile {p}: "),
-        None => format!("model {model}: "),
+        Some(p) => format!("model {}, profile {}: ", quote(model), quote(p)),
+        None => format!("model {}: ", quote(model)),
     }
 }
 
@@ -49,7 +51,7 @@ impl At<'_> {
             model: self.model.to_string(),
             profile: self.profile.map(str::to_string),
             field: field.to_string(),
-            value: value.to_string(),
+            value: quote(&value.to_string()),
             problem: problem.into(),
         }
     }

@@ -2,6 +2,8 @@
 
 use thiserror::Error;
 
+use crate::words::quoted;
+
 /// Every message names the profile, start and value involved and, where there is one, the
 /// legal choice, so that a user can fix the spec without reading the catalog.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -9,10 +11,14 @@ pub enum GeometryError {
     #[error("geometry spec is empty: give instances like `3g.20gb@4,1g.5gb`")]
     EmptySpec,
 
-    #[error("token {token:?} in geometry spec is malformed: {reason}")]
+    #[error("token {} in geometry spec is malformed: {reason}", quoted(token))]
     MalformedToken { token: String, reason: String },
 
-    #[error("profile {value:?} (token {token:?}) is not a profile of {model}; known profiles: {known}")]
+    #[error(
+        "profile {} (token {}) is not a profile of {model}; known profiles: {known}",
+        quoted(value),
+        quoted(token)
+    )]
     UnknownProfile { model: String, token: String, value: String, known: String },
 
     #[error("profile id {id} does not exist on {model} (it has {count} profiles)")]

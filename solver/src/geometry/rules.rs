@@ -4,7 +4,7 @@
 
 use crate::catalog::{GpuModel, ProfileId};
 
-use super::{placed_name, GeometryError, Placed};
+use super::{GeometryError, Placed};
 
 /// A catalog model compiled for fast incremental checks. Profile and group sets are `u64`
 /// bitsets (the catalog rejects models with more than 64 profiles).
@@ -281,9 +281,4 @@ pub(crate) fn check_counting(model: &GpuModel, instances: &[Placed]) -> Result<(
         });
     }
     Ok(())
-}
-
-/// Names of instances for messages: `3g.20gb@4, 1g.5gb@0`.
-pub(crate) fn names(model: &GpuModel, instances: &[Placed]) -> String {
-    instances.iter().map(|p| placed_name(model, p)).collect::<Vec<_>>().join(", ")
 }

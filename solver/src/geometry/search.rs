@@ -288,17 +288,37 @@ fn assign(
     }
 }
 
+/// Names, each once with its count when it repeats (`1g.10gb x400, 3g.40gb`), in the order
+/// they first appear: a spec of hundreds of instances is said in one line.
+fn counted<S: AsRef<str>>(names: impl Iterator<Item = S>) -> String {
+    let mut counts: Vec<(S, usize)> = Vec::new();
+    for name in names {
+        match counts.iter_mut().find(|(n, _)| n.as_ref() == name.as_ref()) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((name, 1)),
+        }
+    }
+    let said: Vec<String> = counts
+        .iter()
+        .map(|(n, c)| if *c == 1 { n.as_ref().to_string() } else { format!("{} x{c}", n.as_ref()) })
+        .collect();
+    said.join(", ")
+}
+
 /// Says why `add` cannot join `fixed`: the first counting rule it breaks if any (caps, groups,
 /// engines, compute), otherwise that no arrangement of the legal starts fits.
 fn no_placement(model: &GpuModel, fixed: &Geometry, add: &[ProfileId]) -> GeometryError {
     let all: Vec<Placed> =
         fixed.instances().iter().copied().chain(add.iter().map(|&p| Placed::new(p, 0))).collect();
     let counting = rules::check_counting(model, &all).err();
-    let wanted = add.iter().map(|&p| model.profiles[p].name.as_str()).collect::<Vec<_>>().join(", ");
+    let wanted = counted(add.iter().map(|&p| model.profiles[p].name.as_str()));
     let fixed_text = if fixed.is_empty() {
         String::new()
     } else {
-        format!(" next to {}", rules::names(model, fixed.instances()))
+        format!(
+            " next to {}",
+            counted(fixed.instances().iter().map(|p| crate::geometry::placed_name(model, p)))
+        )
     };
     let reason = match counting {
         Some(e) => e.to_string(),

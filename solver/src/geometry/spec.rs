@@ -4,6 +4,7 @@
 use crate::catalog::{GpuModel, ProfileId};
 
 use super::{place, validate, Geometry, GeometryError, Placed};
+use crate::words::quoted;
 
 /// A parsed spec: instances with a start where the user gave one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,9 +97,9 @@ fn parse_start(token: &str, start: &str) -> Result<u8, GeometryError> {
     if start.is_empty() {
         return Err(malformed(token, "missing start after '@', e.g. 3g.20gb@4"));
     }
-    start
-        .parse::<u8>()
-        .map_err(|_| malformed(token, &format!("start {start:?} is not a placement unit number (0-255)")))
+    start.parse::<u8>().map_err(|_| {
+        malformed(token, &format!("start {} is not a placement unit number (0-255)", quoted(start)))
+    })
 }
 
 fn malformed(token: &str, reason: &str) -> GeometryError {

@@ -30,6 +30,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
+use geometer_solver::words::{path_key, quote, quoted};
+
 /// The only format version mig-parted knows.
 pub const VERSION: &str = "v1";
 
@@ -87,7 +89,7 @@ pub enum MigPartedError {
     Yaml(String),
     #[error("{path}: {message}")]
     Invalid { path: String, message: String },
-    #[error("there is no mig-config named {name:?}; the file has {available}")]
+    #[error("there is no mig-config named {}; the file has {available}", quoted(name))]
     UnknownConfig { name: String, available: String },
 }
 
@@ -135,20 +137,25 @@ impl MigPartedConfig {
         for key in top.keys() {
             if key != "version" && key != "mig-configs" {
                 return Err(invalid(
-                    key.as_str(),
+                    path_key(key),
                     "unexpected field (mig-parted v1 has version and mig-configs)",
                 ));
             }
         }
         let version = match top.get("version") {
             Some(Value::String(v)) => v.clone(),
-            Some(other) => return Err(invalid("version", format!("expected the string v1, found {other}"))),
+            Some(other) => {
+                return Err(invalid(
+                    "version",
+                    format!("expected the string v1, found {}", quote(&other.to_string())),
+                ))
+            }
             None => return Err(invalid("version", "missing; mig-parted configs start with `version: v1`")),
         };
         if version != VERSION {
             return Err(invalid(
                 "version",
-                format!("{version:?} is not a version mig-parted knows; only v1 is"),
+                format!("{} is not a version mig-parted knows; only v1 is", quoted(&version)),
             ));
         }
         let configs = match top.get("mig-configs") {
@@ -191,7 +198,7 @@ fn parse_entry(path: &str, value: &Value) -> Result<DeviceEntry, MigPartedError>
     for key in map.keys() {
         if !matches!(key.as_str(), "device-filter" | "devices" | "mig-enabled" | "mig-devices") {
             return Err(invalid(
-                format!("{path}.{key}"),
+                format!("{path}.{}", path_key(key)),
                 "unexpected field (an entry has device-filter, devices, mig-enabled and mig-devices)",
             ));
         }
@@ -205,7 +212,10 @@ fn parse_entry(path: &str, value: &Value) -> Result<DeviceEntry, MigPartedError>
                 item.as_str().map(str::to_string).ok_or_else(|| {
                     invalid(
                         format!("{path}.device-filter"),
-                        format!("expected PCI device ids such as \"0x233010DE\", found {item}"),
+                        format!(
+                            "expected PCI device ids such as \"0x233010DE\", found {}",
+                            quote(&item.to_string())
+                        ),
                     )
                 })
             })
@@ -213,7 +223,7 @@ fn parse_entry(path: &str, value: &Value) -> Result<DeviceEntry, MigPartedError>
         Some(other) => {
             return Err(invalid(
                 format!("{path}.device-filter"),
-                format!("expected a PCI device id or a list of them, found {other}"),
+                format!("expected a PCI device id or a list of them, found {}", quote(&other.to_string())),
             ))
         }
     };
@@ -250,7 +260,7 @@ fn parse_entry(path: &str, value: &Value) -> Result<DeviceEntry, MigPartedError>
         Some(other) => {
             return Err(invalid(
                 format!("{path}.mig-enabled"),
-                format!("expected true or false, found {other}"),
+                format!("expected true or false, found {}", quote(&other.to_string())),
             ))
         }
         None => return Err(invalid(format!("{path}.mig-enabled"), "missing; write true or false")),
@@ -289,7 +299,7 @@ fn parse_counts(
 ) -> Result<BTreeMap<String, u32>, MigPartedError> {
     let mut out = BTreeMap::new();
     for (profile, count) in counts {
-        let here = format!("{path}.\"{profile}\"");
+        let here = format!("{path}.{}", quoted(profile));
         if let Some(problem) = profile_problem(profile) {
             return Err(invalid(here, problem));
         }
@@ -308,13 +318,14 @@ fn parse_counts(
 /// question, so it never writes a config that import refuses.
 pub(crate) fn profile_problem(profile: &str) -> Option<String> {
     if let Some((ci, gi)) = compute_instance_profile(profile) {
-        return Some(format!("{profile:?} splits a {gi} GPU instance into {ci} compute instances; Geometer creates one compute instance per GPU instance and cannot express it"));
+        return Some(format!(
+            "{} splits a {gi} GPU instance into {ci} compute instances; Geometer creates one \
+             compute instance per GPU instance and cannot express it",
+            quoted(profile)
+        ));
     }
     (!crate::is_profile_name(profile)).then(|| {
-        format!(
-            "{} is not a MIG profile name such as 1g.10gb, 3g.40gb or 1g.10gb+me",
-            crate::limits::quoted(profile)
-        )
+        format!("{} is not a MIG profile name such as 1g.10gb, 3g.40gb or 1g.10gb+me", quoted(profile))
     })
 }
 

@@ -399,11 +399,15 @@ pub fn parse_policy(text: &str) -> Result<PolicyObject, AdapterError> {
         let policy = mig_policy_value(value, 0)?;
         return mig_objects::mig_policy(&policy, true);
     }
-    let policy: Policy = serde_json::from_value(value.clone()).map_err(|e| AdapterError::Field {
+    let policy: Policy = decode::from_value(&value).map_err(|e| AdapterError::Field {
         object: "policy file".into(),
-        field: "(top level)".into(),
-        value: value.to_string().chars().take(120).collect(),
-        problem: format!("{e}; give a MigPolicy object or the fields allowedProfiles, headroom, evictionAllowed, maxGpusChanged, maxNodesChanged, timeLimitMs"),
+        field: e.field,
+        value: e.value.unwrap_or_else(|| "(missing)".into()),
+        problem: format!(
+            "{}; give a MigPolicy object or the fields allowedProfiles, headroom, evictionAllowed, \
+             maxGpusChanged, maxNodesChanged, timeLimitMs",
+            e.problem
+        ),
     })?;
     Ok(PolicyObject { name: "policy file".into(), policy, ..PolicyObject::default() })
 }

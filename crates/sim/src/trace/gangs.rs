@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{GangRef, GpuRequest, Trace, TraceError, TracePod};
+use geometer_solver::words::quoted;
 
 /// Every gang's members agree on its minimum, and the minimum is between 1 and its members.
 pub(crate) fn check(file: &str, pods: &[TracePod]) -> Result<(), TraceError> {
@@ -16,8 +17,8 @@ pub(crate) fn check(file: &str, pods: &[TracePod]) -> Result<(), TraceError> {
             return Err(invalid(
                 file,
                 format!(
-                    "gang {:?}: its members give different gang_min ({} and {})",
-                    gang.name,
+                    "gang {}: its members give different gang_min ({} and {})",
+                    quoted(&gang.name),
                     entry.1.unwrap_or_default(),
                     gang.min_members.unwrap_or_default()
                 ),
@@ -27,11 +28,13 @@ pub(crate) fn check(file: &str, pods: &[TracePod]) -> Result<(), TraceError> {
     }
     for (name, (members, min)) in gangs {
         match min {
-            Some(0) => return Err(invalid(file, format!("gang {name:?}: gang_min must be at least 1"))),
+            Some(0) => {
+                return Err(invalid(file, format!("gang {}: gang_min must be at least 1", quoted(name))))
+            }
             Some(min) if min as usize > members => {
                 return Err(invalid(
                     file,
-                    format!("gang {name:?}: gang_min is {min} but the trace has {members} members"),
+                    format!("gang {}: gang_min is {min} but the trace has {members} members", quoted(name)),
                 ))
             }
             _ => {}

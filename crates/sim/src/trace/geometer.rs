@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use super::records::{Row, Table};
 use super::{gangs, seconds_to_millis, GangRef, GpuRequest, Trace, TraceError, TracePod};
+use geometer_solver::words::quoted;
 
 const COLUMNS: &[&str] = &[
     "name",
@@ -75,7 +76,7 @@ fn pod_from_row(row: &Row<'_, '_>) -> Result<TracePod, TraceError> {
             gpu_milli: row.number("gpu_milli", Some(1000))?,
         },
     };
-    check_request(&request).map_err(|(field, reason)| row.error(field, reason))?;
+    check_request(&request).map_err(|(field, _, reason)| row.error(field, reason))?;
     let do_not_disrupt = match row.get("do_not_disrupt").to_ascii_lowercase().as_str() {
         "" | "false" | "no" | "0" => false,
         "true" | "yes" | "1" => true,
@@ -115,12 +116,14 @@ fn parse_mig(text: &str) -> Result<Vec<(String, u32)>, String> {
         let (profile, count) = match item.split_once('*') {
             Some((p, c)) => (
                 p.trim(),
-                c.trim().parse::<u32>().map_err(|_| format!("count in {item:?} is not a whole number"))?,
+                c.trim()
+                    .parse::<u32>()
+                    .map_err(|_| format!("count in {} is not a whole number", quoted(item)))?,
             ),
             None => (item, 1),
         };
         if profile.is_empty() {
-            return Err(format!("item {item:?} has no profile name"));
+            return Err(format!("item {} has no profile name", quoted(item)));
         }
         let total = counts.entry(profile.to_string()).or_default();
         *total = total.saturating_add(count);
@@ -129,29 +132,37 @@ fn parse_mig(text: &str) -> Result<Vec<(String, u32)>, String> {
 }
 
 /// Checks the request's shape; on error returns the field to blame and why.
-fn check_request(request: &GpuRequest) -> Result<(), (&'static str, String)> {
+/// The field at fault in a request, its value as the trace wrote it, and why.
+type RequestFault = (&'static str, String, String);
+
+fn check_request(request: &GpuRequest) -> Result<(), RequestFault> {
     match request {
         GpuRequest::Mig(items) => {
+            let written = || items.iter().map(|(p, c)| format!("{p}*{c}")).collect::<Vec<_>>().join("|");
             let total: u64 = items.iter().map(|(_, c)| u64::from(*c)).sum();
             if items.iter().any(|(_, c)| *c == 0) {
-                return Err(("mig", "every count must be at least 1".into()));
+                return Err(("mig", written(), "every count must be at least 1".into()));
             }
             if total > 64 {
-                return Err(("mig", format!("asks for {total} instances; at most 64 per pod")));
+                return Err(("mig", written(), format!("asks for {total} instances; at most 64 per pod")));
             }
         }
         GpuRequest::Share { num_gpu, gpu_milli } => {
             if *num_gpu == 0 || *num_gpu > 64 {
                 return Err((
                     "num_gpu",
+                    num_gpu.to_string(),
                     "must be between 1 and 64 (CPU-only pods are not GPU demand)".into(),
                 ));
             }
             if *gpu_milli == 0 || *gpu_milli > 1000 {
-                return Err(("gpu_milli", "must be between 1 and 1000 thousandths of a GPU".into()));
+                let reason = "must be between 1 and 1000 thousandths of a GPU".into();
+                return Err(("gpu_milli", gpu_milli.to_string(), reason));
             }
             if *gpu_milli < 1000 && *num_gpu > 1 {
-                return Err(("gpu_milli", "a share below 1000 is only valid with num_gpu 1".into()));
+                let reason =
+                    format!("a share below 1000 is only valid with num_gpu 1 (num_gpu is {num_gpu})");
+                return Err(("gpu_milli", gpu_milli.to_string(), reason));
             }
         }
     }
@@ -215,7 +226,7 @@ pub fn parse_yaml(file: &str, text: &str) -> Result<Trace, TraceError> {
             (Some(mig), None) => GpuRequest::Mig(mig.into_iter().collect()),
             (None, Some(num_gpu)) => GpuRequest::Share { num_gpu, gpu_milli: p.gpu_milli.unwrap_or(1000) },
         };
-        check_request(&request).map_err(|(f, reason)| field(f, format!("{request:?}"), reason))?;
+        check_request(&request).map_err(|(f, value, reason)| field(f, value, reason))?;
         let arrival = seconds_to_millis(&p.arrival_s.to_string())
             .map_err(|r| field("arrival_s", p.arrival_s.to_string(), r))?;
         let duration = match p.duration_s {
@@ -254,7 +265,7 @@ fn finish(file: &str, mut pods: Vec<TracePod>) -> Result<Trace, TraceError> {
         if !seen.insert(p.name.as_str()) {
             return Err(TraceError::Invalid {
                 file: file.into(),
-                reason: format!("pod name {:?} appears twice", p.name),
+                reason: format!("pod name {} appears twice", quoted(&p.name)),
             });
         }
     }

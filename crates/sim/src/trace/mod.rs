@@ -9,6 +9,7 @@ pub mod load;
 mod records;
 pub mod synthetic;
 
+use geometer_solver::words::quoted;
 use thiserror::Error;
 
 /// Milliseconds since the start of the trace.
@@ -63,11 +64,11 @@ pub struct Trace {
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum TraceError {
-    #[error("{file}: line {line}: field {field:?} has value {value:?}: {reason}")]
+    #[error("{file}: line {line}: field {} has value {}: {reason}", quoted(field), quoted(value))]
     Field { file: String, line: usize, field: String, value: String, reason: String },
     #[error("{file}: line {line}: {found} fields, but the header has {expected}")]
     Width { file: String, line: usize, expected: usize, found: usize },
-    #[error("{file}: missing column {column:?} (header: {header})")]
+    #[error("{file}: missing column {} (header: {})", quoted(column), quoted(header))]
     MissingColumn { file: String, column: String, header: String },
     #[error("{file}: {reason}")]
     Invalid { file: String, reason: String },

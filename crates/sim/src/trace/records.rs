@@ -2,6 +2,7 @@
 //! Alibaba files have none, and Geometer's format keeps lists `|`-separated so it needs none.
 
 use super::TraceError;
+use geometer_solver::words::quoted;
 
 pub(crate) struct Table<'a> {
     pub file: &'a str,
@@ -70,7 +71,7 @@ impl<'a> Table<'a> {
         match self.header.iter().find(|c| !known.contains(c)) {
             Some(column) => Err(TraceError::Invalid {
                 file: self.file.into(),
-                reason: format!("unknown column {column:?}; the columns are {}", known.join(",")),
+                reason: format!("unknown column {}; the columns are {}", quoted(column), known.join(",")),
             }),
             None => Ok(()),
         }
