@@ -104,6 +104,45 @@ fn bad_input_exits_2_naming_the_problem() {
     assert!(stderr.contains("\"arrival_s\"") && stderr.contains("\"soon\""), "{stderr}");
 }
 
+#[test]
+fn a_trace_naming_what_the_cluster_lacks_is_replayed_with_a_note_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("lacks.yaml");
+    let pods = "pods:\n\
+        - {name: fits, arrival_s: 0, duration_s: 60, mig: {1g.10gb: 1}}\n\
+        - {name: typo, arrival_s: 1, duration_s: 60, mig: {1g.10gb: 1}, gpu_models: [X100-80GB]}\n\
+        - {name: elsewhere, arrival_s: 1, duration_s: 60, mig: {1g.10gb: 1}, gpu_models: [A100-40GB]}\n\
+        - {name: pinned, arrival_s: 2, duration_s: 60, mig: {1g.10gb: 1}, nodes: [gpu-node-7]}\n";
+    std::fs::write(&trace, pods).unwrap();
+    let out = geometer()
+        .args([
+            "simulate",
+            "--cluster",
+            "2xH100-80GB:8",
+            "--strategy",
+            "greedy",
+            "--strategy",
+            "geometer",
+            "--trace",
+        ])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    for strategy in ["greedy", "geometer"] {
+        assert_eq!(served(&stdout, strategy), 1, "{stdout}");
+    }
+    assert!(
+        stdout.contains("2 pods name GPU models outside the cluster, e.g. pod \"typo\": model \"X100-80GB\" (not in the catalog"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 pods name nodes outside the cluster, e.g. pod \"pinned\": node \"gpu-node-7\""),
+        "{stdout}"
+    );
+}
+
 /// Column 2 (pods served) of the table row whose first cell is `name`.
 fn served(stdout: &str, name: &str) -> usize {
     let row =

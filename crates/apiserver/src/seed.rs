@@ -130,8 +130,8 @@ impl ApiServer {
     /// CRDs first so that their custom resources can follow in the same text.
     #[allow(clippy::result_large_err)] // seeding is test and demo set-up, not a hot path
     pub fn load_yaml(&self, text: &str) -> Result<Vec<Value>, SeedError> {
-        let docs: Vec<Value> =
-            serde_saphyr::from_multiple(text).map_err(|e| SeedError::Yaml(e.to_string()))?;
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text)
+            .map_err(|e| SeedError::Yaml(e.to_string().lines().next().unwrap_or_default().to_string()))?;
         let mut docs: Vec<(usize, Value)> = expand_lists(docs).into_iter().enumerate().collect();
         docs.sort_by_key(|(_, d)| d["kind"] != "CustomResourceDefinition" && d["kind"] != "Namespace");
         let mut out = Vec::new();

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use geometer_solver::catalog::WHOLE;
+use geometer_solver::words::quoted;
 
 use crate::cluster::{Cluster, ModelInfo};
 use crate::mapping::{Mapping, MappingSummary, WholeGpus};
@@ -41,6 +42,12 @@ pub struct SimPod {
 }
 
 impl SimPod {
+    /// Whether some node of the cluster could hold it at all: a trace's model or node list
+    /// may name only what the cluster lacks, and such a pod is never planned for.
+    pub fn may_run_somewhere(&self) -> bool {
+        !self.models.as_ref().is_some_and(Vec::is_empty) && !self.nodes.as_ref().is_some_and(Vec::is_empty)
+    }
+
     /// Whether its model constraint allows cluster model `m`.
     pub fn may_use(&self, m: usize) -> bool {
         self.models.as_ref().is_none_or(|list| list.contains(&m))
@@ -113,7 +120,10 @@ impl Workload {
         let node_index: HashMap<&str, usize> =
             cluster.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
         let mut summary = MappingSummary::default();
-        let (mut unknown_profile, mut unknown_model, mut unknown_node) = (0usize, 0usize, 0usize);
+        // Pods naming what the cluster lacks, by class, with the first such pod and value.
+        let mut unknown_profile = Unknown::default();
+        let mut unknown_model = Unknown::default();
+        let mut unknown_node = Unknown::default();
         let mut pods = Vec::with_capacity(trace.pods.len());
         let mut gangs: Vec<SimGang> = Vec::new();
         let mut gang_index: HashMap<&str, GangIdx> = HashMap::new();
@@ -125,18 +135,21 @@ impl Workload {
             let mut mig: Vec<(ProfileKey, u32)> = Vec::new();
             for (name, count) in &mapped {
                 let whole = name.eq_ignore_ascii_case(WHOLE);
+                let before = known;
                 let slices = if whole {
                     Some(reference.memory_slices)
                 } else {
                     cluster.models.iter().find_map(|m| m.profile(name)).map(|p| p.memory_slices)
                 };
                 known &= slices.is_some();
+                if before && !known {
+                    unknown_profile.saw(&pod.name, name);
+                }
                 need = need.saturating_add(u32::from(slices.unwrap_or(0)).saturating_mul(*count));
                 let key = if whole { WHOLE_GPU } else { intern(name, &mut profiles) };
                 mig.push((key, *count));
             }
             mig.sort();
-            unknown_profile += usize::from(!known);
             let whole_gpus = match &pod.request {
                 GpuRequest::Share { num_gpu, .. } => *num_gpu,
                 GpuRequest::Mig(items) => items.iter().map(|(_, c)| c).sum(),
@@ -144,14 +157,18 @@ impl Workload {
             let models = (!pod.gpu_models.is_empty()).then(|| {
                 let found: Vec<usize> =
                     pod.gpu_models.iter().filter_map(|m| cluster.model_index(m)).collect();
-                unknown_model += usize::from(found.len() < pod.gpu_models.len());
+                if let Some(missing) = pod.gpu_models.iter().find(|m| cluster.model_index(m).is_none()) {
+                    unknown_model.saw(&pod.name, missing);
+                }
                 found
             });
             let nodes = (!pod.nodes.is_empty()).then(|| {
                 let mut found: Vec<usize> =
                     pod.nodes.iter().filter_map(|n| node_index.get(n.as_str()).copied()).collect();
                 found.sort_unstable();
-                unknown_node += usize::from(found.len() < pod.nodes.len());
+                if let Some(missing) = pod.nodes.iter().find(|n| !node_index.contains_key(n.as_str())) {
+                    unknown_node.saw(&pod.name, missing);
+                }
                 found
             });
             let gang = pod.gang.as_ref().map(|g| {
@@ -189,13 +206,24 @@ impl Workload {
         if summary.shares.values().sum::<usize>() + summary.whole_gpu_pods > 0 {
             notes.push(summary.describe(&mapping, whole_gpus, &reference.name));
         }
-        for (count, what) in [
-            (unknown_profile, "ask for a profile no simulated GPU model has"),
-            (unknown_model, "name GPU models outside the cluster"),
-            (unknown_node, "name nodes outside the cluster"),
+        let catalog = geometer_solver::catalog::Catalog::builtin();
+        for (unknown, what, value) in [
+            (unknown_profile, "ask for a profile no simulated GPU model has", "profile"),
+            (unknown_model, "name GPU models outside the cluster", "model"),
+            (unknown_node, "name nodes outside the cluster", "node"),
         ] {
-            if count > 0 {
-                notes.push(format!("{count} pods {what}; those requests cannot be met there"));
+            if let Some((pod, name)) = &unknown.first {
+                let why = if value == "model" && catalog.find(name).is_none() {
+                    " (not in the catalog: see `geometer catalog list`)"
+                } else {
+                    ""
+                };
+                notes.push(format!(
+                    "{} pods {what}, e.g. pod {}: {value} {}{why}; such a pod can never run in this cluster",
+                    unknown.pods,
+                    quoted(pod),
+                    quoted(name)
+                ));
             }
         }
         if !gangs.is_empty() {
@@ -206,5 +234,20 @@ impl Workload {
             ));
         }
         Workload { pods, profiles, mapping, whole_gpus, summary, notes, gangs }
+    }
+}
+
+/// Pods of a trace that name something the cluster lacks (a profile, model or node), and the
+/// first of them with what it named: what a note tells the user.
+#[derive(Default)]
+struct Unknown {
+    pods: usize,
+    first: Option<(String, String)>,
+}
+
+impl Unknown {
+    fn saw(&mut self, pod: &str, value: &str) {
+        self.pods += 1;
+        self.first.get_or_insert_with(|| (pod.to_string(), value.to_string()));
     }
 }

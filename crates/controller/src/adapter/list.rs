@@ -20,14 +20,61 @@ use super::parallel::in_order_owned;
 use super::projection::Projection;
 use super::{kubectl_yaml, mig_objects, AdapterError, Objects, PolicyObject};
 
-/// Parses JSON or YAML text into a value; JSON first when it looks like JSON.
+/// Parses JSON or YAML text into a value; JSON first when it looks like JSON. YAML of several
+/// documents (`---` between them, as `kubectl apply -f` takes) reads as one List of them all,
+/// a List document giving its items: as kubectl reads a file of manifests.
 pub fn parse_value(text: &str) -> Result<Value, AdapterError> {
     if text.trim_start().starts_with(['{', '[']) {
         if let Ok(v) = serde_json::from_str(text) {
             return Ok(v);
         }
     }
-    geometer_solver::yaml::from_str::<Value>(text).map_err(|e| AdapterError::Syntax(e.to_string()))
+    let mut documents: Vec<Value> =
+        geometer_solver::yaml::from_multiple(text).map_err(|e| AdapterError::Syntax(e.to_string()))?;
+    documents.retain(|d| !d.is_null());
+    match documents.len() {
+        0 => Ok(Value::Null),
+        1 => Ok(documents.remove(0)),
+        _ => one_list(documents),
+    }
+}
+
+/// Documents as one List: a List document's items in its place (each given the kind its
+/// list implies, as a NodeList's items may omit theirs), any other document as one item.
+fn one_list(documents: Vec<Value>) -> Result<Value, AdapterError> {
+    let mut items = Vec::new();
+    for (n, mut document) in documents.into_iter().enumerate() {
+        let kind = document.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+        if !kind.ends_with("List") {
+            items.push(document);
+            continue;
+        }
+        match document.get_mut("items").map(Value::take) {
+            Some(Value::Array(list)) => {
+                items.extend(list.into_iter().map(|item| with_kind(item, implied_kind(&kind))))
+            }
+            None | Some(Value::Null) => {}
+            Some(other) => {
+                return Err(AdapterError::Field {
+                    object: format!("document {} ({kind})", n + 1),
+                    field: "items".into(),
+                    value: geometer_api::limits::quote(&other.to_string()),
+                    problem: "expected a list".into(),
+                })
+            }
+        }
+    }
+    Ok(serde_json::json!({"kind": "List", "items": items}))
+}
+
+/// `item` with `kind` set to `implied` where it has none.
+fn with_kind(mut item: Value, implied: &str) -> Value {
+    if let Value::Object(map) = &mut item {
+        if !implied.is_empty() && !map.contains_key("kind") {
+            map.insert("kind".into(), Value::String(implied.into()));
+        }
+    }
+    item
 }
 
 pub fn parse_objects(text: &str) -> Result<Objects, AdapterError> {

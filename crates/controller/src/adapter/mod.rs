@@ -532,6 +532,27 @@ items:
     }
 
     #[test]
+    fn manifests_separated_by_dashes_read_as_one_list() {
+        // A Node, then a PodList whose items omit their kind, then one Pod: as
+        // `kubectl get node n1 -o yaml; echo ---; kubectl get pods -o yaml` writes them.
+        let text = "kind: Node\nmetadata: {name: n1, labels: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB, nvidia.com/gpu.count: \"1\"}}\n\
+            ---\n# comment-only documents and empty ones are skipped\n---\n\
+            kind: PodList\nitems:\n- metadata: {name: a, namespace: ml}\n  spec: {containers: [{name: c}]}\n\
+            ---\nkind: Pod\nmetadata: {name: b, namespace: ml}\nspec: {containers: [{name: c}]}\n";
+        let objects = parse_objects(text).unwrap();
+        assert_eq!(objects.nodes.len(), 1);
+        let pods: Vec<&str> = objects.pods.iter().filter_map(|p| p.metadata.name.as_deref()).collect();
+        assert_eq!(pods, ["a", "b"]);
+        assert!(objects.skipped.is_empty(), "{:?}", objects.skipped);
+        let err =
+            parse_objects("kind: Node\nmetadata: {name: n1}\n---\nkind: PodList\nitems: 7\n").unwrap_err();
+        assert!(
+            err.to_string().contains("document 2 (PodList)") && err.to_string().contains("items"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_second_object_of_the_same_name_is_refused_not_silently_used() {
         let text = format!("{LIST}- kind: Node\n  metadata: {{name: n1, labels: {{}}}}\n");
         let objects = parse_objects(&text).unwrap();

@@ -165,8 +165,11 @@ impl PlannerStrategy {
             });
         }
         let gangs = self.gangs(view);
-        let mut pending: Vec<Pod> = view.demand.iter().map(|&p| self.pod(&pods[p], None)).collect();
-        for (pod, &p) in pending.iter_mut().zip(&view.demand) {
+        // A pod that may run on no node of the cluster is not demand the planner can meet.
+        let demand: Vec<usize> =
+            view.demand.iter().copied().filter(|&p| pods[p].may_run_somewhere()).collect();
+        let mut pending: Vec<Pod> = demand.iter().map(|&p| self.pod(&pods[p], None)).collect();
+        for (pod, &p) in pending.iter_mut().zip(&demand) {
             pod.gang = pods[p]
                 .gang
                 .map(|g| gang_name(view.workload, g))
@@ -215,7 +218,9 @@ impl PlannerStrategy {
             .checked_sub(self.forecast_window)
             .map_or(0, |since| self.arrivals.partition_point(|&(t, _)| t <= since));
         let last = self.arrivals.partition_point(|&(t, _)| t <= view.now);
-        self.arrivals[first..last].iter().map(|&(_, p)| self.pod(&view.workload.pods[p], None)).collect()
+        let pods = &view.workload.pods;
+        let arrived = self.arrivals[first..last].iter().filter(|&&(_, p)| pods[p].may_run_somewhere());
+        arrived.map(|&(_, p)| self.pod(&pods[p], None)).collect()
     }
 
     fn replan(&self, view: &PlanView<'_>, plan: &Plan) -> Result<Replan, String> {
