@@ -148,6 +148,54 @@ async fn imported_policy_is_accepted_by_the_api_server_under_the_crd_schema() {
     assert_eq!(created.spec.allowed_profiles, ["1g.10gb"]);
 }
 
+/// What `migparted import` writes, `geometer plan --policy` takes: every config of NVIDIA's
+/// defaults, and a hand-written one naming a profile no GPU of the catalog has (left out, said).
+#[test]
+fn every_imported_policy_is_one_geometer_plan_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("empty.yaml");
+    std::fs::write(&snapshot, "kind: List\nitems: []\n").unwrap();
+    let odd = dir.path().join("odd.yaml");
+    std::fs::write(
+        &odd,
+        "version: v1\nmig-configs:\n  odd:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.10gb\": 2, \"1g.99gb\": 1}\n",
+    )
+    .unwrap();
+    let excerpt = fixture("nvidia-config-default-excerpt.yaml");
+    let configs: Vec<String> = nvidia_excerpt().mig_configs.keys().cloned().collect();
+    let mut imported = 0;
+    for (file, config) in configs.iter().map(|c| (&excerpt, c.as_str())).chain([(&odd, "odd")]) {
+        let out = geometer(&["migparted", "import", file.to_str().unwrap(), "--config", config]);
+        if out.status.code() == Some(2) && stderr(&out).contains("creates no MIG instances") {
+            continue;
+        }
+        let policy = dir.path().join(format!("{config}.yaml"));
+        std::fs::write(&policy, stdout(&out)).unwrap();
+        let plan = geometer(&[
+            "plan",
+            "--snapshot",
+            snapshot.to_str().unwrap(),
+            "--policy",
+            policy.to_str().unwrap(),
+        ]);
+        assert!(plan.status.success(), "{config}: {}", stderr(&plan));
+        imported += 1;
+        if config == "odd" {
+            assert!(
+                stdout(&out).contains("1g.10gb") && !stdout(&out).contains("1g.99gb"),
+                "{}",
+                stdout(&out)
+            );
+            assert!(
+                stderr(&out).contains("profile \"1g.99gb\", so the policy leaves it out"),
+                "{}",
+                stderr(&out)
+            );
+        }
+    }
+    assert!(imported > 3, "{imported} configs imported");
+}
+
 #[test]
 fn import_refuses_a_config_without_instances_and_an_unknown_config() {
     let path = fixture("nvidia-config-default-excerpt.yaml");

@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use geometer_solver::catalog::{parse_device_id, Catalog};
 use serde_json::json;
 
+use geometer_solver::words::quoted;
+
 use super::{DeviceEntry, MigPartedConfig, MigPartedError};
 use crate::{MigPolicy, PolicyMode};
 
@@ -45,18 +47,42 @@ pub fn allowed_profiles(
     };
     let mut profiles = BTreeSet::new();
     let mut notes = BTreeSet::new();
+    let mut left_out: BTreeMap<String, String> = BTreeMap::new();
     let mut whole = false;
     for (config, entries) in &chosen {
         for (i, entry) in entries.iter().enumerate() {
             whole |= !entry.mig_enabled;
             let path = format!("mig-configs.{config}[{i}]");
-            let wanted: Vec<&String> =
+            let mut wanted: Vec<&String> =
                 entry.mig_devices.iter().flatten().filter(|(_, &n)| n > 0).map(|(p, _)| p).collect();
             check_against_catalog(&path, entry, &wanted, catalog, &mut notes)?;
+            // A profile no GPU of the catalog has is one `geometer plan --policy` and the
+            // controller refuse: the policy leaves it out rather than be refused whole.
+            let unknown = |p: &String| !catalog.models().iter().any(|m| m.profile(p).is_some());
+            for profile in wanted.iter().filter(|p| unknown(p)) {
+                left_out.insert((*profile).clone(), path.clone());
+            }
+            wanted.retain(|p| !unknown(p));
             profiles.extend(wanted.into_iter().cloned());
         }
     }
     let configs: Vec<String> = chosen.iter().map(|(k, _)| (*k).clone()).collect();
+    for (profile, path) in &left_out {
+        notes.insert(format!(
+            "{path}: no GPU model in the catalog has profile {}, so the policy leaves it out (a policy naming \
+             it is refused); give a --catalog file with the GPU that offers it to keep it",
+            quoted(profile)
+        ));
+    }
+    if profiles.is_empty() && !left_out.is_empty() {
+        return Err(MigPartedError::Invalid {
+            path: name.map_or_else(|| "mig-configs".to_string(), |n| format!("mig-configs.{n}")),
+            message: format!(
+                "no GPU model in the catalog has any of its profiles ({}); give a --catalog file with the GPUs it is for",
+                left_out.keys().map(|p| quoted(p)).collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
     if profiles.is_empty() {
         let what = match configs.as_slice() {
             [one] => format!("config {one} creates no"),
@@ -92,22 +118,17 @@ fn check_against_catalog(
     notes: &mut BTreeSet<String>,
 ) -> Result<(), MigPartedError> {
     if entry.device_filter.is_empty() {
-        for profile in profiles {
-            if !catalog.models().iter().any(|m| m.profile(profile).is_some()) {
-                notes.insert(format!(
-                    "{path}: no GPU model in Geometer's catalog has profile {profile}; the policy allows it, but the planner can only create it on a GPU a --catalog file describes"
-                ));
-            }
-        }
         return Ok(());
     }
     for text in &entry.device_filter {
         let id = parse_device_id(text).ok_or_else(|| MigPartedError::Invalid {
             path: format!("{path}.device-filter"),
-            message: format!("{text:?} is not a PCI device id such as \"0x233010DE\""),
+            message: format!("{} is not a PCI device id such as \"0x233010DE\"", quoted(text)),
         })?;
         let Some(model) = catalog.by_device_id(id) else {
-            notes.insert(format!("{path}: device {text} is not in Geometer's catalog; its profiles are allowed but not checked"));
+            notes.insert(format!(
+                "{path}: device {text} is not in Geometer's catalog; its profiles are not checked against it"
+            ));
             continue;
         };
         for profile in profiles {
@@ -178,14 +199,21 @@ mig-configs:
     fn zero_counts_are_not_profiles_and_unknown_devices_are_noted() {
         let file = MigPartedConfig::parse(TWO_MODELS).unwrap();
         let got = allowed_profiles(&file, Some("mixed"), Catalog::builtin()).unwrap();
-        assert_eq!(got.profiles, ["1g.10gb", "1g.99gb", "3g.40gb"]);
+        assert_eq!(got.profiles, ["1g.10gb", "3g.40gb"], "1g.99gb is on no GPU of the catalog");
         assert!(!got.whole, "every entry of `mixed` enables MIG");
         assert!(
             allowed_profiles(&file, None, Catalog::builtin()).unwrap().whole,
             "all-disabled keeps GPUs whole"
         );
-        assert_eq!(got.notes.len(), 1, "{:?}", got.notes);
+        assert_eq!(got.notes.len(), 2, "{:?}", got.notes);
         assert!(got.notes[0].contains("device 0xFFFF10DE is not in Geometer's catalog"), "{:?}", got.notes);
+        assert!(got.notes[1].contains("profile \"1g.99gb\", so the policy leaves it out"), "{:?}", got.notes);
+        let only_unknown = MigPartedConfig::parse(
+            "version: v1\nmig-configs:\n  odd:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.99gb\": 1}\n",
+        )
+        .unwrap();
+        let err = allowed_profiles(&only_unknown, None, Catalog::builtin()).unwrap_err().to_string();
+        assert!(err.contains("\"1g.99gb\"") && err.contains("--catalog"), "{err}");
     }
 
     #[test]
