@@ -15,7 +15,7 @@ use geometer_controller::Decoded;
 /// left out, as the controller does.
 pub(super) async fn list<K>(client: &Client) -> Result<Vec<Arc<K>>, Failure>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource<DynamicType = ()> + Clone + geometer_api::decode::Stored + std::fmt::Debug,
 {
     let kind = K::kind(&()).to_string();
     let api = Api::<Decoded<K>>::all(client.clone());

@@ -31,9 +31,35 @@ pub fn from_value<T: DeserializeOwned>(value: &Value) -> Result<T, DecodeError> 
     })
 }
 
-/// [`from_value`] straight from JSON text: no value tree is built unless decoding fails (then
-/// one is, to quote what the field held).
-pub fn from_json_str<T: DeserializeOwned>(text: &str) -> Result<T, DecodeError> {
+/// How a kind reads an object as stored, which an older Geometer may have written without a
+/// field the current one requires: what can be derived from the rest is filled in (a MigNode's
+/// instance size from its profile and GPU model), and only what cannot is named.
+pub trait Stored: DeserializeOwned {
+    /// Fills in the fields `value` lacks that can be derived; whether it filled any.
+    fn fill_derived(_value: &mut Value) -> bool {
+        false
+    }
+}
+
+impl Stored for k8s_openapi::api::core::v1::Node {}
+
+/// [`from_value`] for an object as stored: one that does not decode is read again with the
+/// fields [`Stored::fill_derived`] fills, and if it still does not, the field that stops it
+/// then is named.
+pub fn from_stored<T: Stored>(value: &Value) -> Result<T, DecodeError> {
+    from_value(value).or_else(|error| {
+        let mut filled = value.clone();
+        if T::fill_derived(&mut filled) {
+            from_value(&filled)
+        } else {
+            Err(error)
+        }
+    })
+}
+
+/// [`from_stored`] straight from JSON text: no value tree is built unless decoding fails (then
+/// one is, to fill what can be derived and to quote what the field held).
+pub fn from_json_str<T: Stored>(text: &str) -> Result<T, DecodeError> {
     // Most objects decode: do that without tracking the path, and only read an object again
     // to name the field when it does not.
     if let Ok(value) = serde_json::from_str(text) {
@@ -48,7 +74,7 @@ pub fn from_json_str<T: DeserializeOwned>(text: &str) -> Result<T, DecodeError> 
                 value: None,
                 problem: serde_in_words(&e.to_string()),
             })?;
-            from_value(&value)
+            from_stored(&value)
         }
     }
 }

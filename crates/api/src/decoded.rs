@@ -7,10 +7,10 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::decode::{self, DecodeError};
+use crate::decode::{self, DecodeError, Stored};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use serde::de::{DeserializeOwned, Deserializer};
+use serde::de::Deserializer;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -43,7 +43,7 @@ impl<K> Decoded<K> {
     }
 }
 
-impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
+impl<'de, K: Stored> Deserialize<'de> for Decoded<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         // Through a value tree, not `RawValue`: kube-core's `WatchEvent` buffers its object
         // (serde's internally tagged enum), from which a `RawValue` cannot be read, and every
@@ -53,7 +53,7 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("managedFields");
         }
-        Ok(match decode::from_value::<K>(&value) {
+        Ok(match decode::from_stored::<K>(&value) {
             Ok(k) => Decoded::Read(Arc::new(k)),
             Err(error) => {
                 let meta = value.get("metadata").and_then(|m| decode::from_value(m).ok()).unwrap_or_default();

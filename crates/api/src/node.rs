@@ -21,6 +21,8 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use geometer_solver::catalog::Catalog;
+
 use super::PlacedInstance;
 pub use crate::limits::MAX_PODS_SHARING_A_DEVICE;
 use crate::limits::{MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU, MAX_MEASURED_PODS_PER_NODE};
@@ -267,6 +269,38 @@ impl MigNode {
     }
 }
 
+/// A MigNode an older agent wrote, or one a person created without `spec`: an empty `spec`
+/// (no desired geometry) where it is missing, and each instance's `size` from its profile
+/// on its GPU's model in the catalog. What cannot be derived stays missing, to be named.
+impl crate::decode::Stored for MigNode {
+    fn fill_derived(value: &mut serde_json::Value) -> bool {
+        use serde_json::Value;
+        let Value::Object(object) = value else { return false };
+        let mut filled = false;
+        if object.get("spec").is_none_or(Value::is_null) {
+            object.insert("spec".into(), Value::Object(Default::default()));
+            filled = true;
+        }
+        let gpus = object.get_mut("status").and_then(|s| s.get_mut("gpus")).and_then(Value::as_array_mut);
+        for gpu in gpus.into_iter().flatten() {
+            let model = gpu.get("model").and_then(Value::as_str).and_then(|m| Catalog::builtin().find(m));
+            let (Some(model), Some(instances)) =
+                (model, gpu.get_mut("instances").and_then(Value::as_array_mut))
+            else {
+                continue;
+            };
+            for instance in instances.iter_mut().filter_map(Value::as_object_mut) {
+                let profile = instance.get("profile").and_then(Value::as_str).and_then(|p| model.profile(p));
+                if let (None, Some(profile)) = (instance.get("size"), profile) {
+                    instance.insert("size".into(), model.profile_info(profile).size.into());
+                    filled = true;
+                }
+            }
+        }
+        filled
+    }
+}
+
 impl GpuInventory {
     /// Every pod the kubelet assigned the whole GPU to.
     pub fn pods(&self) -> impl Iterator<Item = &String> {
@@ -384,4 +418,43 @@ pub enum StepAction {
     RestartDevicePlugin,
     WaitForAllocatable,
     Uncordon,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::from_stored;
+    use serde_json::json;
+
+    /// A MigNode as an older agent wrote it: no `spec`, and instances without `size`.
+    fn older_mignode(instance: serde_json::Value) -> serde_json::Value {
+        json!({
+            "apiVersion": "geometer.dev/v1alpha1", "kind": "MigNode",
+            "metadata": {"name": "gpu-1"},
+            "status": {"gpus": [{
+                "index": 0, "uuid": "GPU-0", "model": "A100-40GB", "pciDeviceId": "0x20B010DE",
+                "migMode": {"current": true, "pending": true},
+                "instances": [instance],
+            }]},
+        })
+    }
+
+    #[test]
+    fn an_older_mignode_reads_with_its_instance_size_from_the_profile() {
+        let value = older_mignode(json!({"profile": "3g.20gb", "start": 4, "gpuInstanceId": 2}));
+        let node: MigNode = from_stored(&value).unwrap();
+        assert!(node.spec.gpus.is_empty(), "no spec reads as no desired geometry");
+        let instance = &node.status.unwrap().gpus[0].instances[0];
+        assert_eq!((instance.profile.as_str(), instance.start, instance.size), ("3g.20gb", 4, 4));
+    }
+
+    #[test]
+    fn a_field_that_cannot_be_derived_is_named() {
+        let value = older_mignode(json!({"profile": "3g.20gb", "start": 4}));
+        let error = from_stored::<MigNode>(&value).unwrap_err().to_string();
+        assert!(error.contains("gpuInstanceId"), "{error}");
+        let unknown_profile = older_mignode(json!({"profile": "9g.99gb", "start": 0, "gpuInstanceId": 1}));
+        let error = from_stored::<MigNode>(&unknown_profile).unwrap_err().to_string();
+        assert!(error.contains("size"), "{error}");
+    }
 }

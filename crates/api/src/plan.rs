@@ -126,6 +126,8 @@ pub struct MigPlanSpec {
     pub summary: PlanSummary,
 }
 
+impl crate::decode::Stored for MigPlan {}
+
 impl MigPlanSpec {
     /// Counts from the lists. Call after filling them; a capped list may count fewer than the
     /// planner saw, so a caller that truncates should add what it left out.

@@ -183,6 +183,8 @@ pub struct Rightsizing {
     pub min_samples: u32,
 }
 
+impl crate::decode::Stored for MigPolicy {}
+
 impl Default for Rightsizing {
     fn default() -> Self {
         Rightsizing {

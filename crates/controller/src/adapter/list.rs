@@ -24,10 +24,8 @@ use super::{kubectl_yaml, mig_objects, AdapterError, Objects, PolicyObject};
 /// documents (`---` between them, as `kubectl apply -f` takes) reads as one List of them all,
 /// a List document giving its items: as kubectl reads a file of manifests.
 pub fn parse_value(text: &str) -> Result<Value, AdapterError> {
-    if text.trim_start().starts_with(['{', '[']) {
-        if let Ok(v) = serde_json::from_str(text) {
-            return Ok(v);
-        }
+    if let Some(v) = as_json(text) {
+        return Ok(v);
     }
     let mut documents: Vec<Value> =
         geometer_solver::yaml::from_multiple(text).map_err(|e| AdapterError::Syntax(e.to_string()))?;
@@ -37,6 +35,22 @@ pub fn parse_value(text: &str) -> Result<Value, AdapterError> {
         1 => Ok(documents.remove(0)),
         _ => one_list(documents),
     }
+}
+
+/// Parses JSON or YAML text holding one object (a policy file): a second YAML document is
+/// refused in words, since there is nothing to merge one policy with.
+fn parse_one_value(text: &str) -> Result<Value, AdapterError> {
+    match as_json(text) {
+        Some(v) => Ok(v),
+        None => geometer_solver::yaml::from_str(text).map_err(|e| AdapterError::Syntax(e.to_string())),
+    }
+}
+
+fn as_json(text: &str) -> Option<Value> {
+    if !text.trim_start().starts_with(['{', '[']) {
+        return None;
+    }
+    serde_json::from_str(text).ok()
 }
 
 /// Documents as one List: a List document's items in its place (each given the kind its
@@ -180,9 +194,9 @@ impl Item<'_> {
         (Header { kind: text("/kind"), metadata }, Item::Value(value))
     }
 
-    fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, DecodeError> {
+    fn decode<T: decode::Stored>(&self) -> Result<T, DecodeError> {
         match self {
-            Item::Value(value) => decode::from_value(value),
+            Item::Value(value) => decode::from_stored(value),
             Item::Json(json) => decode::from_json_str(json),
         }
     }
@@ -441,7 +455,7 @@ fn mig_policy_value(value: Value, index: usize) -> Result<MigPolicy, AdapterErro
 /// (`allowedProfiles`, `headroom`, `evictionAllowed`, `maxGpusChanged`, `maxNodesChanged`,
 /// `timeLimitMs`).
 pub fn parse_policy(text: &str) -> Result<PolicyObject, AdapterError> {
-    let value = parse_value(text)?;
+    let value = parse_one_value(text)?;
     if value.get("kind").and_then(Value::as_str) == Some("MigPolicy") {
         let policy = mig_policy_value(value, 0)?;
         return mig_objects::mig_policy(&policy, true);

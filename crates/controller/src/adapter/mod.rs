@@ -464,6 +464,32 @@ items:
         assert_eq!(running, BTreeMap::from([("ml/a".to_string(), true), ("ml/train".to_string(), false)]));
     }
 
+    /// A MigNode an older agent wrote (no `spec`, instances without `size`) is read with
+    /// what can be derived, so its node stays managed; one lacking what cannot be derived
+    /// leaves its node out with a warning naming the field.
+    #[test]
+    fn an_older_mignode_keeps_its_node_managed() {
+        let text = |instance: &str| {
+            format!(
+                "kind: List\nitems:\n- kind: Node\n  metadata: {{name: n1}}\n\
+                 - apiVersion: geometer.dev/v1alpha1\n  kind: MigNode\n  metadata: {{name: n1}}\n  status:\n    gpus:\n\
+                 \x20   - {{index: 0, uuid: GPU-0, model: H100-80GB, pciDeviceId: \"0x233010DE\", migMode: {{current: true, pending: true}}, instances: [{instance}]}}\n"
+            )
+        };
+        let built = snapshot_of(&text("{profile: 3g.40gb, start: 4, gpuInstanceId: 2}"));
+        assert_eq!(built.snapshot.nodes.len(), 1, "{:?}", built.warnings);
+        let instance = &built.snapshot.nodes[0].gpus[0].instances[0];
+        assert_eq!((instance.profile.as_str(), instance.start), ("3g.40gb", 4));
+
+        let built = snapshot_of(&text("{profile: 3g.40gb, start: 4}"));
+        assert!(built.snapshot.nodes.is_empty());
+        let skipped: Vec<String> = built.skipped.iter().map(ToString::to_string).collect();
+        assert!(
+            skipped.iter().any(|s| s.contains("MigNode n1") && s.contains("gpuInstanceId")),
+            "{skipped:?}"
+        );
+    }
+
     #[test]
     fn infers_gpus_from_labels_and_capacity() {
         let objects = parse_objects(LIST).unwrap();

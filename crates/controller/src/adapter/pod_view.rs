@@ -26,6 +26,8 @@ pub struct PodView {
     pub status: Option<PodViewStatus>,
 }
 
+impl geometer_api::decode::Stored for PodView {}
+
 /// The requests, the node constraints, priority, scheduler and the binding.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]

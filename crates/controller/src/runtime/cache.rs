@@ -14,7 +14,6 @@ use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -175,7 +174,7 @@ where
         + Projection
         + Clone
         + std::fmt::Debug
-        + DeserializeOwned
+        + geometer_api::decode::Stored
         + Send
         + Sync
         + 'static,
