@@ -1,8 +1,6 @@
 //! The `geometer` binary: a thin shell over the library (also usable as `kubectl-geometer`).
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// mimalloc, not glibc's malloc. A planning round at 5,000 nodes / 150,000 pods allocates its
 /// snapshot anew (150,000 planner pods, 280,000 GPU instances); glibc handed those pages back
 /// and faulted them in again every round. `benches/controller_scale.rs`, same machine and day:
@@ -12,6 +10,8 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = geometer::cli::Cli::parse_from(geometer::cli::plugin_args(std::env::args_os()));
-    geometer::cli::run(cli)
+    match geometer::cli::parse(geometer::cli::plugin_args(std::env::args_os())) {
+        Ok(cli) => geometer::cli::run(cli),
+        Err(code) => code,
+    }
 }

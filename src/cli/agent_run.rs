@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use clap::Args;
+use geometer_solver::words::quoted;
 
 use super::catalog::CatalogSource;
 use super::output::Failure;
@@ -104,7 +105,7 @@ type Gpus = (Arc<dyn NvmlBackend>, Arc<dyn GpuReset>);
 /// A Go duration from 10 milliseconds to 24 hours.
 fn duration(text: &str) -> Result<Duration, String> {
     let d = parse_go_duration(text)
-        .ok_or_else(|| format!("{text:?} is not a duration; write it like 30s, 10m or 1h30m"))?;
+        .ok_or_else(|| format!("{} is not a duration; write it like 30s, 10m or 1h30m", quoted(text)))?;
     if d < Duration::from_millis(10) || d > Duration::from_secs(24 * 3600) {
         return Err(format!("{text} is out of range: give 10ms to 24h"));
     }
@@ -167,7 +168,10 @@ fn simulated_gpus(specs: &[String]) -> Result<Vec<(String, u32)>, Failure> {
         .iter()
         .map(|spec| {
             let (model, count) = spec.rsplit_once(':').ok_or_else(|| {
-                Failure::bad_input(anyhow!("--simulate {spec:?}: expected MODEL:COUNT, e.g. H100-80GB:8"))
+                Failure::bad_input(anyhow!(
+                    "--simulate {}: expected MODEL:COUNT, e.g. H100-80GB:8",
+                    quoted(spec)
+                ))
             })?;
             let count: u32 = count.parse().ok().filter(|&c| c > 0).ok_or_else(|| {
                 Failure::bad_input(anyhow!(

@@ -8,12 +8,14 @@
 
 use std::ops::RangeInclusive;
 
+use geometer_solver::words::quoted;
+
 /// A number within `range`, in `unit`s, as clap's value parser.
 fn within<T>(text: &str, range: RangeInclusive<T>, unit: &str) -> Result<T, String>
 where
     T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
 {
-    let value: T = text.trim().parse().map_err(|_| format!("{text:?} is not a number"))?;
+    let value: T = text.trim().parse().map_err(|_| format!("{} is not a number", quoted(text)))?;
     // Written so that NaN, which compares false with everything, is refused too.
     if !(value >= *range.start() && value <= *range.end()) {
         return Err(format!("{text} is out of range: give {} to {} {unit}", range.start(), range.end()));

@@ -114,6 +114,45 @@ pub fn plugin_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
     args
 }
 
+/// Reads the command line. A usage error (an unknown flag, a value out of range) is printed
+/// as clap words it and exits 2, except that under `-o json` it is the JSON error object every
+/// other failure is (see [`output::finish`]), so a script reading errors as JSON reads these too.
+pub fn parse(args: Vec<OsString>) -> Result<Cli, ExitCode> {
+    use clap::error::ErrorKind;
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => Ok(cli),
+        Err(e) if !e.use_stderr() || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            e.exit()
+        }
+        Err(e) if asks_for_json(&args) => Err(output::finish(
+            Err(output::Failure::bad_input(anyhow::anyhow!(usage_error_words(&e.to_string())))),
+            output::OutputFormat::Json,
+        )),
+        Err(e) => e.exit(),
+    }
+}
+
+/// clap's error and its tips on one line, without the `error: ` prefix and the usage lines.
+fn usage_error_words(rendered: &str) -> String {
+    let mut lines = rendered.lines().map(str::trim);
+    let first = lines.next().unwrap_or_default();
+    let mut words = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    for tip in lines.filter(|l| l.starts_with("tip: ")) {
+        words.push_str("; ");
+        words.push_str(tip);
+    }
+    words
+}
+
+/// Whether the command line asks for `-o json` in any of the forms clap takes.
+fn asks_for_json(args: &[OsString]) -> bool {
+    let args: Vec<&str> = args.iter().filter_map(|a| a.to_str()).collect();
+    args.iter().enumerate().any(|(i, arg)| {
+        matches!(*arg, "-ojson" | "-o=json" | "--output=json")
+            || (matches!(*arg, "-o" | "--output") && args.get(i + 1) == Some(&"json"))
+    })
+}
+
 /// Turns a command's result into an exit code, printing errors the way a user reads them.
 pub fn run(cli: Cli) -> ExitCode {
     // The demo prints its own progress; the operator's logs only when something goes wrong.

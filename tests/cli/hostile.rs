@@ -110,6 +110,17 @@ fn errors_under_json_output_are_json_with_each_cause_once() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert_eq!(stderr.matches("expected a list").count(), 1, "each cause once: {stderr}");
+
+    // A flag out of range is a usage error: JSON too under -o json, in each spelling of it.
+    for json in [&["-o", "json"][..], &["-ojson"], &["--output=json"]] {
+        let mut args = vec!["plan", "--snapshot", &file, "--time-limit-ms", "0"];
+        args.extend_from_slice(json);
+        let out = geometer(&args);
+        assert_eq!(out.status.code(), Some(2));
+        let error: Value = serde_json::from_slice(&out.stderr).expect("a JSON usage error on stderr");
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains("--time-limit-ms") && message.contains("1 to 600000"), "{message}");
+    }
 }
 
 #[test]

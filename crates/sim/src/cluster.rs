@@ -1,6 +1,7 @@
 //! The simulated cluster: GPU models (as the simulator needs them) and nodes, built from a
 //! `--cluster` spec such as `4xA100-80GB:8,4xH100-80GB:8` or from an Alibaba node list.
 
+use geometer_solver::words::quoted;
 use thiserror::Error;
 
 /// One MIG profile as the simulator sees it: a resource name and the slices it takes.
@@ -137,31 +138,36 @@ pub fn parse_cluster_spec(
         let head = parts.next().unwrap_or_default();
         let (count, model_name) =
             head.split_once(['x', 'X']).ok_or_else(|| bad("missing NODESx before the model"))?;
-        let count: usize =
-            count.trim().parse().map_err(|_| bad(&format!("node count {count:?} is not a whole number")))?;
+        let count: usize = count
+            .trim()
+            .parse()
+            .map_err(|_| bad(&format!("node count {} is not a whole number", quoted(count))))?;
         if count == 0 || count > 100_000 {
             return Err(bad(&format!("node count {count} must be between 1 and 100000")));
         }
         let gpus = parts.next().ok_or_else(|| bad("missing :GPUS per node"))?;
-        let gpus: u32 =
-            gpus.trim().parse().map_err(|_| bad(&format!("GPUs per node {gpus:?} is not a whole number")))?;
+        let gpus: u32 = gpus
+            .trim()
+            .parse()
+            .map_err(|_| bad(&format!("GPUs per node {} is not a whole number", quoted(gpus))))?;
         if gpus == 0 || gpus > 64 {
             return Err(bad(&format!("GPUs per node {gpus} must be between 1 and 64")));
         }
         let (mut cpu_milli, mut memory_mib) = (None, None);
         for extra in parts {
-            let (key, value) =
-                extra.split_once('=').ok_or_else(|| bad(&format!("option {extra:?} is not key=value")))?;
+            let (key, value) = extra
+                .split_once('=')
+                .ok_or_else(|| bad(&format!("option {} is not key=value", quoted(extra))))?;
             let number: f64 = value
                 .trim()
                 .parse()
                 .ok()
                 .filter(|v: &f64| v.is_finite() && *v > 0.0)
-                .ok_or_else(|| bad(&format!("{key}={value:?} is not a positive number")))?;
+                .ok_or_else(|| bad(&format!("{key}={} is not a positive number", quoted(value))))?;
             match key.trim() {
                 "cpu" => cpu_milli = Some((number * 1000.0).round() as u64),
                 "mem" => memory_mib = Some((number * 1024.0).round() as u64),
-                other => return Err(bad(&format!("unknown option {other:?} (known: cpu, mem)"))),
+                other => return Err(bad(&format!("unknown option {} (known: cpu, mem)", quoted(other)))),
             }
         }
         let model_name = model_name.trim();

@@ -8,6 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use geometer_solver::words::quoted;
 use thiserror::Error;
 
 use crate::cluster::Cluster;
@@ -114,7 +115,7 @@ impl FromStr for StrategyKind {
     fn from_str(text: &str) -> Result<Self, String> {
         StrategyKind::accepted().find(|k| k.to_string() == text).ok_or_else(|| {
             let known: Vec<String> = StrategyKind::accepted().map(|k| k.to_string()).collect();
-            format!("--strategy {text:?} is not known; use one of: {}", known.join(", "))
+            format!("--strategy {} is not known; use one of: {}", quoted(text), known.join(", "))
         })
     }
 }

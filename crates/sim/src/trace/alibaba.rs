@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use geometer_solver::words::quoted;
+
 use super::records::Table;
 use super::{GpuRequest, Trace, TraceError, TracePod};
 use crate::cluster::{Cluster, ClusterError, ModelInfo, NodeSpec};
@@ -116,7 +118,10 @@ impl ModelMap {
         let mut map = BTreeMap::new();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (from, to) = item.split_once('=').ok_or_else(|| {
-                format!("--model-map: item {item:?} is not ALIBABA_MODEL=CATALOG_MODEL (e.g. G2=H100-80GB)")
+                format!(
+                    "--model-map: item {} is not ALIBABA_MODEL=CATALOG_MODEL (e.g. G2=H100-80GB)",
+                    quoted(item)
+                )
             })?;
             map.insert(from.trim().to_string(), to.trim().to_string());
         }
@@ -250,7 +255,10 @@ pub fn cluster_from_nodes(
     let notes = dropped
         .into_iter()
         .map(|(model, (n, g))| {
-            format!("node list: {n} nodes ({g} GPUs) of model {model:?} left out: not in --model-map")
+            format!(
+                "node list: {n} nodes ({g} GPUs) of model {} left out: not in --model-map",
+                quoted(&model)
+            )
         })
         .collect();
     Ok((Cluster::new(infos, specs)?, notes))
