@@ -132,14 +132,25 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, ExitCode> {
     }
 }
 
-/// clap's error and its tips on one line, without the `error: ` prefix and the usage lines.
+/// clap's error on one line (the arguments it lists, its tips), without the `error: ` prefix
+/// and the usage lines that follow.
 fn usage_error_words(rendered: &str) -> String {
-    let mut lines = rendered.lines().map(str::trim);
-    let first = lines.next().unwrap_or_default();
-    let mut words = first.strip_prefix("error: ").unwrap_or(first).to_string();
-    for tip in lines.filter(|l| l.starts_with("tip: ")) {
-        words.push_str("; ");
-        words.push_str(tip);
+    let lines = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"));
+    let mut words = String::new();
+    for line in lines.filter(|l| !l.is_empty()) {
+        let line = line.strip_prefix("error: ").unwrap_or(line);
+        let joint = if words.is_empty() {
+            ""
+        } else if line.starts_with("tip: ") {
+            "; "
+        } else {
+            " "
+        };
+        words.push_str(joint);
+        words.push_str(line);
     }
     words
 }

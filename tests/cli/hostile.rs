@@ -121,6 +121,11 @@ fn errors_under_json_output_are_json_with_each_cause_once() {
         let message = error["error"]["message"].as_str().unwrap();
         assert!(message.contains("--time-limit-ms") && message.contains("1 to 600000"), "{message}");
     }
+    let out = geometer(&["simulate", "-o", "json"]);
+    let error: Value = serde_json::from_slice(&out.stderr).expect("a JSON usage error on stderr");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("not provided") && message.contains("--trace <FILE>"), "{message}");
+    assert!(!message.contains("Usage") && !message.contains("--help"), "{message}");
 }
 
 #[test]
