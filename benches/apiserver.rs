@@ -67,7 +67,7 @@ fn node(n: usize) -> serde_json::Value {
         "status": {"conditions": [{"type": "Ready", "status": "True"}],
             "capacity": {"cpu": "96", "memory": "1Ti", "nvidia.com/mig-1g.10gb": "7", "nvidia.com/mig-3g.40gb": "2"},
             "allocatable": {"cpu": "96", "memory": "1Ti", "nvidia.com/mig-1g.10gb": "7", "nvidia.com/mig-3g.40gb": "2"},
-            "nodeInfo": {"kubeletVersion": "v1.33.0", "architecture": "amd64", "bootID": "b", "containerRuntimeVersion": "containerd://2.0.0",
+            "nodeInfo": {"kubeletVersion": "v1.37.0", "architecture": "amd64", "bootID": "b", "containerRuntimeVersion": "containerd://2.0.0",
                 "kernelVersion": "6.8.0", "kubeProxyVersion": "", "machineID": "m", "operatingSystem": "linux", "osImage": "Ubuntu 24.04", "systemUUID": "s"}}})
 }
 

@@ -18,7 +18,7 @@
 # The version ldflags follow kubernetes/kubernetes hack/lib/version.sh (kube::version::ldflags).
 set -euo pipefail
 
-K8S_VERSION="${GEOMETER_K8S_VERSION:-v1.33.13}"
+K8S_VERSION="${GEOMETER_K8S_VERSION:-v1.37.2}"
 ETCD_VERSION="${GEOMETER_ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${GEOMETER_HELM_VERSION:-v3.17.3}"
 # Prometheus 3.x is tagged v0.3xx.y as a Go module.
@@ -114,6 +114,24 @@ build_helm() {
   GOBIN="$BIN" go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
     "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
+
+# etcd, helm and promtool do not depend on the Kubernetes release: take them from another
+# release's folder of this cache when Go's build information says they are built from the
+# module version asked for, rather than build them again when only Kubernetes moves.
+reuse_built() {
+  local name="$1" module="$2" version="$3" found
+  [ -x "$BIN/$name" ] && return 0
+  for found in "$CACHE_ROOT"/*/bin/"$name"; do
+    [ -x "$found" ] || continue
+    if go version -m "$found" 2>/dev/null | grep -Eq "^[[:space:]]+mod[[:space:]]+$module[[:space:]]+$version[[:space:]]"; then
+      cp "$found" "$BIN/$name" && echo "k8s-control-plane: reusing $found ($module $version)" >&2
+      return 0
+    fi
+  done
+}
+reuse_built etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+reuse_built helm helm.sh/helm/v3 "$HELM_VERSION"
+reuse_built promtool github.com/prometheus/prometheus "$PROMETHEUS_VERSION"
 
 kube_missing=()
 for b in "${KUBE_COMMANDS[@]}"; do [ -x "$BIN/$b" ] || kube_missing+=("$b"); done

@@ -115,7 +115,7 @@ async fn a_repeated_set_item_or_map_list_key_is_refused_with_its_field() {
         "lastTransitionTime": "2024-01-01T00:00:00Z"});
     let status = Patch::Merge(json!({"status": {"conditions": [ready.clone(), ready]}}));
     let written = raw.patch_status("once", &PatchParams::default(), &status).await;
-    let expected = "status.conditions[1] FieldValueDuplicate Duplicate value: map[string]interface {}{\"type\":\"Ready\"}";
+    let expected = "status.conditions[1] FieldValueDuplicate Duplicate value: {\"type\":\"Ready\"}";
     assert_eq!(only_cause(written), expected);
 }
 

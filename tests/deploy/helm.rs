@@ -14,7 +14,7 @@ use serde_json::Value;
 
 const CHART: &str = "deploy/helm/geometer";
 /// `helm template` assumes Kubernetes 1.20 unless told; the chart needs 1.29 or later.
-const KUBE_VERSION: &str = "1.33.0";
+const KUBE_VERSION: &str = "1.37.0";
 /// Labels only Helm adds.
 const HELM_LABELS: [&str; 3] =
     ["app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "helm.sh/chart"];

@@ -159,7 +159,7 @@ async fn a_published_plan_can_be_approved_and_nothing_else_changed() {
     );
     assert!(
         withdrawn.contains(&format!(
-            "The MigPlan \"{PLAN}\" is invalid: spec.approved: Invalid value: \"boolean\": {NO_WITHDRAWAL}"
+            "The MigPlan \"{PLAN}\" is invalid: spec.approved: Invalid value: false: {NO_WITHDRAWAL}"
         )),
         "{withdrawn}"
     );
@@ -269,7 +269,7 @@ async fn a_policy_with_idle_batching_longer_than_max_or_an_unknown_headroom_key_
     );
     assert!(
         refused.contains(&format!(
-            "The MigPolicy \"pool\" is invalid: spec.batching: Invalid value: \"object\": {batching}"
+            "The MigPolicy \"pool\" is invalid: spec.batching: Invalid value: {batching}"
         )),
         "{refused}"
     );

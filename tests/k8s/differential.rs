@@ -3,6 +3,8 @@
 //! concurrency, server-side apply ownership, CRD validation, list-type uniqueness) must agree.
 //! Each step records what a client observes; the two records are compared step by step.
 
+use std::time::Duration;
+
 use std::fmt::Debug;
 
 use geometer_apiserver::ApiServer;
@@ -76,14 +78,14 @@ async fn observe(client: kube::Client) -> Vec<(&'static str, String)> {
     pdbs.create(&PostParams::default(), &pdb).await.unwrap();
     let status = wait_until(
         "the budget's status",
-        || async { pdbs.get("web").await.ok()?.status.filter(|s| s.expected_pods == 1) },
+        || async { pdbs.get("web").await.ok()?.status.filter(|s| s.expected_pods == Some(1)) },
         String::new,
     )
     .await;
     steps.push((
         "PDB status (allowed, healthy, desired, expected)",
         format!(
-            "{} {} {} {}",
+            "{:?} {:?} {:?} {:?}",
             status.disruptions_allowed, status.current_healthy, status.desired_healthy, status.expected_pods
         ),
     ));
@@ -139,7 +141,12 @@ async fn observe(client: kube::Client) -> Vec<(&'static str, String)> {
     ] {
         let request =
             http::Request::get(format!("/api/v1/namespaces/{NS}/pods?{query}")).body(Vec::new()).unwrap();
-        steps.push((what, seen(client.request_text(request).await, |_| String::new())));
+        // A watch the server accepts streams until closed: one that answers nothing within a
+        // few seconds was accepted.
+        let answered = tokio::time::timeout(Duration::from_secs(3), client.request_text(request)).await;
+        let seen =
+            answered.map_or_else(|_| "accepted (streaming)".to_string(), |a| seen(a, |_| String::new()));
+        steps.push((what, seen));
     }
 
     let node: Node = serde_json::from_value(json!({"metadata": {"name": "diff-node"}})).unwrap();

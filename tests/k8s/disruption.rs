@@ -117,7 +117,7 @@ async fn a_pod_disruption_budget_holds_the_drain_until_a_replacement_is_ready() 
         "the disruption controller allowing one disruption",
         || async {
             let status = pdbs.get("web").await.ok()?.status?;
-            (status.disruptions_allowed == 1).then_some(())
+            (status.disruptions_allowed == Some(1)).then_some(())
         },
         || k8s.logs(),
     )

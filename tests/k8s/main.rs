@@ -12,6 +12,7 @@ mod demand_shift;
 mod demo;
 mod differential;
 mod disruption;
+mod dra;
 mod gpu_operator;
 mod helm;
 mod leader;

@@ -149,6 +149,6 @@ pub(crate) fn wants_aggregated(accept: &str) -> Option<&'static str> {
 }
 
 pub(crate) fn version_info() -> Value {
-    json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0+geometer-apiserver", "gitCommit": "", "gitTreeState": "clean",
+    json!({"major": "1", "minor": "37", "gitVersion": "v1.37.0+geometer-apiserver", "gitCommit": "", "gitTreeState": "clean",
         "buildDate": "2025-01-01T00:00:00Z", "goVersion": "n/a", "compiler": "rustc", "platform": "linux/amd64"})
 }

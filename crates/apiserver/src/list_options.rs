@@ -8,19 +8,7 @@ use super::request::Query;
 
 /// Refuses list or watch options a real server refuses.
 pub(crate) fn check(q: &Query, watch: bool) -> ApiResult<()> {
-    let send_initial = match q.get("sendInitialEvents") {
-        None => None,
-        Some("true") => Some(true),
-        Some("false") => Some(false),
-        Some(other) => {
-            let why = format!("Invalid value: \"{other}\": must be true or false");
-            return Err(ApiError::invalid(
-                "ListOptions.meta.k8s.io",
-                "",
-                vec![("sendInitialEvents".into(), why)],
-            ));
-        }
-    };
+    let send_initial = q.get("sendInitialEvents").map(|_| q.flag("sendInitialEvents"));
     let rv_match = q.get("resourceVersionMatch").filter(|m| !m.is_empty());
     let mut causes: Vec<(String, String)> = Vec::new();
     let mut forbid = |field: &str, why: String| causes.push((field.to_string(), why));

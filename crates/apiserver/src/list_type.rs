@@ -141,32 +141,45 @@ fn canonical(v: &Value) -> String {
 }
 
 /// A bad value as `field.Error` prints it: `%q` for strings, `%v` for numbers and booleans,
-/// `null`, and Go syntax (`%#v`) for objects and arrays.
+/// `null`, and JSON for objects and arrays, as apimachinery 1.37 does (kubernetes,
+/// `staging/src/k8s.io/apimachinery/pkg/util/validation/field/errors.go`, `ErrorBody`; it
+/// printed Go syntax, `map[string]interface {}{...}`, up to 1.33).
 fn go_value(v: &Value) -> String {
     match v {
         Value::Null => "null".into(),
-        Value::Object(_) | Value::Array(_) => go_syntax(v),
+        Value::Object(_) | Value::Array(_) => go_json(v),
         other => go_scalar(other),
     }
 }
 
-/// `%#v` of a decoded JSON value (`map[string]interface {}{...}`, keys sorted).
-fn go_syntax(v: &Value) -> String {
+/// `json.Marshal` of a decoded JSON value: keys sorted, no spaces, floats without a fraction
+/// as integers, `<`, `>` and `&` escaped.
+fn go_json(v: &Value) -> String {
     match v {
-        Value::Null => "interface {}(nil)".into(),
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_by_key(|(k, _)| *k);
             let shown: Vec<String> =
-                entries.iter().map(|(k, x)| format!("{}:{}", go_quote(k), go_syntax(x))).collect();
-            format!("map[string]interface {{}}{{{}}}", shown.join(", "))
+                entries.iter().map(|(k, x)| format!("{}:{}", json_string(k), go_json(x))).collect();
+            format!("{{{}}}", shown.join(","))
         }
-        Value::Array(items) => {
-            let shown: Vec<String> = items.iter().map(go_syntax).collect();
-            format!("[]interface {{}}{{{}}}", shown.join(", "))
-        }
-        other => go_scalar(other),
+        Value::Array(items) => format!("[{}]", items.iter().map(go_json).collect::<Vec<_>>().join(",")),
+        Value::String(s) => json_string(s),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 1e21 => format!("{f:.0}"),
+            Some(f) if n.is_f64() && f != 0.0 && f.abs() < 1e-6 => format!("{f:e}").replace("e-", "e-0"),
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
     }
+}
+
+fn json_string(s: &str) -> String {
+    Value::String(s.to_string())
+        .to_string()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
 }
 
 fn go_scalar(v: &Value) -> String {
@@ -261,10 +274,7 @@ mod tests {
         assert_eq!(
             found,
             vec![
-                (
-                    "spec.gpus[2]".to_string(),
-                    "Duplicate value: map[string]interface {}{\"index\":0}".to_string()
-                ),
+                ("spec.gpus[2]".to_string(), "Duplicate value: {\"index\":0}".to_string()),
                 ("spec.gpus[0].tags[2]".to_string(), "Duplicate value: 1".to_string()),
             ]
         );
@@ -279,9 +289,9 @@ mod tests {
             vec![
                 (
                     "spec.ports[2]".to_string(),
-                    "Duplicate value: map[string]interface {}{\"port\":80, \"protocol\":\"UDP\"}".to_string()
+                    "Duplicate value: {\"port\":80,\"protocol\":\"UDP\"}".to_string()
                 ),
-                ("spec.ports[4]".to_string(), "Duplicate value: map[string]interface {}{}".to_string()),
+                ("spec.ports[4]".to_string(), "Duplicate value: {}".to_string()),
             ]
         );
         let not_objects = check_spec(json!({"gpus": [{"index": 0}, "zero"]}));
@@ -309,7 +319,9 @@ mod tests {
         assert_eq!(go_value(&json!(1_000_000.0)), "1e+06");
         assert_eq!(go_value(&json!(0.00001)), "1e-05");
         assert_eq!(go_value(&json!(123456.5)), "123456.5");
-        assert_eq!(go_value(&json!([null, true, {"b": 1, "a": [2.5]}])),
-            "[]interface {}{interface {}(nil), true, map[string]interface {}{\"a\":[]interface {}{2.5}, \"b\":1}}");
+        assert_eq!(
+            go_value(&json!([null, true, {"b": 1, "a": [2.5, 80.0]}, "<&>"])),
+            "[null,true,{\"a\":[2.5,80],\"b\":1},\"\\u003c\\u0026\\u003e\"]"
+        );
     }
 }

@@ -102,7 +102,7 @@ pub(crate) fn group_version(registry: &Registry, group: &str, version: &str) -> 
     }
     Some(json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes (geometer in-memory API server)", "version": "v1.33.0"},
+        "info": {"title": "Kubernetes (geometer in-memory API server)", "version": "v1.37.0"},
         "paths": paths,
         "components": {"schemas": schemas},
     }))

@@ -81,8 +81,11 @@ impl Query {
         self.0.get(key).map(String::as_str).filter(|v| !v.is_empty())
     }
 
+    /// A boolean parameter as apimachinery reads one: absent, `0` or `false` (any case) is
+    /// false, anything else true (kubernetes,
+    /// `staging/src/k8s.io/apimachinery/pkg/runtime/conversion.go`, `Convert_Slice_string_To_bool`).
     pub(crate) fn flag(&self, key: &str) -> bool {
-        matches!(self.get(key), Some("true" | "1"))
+        self.get(key).is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
     }
 
     pub(crate) fn number(&self, key: &str) -> ApiResult<Option<u64>> {

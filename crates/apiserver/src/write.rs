@@ -306,7 +306,7 @@ impl Store {
             ));
         }
         if let Some(rv) = new["metadata"]["resourceVersion"].as_str().filter(|s| !s.is_empty()) {
-            // kube-apiserver 1.33 answers a resourceVersion that is not a number with a bare 500
+            // kube-apiserver (1.33 to 1.37) answers a resourceVersion that is not a number with a bare 500
             // (its etcd3 store fails to parse it; tests/k8s/differential.rs), not a 409.
             if rv.parse::<u64>().is_err() {
                 return Err(ApiError::new(

@@ -18,6 +18,7 @@
 
 pub mod adapter;
 pub(crate) mod conditions;
+pub mod dra;
 pub(crate) mod planning;
 pub(crate) mod policy;
 pub mod rightsizing;

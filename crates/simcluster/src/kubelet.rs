@@ -20,10 +20,12 @@ use tokio::sync::mpsc;
 
 use super::fit::container_mig_requests;
 use super::ledger::{Ending, PodRun, SimEvent};
-use super::node::SimNode;
+use super::node::{AdmitError, Device, SimNode};
 use super::objects::{self, is_device_plugin, RELEASES_ANNOTATION};
+use super::spec::DeviceStack;
 use super::spec::DEVICE_PLUGIN_NAMESPACE;
 use super::Shared;
+use super::{claims, dra};
 
 /// Work the kubelet scheduled for itself.
 enum Later {
@@ -31,6 +33,8 @@ enum Later {
     Complete { namespace: String, name: String, uid: String },
     /// A device plugin could not read the GPUs; try starting it again.
     RetryPlugin(Box<Pod>),
+    /// A pod's DRA claims were not ready to prepare; read the pod again and retry.
+    RetryClaims { namespace: String, name: String, uid: String },
 }
 
 struct Kubelet {
@@ -83,6 +87,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
             Some(job) = rx.recv() => match job {
                 Later::Complete { namespace, name, uid } => k.complete(&namespace, &name, &uid).await,
                 Later::RetryPlugin(pod) => k.apply(*pod).await,
+                Later::RetryClaims { namespace, name, uid } => k.retry(&namespace, &name, &uid).await,
             },
         }
     }
@@ -113,6 +118,10 @@ impl Kubelet {
             .then(|| PodKey::new(&pod.namespace().unwrap_or_default(), &pod.name_any()));
         if is_device_plugin(&pod) {
             self.start_plugin(&node, pod).await;
+        } else if dra::is_plugin(&pod) {
+            self.start_dra_plugin(&node, pod).await;
+        } else if node.stack == DeviceStack::DraStatic {
+            self.start_claiming(&node, pod).await;
         } else {
             self.handled.insert(uid);
             self.start_workload(&node, pod).await;
@@ -129,12 +138,7 @@ impl Kubelet {
             Ok(found) => found,
             Err(e) => {
                 tracing::warn!(node = %node.name, error = %e, "simulated device plugin cannot read the GPUs; retrying");
-                let later = self.later.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    let _ = later.send(Later::RetryPlugin(Box::new(pod)));
-                });
-                return;
+                return self.retry_plugin(pod);
             }
         };
         self.handled.insert(pod.uid().unwrap_or_default());
@@ -160,12 +164,116 @@ impl Kubelet {
         }
     }
 
+    /// The DRA kubelet plugin starts: it reads the GPUs and publishes the node's ResourceSlice
+    /// (the Node's allocatable is left alone: DRA devices are not extended resources), then its
+    /// pod reports ready.
+    async fn start_dra_plugin(&mut self, node: &SimNode, pod: Pod) {
+        let published = match node.start_dra_plugin(&self.shared.catalog) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(node = %node.name, error = %e, "simulated DRA plugin cannot read the GPUs; retrying");
+                return self.retry_plugin(pod);
+            }
+        };
+        self.handled.insert(pod.uid().unwrap_or_default());
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        for d in published.devices.values() {
+            *counts.entry(d.resource()).or_default() += 1;
+        }
+        let written = async {
+            let catalog = &self.shared.catalog;
+            dra::publish(&self.shared.client, &node.name, &published.gpus, &published.devices, catalog)
+                .await?;
+            let status = objects::running_status(&pod, &node.ip);
+            self.pods(dra::DRA_PLUGIN_NAMESPACE)
+                .patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status))
+                .await
+        };
+        match written.await {
+            Ok(_) => self.shared.ledger.emit(SimEvent::Advertised {
+                node: node.name.clone(),
+                resources: counts,
+                start: published.start,
+            }),
+            Err(e) => {
+                tracing::warn!(node = %node.name, error = %e, "simulated DRA plugin could not publish the node's ResourceSlice")
+            }
+        }
+    }
+
+    /// A pod on a DRA node starts on the devices its claims were allocated, once every claim
+    /// is allocated and reserved for it; until then it stays pending and is tried again.
+    async fn start_claiming(&mut self, node: &SimNode, pod: Pod) {
+        let (ns, name, uid) =
+            (pod.namespace().unwrap_or_default(), pod.name_any(), pod.uid().unwrap_or_default());
+        match claims::allocated_devices(&self.shared.client, &node.name, &pod).await {
+            Ok(devices) => {
+                self.handled.insert(uid);
+                let container = claims::claiming_container(&pod);
+                let admitted = node.admit_claimed(
+                    &ns,
+                    &name,
+                    &pod.uid().unwrap_or_default(),
+                    &container,
+                    &devices,
+                    objects::gpu_usage(&pod),
+                );
+                self.report_admission(node, pod, admitted).await;
+            }
+            Err(waiting) => {
+                tracing::debug!(pod = %PodKey::new(&ns, &name).to_string(), waiting, "simulated kubelet: DRA claims not ready; retrying");
+                let later = self.later.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let _ = later.send(Later::RetryClaims { namespace: ns, name, uid });
+                });
+            }
+        }
+    }
+
+    /// A plugin pod that could not read the GPUs starts again a moment later.
+    fn retry_plugin(&self, pod: Pod) {
+        let later = self.later.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let _ = later.send(Later::RetryPlugin(Box::new(pod)));
+        });
+    }
+
+    /// A pod whose claims were not ready: read it again, and start it if it is still the same,
+    /// bound, pending pod.
+    async fn retry(&mut self, namespace: &str, name: &str, uid: &str) {
+        if let Ok(Some(pod)) = self.pods(namespace).get_opt(name).await {
+            if pod.uid().as_deref() == Some(uid) {
+                self.apply(pod).await;
+            }
+        }
+    }
+
     async fn start_workload(&mut self, node: &SimNode, pod: Pod) {
+        let admitted = node.admit(
+            &pod.namespace().unwrap_or_default(),
+            &pod.name_any(),
+            &pod.uid().unwrap_or_default(),
+            &container_mig_requests(&pod),
+            objects::gpu_usage(&pod),
+        );
+        self.report_admission(node, pod, admitted).await;
+    }
+
+    /// Reports an admitted pod running (and ends it after its run time), or a refused one
+    /// failed, as a kubelet does.
+    async fn report_admission(
+        &mut self,
+        node: &SimNode,
+        pod: Pod,
+        admitted: Result<Vec<Device>, AdmitError>,
+    ) {
         let (ns, name, uid) =
             (pod.namespace().unwrap_or_default(), pod.name_any(), pod.uid().unwrap_or_default());
         let key = PodKey::new(&ns, &name).to_string();
         let api = self.pods(&ns);
-        match node.admit(&ns, &name, &uid, &container_mig_requests(&pod), objects::gpu_usage(&pod)) {
+        match admitted {
             Ok(devices) => {
                 let status = objects::running_status(&pod, &node.ip);
                 if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await
@@ -267,8 +375,8 @@ impl Kubelet {
             let client = PodKey::new(&pod.namespace().unwrap_or_default(), &pod.name_any());
             node.nvml.hold_every_gpu(&client.to_string(), false);
         }
-        if is_device_plugin(pod) && !objects::owned_by_daemonset(pod) {
-            return self.recreate_plugin(&node.name).await;
+        if (is_device_plugin(pod) || dra::is_plugin(pod)) && !objects::owned_by_daemonset(pod) {
+            return self.recreate_plugin(&node).await;
         }
         let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
         if node.is_running(&ns, &name, &uid) {
@@ -302,12 +410,13 @@ impl Kubelet {
     }
 
     /// The DaemonSet controller's part: a deleted plugin pod comes back (with a new name).
-    async fn recreate_plugin(&mut self, node: &str) {
-        let serial = self.plugin_serial.entry(node.to_string()).or_insert(0);
+    async fn recreate_plugin(&mut self, node: &SimNode) {
+        let serial = self.plugin_serial.entry(node.name.clone()).or_insert(0);
         *serial += 1;
-        let pod = objects::device_plugin_pod(node, *serial);
-        if let Err(e) = self.pods(DEVICE_PLUGIN_NAMESPACE).create(&PostParams::default(), &pod).await {
-            tracing::warn!(node, error = %e, "simulated DaemonSet could not recreate the device plugin pod");
+        let pod = objects::plugin_pod(node.stack, &node.name, *serial);
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        if let Err(e) = self.pods(&namespace).create(&PostParams::default(), &pod).await {
+            tracing::warn!(node = %node.name, error = %e, "simulated DaemonSet could not recreate the plugin pod");
         }
     }
 

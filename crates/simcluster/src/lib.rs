@@ -41,6 +41,8 @@
 //! # }
 //! ```
 
+mod claims;
+pub mod dra;
 mod fit;
 mod heartbeat;
 mod kubelet;
@@ -70,13 +72,13 @@ pub use fit::{describe as describe_requests, pod_requests, Misfit, Resources};
 pub use kubelet::delete_stopped_pod;
 pub use latency::SlowNvml;
 pub use ledger::{Ending, Ledger, PodRun, SimEvent};
-pub use node::{AdmitError, Device, SimNode, SliceUnits};
+pub use node::{AdmitError, Device, DraPublication, SimNode, SliceUnits};
 pub use objects::{
     gpu_usage, is_device_plugin, run_seconds, MigPod, GPU_USAGE_ANNOTATION, HOLDS_GPUS_LABEL,
     RELEASES_ANNOTATION, RUN_SECONDS_ANNOTATION,
 };
 pub use scheduler::SCHEDULER_NAME;
-pub use spec::{ClusterSpec, GpuSpec, NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
+pub use spec::{ClusterSpec, DeviceStack, GpuSpec, NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
 
 use geometer_agent::nvml::sim::{SimError, SimGpuOptions, SimNvml};
 use geometer_agent::nvml::NvmlBackend;
@@ -115,6 +117,8 @@ pub enum SimClusterError {
         #[source]
         source: kube::Error,
     },
+    #[error("node {0} uses the DRA driver, which needs the real control plane's scheduler; join one with SimCluster::join")]
+    DraNeedsControlPlane(String),
     #[error("the device plugin on node {0} never started (its NVML could not be read)")]
     PluginNeverStarted(String),
     #[error("node {node}: cannot serve PodResources on {socket}: {source}")]
@@ -186,6 +190,9 @@ impl SimCluster {
         spec: &ClusterSpec,
         catalog: Catalog,
     ) -> Result<SimCluster, SimClusterError> {
+        if let Some(n) = spec.nodes.iter().find(|n| n.stack != DeviceStack::DevicePlugin) {
+            return Err(SimClusterError::DraNeedsControlPlane(n.name.clone()));
+        }
         let nodes = build_nodes(spec, &catalog, None)?;
         let seed_err = |what: String| move |source| SimClusterError::Seed { what, source };
         let ns: Namespace =
@@ -221,12 +228,13 @@ impl SimCluster {
         let catalog = Catalog::builtin().clone();
         let nodes = build_nodes(spec, &catalog, Some(state_dir))?;
         let api_err = |what: String| move |source| SimClusterError::Api { what, source };
-        let ns: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": DEVICE_PLUGIN_NAMESPACE}}))
-                .expect("namespace");
-        create_if_missing(&Api::all(client.clone()), &ns)
-            .await
-            .map_err(api_err(format!("namespace {DEVICE_PLUGIN_NAMESPACE}")))?;
+        for name in [DEVICE_PLUGIN_NAMESPACE, dra::DRA_PLUGIN_NAMESPACE] {
+            let ns: Namespace =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("namespace");
+            create_if_missing(&Api::all(client.clone()), &ns)
+                .await
+                .map_err(api_err(format!("namespace {name}")))?;
+        }
         let mut registered = Vec::new();
         for n in &spec.nodes {
             registered.push(
@@ -264,10 +272,13 @@ impl SimCluster {
 
     /// Creates every node's device plugin pod, retrying refusals for up to `patience`.
     async fn start_plugins(&self, patience: Duration) -> Result<(), SimClusterError> {
-        let plugins: Api<Pod> = Api::namespaced(self.shared.client.clone(), DEVICE_PLUGIN_NAMESPACE);
         let deadline = tokio::time::Instant::now() + patience;
-        for name in self.shared.nodes.keys() {
-            let pod = objects::device_plugin_pod(name, 0);
+        for (name, node) in &self.shared.nodes {
+            let pod = objects::plugin_pod(node.stack, name, 0);
+            let plugins: Api<Pod> = Api::namespaced(
+                self.shared.client.clone(),
+                pod.metadata.namespace.as_deref().unwrap_or_default(),
+            );
             loop {
                 match plugins.create(&PostParams::default(), &pod).await {
                     Ok(_) => break,
@@ -465,7 +476,9 @@ fn build_nodes(
             nvml = nvml.with_state_file(&node_dir.join("gpus.json")).map_err(gpu_error)?;
         }
         let models: Vec<&str> = n.gpus.iter().map(|g| g.model.as_str()).collect();
-        let node = Arc::new(SimNode::new(&n.name, &node_ip(i), nvml, SliceUnits::of(catalog, &models)));
+        let node =
+            SimNode::new(&n.name, &node_ip(i), nvml, SliceUnits::of(catalog, &models)).with_stack(n.stack);
+        let node = Arc::new(node);
         if nodes.insert(n.name.clone(), node).is_some() {
             return Err(SimClusterError::DuplicateNode(n.name.clone()));
         }

@@ -15,7 +15,10 @@ use geometer_agent::pod_resources::DeviceAssignment;
 use geometer_agent::read_inventory;
 use geometer_agent::SharedAssignments;
 use geometer_api::resources::device_resource;
+use geometer_api::GpuInventory;
 use geometer_solver::catalog::WHOLE;
+
+use crate::spec::DeviceStack;
 
 /// A MIG device, or a whole GPU with MIG off (profile `whole`, the GPU's UUID), as the device
 /// plugin lists it.
@@ -38,6 +41,26 @@ impl Device {
     }
 }
 
+impl NodeState {
+    /// The devices of the pod `key` with `uid` when the kubelet runs it already.
+    fn devices_of(&self, key: &PodKey, uid: &str) -> Option<Vec<Device>> {
+        self.running.get(key).filter(|r| r.uid == uid).map(|r| r.devices.clone())
+    }
+}
+
+/// Devices by the resource name the device plugin advertises them under.
+type ByResource = BTreeMap<String, Vec<Device>>;
+
+/// What the DRA plugin read and published at one start.
+pub struct DraPublication {
+    /// The GPUs as NVML reported them.
+    pub gpus: Vec<GpuInventory>,
+    /// The devices, by the name the driver gives each.
+    pub devices: BTreeMap<String, Device>,
+    /// The plugin's start number (from 1).
+    pub start: u32,
+}
+
 /// A pod the kubelet runs on this node.
 #[derive(Debug, Clone)]
 pub struct RunningPod {
@@ -53,12 +76,18 @@ pub enum AdmitError {
     Unavailable { resource: String, wanted: u32, free: usize },
     #[error("device {uuid} of {resource} no longer exists on the node")]
     Vanished { resource: String, uuid: String },
+    #[error("DRA device {device} is not among the devices the DRA plugin published on this node")]
+    NotPublished { device: String },
+    #[error("DRA device {device} ({uuid}) is in use by another pod on this node")]
+    Held { device: String, uuid: String },
 }
 
 #[derive(Default)]
 struct NodeState {
     /// By resource name, as the plugin listed them at its last start.
     advertised: BTreeMap<String, Vec<Device>>,
+    /// By DRA device name, as the DRA plugin published them at its last start.
+    dra_devices: BTreeMap<String, Device>,
     /// By `namespace/name`.
     running: BTreeMap<PodKey, RunningPod>,
     plugin_starts: u32,
@@ -91,6 +120,8 @@ pub struct SimNode {
     pub ip: String,
     pub nvml: SimNvml,
     pub assignments: SharedAssignments,
+    /// What advertises the node's GPUs.
+    pub stack: DeviceStack,
     units: SliceUnits,
     state: Mutex<NodeState>,
 }
@@ -103,8 +134,15 @@ impl SimNode {
             nvml,
             units,
             assignments: SharedAssignments::default(),
+            stack: DeviceStack::DevicePlugin,
             state: Mutex::new(NodeState::default()),
         }
+    }
+
+    /// The node with its GPUs advertised by `stack`.
+    pub fn with_stack(mut self, stack: DeviceStack) -> SimNode {
+        self.stack = stack;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, NodeState> {
@@ -115,6 +153,35 @@ impl SimNode {
     /// its compute instance is no device) and the kubelet takes that list. Returns the counts
     /// per resource, and the plugin's start number (from 1).
     pub fn start_plugin(&self, catalog: &Catalog) -> Result<(BTreeMap<String, u64>, u32), NvmlError> {
+        let (_, advertised) = self.list_devices(catalog)?;
+        let counts = advertised.iter().map(|(k, v)| (k.clone(), v.len() as u64)).collect();
+        let mut st = self.lock();
+        st.advertised = advertised;
+        st.plugin_starts += 1;
+        Ok((counts, st.plugin_starts))
+    }
+
+    /// NVIDIA's DRA kubelet plugin starts: it lists the same devices as the device plugin,
+    /// each under the name the driver gives it.
+    pub fn start_dra_plugin(&self, catalog: &Catalog) -> Result<DraPublication, NvmlError> {
+        let (gpus, advertised) = self.list_devices(catalog)?;
+        let named: BTreeMap<String, Device> = advertised
+            .values()
+            .flatten()
+            .map(|d| {
+                let model = gpus.iter().find(|g| g.index == d.gpu).and_then(|g| catalog.find(&g.model));
+                (crate::dra::device_name(model, d), d.clone())
+            })
+            .collect();
+        let mut st = self.lock();
+        st.advertised = advertised;
+        st.dra_devices = named.clone();
+        st.plugin_starts += 1;
+        Ok(DraPublication { gpus, devices: named, start: st.plugin_starts })
+    }
+
+    /// Every MIG device NVML reports, and each GPU with MIG off whole, by resource name.
+    fn list_devices(&self, catalog: &Catalog) -> Result<(Vec<GpuInventory>, ByResource), NvmlError> {
         let inventory = read_inventory(&self.nvml, catalog, &[])?;
         let mut advertised: BTreeMap<String, Vec<Device>> = BTreeMap::new();
         for gpu in &inventory.gpus {
@@ -137,11 +204,7 @@ impl SimNode {
                 }
             }
         }
-        let counts = advertised.iter().map(|(k, v)| (k.clone(), v.len() as u64)).collect();
-        let mut st = self.lock();
-        st.advertised = advertised;
-        st.plugin_starts += 1;
-        Ok((counts, st.plugin_starts))
+        Ok((inventory.gpus, advertised))
     }
 
     /// Admits a pod: takes free advertised devices for each container's MIG requests (lowest
@@ -157,8 +220,8 @@ impl SimNode {
     ) -> Result<Vec<Device>, AdmitError> {
         let key = PodKey::new(namespace, pod);
         let mut st = self.lock();
-        if let Some(r) = st.running.get(&key).filter(|r| r.uid == uid) {
-            return Ok(r.devices.clone());
+        if let Some(devices) = st.devices_of(&key, uid) {
+            return Ok(devices);
         }
         let taken: Vec<&str> =
             st.running.values().flat_map(|r| r.devices.iter().map(|d| d.uuid.as_str())).collect();
@@ -185,6 +248,49 @@ impl SimNode {
                 chosen.extend(free.into_iter().take(wanted as usize).map(|d| (container.clone(), d.clone())));
             }
         }
+        self.run_on(&mut st, key, uid, chosen, usage)
+    }
+
+    /// Admits a pod whose DRA claims were allocated the devices `names` (as the DRA plugin
+    /// published them), for `container`: the kubelet prepares exactly those devices. A device
+    /// the plugin no longer lists, or one another pod holds, refuses the pod.
+    pub fn admit_claimed(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: &str,
+        container: &str,
+        names: &[String],
+        usage: ProcessUsage,
+    ) -> Result<Vec<Device>, AdmitError> {
+        let key = PodKey::new(namespace, pod);
+        let mut st = self.lock();
+        if let Some(devices) = st.devices_of(&key, uid) {
+            return Ok(devices);
+        }
+        let mut chosen = Vec::new();
+        for name in names {
+            let device = st.dra_devices.get(name).cloned();
+            let held = |d: &Device| st.running.values().any(|r| r.devices.iter().any(|h| h.uuid == d.uuid));
+            match device {
+                Some(d) if !held(&d) => chosen.push((container.to_string(), d)),
+                Some(d) => return Err(AdmitError::Held { device: name.clone(), uuid: d.uuid }),
+                None => return Err(AdmitError::NotPublished { device: name.clone() }),
+            }
+        }
+        self.run_on(&mut st, key, uid, chosen, usage)
+    }
+
+    /// Starts a process on each chosen device and records the assignment for PodResources;
+    /// nothing is kept when a device vanished meanwhile.
+    fn run_on(
+        &self,
+        st: &mut NodeState,
+        key: PodKey,
+        uid: &str,
+        chosen: Vec<(String, Device)>,
+        usage: ProcessUsage,
+    ) -> Result<Vec<Device>, AdmitError> {
         let mut pids = Vec::new();
         for (_, d) in &chosen {
             let started = match d.is_whole() {
@@ -203,8 +309,8 @@ impl SimNode {
         }
         self.assignments.update(|list| {
             list.extend(chosen.iter().map(|(container, d)| DeviceAssignment {
-                namespace: namespace.to_string(),
-                pod: pod.to_string(),
+                namespace: key.namespace().to_string(),
+                pod: key.name().to_string(),
                 container: container.clone(),
                 resource: d.resource(),
                 device_id: d.uuid.clone(),

@@ -7,7 +7,7 @@ use geometer_solver::catalog::Catalog;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
 
-use super::spec::{NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
+use super::spec::{DeviceStack, NodeSpec, DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
 use geometer_agent::nvml::sim::ProcessUsage;
 use geometer_api::resources::{device_resource, is_mig_resource, GPU_RESOURCE};
 
@@ -76,7 +76,7 @@ pub(crate) fn node(spec: &NodeSpec, catalog: &Catalog) -> Node {
             "allocatable": resources,
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated kubelet is posting ready status",
                             "lastHeartbeatTime": now(), "lastTransitionTime": now()}],
-            "nodeInfo": {"kubeletVersion": "v1.33.0-sim", "containerRuntimeVersion": "sim://1", "operatingSystem": "linux",
+            "nodeInfo": {"kubeletVersion": "v1.37.0-sim", "containerRuntimeVersion": "sim://1", "operatingSystem": "linux",
                          "architecture": "amd64", "osImage": "Geometer simulated node", "kernelVersion": "6.0-sim",
                          "kubeProxyVersion": "", "machineID": "", "systemUUID": "", "bootID": ""},
         },
@@ -101,6 +101,15 @@ pub(crate) fn device_plugin_pod(node: &str, serial: u32) -> Pod {
         },
     }))
     .expect("device plugin pod")
+}
+
+/// The pod that advertises a node's GPUs for `stack`: the device plugin's, or the DRA driver's
+/// kubelet plugin.
+pub(crate) fn plugin_pod(stack: DeviceStack, node: &str, serial: u32) -> Pod {
+    match stack {
+        DeviceStack::DevicePlugin => device_plugin_pod(node, serial),
+        DeviceStack::DraStatic => crate::dra::plugin_pod(node, serial),
+    }
 }
 
 pub fn is_device_plugin(pod: &Pod) -> bool {

@@ -12,6 +12,18 @@ pub const DEVICE_PLUGIN_NAMESPACE: &str = "gpu-operator";
 /// [`geometer_agent::DEFAULT_DEVICE_PLUGIN_SELECTOR`].
 pub const DEVICE_PLUGIN_LABEL: (&str, &str) = ("app", "nvidia-device-plugin-daemonset");
 
+/// What advertises a node's GPUs to Kubernetes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceStack {
+    /// NVIDIA's device plugin: extended resources (`nvidia.com/mig-<profile>`) in the Node's
+    /// allocatable.
+    #[default]
+    DevicePlugin,
+    /// NVIDIA's DRA driver in its static MIG mode: one ResourceSlice per node listing the MIG
+    /// devices that exist, and nothing in the Node's allocatable (see [`crate::dra`]).
+    DraStatic,
+}
+
 /// One GPU: a catalog model (key, PCI id or NVML name) and the instances it starts with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuSpec {
@@ -45,6 +57,7 @@ pub struct NodeSpec {
     pub cpu: String,
     pub memory: String,
     pub max_pods: u32,
+    pub stack: DeviceStack,
 }
 
 impl NodeSpec {
@@ -58,7 +71,14 @@ impl NodeSpec {
             cpu: "128".into(),
             memory: "1Ti".into(),
             max_pods: 110,
+            stack: DeviceStack::DevicePlugin,
         }
+    }
+
+    /// The node's GPUs are advertised by NVIDIA's DRA driver in static MIG mode.
+    pub fn dra(mut self) -> NodeSpec {
+        self.stack = DeviceStack::DraStatic;
+        self
     }
 
     pub fn label(mut self, key: &str, value: &str) -> NodeSpec {

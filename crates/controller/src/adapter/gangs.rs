@@ -11,10 +11,10 @@
 //!   `kueue.x-k8s.io/pod-group-total-count: "<n>"`; the group is complete with n pods (Kueue's
 //!   "Plain Pod" group documentation, kubernetes-sigs/kueue `pkg/controller/jobs/pod`).
 //!
-//! Upstream Kubernetes' own gang scheduling (a Pod's `spec.workloadRef` to a Workload's pod
-//! group with `policy.gang.minCount`, alpha behind the GenericWorkload gate since 1.35) is not
-//! read: the Kubernetes API version Geometer is built against (1.33, as its control plane) has
-//! no such field or object.
+//! Upstream Kubernetes' own gang scheduling (a Workload's pod group with `policy.gang.minCount`,
+//! alpha behind the GenericWorkload gate since 1.35) is not read: it is off by default through
+//! 1.37, and the Pod field naming the group changed between releases (`spec.workloadRef` in the
+//! 1.35 API, `spec.schedulingGroup` in 1.36's).
 //!
 //! A gang's size is its minimum; its members that run already, or ask for no GPU, count
 //! towards it. A pod in no gang is a gang of one.

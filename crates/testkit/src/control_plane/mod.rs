@@ -231,6 +231,9 @@ impl ControlPlane {
             format!("--etcd-servers={etcd}"),
             "--bind-address=127.0.0.1".to_string(),
             "--advertise-address=127.0.0.1".to_string(),
+            // Since 1.37 the endpoint reconciler refuses a loopback address for the
+            // `kubernetes` Service's endpoints; nothing here reaches the API server through it.
+            "--endpoint-reconciler-type=none".to_string(),
             format!("--secure-port={port}"),
             format!("--cert-dir={}", d.join("certs").display()),
             "--authorization-mode=RBAC".to_string(),
@@ -274,6 +277,10 @@ impl ControlPlane {
             "node-lifecycle-controller",
             "pod-garbage-collector-controller",
             "root-ca-certificate-publisher-controller",
+            // DRA: creates claims from a pod's ResourceClaimTemplates, records them in the pod's
+            // status, and frees a claim's allocation once no pod holds it
+            // (kubernetes/kubernetes pkg/controller/resourceclaim).
+            "resourceclaim-controller",
         ];
         controllers.extend_from_slice(more);
         let args = [

@@ -1,0 +1,284 @@
+//! DRA on the real control plane: a simulated node advertises its MIG devices as NVIDIA's DRA
+//! driver does in static MIG mode (one ResourceSlice), the real kube-scheduler allocates pods'
+//! ResourceClaims against it, kube-controller-manager makes claims from templates and frees
+//! them, and the simulated kubelet runs each pod on exactly the instance it was allocated.
+
+use geometer_agent::read_inventory;
+use geometer_controller::dra::selector::{CandidateDevice, Selector};
+use geometer_simcluster::dra::{device_name, slice_name, DRA_DRIVER};
+use geometer_simcluster::{ClusterSpec, Device, GpuSpec, NodeSpec, SimCluster};
+use geometer_testkit::control_plane::{start_or_skip, ControlPlane, Identity};
+use geometer_testkit::wait::wait_until;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use kube::api::{DeleteParams, PostParams};
+use kube::Api;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+const NS: &str = "ml";
+const NODE: &str = "dra-1";
+
+/// NVIDIA's chart's class for MIG devices (its `mig.nvidia.com` DeviceClass).
+fn mig_class() -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "mig.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression":
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"}}]},
+    })
+}
+
+/// A template for one MIG device of `profile`, as the driver's examples write it.
+fn template(profile: &str) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": profile.replace('.', "-"), "namespace": NS},
+        "spec": {"spec": {"devices": {"requests": [{"name": "mig", "exactly": {
+            "deviceClassName": "mig.nvidia.com",
+            "selectors": [{"cel": {"expression": format!("device.attributes['gpu.nvidia.com'].profile == '{profile}'")}}],
+        }}]}}},
+    })
+}
+
+fn pod(name: &str, template: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+            "containers": [{"name": "c", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    })
+}
+
+fn object<T: DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).unwrap()
+}
+
+/// Creates `value`, retrying while the namespace's ServiceAccount is not made yet.
+async fn create<K>(api: &Api<K>, value: Value)
+where
+    K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = object(value);
+    wait_until(
+        "object created",
+        || async { api.create(&PostParams::default(), &object).await.ok().map(|_| ()) },
+        String::new,
+    )
+    .await;
+}
+
+fn logs(cp: &ControlPlane) -> String {
+    format!("{}\n{}", cp.log_tail("kube-scheduler", 30), cp.log_tail("kube-controller-manager", 30))
+}
+
+/// The DRA device a running pod was allocated (its claim's one result).
+async fn allocated(claims: &Api<ResourceClaim>, pod: &Pod) -> String {
+    let name = pod.status.as_ref().unwrap().resource_claim_statuses.as_ref().unwrap()[0]
+        .resource_claim_name
+        .clone()
+        .unwrap();
+    let claim = claims.get(&name).await.unwrap();
+    let results = claim.status.unwrap().allocation.unwrap().devices.unwrap().results.unwrap();
+    assert_eq!(results.len(), 1);
+    assert_eq!((results[0].driver.as_str(), results[0].pool.as_str()), (DRA_DRIVER, NODE));
+    results[0].device.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_scheduler_allocates_a_claim_on_the_static_slice_and_the_pod_runs_on_that_instance() {
+    let Some(cp) = start_or_skip("DRA static MIG").await else { return };
+    let admin = cp.client(Identity::Admin).await;
+    let ns: Namespace = object(json!({"metadata": {"name": NS}}));
+    Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    let geometry = [("1g.10gb", 0), ("1g.10gb", 1), ("3g.40gb", 4)];
+    let spec = ClusterSpec::new(vec![NodeSpec::new(NODE, "H100-80GB", 1, &geometry).dra()]);
+    let kubelet = cp.client(Identity::Kubelet).await;
+    let sim = SimCluster::join(kubelet, &spec, &cp.dir().join("nodes")).await.expect("the node joins");
+
+    // The slice lists the three instances by the driver's names, each with its MIG UUID.
+    let slice = Api::<ResourceSlice>::all(admin.clone()).get(&slice_name(NODE)).await.unwrap();
+    let listed: Vec<(String, String)> = slice
+        .spec
+        .devices
+        .iter()
+        .flatten()
+        .map(|d| {
+            let attributes = d.attributes.as_ref().unwrap();
+            (d.name.clone(), attributes["uuid"].string.clone().unwrap())
+        })
+        .collect();
+    let h100 = sim.catalog().find("H100-80GB");
+    let inventory = read_inventory(&sim.nvml(NODE).unwrap(), sim.catalog(), &[]).unwrap();
+    let instances = &inventory.gpus[0].instances;
+    let uuid = |i: &geometer_api::MigInstance| i.uuid.clone().unwrap();
+    let mut expected: Vec<(String, String)> = instances
+        .iter()
+        .map(|i| {
+            let device = Device { gpu: 0, start: i.start, profile: i.profile.clone(), uuid: uuid(i) };
+            (device_name(h100, &device), uuid(i))
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(admin.clone()).get(NODE).await.unwrap();
+    let allocatable = node.status.unwrap().allocatable.unwrap();
+    assert!(
+        !allocatable.keys().any(|k| k.starts_with("nvidia.com/")),
+        "a DRA node advertises no extended resource"
+    );
+
+    create(&Api::<DeviceClass>::all(admin.clone()), mig_class()).await;
+    create(&Api::<ResourceClaimTemplate>::namespaced(admin.clone(), NS), template("3g.40gb")).await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
+    let claims: Api<ResourceClaim> = Api::namespaced(admin.clone(), NS);
+    create(&pods, pod("first", "3g-40gb")).await;
+    let running = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get(name).await.ok()?;
+            (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
+        }
+    };
+    let first = wait_until("the claiming pod runs", || running("first"), || logs(&cp)).await;
+    let device = allocated(&claims, &first).await;
+    assert_eq!(device, "gpu-0-mig-3g40gb-9-4", "the only 3g.40gb device");
+    let three_g = instances.iter().find(|i| i.profile == "3g.40gb").unwrap();
+    let held: Vec<String> = sim
+        .assignments(NODE)
+        .unwrap()
+        .get()
+        .into_iter()
+        .filter(|a| a.pod == "first")
+        .map(|a| a.device_id)
+        .collect();
+    assert_eq!(held, [uuid(three_g)], "the pod runs on the instance its claim was allocated");
+
+    // A second pod for the same profile waits: the one 3g.40gb device is allocated.
+    create(&pods, pod("second", "3g-40gb")).await;
+    let unschedulable = || async {
+        let pod = pods.get("second").await.ok()?;
+        let conditions = pod.status?.conditions?;
+        conditions
+            .iter()
+            .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
+            .then_some(())
+    };
+    wait_until("the second pod is unschedulable", unschedulable, || logs(&cp)).await;
+
+    // The first pod goes: kube-controller-manager deletes its claim, and the second pod gets
+    // the same device.
+    pods.delete("first", &DeleteParams::default().grace_period(0)).await.unwrap();
+    let second = wait_until("the second pod runs", || running("second"), || logs(&cp)).await;
+    assert_eq!(allocated(&claims, &second).await, device);
+}
+
+/// The selectors of the agreement test: NVIDIA's examples (profile equality, memory bounds)
+/// and edge cases (a list, string functions, a capacity name, another domain, nothing
+/// matching, an attribute some devices lack). Each is a device class selector and a request
+/// selector.
+const SELECTORS: &[(&str, &str)] = &[
+    (MIG, "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"),
+    (MIG, "device.attributes['gpu.nvidia.com'].profile in ['2g.20gb', '3g.40gb']"),
+    (MIG, "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('20Gi')) >= 0"),
+    (MIG, "device.capacity['gpu.nvidia.com'].memory.isLessThan(quantity('15Gi'))"),
+    (MIG, "device.attributes['gpu.nvidia.com'].profile.startsWith('1g.')"),
+    (MIG, "'memorySlice6' in device.capacity['gpu.nvidia.com']"),
+    (MIG, "!('model' in device.attributes['example.com'])"),
+    (ANY, "device.attributes['gpu.nvidia.com'].type == 'gpu'"),
+    (ANY, "device.attributes['gpu.nvidia.com'].productName.matches('H100')"),
+    (MIG, "device.attributes['gpu.nvidia.com'].profile == '9g.90gb'"),
+    (ANY, "device.attributes['gpu.nvidia.com'].profile == '7g.80gb'"),
+];
+const MIG: &str = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'";
+const ANY: &str = "device.driver == 'gpu.nvidia.com'";
+
+/// What Geometer says a claim for every device matching `class` and `request` gets: the
+/// matching devices, or `None` when there are none or the expressions fail on a device (the
+/// allocator then allocates nothing).
+fn geometer_matches(slice: &ResourceSlice, class: &str, request: &str) -> Option<Vec<String>> {
+    let (class, request) = (Selector::compile(class).unwrap(), Selector::compile(request).unwrap());
+    let mut matched = Vec::new();
+    for device in slice.spec.devices.iter().flatten() {
+        let candidate = CandidateDevice::from_slice(DRA_DRIVER, device);
+        let both = class
+            .matches(&device.name, &candidate)
+            .and_then(|c| Ok(c && request.matches(&device.name, &candidate)?));
+        match both {
+            Ok(true) => matched.push(device.name.clone()),
+            Ok(false) => {}
+            Err(_) => return None,
+        }
+    }
+    (!matched.is_empty()).then(|| {
+        matched.sort();
+        matched
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geometer_selects_the_devices_the_real_allocator_selects() {
+    let Some(cp) = start_or_skip("DRA selector agreement").await else { return };
+    let admin = cp.client(Identity::Admin).await;
+    let ns: Namespace = object(json!({"metadata": {"name": NS}}));
+    Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    // One GPU per shape, so every H100 profile and a whole GPU are devices of the slice.
+    let gpus = [
+        (0..7).map(|start| ("1g.10gb", start)).collect(),
+        vec![("2g.20gb", 0), ("2g.20gb", 2), ("2g.20gb", 4), ("1g.10gb", 6)],
+        vec![("4g.40gb", 0), ("3g.40gb", 4)],
+        vec![("1g.20gb", 0), ("1g.20gb", 2), ("1g.20gb", 4), ("1g.20gb", 6)],
+        vec![("7g.80gb", 0)],
+        vec![("whole", 0)],
+    ];
+    let node = NodeSpec {
+        gpus: gpus.iter().map(|g| GpuSpec::new("H100-80GB", g)).collect(),
+        ..NodeSpec::new(NODE, "H100-80GB", 0, &[]).dra()
+    };
+    let kubelet = cp.client(Identity::Kubelet).await;
+    let _sim =
+        SimCluster::join(kubelet, &ClusterSpec::new(vec![node]), &cp.dir().join("nodes")).await.unwrap();
+    let slice = Api::<ResourceSlice>::all(admin.clone()).get(&slice_name(NODE)).await.unwrap();
+    assert_eq!(slice.spec.devices.as_ref().unwrap().len(), 19);
+
+    let classes: Api<DeviceClass> = Api::all(admin.clone());
+    let claims: Api<ResourceClaim> = Api::namespaced(admin.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
+    for (i, (class, request)) in SELECTORS.iter().enumerate() {
+        let class_name = format!("class-{i}");
+        create(&classes, json!({"metadata": {"name": class_name}, "spec": {"selectors": [{"cel": {"expression": class}}]}})).await;
+        let claim = json!({"metadata": {"name": format!("sel-{i}"), "namespace": NS}, "spec": {"devices": {"requests": [{"name": "all", "exactly": {
+            "deviceClassName": class_name, "allocationMode": "All", "selectors": [{"cel": {"expression": request}}]}}]}}});
+        create(&claims, claim).await;
+        let probe = json!({"metadata": {"name": format!("probe-{i}"), "namespace": NS}, "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": format!("sel-{i}")}],
+            "containers": [{"name": "c", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}]}});
+        create(&pods, probe).await;
+        let outcome = || async {
+            let claim = claims.get(&format!("sel-{i}")).await.ok()?;
+            if let Some(allocation) = claim.status.and_then(|s| s.allocation) {
+                let mut devices: Vec<String> =
+                    allocation.devices?.results?.into_iter().map(|r| r.device).collect();
+                devices.sort();
+                return Some(Some(devices));
+            }
+            let pod = pods.get(&format!("probe-{i}")).await.ok()?;
+            // Unschedulable: no device matches; SchedulerError: an expression failed on a
+            // device ("CEL runtime error: no such key"), and the allocator allocates nothing.
+            let refused = pod.status?.conditions?.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && matches!(c.reason.as_deref(), Some("Unschedulable" | "SchedulerError"))
+            });
+            refused.then_some(None)
+        };
+        let allocated =
+            wait_until(&format!("selector {request} allocated or refused"), outcome, || logs(&cp)).await;
+        assert_eq!(geometer_matches(&slice, class, request), allocated, "class {class}, request {request}");
+        pods.delete(&format!("probe-{i}"), &DeleteParams::default().grace_period(0)).await.unwrap();
+        claims.delete(&format!("sel-{i}"), &DeleteParams::default()).await.unwrap();
+        let gone = || async { claims.get_opt(&format!("sel-{i}")).await.ok()?.is_none().then_some(()) };
+        wait_until(&format!("claim sel-{i} gone"), gone, || logs(&cp)).await;
+    }
+}
