@@ -19,12 +19,12 @@ use deploy_support::rbac::{compare, Access, Authorizer};
 use deploy_support::{kubectl_available, kustomizations, render};
 use geometer_api::{MigNode, MigNodeSpec, MigPlan, MigPlanPhase, MigPlanStatus, MigPolicy, MigPolicyStatus};
 use geometer_apiserver::ApiServer;
-use geometer_controller::Caches;
 use geometer_controller::Executor;
 use geometer_controller::Health;
 use geometer_controller::Metrics;
 use geometer_controller::{self as controller, Settings};
 use geometer_controller::{Action, EventSpec};
+use geometer_controller::{Caches, OptionalKinds};
 use geometer_controller::{Leadership, LeaseSettings};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Resource;
@@ -94,7 +94,7 @@ async fn controller_scenario() -> BTreeSet<Access> {
         .expect("leads in time")
         .expect("election runs");
 
-    let (caches, watches) = Caches::start(&client, Arc::new(Notify::new()), &[]);
+    let (caches, watches) = Caches::start(&client, Arc::new(Notify::new()), &OptionalKinds::default());
     tokio::time::timeout(PATIENCE, caches.ready()).await.expect("caches fill");
     assert_eq!(caches.pods.state().len(), 1, "the pod cache holds the seeded pod");
 
@@ -191,7 +191,20 @@ async fn loop_scenario() -> BTreeSet<Access> {
                         "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
             .expect("PodGroup CRD");
     }
+    // DRA's ResourceSlices, which the in-memory server serves as a custom resource of the
+    // built-in kind's group and version, so that the controller watches them as it does on
+    // Kubernetes 1.34 and later; one node's slice, so that it is left alone.
+    server
+        .seed_value(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "resourceslices.resource.k8s.io"},
+            "spec": {"group": "resource.k8s.io", "scope": "Cluster",
+                "names": {"plural": "resourceslices", "singular": "resourceslice", "kind": "ResourceSlice", "listKind": "ResourceSliceList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
+        .expect("ResourceSlice kind");
     for object in [
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "gpu-dra-gpu.nvidia.com"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-dra", "pool": {"name": "gpu-dra", "generation": 1, "resourceSliceCount": 1}}}),
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-a"},
             "status": {"allocatable": {"cpu": "64", "memory": "512Gi"}}}),
         json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigNode", "metadata": {"name": "gpu-a", "generation": 1}, "spec": {"gpus": []},

@@ -282,3 +282,33 @@ async fn geometer_selects_the_devices_the_real_allocator_selects() {
         wait_until(&format!("claim sel-{i} gone"), gone, || logs(&cp)).await;
     }
 }
+
+/// A device-plugin node and a DRA node side by side, each with one idle whole-GPU geometry,
+/// and demand for four halves: the operator splits only the device-plugin node's GPU (two
+/// pods run there) and leaves the DRA node's GPU as it is, since NVIDIA's DRA driver
+/// advertises it; the other two pods wait, reported unmet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_device_plugin_nodes_a_dra_node_is_left_as_it_is() {
+    use crate::support::{operator, running, WHOLE};
+    use geometer_api::PolicyMode;
+    use geometer_simcluster::MigPod;
+    use geometer_testkit::e2e::policy;
+
+    let spec = ClusterSpec::new(vec![
+        NodeSpec::new("gpu-1", "H100-80GB", 1, WHOLE),
+        NodeSpec::new(NODE, "H100-80GB", 1, WHOLE).dra(),
+    ]);
+    let Some(k8s) = operator("DRA beside the device plugin", &spec, &policy(PolicyMode::Auto, false)).await
+    else {
+        return;
+    };
+    k8s.deploy("infer", 4, MigPod::new(NS, "infer").slice("3g.40gb", 1).build()).await;
+    running(&k8s, "infer", 2).await;
+    let plan = k8s.succeeded_plan().await;
+    assert_eq!(k8s.geometry("gpu-1", 0), ["3g.40gb@0", "3g.40gb@4"]);
+    assert_eq!(k8s.geometry(NODE, 0), ["7g.80gb@0"], "the DRA node's GPU is left as it is");
+    let changed: Vec<&str> = plan.spec.nodes.iter().map(|n| n.node.as_str()).collect();
+    assert_eq!(changed, ["gpu-1"]);
+    assert_eq!(plan.spec.demand.unmet.len(), 2, "{:?}", plan.spec.demand);
+    assert_eq!(k8s.running_of("infer").await.len(), 2);
+}

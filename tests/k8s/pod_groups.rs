@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use geometer_controller::adapter::gangs::{PodGroupMin, Source};
-use geometer_controller::{list_pod_groups, pod_group_kinds, Caches};
+use geometer_controller::{list_pod_groups, pod_group_kinds, Caches, OptionalKinds};
 use geometer_testkit::control_plane::{start_or_skip, Identity};
 use geometer_testkit::real_cluster::install;
 use tokio::sync::Notify;
@@ -80,7 +80,8 @@ async fn the_controller_reads_and_watches_podgroups_once_their_crd_is_served() {
     assert_eq!(list_pod_groups(&client).await.unwrap(), (vec![train(3)], Vec::new()));
 
     // The controller's cache of them follows a change to the group's minimum.
-    let (caches, _watches) = Caches::start(&client, Arc::new(Notify::new()), &kinds);
+    let optional = OptionalKinds { pod_groups: kinds.clone(), ..OptionalKinds::default() };
+    let (caches, _watches) = Caches::start(&client, Arc::new(Notify::new()), &optional);
     caches.ready().await;
     let min_member = |caches: &Caches| -> Vec<u64> {
         caches.pod_groups[0].1.state().iter().filter_map(|g| g.data["spec"]["minMember"].as_u64()).collect()

@@ -56,7 +56,11 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog) -> Result<(), Failure> {
         for why in unreadable {
             eprintln!("warning: {why}; its pods are planned on their own");
         }
-        let cluster = Cluster { nodes: &nodes, pods: &pods, mignodes: &mignodes, pod_groups: &pod_groups };
+        let dra_nodes = geometer_controller::list_dra_nodes(&client)
+            .await
+            .map_err(|e| Failure::internal(anyhow!("cannot list ResourceSlices: {e}")))?;
+        let cluster =
+            Cluster { nodes: &nodes, pods: &pods, mignodes: &mignodes, pod_groups: &pod_groups, dra_nodes: &dra_nodes };
         Ok::<_, Failure>(plan_all(args, &catalog, &cluster, &policies))
     })?;
     if results.is_empty() {
@@ -73,6 +77,7 @@ struct Cluster<'a> {
     pods: &'a [Arc<PodView>],
     mignodes: &'a BTreeMap<String, Arc<MigNode>>,
     pod_groups: &'a [geometer_controller::adapter::gangs::PodGroupMin],
+    dra_nodes: &'a BTreeMap<String, geometer_controller::dra::stack::DraMode>,
 }
 
 fn plan_all(
@@ -81,7 +86,7 @@ fn plan_all(
     cluster: &Cluster<'_>,
     policies: &[Arc<MigPolicy>],
 ) -> Vec<PolicyPlan> {
-    let Cluster { nodes, pods, mignodes, pod_groups } = *cluster;
+    let Cluster { nodes, pods, mignodes, pod_groups, dra_nodes } = *cluster;
     let facts = policy_status::node_facts(nodes, mignodes, catalog);
     let reports = policy_status::validate(policies, &facts, &policy_status::known_profiles(catalog));
     let node_map: BTreeMap<String, Arc<Node>> = nodes.iter().map(|n| (n.name_any(), n.clone())).collect();
@@ -106,6 +111,7 @@ fn plan_all(
                 requests: &Default::default(),
                 inventories: &Default::default(),
                 pod_groups,
+                dra_nodes,
                 now: jiff::Timestamp::now(),
             };
             match round::prepare(&input, catalog) {

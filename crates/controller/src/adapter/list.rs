@@ -385,10 +385,17 @@ fn projected<K: Projection>(mut object: K) -> Arc<K> {
     Arc::new(object)
 }
 
-/// A MigPolicy or PodGroup item into `objects`; any other kind is counted as ignored.
+/// A MigPolicy, PodGroup or ResourceSlice item into `objects`; any other kind is counted as
+/// ignored.
 fn read_other(kind: &str, item: Item<'_>, index: usize, objects: &mut Objects) -> Result<(), AdapterError> {
     match kind {
         "MigPolicy" => mig_policy_value(item.into_value(), index).map(|p| objects.policies.push(p)),
+        "ResourceSlice" => {
+            if !crate::dra::stack::record(&mut objects.dra_nodes, &item.into_value()) {
+                *objects.ignored.entry(kind.to_string()).or_default() += 1;
+            }
+            Ok(())
+        }
         "PodGroup" => match super::gangs::pod_group(&item.into_value())? {
             Some(group) => {
                 objects.pod_groups.push(group);

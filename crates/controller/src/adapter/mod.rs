@@ -69,6 +69,9 @@ pub struct Objects {
     pub sharing: BTreeSet<String>,
     /// What pods use of the whole GPUs they hold (`MigNode.status.usage`), for right-sizing.
     pub usage: Vec<geometer_api::PodGpuUsage>,
+    /// Nodes whose GPUs NVIDIA's DRA driver advertises (its ResourceSlices), and how: left
+    /// unchanged, since Geometer plans for the device plugin's extended resources only.
+    pub dra_nodes: BTreeMap<String, crate::dra::stack::DraMode>,
     /// PodGroups (coscheduling, Volcano): the minimum of each gang they declare.
     pub pod_groups: Vec<gangs::PodGroupMin>,
     /// Requests already read of some of `pods` (the controller's, from its last pass); the
@@ -138,6 +141,10 @@ pub fn build_snapshot(
     for node in sorted_nodes.iter().filter(|n| selector_matches(&selector, &nodes::labels(n))) {
         if objects.unreadable_inventories.contains(nodes::name(node)) {
             warnings.push(format!("node {}: its MigNode cannot be read; not managed", nodes::name(node)));
+            continue;
+        }
+        if let Some(why) = nodes::dra_refusal(node, objects.dra_nodes.get(nodes::name(node))) {
+            warnings.push(format!("node {}: left unchanged: {why}", nodes::name(node)));
             continue;
         }
         if let Err(refusal) = nodes::operator_preflight(node) {
@@ -488,6 +495,46 @@ items:
             skipped.iter().any(|s| s.contains("MigNode n1") && s.contains("gpuInstanceId")),
             "{skipped:?}"
         );
+    }
+
+    /// A node NVIDIA's DRA driver advertises (its ResourceSlice) is left as it is, with a
+    /// warning naming the mode; one the device plugin advertises as well is refused as
+    /// giving each GPU out twice; the other nodes are planned.
+    #[test]
+    fn nodes_the_dra_driver_advertises_are_left_unchanged_and_said_so() {
+        let node = |name: &str, allocatable: &str| {
+            format!(
+                "- kind: Node\n  metadata: {{name: {name}, labels: {{nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3, nvidia.com/gpu.count: \"1\", nvidia.com/mig.config: all-1g.10gb}}}}\n  status: {{allocatable: {{cpu: \"8\", {allocatable}}}}}\n"
+            )
+        };
+        let slice = |name: &str, node: &str, extra: &str| {
+            format!("- apiVersion: resource.k8s.io/v1\n  kind: ResourceSlice\n  metadata: {{name: {name}}}\n  spec: {{driver: gpu.nvidia.com, nodeName: {node}, pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}{extra}}}\n")
+        };
+        let text = format!(
+            "kind: List\nitems:\n{}{}{}{}{}{}",
+            node("plugin", "nvidia.com/mig-1g.10gb: \"7\""),
+            node("dra", "memory: 1Gi"),
+            node("dynamic", "memory: 1Gi"),
+            node("both", "nvidia.com/mig-1g.10gb: \"7\""),
+            slice("s1", "dra", ""),
+            slice(
+                "s2",
+                "dynamic",
+                ", sharedCounters: [{name: gpu-0-counter-set, counters: {memory-slice-0: {value: \"1\"}}}]"
+            ) + &slice("s3", "both", ""),
+        );
+        let built = snapshot_of(&text);
+        let planned: Vec<&str> = built.snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(planned, ["plugin"], "{:?}", built.warnings);
+        let said = |node: &str, words: &str| {
+            built
+                .warnings
+                .iter()
+                .any(|w| w.starts_with(&format!("node {node}: left unchanged")) && w.contains(words))
+        };
+        assert!(said("dra", "DRA driver advertises its GPUs (static MIG)"), "{:?}", built.warnings);
+        assert!(said("dynamic", "(DynamicMIG)"), "{:?}", built.warnings);
+        assert!(said("both", "given out twice"), "{:?}", built.warnings);
     }
 
     #[test]

@@ -12,10 +12,11 @@ use k8s_openapi::api::core::v1::Node;
 
 use crate::adapter::pods::taint_effect;
 use crate::adapter::AdapterError;
+use crate::dra::stack::DraMode;
 use geometer_api::gpu_operator::{self, PausedOperands, Refusal, PAUSED_OPERANDS_ANNOTATION};
 use geometer_api::limits::{quote, MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU};
 use geometer_api::quantity;
-use geometer_api::resources::MIG_RESOURCE_PREFIX;
+use geometer_api::resources::{is_mig_resource, GPU_RESOURCE, MIG_RESOURCE_PREFIX};
 
 pub const PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 pub const COUNT_LABEL: &str = "nvidia.com/gpu.count";
@@ -49,6 +50,29 @@ pub fn operator_preflight(node: &Node) -> Result<(), Refusal> {
         .and_then(|a| a.get(PAUSED_OPERANDS_ANNOTATION))
         .and_then(|v| PausedOperands::from_annotation(v).ok());
     gpu_operator::preflight(&labels(node), own.as_ref())
+}
+
+/// Why Geometer leaves a node alone that NVIDIA's DRA driver advertises (`dra`): it plans for
+/// the device plugin's extended resources only, and a node the device plugin advertises too
+/// gives the same GPUs out twice, which NVIDIA says never to run (repository
+/// `kubernetes-sigs/dra-driver-nvidia-gpu`, pull request 82).
+pub fn dra_refusal(node: &Node, dra: Option<&DraMode>) -> Option<String> {
+    let mode = dra?;
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    let plugin = allocatable
+        .into_iter()
+        .flatten()
+        .find(|(k, q)| (is_mig_resource(k) || *k == GPU_RESOURCE) && q.0.trim() != "0");
+    Some(match plugin {
+        Some((resource, _)) => format!(
+            "both NVIDIA's device plugin ({resource} in its allocatable) and its DRA driver ({mode}) advertise its GPUs, \
+             so each GPU is given out twice; run one of them on a node"
+        ),
+        None => format!(
+            "NVIDIA's DRA driver advertises its GPUs ({mode}); Geometer plans for the device plugin's \
+             nvidia.com/mig-* resources only and leaves DRA nodes as they are"
+        ),
+    })
 }
 
 /// Node facts. `used` is what bound, unfinished pods request, in milli-units per resource.

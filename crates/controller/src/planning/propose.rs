@@ -76,6 +76,8 @@ pub struct RoundInput<'a> {
     pub inventories: &'a adapter::mig_objects::KnownInventories,
     /// Gang minimums declared by PodGroups.
     pub pod_groups: &'a [PodGroupMin],
+    /// Nodes NVIDIA's DRA driver advertises, and how: left unchanged.
+    pub dra_nodes: &'a BTreeMap<String, crate::dra::stack::DraMode>,
     /// The round's clock, for the forecast window.
     pub now: Timestamp,
 }
@@ -159,6 +161,7 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
         advertised,
         sharing,
         pod_groups: input.pod_groups.to_vec(),
+        dra_nodes: input.dra_nodes.clone(),
         known_requests: input.requests.clone(),
         running_only_if_evictable: true,
         ..Objects::default()

@@ -6,6 +6,8 @@
 //! is kept as its name and error instead of failing the whole list.
 
 use crate::adapter::PodView;
+use crate::dra::stack::DraMode;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -35,6 +37,9 @@ pub struct Caches {
     pub plans: Store<Decoded<MigPlan>>,
     /// PodGroups (scheduler-plugins, Volcano), one store per kind the cluster serves.
     pub pod_groups: Vec<(ApiResource, Store<DynamicObject>)>,
+    /// ResourceSlices, where the cluster serves `resource.k8s.io/v1` (Kubernetes 1.34 and
+    /// later): which nodes NVIDIA's DRA driver advertises.
+    pub resource_slices: Option<Store<DynamicObject>>,
 }
 
 /// A cache's objects: those read, and those that could not be.
@@ -74,18 +79,23 @@ impl Drop for Watches {
 impl Caches {
     /// Starts one watch per kind, and one per PodGroup kind in `pod_groups` (see
     /// [`pod_group_kinds`]); each change notifies `changed`.
-    pub fn start(client: &Client, changed: Arc<Notify>, pod_groups: &[ApiResource]) -> (Caches, Watches) {
+    pub fn start(client: &Client, changed: Arc<Notify>, optional: &OptionalKinds) -> (Caches, Watches) {
         let mut tasks = Vec::new();
         let pods = spawn_reflector(client, changed.clone(), &mut tasks);
         let nodes = spawn_reflector(client, changed.clone(), &mut tasks);
         let mignodes = spawn_reflector(client, changed.clone(), &mut tasks);
         let policies = spawn_reflector(client, changed.clone(), &mut tasks);
         let plans = spawn_reflector(client, changed.clone(), &mut tasks);
-        let pod_groups = pod_groups
+        let pod_groups = optional
+            .pod_groups
             .iter()
             .map(|ar| (ar.clone(), spawn_dynamic_reflector(client, ar, changed.clone(), &mut tasks)))
             .collect();
-        (Caches { pods, nodes, mignodes, policies, plans, pod_groups }, Watches { tasks })
+        let resource_slices = optional
+            .resource_slices
+            .as_ref()
+            .map(|ar| spawn_dynamic_reflector(client, ar, changed.clone(), &mut tasks));
+        (Caches { pods, nodes, mignodes, policies, plans, pod_groups, resource_slices }, Watches { tasks })
     }
 
     /// Waits until every cache holds a full list.
@@ -100,7 +110,67 @@ impl Caches {
         for (_, store) in &self.pod_groups {
             let _ = store.wait_until_ready().await;
         }
+        if let Some(store) = &self.resource_slices {
+            let _ = store.wait_until_ready().await;
+        }
     }
+
+    /// The nodes NVIDIA's DRA driver advertises, and how, from the cached ResourceSlices.
+    pub(crate) fn dra_nodes(&self) -> BTreeMap<String, DraMode> {
+        let slices = self.resource_slices.iter().flat_map(|s| s.state());
+        dra_nodes(slices.filter_map(|s| serde_json::to_value(&*s).ok()))
+    }
+}
+
+/// The kinds the controller watches only where the cluster serves them.
+#[derive(Debug, Clone, Default)]
+pub struct OptionalKinds {
+    pub pod_groups: Vec<ApiResource>,
+    pub resource_slices: Option<ApiResource>,
+}
+
+impl OptionalKinds {
+    /// Asks the cluster which it serves (discovery). A kind installed later is seen when the
+    /// controller restarts.
+    pub async fn discover(client: &Client) -> OptionalKinds {
+        OptionalKinds {
+            pod_groups: pod_group_kinds(client).await,
+            resource_slices: resource_slice_kind(client).await,
+        }
+    }
+}
+
+/// `resource.k8s.io/v1` ResourceSlices, where served.
+async fn resource_slice_kind(client: &Client) -> Option<ApiResource> {
+    match kube::discovery::group(client, "resource.k8s.io").await {
+        Ok(served) => served
+            .versioned_resources("v1")
+            .into_iter()
+            .find(|(ar, _)| ar.kind == "ResourceSlice")
+            .map(|(ar, _)| ar),
+        Err(e) => {
+            tracing::debug!(error = %e, "resource.k8s.io is not served: no DRA nodes to leave alone");
+            None
+        }
+    }
+}
+
+/// Nodes by how NVIDIA's DRA driver advertises them, from ResourceSlices.
+fn dra_nodes(slices: impl Iterator<Item = serde_json::Value>) -> BTreeMap<String, DraMode> {
+    let mut out = BTreeMap::new();
+    for slice in slices {
+        crate::dra::stack::record(&mut out, &slice);
+    }
+    out
+}
+
+/// Every ResourceSlice the cluster serves, read once (`geometer plan` against a live cluster),
+/// as the nodes the DRA driver advertises; none where `resource.k8s.io/v1` is not served.
+pub async fn list_dra_nodes(client: &Client) -> Result<BTreeMap<String, DraMode>, kube::Error> {
+    let Some(ar) = resource_slice_kind(client).await else { return Ok(BTreeMap::new()) };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let slices = api.list(&Default::default()).await?;
+    Ok(dra_nodes(slices.items.into_iter().filter_map(|s| serde_json::to_value(s).ok())))
 }
 
 /// The PodGroup kinds of the gang schedulers the cluster serves (scheduler-plugins'

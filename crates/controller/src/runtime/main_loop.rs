@@ -40,8 +40,8 @@ pub async fn run(
 ) -> Result<(), RunError> {
     tokio::pin!(shutdown);
     let changed = Arc::new(Notify::new());
-    let pod_groups = crate::runtime::cache::pod_group_kinds(&client).await;
-    let (caches, _watches) = Caches::start(&client, changed.clone(), &pod_groups);
+    let optional = crate::runtime::cache::OptionalKinds::discover(&client).await;
+    let (caches, _watches) = Caches::start(&client, changed.clone(), &optional);
     let _webhook = match &settings.webhook {
         Some(webhook) => Some(
             crate::rightsizing::webhook::start(

@@ -2,6 +2,7 @@
 //! lifecycle, demand batched and due rounds planned. [`crate::runtime::main_loop`] calls it on every change.
 
 use crate::adapter::PodView;
+use crate::dra::stack::DraMode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +47,8 @@ struct Seen {
     plans: Vec<Arc<MigPlan>>,
     /// Gang minimums declared by PodGroups.
     pod_groups: Vec<PodGroupMin>,
+    /// Nodes NVIDIA's DRA driver advertises, and how.
+    dra_nodes: BTreeMap<String, DraMode>,
     /// Objects left out of this pass, and why.
     bad: Vec<BadObject>,
 }
@@ -129,6 +132,7 @@ impl Controller {
             policies,
             plans,
             pod_groups,
+            dra_nodes: self.caches.dra_nodes(),
             bad,
         }
     }
@@ -317,6 +321,7 @@ impl Controller {
             requests: &seen.requests,
             inventories: &seen.inventories,
             pod_groups: &seen.pod_groups,
+            dra_nodes: &seen.dra_nodes,
             now,
         };
         let started = Instant::now();

@@ -1,0 +1,82 @@
+//! Which nodes NVIDIA's DRA driver advertises, and how, read from its ResourceSlices.
+//!
+//! In static MIG mode the driver lists the MIG devices that exist, each with its `uuid`; in
+//! DynamicMIG mode it lists a device for every profile and placement, each consuming counters
+//! of its GPU's counter set (`spec.sharedCounters`, `devices[].consumesCounters`), and creates
+//! the instance only when a claim is prepared (repository `kubernetes-sigs/dra-driver-nvidia-gpu`,
+//! `cmd/gpu-kubelet-plugin/deviceinfo.go` and `cmd/gpu-kubelet-plugin/driver.go`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde_json::Value;
+
+/// The driver's name: the `spec.driver` of its ResourceSlices.
+pub const NVIDIA_DRIVER: &str = "gpu.nvidia.com";
+
+/// How the DRA driver advertises a node's GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DraMode {
+    /// The MIG devices that exist (an administrator's geometry).
+    StaticMig,
+    /// Every profile at every placement; the driver makes instances as claims need them.
+    DynamicMig,
+}
+
+impl fmt::Display for DraMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DraMode::StaticMig => "static MIG",
+            DraMode::DynamicMig => "DynamicMIG",
+        })
+    }
+}
+
+/// The node a ResourceSlice of NVIDIA's driver is for, and the mode it shows; `None` for
+/// another driver's slice or one for no single node.
+pub fn node_of_slice(slice: &Value) -> Option<(String, DraMode)> {
+    let spec = slice.get("spec")?;
+    if spec.get("driver").and_then(Value::as_str) != Some(NVIDIA_DRIVER) {
+        return None;
+    }
+    let node = spec.get("nodeName").and_then(Value::as_str).filter(|n| !n.is_empty())?;
+    let counters = spec.get("sharedCounters").and_then(Value::as_array).is_some_and(|c| !c.is_empty());
+    let consumes = spec
+        .get("devices")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|d| d.get("consumesCounters").and_then(Value::as_array).is_some_and(|c| !c.is_empty()));
+    let mode = if counters || consumes { DraMode::DynamicMig } else { DraMode::StaticMig };
+    Some((node.to_string(), mode))
+}
+
+/// Adds the node `slice` is for to `nodes`, with its mode (a node with several slices is
+/// DynamicMIG if any slice says so); false for a slice of another driver.
+pub fn record(nodes: &mut BTreeMap<String, DraMode>, slice: &Value) -> bool {
+    let Some((node, mode)) = node_of_slice(slice) else { return false };
+    let known = nodes.entry(node).or_insert(mode);
+    *known = (*known).max(mode);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_slice_says_its_node_and_mode() {
+        let static_slice = json!({"spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
+            "devices": [{"name": "gpu-0-mig-1g10gb-19-0", "attributes": {"uuid": {"string": "MIG-1"}}}]}});
+        assert_eq!(node_of_slice(&static_slice), Some(("n1".into(), DraMode::StaticMig)));
+        let counters = json!({"spec": {"driver": "gpu.nvidia.com", "nodeName": "n2",
+            "sharedCounters": [{"name": "gpu-0-counter-set", "counters": {"memory-slice-0": {"value": "1"}}}]}});
+        assert_eq!(node_of_slice(&counters), Some(("n2".into(), DraMode::DynamicMig)));
+        let consuming = json!({"spec": {"driver": "gpu.nvidia.com", "nodeName": "n3",
+            "devices": [{"name": "gpu-0-mig-1g10gb-19-0", "consumesCounters": [{"counterSet": "gpu-0-counter-set"}]}]}});
+        assert_eq!(node_of_slice(&consuming), Some(("n3".into(), DraMode::DynamicMig)));
+        let other = json!({"spec": {"driver": "example.com", "nodeName": "n1"}});
+        assert_eq!(node_of_slice(&other), None);
+    }
+}
