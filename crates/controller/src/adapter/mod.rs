@@ -326,12 +326,21 @@ fn classify_pods(
         }
         classified
     };
-    let (mut pending, mut running) = (Vec::new(), Vec::new());
+    let (mut pending, mut running, mut claiming) = (Vec::new(), Vec::new(), Vec::new());
     for part in parallel::in_order(&pods, PODS_PER_THREAD, classify) {
         pending.extend(part.pending);
         running.extend(part.running);
         warnings.extend(part.warnings);
         skipped.extend(part.skipped);
+        claiming.extend(part.claiming);
+    }
+    if let Some(first) = claiming.first() {
+        let pods = if claiming.len() == 1 { "pod asks" } else { "pods ask" };
+        warnings.push(format!(
+            "{} unschedulable {pods} for devices through DRA ResourceClaims (e.g. {first}); not planned: \
+             Geometer plans for the device plugin's nvidia.com/mig-* and nvidia.com/gpu requests only",
+            claiming.len()
+        ));
     }
     (pending, running)
 }
@@ -346,6 +355,8 @@ struct Classified {
     running: Vec<geometer_solver::snapshot::Pod>,
     warnings: Vec<String>,
     skipped: Vec<AdapterError>,
+    /// Unschedulable pods asking for devices through DRA ResourceClaims only.
+    claiming: Vec<PodKey>,
 }
 
 impl Classified {
@@ -366,7 +377,12 @@ impl Classified {
                 &mut self.running
             }
             Some(_) => return,
-            None if pods::gpu_requests(reqs).is_empty() => return,
+            None if pods::gpu_requests(reqs).is_empty() => {
+                if pods::claims_devices(pod) && pods::demand_check(pod).is_ok() {
+                    self.claiming.push(key);
+                }
+                return;
+            }
             None => match pods::demand_check(pod) {
                 Ok(()) => &mut self.pending,
                 Err(why) => {
@@ -535,6 +551,16 @@ items:
         assert!(said("dra", "DRA driver advertises its GPUs (static MIG)"), "{:?}", built.warnings);
         assert!(said("dynamic", "(DynamicMIG)"), "{:?}", built.warnings);
         assert!(said("both", "given out twice"), "{:?}", built.warnings);
+
+        // A pod waiting for a DRA claim is said not planned, not counted as demand.
+        let claiming = "- kind: Pod\n  metadata: {name: claims, namespace: ml}\n  spec: {resourceClaims: [{name: gpu, resourceClaimTemplateName: mig-3g}], containers: [{name: c, resources: {claims: [{name: gpu}]}}]}\n  status: {phase: Pending, conditions: [{type: PodScheduled, status: \"False\", reason: Unschedulable}]}\n";
+        let built = snapshot_of(&format!("{text}{claiming}"));
+        assert!(built.snapshot.pending.is_empty());
+        assert!(
+            built.warnings.iter().any(|w| w.starts_with("1 unschedulable pod asks for devices through DRA ResourceClaims (e.g. ml/claims); not planned")),
+            "{:?}",
+            built.warnings
+        );
     }
 
     #[test]

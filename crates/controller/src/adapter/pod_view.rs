@@ -51,6 +51,16 @@ pub struct PodViewSpec {
     pub priority_class_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_name: Option<String>,
+    /// DRA ResourceClaims the pod asks for (by the name its containers use); only whether
+    /// there are any is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claims: Option<Vec<PodClaimView>>,
+}
+
+/// One of a pod's `spec.resourceClaims`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct PodClaimView {
+    pub name: String,
 }
 
 /// Node affinity only: pod (anti-)affinity does not decide which GPU a pod can use.
@@ -140,6 +150,10 @@ impl From<&Pod> for PodView {
                 priority: s.priority,
                 priority_class_name: s.priority_class_name.clone(),
                 scheduler_name: s.scheduler_name.clone(),
+                resource_claims: s
+                    .resource_claims
+                    .as_ref()
+                    .map(|cs| cs.iter().map(|c| PodClaimView { name: c.name.clone() }).collect()),
             }),
             status: pod.status.as_ref().map(|s| PodViewStatus {
                 phase: s.phase.clone(),
