@@ -1,5 +1,5 @@
 //! Discovery documents: the legacy ones (`/api`, `/apis`, `/apis/{g}/{v}`) and the aggregated
-//! `apidiscovery.k8s.io/v2` lists kubectl 1.32 asks for first.
+//! `apidiscovery.k8s.io/v2` lists kubectl (1.32 to 1.37) asks for first.
 
 use serde_json::{json, Value};
 
