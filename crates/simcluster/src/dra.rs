@@ -47,20 +47,9 @@ pub fn device_name(model: Option<&GpuModel>, device: &Device) -> String {
 /// A kubelet plugin pod on a node, as the driver's DaemonSet creates it (pending; the kubelet
 /// runs it).
 pub(crate) fn plugin_pod(node: &str, serial: u32) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {
-            "name": format!("dra-kubelet-plugin-{node}-{serial}"),
-            "namespace": DRA_PLUGIN_NAMESPACE,
-            "labels": {DRA_PLUGIN_LABEL.0: DRA_PLUGIN_LABEL.1},
-        },
-        "spec": {
-            "nodeName": node,
-            "priorityClassName": "system-node-critical",
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "gpus", "image": "registry.k8s.io/dra-driver-nvidia-gpu/dra-driver-nvidia-gpu:v0.5.0"}],
-        },
-    }))
-    .expect("DRA kubelet plugin pod")
+    let container = json!({"name": "gpus", "image": "registry.k8s.io/dra-driver-nvidia-gpu/dra-driver-nvidia-gpu:v0.5.0"});
+    let name = format!("dra-kubelet-plugin-{node}-{serial}");
+    crate::objects::node_daemon_pod(&name, DRA_PLUGIN_NAMESPACE, DRA_PLUGIN_LABEL, node, container)
 }
 
 pub fn is_plugin(pod: &Pod) -> bool {
@@ -109,14 +98,13 @@ pub(crate) fn resource_slice(
 
 /// Publishes the node's one ResourceSlice for `devices`: created, or replaced with its pool
 /// generation one past the last, as the plugin's slice controller bumps it on every change.
-/// Returns the generation published.
 pub(crate) async fn publish(
     client: &kube::Client,
     node: &str,
     gpus: &[GpuInventory],
     devices: &BTreeMap<String, Device>,
     catalog: &Catalog,
-) -> Result<i64, kube::Error> {
+) -> Result<(), kube::Error> {
     let node_uid = Api::<Node>::all(client.clone()).get(node).await?.uid().unwrap_or_default();
     let slices: Api<ResourceSlice> = Api::all(client.clone());
     let name = slice_name(node);
@@ -134,7 +122,7 @@ pub(crate) async fn publish(
             slices.create(&PostParams::default(), &slice).await?;
         }
     }
-    Ok(generation)
+    Ok(())
 }
 
 /// One device of the slice: attributes and capacities as `deviceinfo.go` writes them. The

@@ -23,7 +23,6 @@ use super::ledger::{Ending, PodRun, SimEvent};
 use super::node::{AdmitError, Device, SimNode};
 use super::objects::{self, is_device_plugin, RELEASES_ANNOTATION};
 use super::spec::DeviceStack;
-use super::spec::DEVICE_PLUGIN_NAMESPACE;
 use super::Shared;
 use super::{claims, dra};
 
@@ -143,23 +142,43 @@ impl Kubelet {
         };
         self.handled.insert(pod.uid().unwrap_or_default());
         let nodes: Api<Node> = Api::all(self.shared.client.clone());
-        let written = async {
+        let advertised = async {
             let current = nodes.get(&node.name).await?;
             let patch = objects::advertise_patch(&current, &counts);
-            nodes.patch_status(&node.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-            let status = objects::running_status(&pod, &node.ip);
-            self.pods(DEVICE_PLUGIN_NAMESPACE)
-                .patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status))
-                .await
+            nodes.patch_status(&node.name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(drop)
         };
-        match written.await {
-            Ok(_) => self.shared.ledger.emit(SimEvent::Advertised {
-                node: node.name.clone(),
-                resources: counts,
-                start,
-            }),
+        let advertised = advertised.await;
+        self.plugin_ready(node, &pod, advertised, counts, start).await;
+    }
+
+    /// A plugin pod that advertised the node's devices (`advertised`) reports ready, and the
+    /// ledger hears of it; a failure on the way is logged (the pod stays pending).
+    async fn plugin_ready(
+        &self,
+        node: &SimNode,
+        pod: &Pod,
+        advertised: Result<(), kube::Error>,
+        resources: BTreeMap<String, u64>,
+        start: u32,
+    ) {
+        let namespace = pod.namespace().unwrap_or_default();
+        let status = objects::running_status(pod, &node.ip);
+        let ready = match advertised {
+            Ok(()) => {
+                let patch = Patch::Merge(&status);
+                self.pods(&namespace)
+                    .patch_status(&pod.name_any(), &PatchParams::default(), &patch)
+                    .await
+                    .map(drop)
+            }
+            Err(e) => Err(e),
+        };
+        match ready {
+            Ok(()) => {
+                self.shared.ledger.emit(SimEvent::Advertised { node: node.name.clone(), resources, start })
+            }
             Err(e) => {
-                tracing::warn!(node = %node.name, error = %e, "simulated device plugin could not publish the node's slices")
+                tracing::warn!(node = %node.name, pod = %pod.name_any(), error = %e, "simulated plugin could not advertise the node's devices")
             }
         }
     }
@@ -180,25 +199,10 @@ impl Kubelet {
         for d in published.devices.values() {
             *counts.entry(d.resource()).or_default() += 1;
         }
-        let written = async {
-            let catalog = &self.shared.catalog;
-            dra::publish(&self.shared.client, &node.name, &published.gpus, &published.devices, catalog)
-                .await?;
-            let status = objects::running_status(&pod, &node.ip);
-            self.pods(dra::DRA_PLUGIN_NAMESPACE)
-                .patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status))
-                .await
-        };
-        match written.await {
-            Ok(_) => self.shared.ledger.emit(SimEvent::Advertised {
-                node: node.name.clone(),
-                resources: counts,
-                start: published.start,
-            }),
-            Err(e) => {
-                tracing::warn!(node = %node.name, error = %e, "simulated DRA plugin could not publish the node's ResourceSlice")
-            }
-        }
+        let catalog = &self.shared.catalog;
+        let advertised =
+            dra::publish(&self.shared.client, &node.name, &published.gpus, &published.devices, catalog).await;
+        self.plugin_ready(node, &pod, advertised, counts, published.start).await;
     }
 
     /// A pod on a DRA node starts on the devices its claims were allocated, once every claim
@@ -208,12 +212,11 @@ impl Kubelet {
             (pod.namespace().unwrap_or_default(), pod.name_any(), pod.uid().unwrap_or_default());
         match claims::allocated_devices(&self.shared.client, &node.name, &pod).await {
             Ok(devices) => {
-                self.handled.insert(uid);
+                self.handled.insert(uid.clone());
                 let container = claims::claiming_container(&pod);
                 let admitted = node.admit_claimed(
-                    &ns,
-                    &name,
-                    &pod.uid().unwrap_or_default(),
+                    PodKey::new(&ns, &name),
+                    &uid,
                     &container,
                     &devices,
                     objects::gpu_usage(&pod),

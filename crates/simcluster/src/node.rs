@@ -46,6 +46,55 @@ impl NodeState {
     fn devices_of(&self, key: &PodKey, uid: &str) -> Option<Vec<Device>> {
         self.running.get(key).filter(|r| r.uid == uid).map(|r| r.devices.clone())
     }
+
+    /// Whether a running pod holds the device `uuid`.
+    fn is_held(&self, uuid: &str) -> bool {
+        self.running.values().any(|r| r.devices.iter().any(|d| d.uuid == uuid))
+    }
+
+    /// Free advertised devices for each container's MIG requests, lowest GPU and placement
+    /// first.
+    fn choose_requested(
+        &self,
+        requests: &[(String, BTreeMap<String, u32>)],
+    ) -> Result<Vec<(String, Device)>, AdmitError> {
+        let mut chosen: Vec<(String, Device)> = Vec::new();
+        for (container, wants) in requests {
+            for (profile, &wanted) in wants {
+                let resource = device_resource(profile);
+                let mut free: Vec<&Device> = self
+                    .advertised
+                    .get(&resource)
+                    .map(|v| {
+                        v.iter()
+                            .filter(|d| {
+                                !self.is_held(&d.uuid) && !chosen.iter().any(|(_, c)| c.uuid == d.uuid)
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                free.sort();
+                if free.len() < wanted as usize {
+                    return Err(AdmitError::Unavailable { resource, wanted, free: free.len() });
+                }
+                chosen.extend(free.into_iter().take(wanted as usize).map(|d| (container.clone(), d.clone())));
+            }
+        }
+        Ok(chosen)
+    }
+
+    /// The devices the DRA plugin published as `names`, for `container`; one it no longer
+    /// lists, or one another pod holds, refuses the pod.
+    fn choose_claimed(&self, container: &str, names: &[String]) -> Result<Vec<(String, Device)>, AdmitError> {
+        names
+            .iter()
+            .map(|name| match self.dra_devices.get(name) {
+                Some(d) if !self.is_held(&d.uuid) => Ok((container.to_string(), d.clone())),
+                Some(d) => Err(AdmitError::Held { device: name.clone(), uuid: d.uuid.clone() }),
+                None => Err(AdmitError::NotPublished { device: name.clone() }),
+            })
+            .collect()
+    }
 }
 
 /// Devices by the resource name the device plugin advertises them under.
@@ -218,37 +267,7 @@ impl SimNode {
         requests: &[(String, BTreeMap<String, u32>)],
         usage: ProcessUsage,
     ) -> Result<Vec<Device>, AdmitError> {
-        let key = PodKey::new(namespace, pod);
-        let mut st = self.lock();
-        if let Some(devices) = st.devices_of(&key, uid) {
-            return Ok(devices);
-        }
-        let taken: Vec<&str> =
-            st.running.values().flat_map(|r| r.devices.iter().map(|d| d.uuid.as_str())).collect();
-        let mut chosen: Vec<(String, Device)> = Vec::new();
-        for (container, wants) in requests {
-            for (profile, &wanted) in wants {
-                let resource = device_resource(profile);
-                let mut free: Vec<&Device> = st
-                    .advertised
-                    .get(&resource)
-                    .map(|v| {
-                        v.iter()
-                            .filter(|d| {
-                                !taken.contains(&d.uuid.as_str())
-                                    && !chosen.iter().any(|(_, c)| c.uuid == d.uuid)
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                free.sort();
-                if free.len() < wanted as usize {
-                    return Err(AdmitError::Unavailable { resource, wanted, free: free.len() });
-                }
-                chosen.extend(free.into_iter().take(wanted as usize).map(|d| (container.clone(), d.clone())));
-            }
-        }
-        self.run_on(&mut st, key, uid, chosen, usage)
+        self.admit_with(PodKey::new(namespace, pod), uid, usage, |st| st.choose_requested(requests))
     }
 
     /// Admits a pod whose DRA claims were allocated the devices `names` (as the DRA plugin
@@ -256,28 +275,28 @@ impl SimNode {
     /// the plugin no longer lists, or one another pod holds, refuses the pod.
     pub fn admit_claimed(
         &self,
-        namespace: &str,
-        pod: &str,
+        key: PodKey,
         uid: &str,
         container: &str,
         names: &[String],
         usage: ProcessUsage,
     ) -> Result<Vec<Device>, AdmitError> {
-        let key = PodKey::new(namespace, pod);
+        self.admit_with(key, uid, usage, |st| st.choose_claimed(container, names))
+    }
+
+    /// The pod's devices when it runs already; otherwise the devices `choose` picks, started.
+    fn admit_with(
+        &self,
+        key: PodKey,
+        uid: &str,
+        usage: ProcessUsage,
+        choose: impl FnOnce(&NodeState) -> Result<Vec<(String, Device)>, AdmitError>,
+    ) -> Result<Vec<Device>, AdmitError> {
         let mut st = self.lock();
         if let Some(devices) = st.devices_of(&key, uid) {
             return Ok(devices);
         }
-        let mut chosen = Vec::new();
-        for name in names {
-            let device = st.dra_devices.get(name).cloned();
-            let held = |d: &Device| st.running.values().any(|r| r.devices.iter().any(|h| h.uuid == d.uuid));
-            match device {
-                Some(d) if !held(&d) => chosen.push((container.to_string(), d)),
-                Some(d) => return Err(AdmitError::Held { device: name.clone(), uuid: d.uuid }),
-                None => return Err(AdmitError::NotPublished { device: name.clone() }),
-            }
-        }
+        let chosen = choose(&st)?;
         self.run_on(&mut st, key, uid, chosen, usage)
     }
 

@@ -86,21 +86,31 @@ pub(crate) fn node(spec: &NodeSpec, catalog: &Catalog) -> Node {
 
 /// A device plugin pod on a node, as its DaemonSet creates it (pending; the kubelet runs it).
 pub(crate) fn device_plugin_pod(node: &str, serial: u32) -> Pod {
+    let container = json!({"name": "nvidia-device-plugin-ctr", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+                           "env": [{"name": "MIG_STRATEGY", "value": "mixed"}]});
+    let name = format!("nvidia-device-plugin-{node}-{serial}");
+    node_daemon_pod(&name, DEVICE_PLUGIN_NAMESPACE, DEVICE_PLUGIN_LABEL, node, container)
+}
+
+/// A pod a node's DaemonSet creates on `node` (bound, pending, critical, tolerating every
+/// taint), with one container.
+pub(crate) fn node_daemon_pod(
+    name: &str,
+    namespace: &str,
+    label: (&str, &str),
+    node: &str,
+    container: Value,
+) -> Pod {
     serde_json::from_value(json!({
-        "metadata": {
-            "name": format!("nvidia-device-plugin-{node}-{serial}"),
-            "namespace": DEVICE_PLUGIN_NAMESPACE,
-            "labels": {DEVICE_PLUGIN_LABEL.0: DEVICE_PLUGIN_LABEL.1},
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": {label.0: label.1}},
         "spec": {
             "nodeName": node,
             "priorityClassName": "system-node-critical",
             "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "nvidia-device-plugin-ctr", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
-                            "env": [{"name": "MIG_STRATEGY", "value": "mixed"}]}],
+            "containers": [container],
         },
     }))
-    .expect("device plugin pod")
+    .expect("a node plugin pod")
 }
 
 /// The pod that advertises a node's GPUs for `stack`: the device plugin's, or the DRA driver's

@@ -78,23 +78,39 @@ pub enum SelectorError {
 pub struct Selector {
     expression: String,
     program: Program,
+    /// `quantity(text)` and `semver(text)`: how capacities and version attributes become CEL
+    /// values (kube-cel keeps their types to itself), compiled once.
+    quantity: Program,
+    semver: Program,
     /// The string literals of the expression: the domains it may look up.
     literals: Vec<String>,
 }
 
+/// Domain -> name -> value, as `device.attributes` and `device.capacity` hold them.
+type ByDomain = BTreeMap<String, HashMap<Key, Value>>;
+
 impl Selector {
     pub fn compile(expression: &str) -> Result<Selector, SelectorError> {
-        let program = Program::compile(expression).map_err(|e| SelectorError::Compile {
-            expression: quoted(expression),
-            problem: first_line(&e.to_string()),
-        })?;
-        Ok(Selector { expression: expression.to_string(), program, literals: string_literals(expression) })
+        let compile = |source: &str| {
+            Program::compile(source).map_err(|e| SelectorError::Compile {
+                expression: quoted(source),
+                problem: first_line(&e.to_string()),
+            })
+        };
+        Ok(Selector {
+            expression: expression.to_string(),
+            program: compile(expression)?,
+            quantity: compile("quantity(text)")?,
+            semver: compile("semver(text)")?,
+            literals: string_literals(expression),
+        })
     }
 
     /// Whether `device` (named `name` in errors) matches.
     pub fn matches(&self, name: &str, device: &CandidateDevice) -> Result<bool, SelectorError> {
         let mut context = Context::default().with_all();
-        context.add_variable_from_value("device", self.device_value(name, device)?);
+        let value = self.device_value(&mut context, name, device)?;
+        context.add_variable_from_value("device", value);
         let value = self.program.execute(&context).map_err(|e| SelectorError::Evaluate {
             expression: quoted(&self.expression),
             device: name.to_string(),
@@ -109,39 +125,75 @@ impl Selector {
         }
     }
 
-    fn device_value(&self, name: &str, device: &CandidateDevice) -> Result<Value, SelectorError> {
-        let mut attributes: BTreeMap<String, HashMap<Key, Value>> = BTreeMap::new();
-        for (qualified, attribute) in &device.attributes {
-            let (domain, key) = split(qualified, &device.driver);
-            attributes
-                .entry(domain)
-                .or_default()
-                .insert(key_of(&key), attribute_value(name, qualified, attribute)?);
-        }
-        let mut capacity: BTreeMap<String, HashMap<Key, Value>> = BTreeMap::new();
-        for (qualified, quantity) in &device.capacity {
-            let (domain, key) = split(qualified, &device.driver);
-            capacity
-                .entry(domain)
-                .or_default()
-                .insert(key_of(&key), call(name, qualified, "quantity", quantity)?);
-        }
+    /// The `device` variable, its quantities and versions converted in `context`.
+    fn device_value(
+        &self,
+        context: &mut Context,
+        name: &str,
+        device: &CandidateDevice,
+    ) -> Result<Value, SelectorError> {
+        let mut attributes = by_domain(&device.attributes, &device.driver, |qualified, attribute| {
+            Ok(match attribute {
+                Attribute::String(s) => Value::String(Arc::new(s.clone())),
+                Attribute::Int(i) => Value::Int(*i),
+                Attribute::Bool(b) => Value::Bool(*b),
+                Attribute::Version(v) => {
+                    convert(context, &self.semver, name, qualified, v, "semantic version")?
+                }
+            })
+        })?;
+        let mut capacity = by_domain(&device.capacity, &device.driver, |qualified, quantity| {
+            convert(context, &self.quantity, name, qualified, quantity, "quantity")
+        })?;
         for domain in &self.literals {
             attributes.entry(domain.clone()).or_default();
             capacity.entry(domain.clone()).or_default();
         }
-        let by_domain = |maps: BTreeMap<String, HashMap<Key, Value>>| {
+        let as_value = |maps: ByDomain| {
             map(maps
                 .into_iter()
                 .map(|(domain, entries)| (key_of(&domain), Value::Map(Map { map: Arc::new(entries) }))))
         };
         Ok(map([
             (key_of("driver"), Value::String(Arc::new(device.driver.clone()))),
-            (key_of("attributes"), by_domain(attributes)),
-            (key_of("capacity"), by_domain(capacity)),
+            (key_of("attributes"), as_value(attributes)),
+            (key_of("capacity"), as_value(capacity)),
             (key_of("allowMultipleAllocations"), Value::Bool(false)),
         ]))
     }
+}
+
+/// `entries` (qualified names) grouped by domain, each value converted by `value`.
+fn by_domain<T>(
+    entries: &BTreeMap<String, T>,
+    driver: &str,
+    mut value: impl FnMut(&str, &T) -> Result<Value, SelectorError>,
+) -> Result<ByDomain, SelectorError> {
+    let mut out = ByDomain::new();
+    for (qualified, entry) in entries {
+        let (domain, key) = split(qualified, driver);
+        out.entry(domain).or_default().insert(key_of(&key), value(qualified, entry)?);
+    }
+    Ok(out)
+}
+
+/// `text` through `program` (`quantity(text)` or `semver(text)`) in `context`; an error names
+/// the device, the capacity or attribute and the value.
+fn convert(
+    context: &mut Context,
+    program: &Program,
+    device: &str,
+    name: &str,
+    text: &str,
+    kind: &'static str,
+) -> Result<Value, SelectorError> {
+    context.add_variable_from_value("text", Value::String(Arc::new(text.to_string())));
+    program.execute(context).map_err(|_| SelectorError::Value {
+        device: device.to_string(),
+        name: name.to_string(),
+        value: quoted(text),
+        kind,
+    })
 }
 
 fn map(entries: impl IntoIterator<Item = (Key, Value)>) -> Value {
@@ -158,30 +210,6 @@ fn split(qualified: &str, driver: &str) -> (String, String) {
         Some((domain, name)) => (domain.to_string(), name.to_string()),
         None => (driver.to_string(), qualified.to_string()),
     }
-}
-
-fn attribute_value(device: &str, name: &str, attribute: &Attribute) -> Result<Value, SelectorError> {
-    Ok(match attribute {
-        Attribute::String(s) => Value::String(Arc::new(s.clone())),
-        Attribute::Int(i) => Value::Int(*i),
-        Attribute::Bool(b) => Value::Bool(*b),
-        Attribute::Version(v) => call(device, name, "semver", v)?,
-    })
-}
-
-/// `function(text)` evaluated: how a quantity or a semantic version becomes a CEL value
-/// (kube-cel keeps their types to itself).
-fn call(device: &str, name: &str, function: &'static str, text: &str) -> Result<Value, SelectorError> {
-    let bad = || SelectorError::Value {
-        device: device.to_string(),
-        name: name.to_string(),
-        value: quoted(text),
-        kind: if function == "quantity" { "quantity" } else { "semantic version" },
-    };
-    let program = Program::compile(&format!("{function}(text)")).map_err(|_| bad())?;
-    let mut context = Context::default().with_all();
-    context.add_variable_from_value("text", Value::String(Arc::new(text.to_string())));
-    program.execute(&context).map_err(|_| bad())
 }
 
 /// The contents of the expression's quoted strings (single or double quotes).

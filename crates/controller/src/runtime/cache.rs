@@ -117,8 +117,8 @@ impl Caches {
 
     /// The nodes NVIDIA's DRA driver advertises, and how, from the cached ResourceSlices.
     pub(crate) fn dra_nodes(&self) -> BTreeMap<String, DraMode> {
-        let slices = self.resource_slices.iter().flat_map(|s| s.state());
-        dra_nodes(slices.filter_map(|s| serde_json::to_value(&*s).ok()))
+        let slices: Vec<Arc<DynamicObject>> = self.resource_slices.iter().flat_map(|s| s.state()).collect();
+        dra_nodes(slices.iter().map(|s| &s.data))
     }
 }
 
@@ -156,10 +156,12 @@ async fn resource_slice_kind(client: &Client) -> Option<ApiResource> {
 }
 
 /// Nodes by how NVIDIA's DRA driver advertises them, from ResourceSlices.
-fn dra_nodes(slices: impl Iterator<Item = serde_json::Value>) -> BTreeMap<String, DraMode> {
+/// A slice's `data` (what a DynamicObject holds besides its type and metadata) carries its
+/// `spec`, which is all [`crate::dra::stack::record`] reads: nothing is serialized again.
+fn dra_nodes<'s>(slices: impl Iterator<Item = &'s serde_json::Value>) -> BTreeMap<String, DraMode> {
     let mut out = BTreeMap::new();
     for slice in slices {
-        crate::dra::stack::record(&mut out, &slice);
+        crate::dra::stack::record(&mut out, slice);
     }
     out
 }
@@ -170,7 +172,7 @@ pub async fn list_dra_nodes(client: &Client) -> Result<BTreeMap<String, DraMode>
     let Some(ar) = resource_slice_kind(client).await else { return Ok(BTreeMap::new()) };
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
     let slices = api.list(&Default::default()).await?;
-    Ok(dra_nodes(slices.items.into_iter().filter_map(|s| serde_json::to_value(s).ok())))
+    Ok(dra_nodes(slices.items.iter().map(|s| &s.data)))
 }
 
 /// The PodGroup kinds of the gang schedulers the cluster serves (scheduler-plugins'
