@@ -7,7 +7,6 @@ use geometer_agent::nvml::sim::SimReset;
 use geometer_agent::nvml::NvmlBackend;
 use geometer_api::StepAction::*;
 use serde_json::json;
-use std::time::Duration;
 
 const MIG_OFF: SimGpuOptions = SimGpuOptions::MIG_OFF;
 
@@ -161,25 +160,24 @@ async fn with_resets_allowed_only_the_ampere_gpu_that_changes_is_reset_and_its_n
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_reset_undoes_the_pending_mode_so_no_later_reboot_flips_the_gpu() {
     let h = Harness::new_with(&[("A100-40GB", &[], MIG_OFF)]).await;
-    let (mut cfg, reset) = resetting(&h);
+    let (cfg, reset) = resetting(&h);
     reset.fail.store(true, std::sync::atomic::Ordering::SeqCst);
-    // The first agent waits an hour before retrying, so the GPU is read between the failure
-    // and any retry (a retry sets the pending mode again before it resets).
-    let patient =
-        geometer_agent::Backoff { initial: Duration::from_secs(3600), max: Duration::from_secs(3600) };
-    let fast = std::mem::replace(&mut cfg.backoff, patient);
-    let agent = h.spawn_agent(cfg.clone(), None);
+    // Stopped between two rounds before the GPU is read: a retry in progress (it sets the
+    // pending mode again before it resets) finishes, undo included.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let agent = h.agent(cfg.clone(), std::sync::Arc::new(h.sim.clone()));
+    let agent = tokio::spawn(agent.run_until(async { stopped.await.unwrap_or_default() }));
     let generation = h.set_spec(&[(0, &[("7g.40gb", 0)])]).await;
 
     let failed = h.wait_for("a GpuResetFailed event", |h| h.events_with_reason("GpuResetFailed").pop()).await;
-    agent.abort();
+    stop.send(()).unwrap();
+    agent.await.unwrap();
     let note = failed.note.unwrap_or_default();
     assert!(note.contains("undone") && note.contains("not supported"), "{note}");
     let mode = h.sim.devices().unwrap()[0].mig_mode.unwrap();
     assert!(!mode.current && !mode.pending, "nothing pending after the failure: {mode:?}");
 
     reset.fail.store(false, std::sync::atomic::Ordering::SeqCst);
-    cfg.backoff = fast;
     let agent = h.spawn_agent(cfg, None);
     h.wait_ready(generation).await;
     agent.abort();
