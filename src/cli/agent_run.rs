@@ -54,6 +54,13 @@ pub struct RunArgs {
     /// Namespace of the device plugin pods [default: any].
     #[arg(long, value_name = "NAMESPACE")]
     pub device_plugin_namespace: Option<String>,
+    /// Label selector of the kubelet plugin pods of NVIDIA's DRA driver, restarted after a
+    /// change on a static-MIG DRA node so that they publish the new devices.
+    #[arg(long, value_name = "SELECTOR", default_value = geometer_agent::DEFAULT_DRA_PLUGIN_SELECTOR)]
+    pub dra_plugin_selector: String,
+    /// Namespace of the DRA driver's kubelet plugin pods [default: any].
+    #[arg(long, value_name = "NAMESPACE")]
+    pub dra_plugin_namespace: Option<String>,
     /// Longest wait for pods to leave before a change fails (Go duration: 30s, 10m, 1h).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration)]
     pub drain_timeout: Duration,
@@ -207,6 +214,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     cfg.drain.do_not_disrupt_keys = args.do_not_disrupt_annotations;
     cfg.device_plugin_selector = args.device_plugin_selector;
     cfg.device_plugin_namespace = args.device_plugin_namespace;
+    cfg.dra_plugin_selector = args.dra_plugin_selector;
+    cfg.dra_plugin_namespace = args.dra_plugin_namespace;
     cfg.advertise_timeout = args.advertise_timeout;
     cfg.poll_interval = args.poll_interval;
     cfg.usage_publish_interval = args.usage_publish_interval;

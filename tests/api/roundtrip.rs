@@ -228,6 +228,7 @@ fn node_status_round_trips_and_knows_what_is_in_use() {
         catalog_disagreements: vec![],
         cordoned_by_geometer: true,
         observed_generation: Some(3),
+        device_stack: Some(geometer_api::DeviceStack::DraStaticMig),
         paused_operands: Some(geometer_api::gpu_operator::PausedOperands::of(
             &[("nvidia.com/gpu.deploy.device-plugin".to_string(), "true".to_string())].into(),
             Time(jiff::Timestamp::from_second(1_700_000_050).unwrap()),

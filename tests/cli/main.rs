@@ -3,6 +3,7 @@
 
 mod catalog_geometry;
 mod device_check;
+mod dra;
 mod hostile;
 mod plan;
 mod recommend;

@@ -20,11 +20,11 @@ fn examples() -> Vec<PathBuf> {
     files
 }
 
-fn example(name: &str) -> String {
+pub(crate) fn example(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name).display().to_string()
 }
 
-fn plan_json(args: &[&str]) -> Value {
+pub(crate) fn plan_json(args: &[&str]) -> Value {
     let mut all = vec!["plan"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["-o", "json"]);
@@ -33,7 +33,7 @@ fn plan_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("JSON plan")
 }
 
-fn pod<'v>(plan: &'v Value, name: &str) -> &'v Value {
+pub(crate) fn pod<'v>(plan: &'v Value, name: &str) -> &'v Value {
     plan["pods"]
         .as_array()
         .unwrap()
@@ -225,7 +225,7 @@ fn with_h100_2_labels(labels: &[(&str, &str)]) -> (tempfile::TempDir, String) {
     (dir, path)
 }
 
-fn notes(plan: &Value) -> Vec<String> {
+pub(crate) fn notes(plan: &Value) -> Vec<String> {
     plan["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect()
 }
 

@@ -30,7 +30,20 @@ const AGENT: &str = "geometer-agent";
 
 /// Permissions granted although no scenario exercises them, each with the reason it is needed.
 /// (group, resource, verb, reason)
-const AGENT_UNOBSERVED: &[(&str, &str, &str, &str)] = &[];
+const AGENT_UNOBSERVED: &[(&str, &str, &str, &str)] = &[
+    (
+        "resource.k8s.io",
+        "resourceslices",
+        "list",
+        "DRA nodes only; the in-memory API server serves no DRA, and tests/k8s/dra.rs runs agents with this role against kube-apiserver on static-MIG DRA nodes",
+    ),
+    (
+        "resource.k8s.io",
+        "resourceclaims",
+        "list",
+        "DRA nodes only, before an instance is destroyed; exercised by tests/k8s/dra.rs against kube-apiserver",
+    ),
+];
 
 /// Starts an agent on the harness's node whose requests are signed `geometer-agent`.
 fn spawn_signed_agent(h: &Harness, cfg: geometer_agent::AgentConfig) -> tokio::task::JoinHandle<()> {

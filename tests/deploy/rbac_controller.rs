@@ -191,17 +191,25 @@ async fn loop_scenario() -> BTreeSet<Access> {
                         "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
             .expect("PodGroup CRD");
     }
-    // DRA's ResourceSlices, which the in-memory server serves as a custom resource of the
-    // built-in kind's group and version, so that the controller watches them as it does on
-    // Kubernetes 1.34 and later; one node's slice, so that it is left alone.
-    server
-        .seed_value(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": "resourceslices.resource.k8s.io"},
-            "spec": {"group": "resource.k8s.io", "scope": "Cluster",
-                "names": {"plural": "resourceslices", "singular": "resourceslice", "kind": "ResourceSlice", "listKind": "ResourceSliceList"},
-                "versions": [{"name": "v1", "served": true, "storage": true,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
-        .expect("ResourceSlice kind");
+    // DRA's kinds, which the in-memory server serves as custom resources of the built-in
+    // kinds' group and version, so that the controller watches them as it does on Kubernetes
+    // 1.34 and later; one node's slice, so that it is left alone.
+    for (kind, plural, scope) in [
+        ("ResourceSlice", "resourceslices", "Cluster"),
+        ("ResourceClaim", "resourceclaims", "Namespaced"),
+        ("ResourceClaimTemplate", "resourceclaimtemplates", "Namespaced"),
+        ("DeviceClass", "deviceclasses", "Cluster"),
+    ] {
+        let singular = kind.to_lowercase();
+        server
+            .seed_value(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": format!("{plural}.resource.k8s.io")},
+                "spec": {"group": "resource.k8s.io", "scope": scope,
+                    "names": {"plural": plural, "singular": singular, "kind": kind, "listKind": format!("{kind}List")},
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
+            .expect("DRA kind");
+    }
     for object in [
         json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "gpu-dra-gpu.nvidia.com"},
             "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-dra", "pool": {"name": "gpu-dra", "generation": 1, "resourceSliceCount": 1}}}),

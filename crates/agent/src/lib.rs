@@ -18,6 +18,7 @@ pub(crate) mod observe;
 pub(crate) mod runtime;
 pub(crate) mod steps;
 
+pub use observe::dra::DEFAULT_DRA_PLUGIN_SELECTOR;
 pub use observe::inventory::{check_catalog, read_inventory};
 pub use observe::probe::{probe, ProbeGpu, ProbeReport};
 pub use observe::sources::{

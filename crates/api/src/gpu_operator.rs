@@ -65,7 +65,8 @@ pub fn runs_operands(labels: &BTreeMap<String, String>) -> bool {
     labels.contains_key(DEVICE_PLUGIN_DEPLOY)
 }
 
-/// Why Geometer does not change a node now. Each names the label, its value and what to do.
+/// Why Geometer does not change a node now. Each names what refuses it (a label and its value,
+/// or the device stack) and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// mig-manager still applies `nvidia.com/mig.config` to the node.
@@ -76,6 +77,10 @@ pub enum Refusal {
     DriverUpgrade { label: String, value: String },
     /// The device plugin does not advertise each MIG profile as its own resource.
     MigStrategy { value: String },
+    /// NVIDIA's DRA driver in DynamicMIG mode makes and removes the node's instances itself.
+    DraDynamicMig,
+    /// Both the device plugin and the DRA driver advertise the node's GPUs.
+    BothDeviceStacks,
 }
 
 impl Refusal {
@@ -86,6 +91,8 @@ impl Refusal {
             Refusal::MigConfigInProgress { .. } => "MigManagerChanging",
             Refusal::DriverUpgrade { .. } => "DriverUpgrade",
             Refusal::MigStrategy { .. } => "MigStrategyNotMixed",
+            Refusal::DraDynamicMig => "DraDynamicMig",
+            Refusal::BothDeviceStacks => "BothDeviceStacks",
         }
     }
 }
@@ -112,6 +119,14 @@ impl std::fmt::Display for Refusal {
                 f,
                 "the device plugin's MIG strategy is {} ({MIG_STRATEGY}); slices of different profiles are only usable with the mixed strategy: set the GPU Operator's mig.strategy=mixed",
                 quoted(value)
+            ),
+            Refusal::DraDynamicMig => f.write_str(
+                "NVIDIA's DRA driver runs in DynamicMIG mode here and makes and removes the MIG instances itself (it \
+                 destroys any it did not make); Geometer never changes them",
+            ),
+            Refusal::BothDeviceStacks => f.write_str(
+                "both NVIDIA's device plugin and its DRA driver advertise this node's GPUs, so each is given out twice; \
+                 run one of them on the node (repository kubernetes-sigs/dra-driver-nvidia-gpu, pull request 82)",
             ),
         }
     }

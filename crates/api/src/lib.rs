@@ -32,8 +32,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use node::{
-    AgentStep, CatalogDisagreement, GpuGeometry, GpuInventory, MigInstance, MigModeStatus, MigNode,
-    MigNodePhase, MigNodeSpec, MigNodeStatus, PodGpuUsage, StepAction,
+    AgentStep, CatalogDisagreement, DeviceStack, GpuGeometry, GpuInventory, MigInstance, MigModeStatus,
+    MigNode, MigNodePhase, MigNodeSpec, MigNodeStatus, PodGpuUsage, StepAction,
 };
 pub use plan::{
     Demand, DemandGang, DemandMet, DemandUnmet, Eviction, GpuChange, GpuOperations, MigPlan, MigPlanPhase,

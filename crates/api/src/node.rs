@@ -64,6 +64,13 @@ use crate::limits::{MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_GPU, MAX_MEASURED_PODS_
         description = "GPUs the agent sees"
     ),
     printcolumn(
+        name = "Stack",
+        type_ = "string",
+        json_path = ".status.deviceStack",
+        description = "How the node's GPUs are advertised: DevicePlugin, DraStaticMig, DraDynamicMig or Both",
+        priority = 1
+    ),
+    printcolumn(
         name = "Cordoned",
         type_ = "boolean",
         json_path = ".status.cordonedByGeometer",
@@ -145,6 +152,25 @@ pub struct MigNodeStatus {
     /// `geometer.dev/paused-operands`); cleared once every label is restored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_operands: Option<crate::gpu_operator::PausedOperands>,
+    /// How the node's GPUs are advertised to pods, as the agent found it; unset by an agent
+    /// that predates DRA (then the controller plans the node only as a device-plugin node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_stack: Option<DeviceStack>,
+}
+
+/// How a node's GPUs are advertised to pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DeviceStack {
+    /// NVIDIA's device plugin: `nvidia.com/mig-<profile>` and `nvidia.com/gpu` resources.
+    DevicePlugin,
+    /// NVIDIA's DRA driver in static MIG mode: the instances that exist, as ResourceSlice
+    /// devices; Geometer changes them and restarts the driver's kubelet plugin.
+    DraStaticMig,
+    /// NVIDIA's DRA driver in DynamicMIG mode: it makes and removes instances itself;
+    /// Geometer never changes them.
+    DraDynamicMig,
+    /// Both advertise the GPUs, each giving them out: refused until one is removed.
+    Both,
 }
 
 /// A bounded summary of one pod's use of the whole GPU it holds.

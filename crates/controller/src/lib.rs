@@ -32,7 +32,7 @@ mod fixtures;
 pub use geometer_api::decoded::{Decoded, Unreadable};
 pub use rollout::approval::{approve, ApprovalError, Approved};
 pub use runtime::actions::{Action, EventSpec};
-pub use runtime::cache::{list_dra_nodes, list_pod_groups, pod_group_kinds, Caches, OptionalKinds};
+pub use runtime::cache::{list_dra, list_pod_groups, pod_group_kinds, Caches, OptionalKinds};
 pub use runtime::execute::Executor;
 pub use runtime::health::{serve as serve_health, Health, MetricsText};
 pub use runtime::leader::{Leadership, LeaseSettings};

@@ -159,7 +159,7 @@ pub fn examples() -> Vec<(&'static str, Value)> {
             "MigNode",
             json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigNode", "metadata": {"name": "n1"},
             "spec": {"plan": "bounds-1", "gpus": [{"index": 0, "geometry": [placed]}]},
-            "status": {"gpuCount": 1, "observedGeneration": 1, "phase": "Ready", "cordonedByGeometer": false,
+            "status": {"gpuCount": 1, "observedGeneration": 1, "phase": "Ready", "cordonedByGeometer": false, "deviceStack": "DraStaticMig",
                 "conditions": [condition],
                 "catalogDisagreements": [{"gpu": 0, "profile": "1g.10gb", "field": "placements", "catalog": "[0]", "nvml": "[1]"}],
                 "step": {"action": "Cordon", "attempt": 1, "generation": 1, "gpu": 0, "pod": "ml/a",

@@ -56,11 +56,10 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog) -> Result<(), Failure> {
         for why in unreadable {
             eprintln!("warning: {why}; its pods are planned on their own");
         }
-        let dra_nodes = geometer_controller::list_dra_nodes(&client)
-            .await
-            .map_err(|e| Failure::internal(anyhow!("cannot list ResourceSlices: {e}")))?;
-        let cluster =
-            Cluster { nodes: &nodes, pods: &pods, mignodes: &mignodes, pod_groups: &pod_groups, dra_nodes: &dra_nodes };
+        let dra = Arc::new(geometer_controller::list_dra(&client).await.map_err(|e| {
+            Failure::internal(anyhow!("cannot list ResourceSlices, ResourceClaims, their templates or DeviceClasses: {e}"))
+        })?);
+        let cluster = Cluster { nodes: &nodes, pods: &pods, mignodes: &mignodes, pod_groups: &pod_groups, dra: &dra };
         Ok::<_, Failure>(plan_all(args, &catalog, &cluster, &policies))
     })?;
     if results.is_empty() {
@@ -77,7 +76,7 @@ struct Cluster<'a> {
     pods: &'a [Arc<PodView>],
     mignodes: &'a BTreeMap<String, Arc<MigNode>>,
     pod_groups: &'a [geometer_controller::adapter::gangs::PodGroupMin],
-    dra_nodes: &'a BTreeMap<String, geometer_controller::dra::stack::DraMode>,
+    dra: &'a Arc<geometer_controller::dra::objects::DraObjects>,
 }
 
 fn plan_all(
@@ -86,7 +85,7 @@ fn plan_all(
     cluster: &Cluster<'_>,
     policies: &[Arc<MigPolicy>],
 ) -> Vec<PolicyPlan> {
-    let Cluster { nodes, pods, mignodes, pod_groups, dra_nodes } = *cluster;
+    let Cluster { nodes, pods, mignodes, pod_groups, dra } = *cluster;
     let facts = policy_status::node_facts(nodes, mignodes, catalog);
     let reports = policy_status::validate(policies, &facts, &policy_status::known_profiles(catalog));
     let node_map: BTreeMap<String, Arc<Node>> = nodes.iter().map(|n| (n.name_any(), n.clone())).collect();
@@ -111,7 +110,7 @@ fn plan_all(
                 requests: &Default::default(),
                 inventories: &Default::default(),
                 pod_groups,
-                dra_nodes,
+                dra,
                 now: jiff::Timestamp::now(),
             };
             match round::prepare(&input, catalog) {

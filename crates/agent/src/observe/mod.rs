@@ -4,6 +4,7 @@
 
 pub mod catalog_check;
 pub(crate) mod device_holders;
+pub(crate) mod dra;
 pub(crate) mod inventory;
 pub(crate) mod observation;
 pub mod pod_resources;

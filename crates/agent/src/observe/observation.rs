@@ -26,7 +26,8 @@ use crate::steps::operands::{self, Operands};
 use geometer_api::decoded::Decoded;
 use geometer_api::gpu_operator::{self, PausedOperands, Refusal};
 use geometer_api::{
-    AgentStep, CatalogDisagreement, MigNode, MigNodePhase, MigNodeSpec, MigNodeStatus, StepAction,
+    AgentStep, CatalogDisagreement, DeviceStack, MigNode, MigNodePhase, MigNodeSpec, MigNodeStatus,
+    StepAction,
 };
 use geometer_solver::PodKey;
 
@@ -51,6 +52,8 @@ pub(crate) struct Context {
     pub refusal: Option<Refusal>,
     /// The GPU Operator's operands on the node.
     pub operands: Operands,
+    /// On a static-MIG DRA node: device UUID -> the allocated ResourceClaim naming it.
+    pub claimed: std::collections::BTreeMap<String, String>,
 }
 
 impl Agent {
@@ -79,11 +82,20 @@ impl Agent {
                 return Ok(NextRound::Continue);
             }
         }
-        let refusal = gpu_operator::preflight(&operands::labels(&node), pause.as_ref()).err();
+        let work = NodeWork::plan(&mignode.spec.gpus, &inventory.gpus, &models);
+        let gpus = work.as_ref().map(|w| w.gpus.as_slice()).unwrap_or_default();
+        // Turning MIG mode on removes the whole-GPU device; turning it off follows the destroys.
+        let destroys = gpus.iter().any(|g| !g.destroy.is_empty() || g.enable_mig);
+        let changes = destroys || gpus.iter().any(|g| !g.create.is_empty() || g.disable_mig);
+        let dra = self.read_dra(&node, destroys).await?;
+        status.device_stack = Some(dra.stack);
+        let refusal = gpu_operator::preflight(&operands::labels(&node), pause.as_ref())
+            .err()
+            .or_else(|| dra_refusal(dra.stack, changes));
         self.observe_into(&mut status, &inventory, disagreements, cordon, generation, now);
         preflight_condition(&mut status, refusal.as_ref(), generation, now);
         self.measure_into(&mut status, &inventory, now).await;
-        let work = match NodeWork::plan(&mignode.spec.gpus, &inventory.gpus, &models) {
+        let work = match work {
             Ok(work) => work,
             Err(e) => {
                 self.write_status(&status).await?;
@@ -117,8 +129,15 @@ impl Agent {
         };
         let fresh_plugin: Vec<&Pod> = plugin_pods.iter().filter(|p| self.is_fresh_plugin(p)).collect();
         let operands = self.operands(&node, pause.as_ref()).await?;
-        let mismatches =
-            advertise::mismatches(&advertise::expected(&inventory.gpus), &advertise::advertised(&node));
+        let mismatches = match dra.is_static_dra() {
+            true => crate::observe::dra::mismatches(
+                &crate::observe::dra::expected_uuids(&inventory.gpus),
+                dra.published.as_ref(),
+            ),
+            false => {
+                advertise::mismatches(&advertise::expected(&inventory.gpus), &advertise::advertised(&node))
+            }
+        };
         let facts = Facts {
             work: &work,
             cordon,
@@ -147,6 +166,7 @@ impl Agent {
             pause,
             refusal,
             operands,
+            claimed: dra.claimed,
         };
         self.take(next, cx).await
     }
@@ -434,16 +454,36 @@ impl Agent {
         Ok(out)
     }
 
+    /// The pods that advertise the node's GPUs: NVIDIA's DRA kubelet plugin on a static-MIG
+    /// DRA node, else the device plugin.
     pub(crate) async fn device_plugin_pods(&self) -> Result<Vec<Pod>, StepError> {
+        if self.mem.stack == Some(DeviceStack::DraStaticMig) {
+            return self.dra_plugin_pods().await;
+        }
         self.operator_pods_on_node(&self.cfg.device_plugin_selector).await
+    }
+
+    /// This node's kubelet plugin pods of NVIDIA's DRA driver.
+    pub(crate) async fn dra_plugin_pods(&self) -> Result<Vec<Pod>, StepError> {
+        let namespace = self.cfg.dra_plugin_namespace.as_deref();
+        self.labelled_pods_on_node(&self.cfg.dra_plugin_selector, namespace).await
     }
 
     /// This node's pods matching the label `selector` in the device plugin's namespace (the
     /// GPU Operator's), or in every namespace when none is set.
     pub(crate) async fn operator_pods_on_node(&self, selector: &str) -> Result<Vec<Pod>, StepError> {
+        self.labelled_pods_on_node(selector, self.cfg.device_plugin_namespace.as_deref()).await
+    }
+
+    /// This node's pods matching the label `selector`, in `namespace` or in every namespace.
+    async fn labelled_pods_on_node(
+        &self,
+        selector: &str,
+        namespace: Option<&str>,
+    ) -> Result<Vec<Pod>, StepError> {
         let params =
             ListParams::default().labels(selector).fields(&format!("spec.nodeName={}", self.cfg.node));
-        let api: Api<Pod> = match &self.cfg.device_plugin_namespace {
+        let api: Api<Pod> = match namespace {
             Some(ns) => self.pods(ns),
             None => Api::all(self.client.clone()),
         };
@@ -468,6 +508,17 @@ impl Agent {
         };
         let timeout = SignedDuration::try_from(timeout).unwrap_or(SignedDuration::MAX);
         step.started_at.0.checked_add(timeout).is_ok_and(|deadline| now >= deadline)
+    }
+}
+
+/// Why the node's device stack refuses a change the spec asks for: DynamicMIG (the driver owns
+/// the instances) or both stacks at once (each GPU given out twice).
+fn dra_refusal(stack: DeviceStack, changes: bool) -> Option<Refusal> {
+    match stack {
+        _ if !changes => None,
+        DeviceStack::DraDynamicMig => Some(Refusal::DraDynamicMig),
+        DeviceStack::Both => Some(Refusal::BothDeviceStacks),
+        DeviceStack::DevicePlugin | DeviceStack::DraStaticMig => None,
     }
 }
 

@@ -37,6 +37,11 @@ pub struct AgentConfig {
     pub device_plugin_selector: String,
     /// Namespace of the device plugin pods; `None`: any namespace.
     pub device_plugin_namespace: Option<String>,
+    /// Label selector of the kubelet plugin pods of NVIDIA's DRA driver, restarted after a
+    /// change on a static-MIG DRA node so that it publishes the new devices.
+    pub dra_plugin_selector: String,
+    /// Namespace of the DRA driver's kubelet plugin pods; `None`: any namespace.
+    pub dra_plugin_namespace: Option<String>,
     /// Longest wait for the node's allocatable to show the new slices after the plugin restart.
     pub advertise_timeout: Duration,
     /// How often NVML and the kubelet are read again when nothing the agent watches changes.
@@ -69,6 +74,8 @@ impl AgentConfig {
             drain: DrainSettings::default(),
             device_plugin_selector: DEFAULT_DEVICE_PLUGIN_SELECTOR.to_string(),
             device_plugin_namespace: None,
+            dra_plugin_selector: crate::observe::dra::DEFAULT_DRA_PLUGIN_SELECTOR.to_string(),
+            dra_plugin_namespace: None,
             advertise_timeout: Duration::from_secs(300),
             poll_interval: Duration::from_secs(10),
             backoff: Backoff::default(),
@@ -198,6 +205,10 @@ pub(crate) struct Memory {
     pub announced: BTreeSet<String>,
     /// UIDs of the device plugin pods deleted by the last restart.
     pub restarted_plugin: Option<BTreeSet<String>>,
+    /// Whether the cluster serves DRA (`resource.k8s.io/v1`), asked once.
+    pub dra_served: Option<bool>,
+    /// How the node's GPUs were advertised in the last round.
+    pub stack: Option<geometer_api::DeviceStack>,
     /// The MigNode as last read or written.
     pub mignode: Option<MigNode>,
     /// The unreadable MigNode last reported (uid, generation and field), so that each is

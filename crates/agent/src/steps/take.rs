@@ -191,6 +191,7 @@ impl Agent {
             Next::DisableMigMode { gpu } => self.set_mig_mode(*gpu, false, cx).await,
             Next::DestroyComputeInstance { gpu, instance } => {
                 ensure_unused(*gpu, instance)?;
+                ensure_unclaimed(*gpu, instance.placed().to_string(), instance.uuid.as_deref(), cx)?;
                 ensure_no_unknown_devices(*gpu, cx)?;
                 let ci = instance.compute_instance_id.unwrap_or_default();
                 let (gpu_index, gi) = (*gpu, instance.gpu_instance_id);
@@ -202,6 +203,7 @@ impl Agent {
             }
             Next::DestroyGpuInstance { gpu, instance } => {
                 ensure_unused(*gpu, instance)?;
+                ensure_unclaimed(*gpu, instance.placed().to_string(), instance.uuid.as_deref(), cx)?;
                 ensure_no_unknown_devices(*gpu, cx)?;
                 let (gpu_index, gi) = (*gpu, instance.gpu_instance_id);
                 self.nvml_call(move |n| n.destroy_gpu_instance(gpu_index, gi))
@@ -270,6 +272,10 @@ impl Agent {
     /// driver leaves the change pending, the error says how to reset per the architecture.
     async fn set_mig_mode(&mut self, gpu: u32, enabled: bool, cx: &Context) -> Result<NextRound, StepError> {
         let pods = cx.work.gpu(gpu).map(|w| w.whole_gpu_pods.clone()).unwrap_or_default();
+        if enabled {
+            let uuid = cx.inventory.gpus.iter().find(|g| g.index == gpu).map(|g| g.uuid.as_str());
+            ensure_unclaimed(gpu, "the whole GPU".into(), uuid, cx)?;
+        }
         if enabled && !pods.is_empty() {
             return Err(StepError::InUse {
                 gpu,
@@ -513,6 +519,20 @@ fn ensure_unused(gpu: u32, instance: &MigInstance) -> Result<(), StepError> {
         None => format!("{} process(es) outside Kubernetes", instance.processes),
     };
     Err(StepError::InUse { gpu, instance: instance.placed().to_string(), user })
+}
+
+/// On a static-MIG DRA node, an allocated ResourceClaim holds its device from the moment
+/// kube-scheduler allocates it, before any pod runs with it: the device is not destroyed while
+/// a claim names it (checked again right before the destroy, from claims read this round).
+fn ensure_unclaimed(gpu: u32, instance: String, uuid: Option<&str>, cx: &Context) -> Result<(), StepError> {
+    match uuid.and_then(|u| cx.claimed.get(u)) {
+        Some(claim) => Err(StepError::InUse {
+            gpu,
+            instance,
+            user: format!("ResourceClaim {claim}, allocated to it (its pod may not run yet)"),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// NVIDIA devices the kubelet assigned but the inventory could not place may be on any GPU:

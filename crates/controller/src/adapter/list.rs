@@ -304,6 +304,7 @@ fn gather(reads: Vec<Read<'_>>) -> Objects {
             objects.skipped.push(e);
         }
     }
+    Arc::make_mut(&mut objects.dra).index();
     objects
 }
 
@@ -390,11 +391,8 @@ fn projected<K: Projection>(mut object: K) -> Arc<K> {
 fn read_other(kind: &str, item: Item<'_>, index: usize, objects: &mut Objects) -> Result<(), AdapterError> {
     match kind {
         "MigPolicy" => mig_policy_value(item.into_value(), index).map(|p| objects.policies.push(p)),
-        "ResourceSlice" => {
-            if !crate::dra::stack::record(&mut objects.dra_nodes, &item.into_value()) {
-                *objects.ignored.entry(kind.to_string()).or_default() += 1;
-            }
-            Ok(())
+        "ResourceSlice" | "ResourceClaim" | "ResourceClaimTemplate" | "DeviceClass" => {
+            read_dra(kind, &item.into_value(), index, objects)
         }
         "PodGroup" => match super::gangs::pod_group(&item.into_value())? {
             Some(group) => {
@@ -414,12 +412,39 @@ fn read_other(kind: &str, item: Item<'_>, index: usize, objects: &mut Objects) -
     }
 }
 
+/// A DRA object into `objects.dra`; a slice of another driver is counted as ignored.
+fn read_dra(kind: &str, value: &Value, index: usize, objects: &mut Objects) -> Result<(), AdapterError> {
+    use geometer_api::decode::from_value;
+    let bad = |e: DecodeError| AdapterError::Object {
+        index,
+        kind: kind.to_string(),
+        name: value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string(),
+        problem: e.to_string(),
+    };
+    let dra = Arc::make_mut(&mut objects.dra);
+    match kind {
+        "ResourceSlice" => {
+            if !dra.add_slice(Arc::new(from_value(value).map_err(bad)?)) {
+                *objects.ignored.entry(kind.to_string()).or_default() += 1;
+            }
+        }
+        "ResourceClaim" => dra.add_claim(Arc::new(from_value(value).map_err(bad)?)),
+        "ResourceClaimTemplate" => dra.add_template(Arc::new(from_value(value).map_err(bad)?)),
+        _ => dra.add_class(Arc::new(from_value(value).map_err(bad)?)),
+    }
+    Ok(())
+}
+
 fn read_mignode(
     node: Result<Box<MigNode>, DecodeError>,
     objects: &mut Objects,
 ) -> Result<(), Result<AdapterError, DecodeError>> {
     let node = node.map_err(Err)?;
     let gpus = mig_objects::inventory(&node).map_err(Ok)?;
+    objects.instance_uuids.extend(mig_objects::instance_uuids(&node));
+    if let Some(stack) = node.status.as_ref().and_then(|s| s.device_stack) {
+        objects.device_stacks.insert(node.name_any(), stack);
+    }
     objects.inventories.insert(node.name_any(), Arc::new(gpus));
     objects.advertised.extend(mig_objects::advertised(&node));
     objects.sharing.extend(mig_objects::sharing_pods(&node).map(String::from));

@@ -30,6 +30,8 @@ pub struct PolicyObject {
     pub do_not_disrupt: Vec<String>,
 }
 
+use crate::adapter::dra::InstanceAt;
+
 /// MigNodes' inventories already read, by the MigNode object they were read from (see
 /// [`crate::adapter::known`]).
 pub type KnownInventories = crate::adapter::known::Known<MigNode, std::sync::Arc<Vec<Gpu>>>;
@@ -65,6 +67,31 @@ pub fn inventory(node: &MigNode) -> Result<Vec<Gpu>, AdapterError> {
         out.push(Gpu { index: gpu.index, model: gpu.model.clone(), instances });
     }
     Ok(out)
+}
+
+/// Each MIG device of a MigNode's inventory by its UUID, and each GPU with MIG mode off by its
+/// own (the DRA driver publishes such a GPU whole): where the driver's devices are.
+pub fn instance_uuids(node: &MigNode) -> Vec<(String, InstanceAt)> {
+    let name = node.name_any();
+    let gpus = node.status.as_ref().map(|s| s.gpus.as_slice()).unwrap_or_default();
+    let mut out = Vec::new();
+    for gpu in gpus {
+        let at = |start, profile: &str| InstanceAt {
+            node: name.clone(),
+            gpu: gpu.index,
+            start,
+            profile: profile.into(),
+        };
+        if !gpu.mig_mode.current {
+            out.push((gpu.uuid.clone(), at(0, geometer_solver::catalog::WHOLE)));
+        }
+        for instance in &gpu.instances {
+            if let Some(uuid) = &instance.uuid {
+                out.push((uuid.clone(), at(instance.start, &instance.profile)));
+            }
+        }
+    }
+    out
 }
 
 /// Pods that share a whole GPU with others (time-slicing or MPS replicas): evicting one frees

@@ -5,6 +5,7 @@
 //! inventory where there is one; otherwise from the GPU Operator's labels and the node's
 //! `nvidia.com/mig-*` capacity, with placements inferred (and the snapshot says so).
 
+pub mod dra;
 pub mod gangs;
 pub mod known;
 mod kubectl_yaml;
@@ -69,9 +70,14 @@ pub struct Objects {
     pub sharing: BTreeSet<String>,
     /// What pods use of the whole GPUs they hold (`MigNode.status.usage`), for right-sizing.
     pub usage: Vec<geometer_api::PodGpuUsage>,
-    /// Nodes whose GPUs NVIDIA's DRA driver advertises (its ResourceSlices), and how: left
-    /// unchanged, since Geometer plans for the device plugin's extended resources only.
-    pub dra_nodes: BTreeMap<String, crate::dra::stack::DraMode>,
+    /// NVIDIA's DRA driver's ResourceSlices, and the ResourceClaims, templates and
+    /// DeviceClasses pods ask through.
+    pub dra: Arc<crate::dra::objects::DraObjects>,
+    /// MIG devices (and whole GPUs) by UUID, from the MigNode inventories: where the DRA
+    /// driver's devices are.
+    pub instance_uuids: std::collections::HashMap<String, dra::InstanceAt>,
+    /// How each node's GPUs are advertised, as its agent reported it (`MigNode.status.deviceStack`).
+    pub device_stacks: BTreeMap<String, geometer_api::DeviceStack>,
     /// PodGroups (coscheduling, Volcano): the minimum of each gang they declare.
     pub pod_groups: Vec<gangs::PodGroupMin>,
     /// Requests already read of some of `pods` (the controller's, from its last pass); the
@@ -118,7 +124,7 @@ pub fn build_snapshot(
     let selector = policy.as_ref().map(|p| p.node_selector.clone()).unwrap_or_default();
     let mut skipped = objects.skipped.clone();
     // A pod whose requests cannot be read is left out (and said why), not the whole snapshot.
-    let requests: Vec<Option<Requests<'_>>> = objects
+    let mut requests: Vec<Option<Requests<'_>>> = objects
         .pods
         .iter()
         .map(|pod| match objects.known_requests.get(pod) {
@@ -133,6 +139,14 @@ pub fn build_snapshot(
             }
         })
         .collect();
+    let mut dra = dra::DraPlanning::new(objects, catalog);
+    if dra.active() {
+        for (pod, reqs) in objects.pods.iter().zip(requests.iter_mut()) {
+            if let Some(reqs) = reqs {
+                dra.add_requests(pod, reqs);
+            }
+        }
+    }
     let usage = Usage::of(objects, &requests);
 
     let mut snapshot = Snapshot::default();
@@ -143,7 +157,10 @@ pub fn build_snapshot(
             warnings.push(format!("node {}: its MigNode cannot be read; not managed", nodes::name(node)));
             continue;
         }
-        if let Some(why) = nodes::dra_refusal(node, objects.dra_nodes.get(nodes::name(node))) {
+        let stack = dra.mode_of(nodes::name(node));
+        let refusal = stack
+            .and_then(|mode| nodes::both_stacks(node, mode).or_else(|| dra.refusal(nodes::name(node), mode)));
+        if let Some(why) = refusal {
             warnings.push(format!("node {}: left unchanged: {why}", nodes::name(node)));
             continue;
         }
@@ -152,8 +169,11 @@ pub fn build_snapshot(
             continue;
         }
         match node_facts(node, objects, catalog, &usage, &mut warnings) {
-            Ok(Some((facts, inferred))) => {
+            Ok(Some((mut facts, inferred))) => {
                 snapshot.placements_inferred |= inferred;
+                if stack.is_some() {
+                    dra.hold(&mut facts);
+                }
                 snapshot.nodes.push(facts);
             }
             Ok(None) => {}
@@ -177,6 +197,8 @@ pub fn build_snapshot(
     );
     snapshot.pending = pending;
     snapshot.running = running;
+    dra.separate_stacks(&mut snapshot.nodes, &mut snapshot.pending);
+    dra.notes(&mut warnings);
     add_gangs(objects, &requests, &mut snapshot, &mut warnings, &mut skipped);
     for pod in snapshot.running.iter_mut().filter(|p| objects.sharing.contains(p.key().as_str())) {
         pod.do_not_disrupt = true;
@@ -326,21 +348,12 @@ fn classify_pods(
         }
         classified
     };
-    let (mut pending, mut running, mut claiming) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut pending, mut running) = (Vec::new(), Vec::new());
     for part in parallel::in_order(&pods, PODS_PER_THREAD, classify) {
         pending.extend(part.pending);
         running.extend(part.running);
         warnings.extend(part.warnings);
         skipped.extend(part.skipped);
-        claiming.extend(part.claiming);
-    }
-    if let Some(first) = claiming.first() {
-        let pods = if claiming.len() == 1 { "pod asks" } else { "pods ask" };
-        warnings.push(format!(
-            "{} unschedulable {pods} for devices through DRA ResourceClaims (e.g. {first}); not planned: \
-             Geometer plans for the device plugin's nvidia.com/mig-* and nvidia.com/gpu requests only",
-            claiming.len()
-        ));
     }
     (pending, running)
 }
@@ -355,8 +368,6 @@ struct Classified {
     running: Vec<geometer_solver::snapshot::Pod>,
     warnings: Vec<String>,
     skipped: Vec<AdapterError>,
-    /// Unschedulable pods asking for devices through DRA ResourceClaims only.
-    claiming: Vec<PodKey>,
 }
 
 impl Classified {
@@ -377,12 +388,7 @@ impl Classified {
                 &mut self.running
             }
             Some(_) => return,
-            None if pods::gpu_requests(reqs).is_empty() => {
-                if pods::claims_devices(pod) && pods::demand_check(pod).is_ok() {
-                    self.claiming.push(key);
-                }
-                return;
-            }
+            None if pods::gpu_requests(reqs).is_empty() => return,
             None => match pods::demand_check(pod) {
                 Ok(()) => &mut self.pending,
                 Err(why) => {

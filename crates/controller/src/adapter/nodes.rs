@@ -52,27 +52,19 @@ pub fn operator_preflight(node: &Node) -> Result<(), Refusal> {
     gpu_operator::preflight(&labels(node), own.as_ref())
 }
 
-/// Why Geometer leaves a node alone that NVIDIA's DRA driver advertises (`dra`): it plans for
-/// the device plugin's extended resources only, and a node the device plugin advertises too
-/// gives the same GPUs out twice, which NVIDIA says never to run (repository
+/// Why a node NVIDIA's DRA driver advertises (`mode`) is refused when the device plugin
+/// advertises it too: each GPU is given out twice, which NVIDIA says never to run (repository
 /// `kubernetes-sigs/dra-driver-nvidia-gpu`, pull request 82).
-pub fn dra_refusal(node: &Node, dra: Option<&DraMode>) -> Option<String> {
-    let mode = dra?;
+pub fn both_stacks(node: &Node, mode: DraMode) -> Option<String> {
     let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
-    let plugin = allocatable
+    let (resource, _) = allocatable
         .into_iter()
         .flatten()
-        .find(|(k, q)| (is_mig_resource(k) || *k == GPU_RESOURCE) && q.0.trim() != "0");
-    Some(match plugin {
-        Some((resource, _)) => format!(
-            "both NVIDIA's device plugin ({resource} in its allocatable) and its DRA driver ({mode}) advertise its GPUs, \
-             so each GPU is given out twice; run one of them on a node"
-        ),
-        None => format!(
-            "NVIDIA's DRA driver advertises its GPUs ({mode}); Geometer plans for the device plugin's \
-             nvidia.com/mig-* resources only and leaves DRA nodes as they are"
-        ),
-    })
+        .find(|(k, q)| (is_mig_resource(k) || *k == GPU_RESOURCE) && q.0.trim() != "0")?;
+    Some(format!(
+        "both NVIDIA's device plugin ({resource} in its allocatable) and its DRA driver ({mode}) advertise its GPUs, \
+         so each GPU is given out twice; run one of them on a node"
+    ))
 }
 
 /// Node facts. `used` is what bound, unfinished pods request, in milli-units per resource.

@@ -9,7 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{NodeAffinity, Pod, PodCondition, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{
+    NodeAffinity, Pod, PodCondition, PodExtendedResourceClaimStatus, PodResourceClaim,
+    PodResourceClaimStatus, ResourceRequirements, Toleration,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::{NamespaceResourceScope, Resource as _};
@@ -51,16 +54,9 @@ pub struct PodViewSpec {
     pub priority_class_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_name: Option<String>,
-    /// DRA ResourceClaims the pod asks for (by the name its containers use); only whether
-    /// there are any is read.
+    /// DRA ResourceClaims the pod asks for: each by name, or made for it from a template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resource_claims: Option<Vec<PodClaimView>>,
-}
-
-/// One of a pod's `spec.resourceClaims`.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-pub struct PodClaimView {
-    pub name: String,
+    pub resource_claims: Option<Vec<PodResourceClaim>>,
 }
 
 /// Node affinity only: pod (anti-)affinity does not decide which GPU a pod can use.
@@ -96,6 +92,12 @@ pub struct PodViewStatus {
     pub nominated_node_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
+    /// The ResourceClaims made for the pod from its templates, by its claim entries' names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claim_statuses: Option<Vec<PodResourceClaimStatus>>,
+    /// The claim kube-scheduler made for the pod's DRA extended resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extended_resource_claim_status: Option<PodExtendedResourceClaimStatus>,
 }
 
 /// A PodView is a Pod to the API: watched, listed and referred to (events) as one.
@@ -150,16 +152,15 @@ impl From<&Pod> for PodView {
                 priority: s.priority,
                 priority_class_name: s.priority_class_name.clone(),
                 scheduler_name: s.scheduler_name.clone(),
-                resource_claims: s
-                    .resource_claims
-                    .as_ref()
-                    .map(|cs| cs.iter().map(|c| PodClaimView { name: c.name.clone() }).collect()),
+                resource_claims: s.resource_claims.clone(),
             }),
             status: pod.status.as_ref().map(|s| PodViewStatus {
                 phase: s.phase.clone(),
                 conditions: s.conditions.clone(),
                 nominated_node_name: s.nominated_node_name.clone(),
                 start_time: s.start_time.clone(),
+                resource_claim_statuses: s.resource_claim_statuses.clone(),
+                extended_resource_claim_status: s.extended_resource_claim_status.clone(),
             }),
         }
     }

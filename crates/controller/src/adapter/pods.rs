@@ -222,11 +222,6 @@ pub fn is_terminal(pod: &PodView) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
-/// Whether the pod asks for devices through DRA ResourceClaims (`spec.resourceClaims`).
-pub fn claims_devices(pod: &PodView) -> bool {
-    pod.spec.as_ref().and_then(|s| s.resource_claims.as_ref()).is_some_and(|c| !c.is_empty())
-}
-
 /// Demand as in DESIGN.md: Pending, unbound, not nominated, `PodScheduled=False` with reason
 /// `Unschedulable`. `Err` says why a pending MIG pod is not (yet) demand.
 pub fn demand_check(pod: &PodView) -> Result<(), &'static str> {

@@ -148,18 +148,59 @@ fn nodes_the_dra_driver_advertises_are_left_unchanged_and_said_so() {
     assert!(said("dynamic", "(DynamicMIG)"), "{:?}", built.warnings);
     assert!(said("both", "given out twice"), "{:?}", built.warnings);
 
-    // A pod waiting for a DRA claim is said not planned, not counted as demand.
+    // A pod waiting for a claim whose template is not in the List is said not planned.
     let claiming = "- kind: Pod\n  metadata: {name: claims, namespace: ml}\n  spec: {resourceClaims: [{name: gpu, resourceClaimTemplateName: mig-3g}], containers: [{name: c, resources: {claims: [{name: gpu}]}}]}\n  status: {phase: Pending, conditions: [{type: PodScheduled, status: \"False\", reason: Unschedulable}]}\n";
     let built = snapshot_of(&format!("{text}{claiming}"));
     assert!(built.snapshot.pending.is_empty());
-    assert!(
-        built.warnings.iter().any(|w| w.starts_with(
-            "1 unschedulable pod asks for devices through DRA ResourceClaims (e.g. ml/claims); not planned"
-        )),
-        "{:?}",
-        built.warnings
+    let expected = "DRA: pod ml/claims not planned: ResourceClaimTemplate ml/mig-3g does not exist";
+    assert!(built.warnings.iter().any(|w| w == expected), "{:?}", built.warnings);
+}
+
+/// The static-MIG example: a device an allocated claim names is held (by the claim while no
+/// pod is reserved, else by the pod), the running pod holding one counts it as its request.
+#[test]
+fn allocated_claims_hold_their_instances_before_their_pods_run() {
+    let built = snapshot_of(DRA_EXAMPLE);
+    let node = built.snapshot.nodes.iter().find(|n| n.name == "dra-1").expect("dra-1 planned");
+    let holders: Vec<(u8, Option<String>)> =
+        node.gpus[0].instances.iter().map(|i| (i.start, i.pod.as_ref().map(|p| p.to_string()))).collect();
+    assert_eq!(
+        holders,
+        [(0, Some("ml/claim:trainer-0-gpu".into())), (1, Some("ml/notebook-0".into())), (5, None)]
+    );
+    assert_eq!(node.labels.get(dra::STACK_LABEL).map(String::as_str), Some(dra::DRA_STACK));
+    let notebook = built.snapshot.running.iter().find(|p| p.name == "notebook-0").expect("running");
+    assert_eq!(notebook.requests, BTreeMap::from([("1g.10gb".to_string(), 1)]));
+    let train = built.snapshot.pending.iter().find(|p| p.name == "train-0").expect("demand");
+    assert_eq!(train.node_selector.get(dra::STACK_LABEL).map(String::as_str), Some(dra::DRA_STACK));
+}
+
+/// A static-MIG node is planned only with an inventory from an agent that knows the DRA stack,
+/// a complete pool, and no allocated claim naming a device the driver no longer lists.
+#[test]
+fn a_dra_node_is_left_unchanged_until_its_devices_can_be_matched_and_trusted() {
+    let left = |text: &str, words: &str| {
+        let built = snapshot_of(text);
+        assert!(built.snapshot.nodes.iter().all(|n| n.name != "dra-1"), "{:?}", built.warnings);
+        assert!(
+            built.warnings.iter().any(|w| w.starts_with("node dra-1: left unchanged") && w.contains(words)),
+            "{words}: {:?}",
+            built.warnings
+        );
+    };
+    let (before, after) =
+        DRA_EXAMPLE.split_once("- apiVersion: geometer.dev/v1alpha1\n  kind: MigNode").unwrap();
+    let (_, after_mignode) = after.split_once("- apiVersion: resource.k8s.io/v1").unwrap();
+    left(&format!("{before}- apiVersion: resource.k8s.io/v1{after_mignode}"), "no MigNode inventory");
+    left(&DRA_EXAMPLE.replace("    deviceStack: DraStaticMig\n", ""), "does not report the DRA stack");
+    left(&DRA_EXAMPLE.replace("resourceSliceCount: 1", "resourceSliceCount: 2"), "new pool generation");
+    left(
+        &DRA_EXAMPLE.replace("device: gpu-0-mig-1g10gb-19-0}", "device: gpu-0-mig-2g20gb-14-2}"),
+        "claim ml/trainer-0-gpu names device gpu-0-mig-2g20gb-14-2, which the driver no longer lists",
     );
 }
+
+const DRA_EXAMPLE: &str = include_str!("../../../../examples/dra-static-mig.yaml");
 
 #[test]
 fn infers_gpus_from_labels_and_capacity() {

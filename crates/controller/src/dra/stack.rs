@@ -6,10 +6,9 @@
 //! the instance only when a claim is prepared (repository `kubernetes-sigs/dra-driver-nvidia-gpu`,
 //! `cmd/gpu-kubelet-plugin/deviceinfo.go` and `cmd/gpu-kubelet-plugin/driver.go`).
 
-use std::collections::BTreeMap;
 use std::fmt;
 
-use serde_json::Value;
+use k8s_openapi::api::resource::v1::ResourceSliceSpec;
 
 /// The driver's name: the `spec.driver` of its ResourceSlices.
 pub const NVIDIA_DRIVER: &str = "gpu.nvidia.com";
@@ -32,32 +31,14 @@ impl fmt::Display for DraMode {
     }
 }
 
-/// The node a ResourceSlice of NVIDIA's driver is for, and the mode it shows; `None` for
-/// another driver's slice or one for no single node.
-pub fn node_of_slice(slice: &Value) -> Option<(String, DraMode)> {
-    let spec = slice.get("spec")?;
-    if spec.get("driver").and_then(Value::as_str) != Some(NVIDIA_DRIVER) {
-        return None;
-    }
-    let node = spec.get("nodeName").and_then(Value::as_str).filter(|n| !n.is_empty())?;
-    let counters = spec.get("sharedCounters").and_then(Value::as_array).is_some_and(|c| !c.is_empty());
-    let consumes = spec
-        .get("devices")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|d| d.get("consumesCounters").and_then(Value::as_array).is_some_and(|c| !c.is_empty()));
+/// The node a ResourceSlice is for, and the mode it shows; `None` for one for no single node.
+pub fn node_of(spec: &ResourceSliceSpec) -> Option<(String, DraMode)> {
+    let node = spec.node_name.as_deref().filter(|n| !n.is_empty())?;
+    let counters = spec.shared_counters.as_ref().is_some_and(|c| !c.is_empty());
+    let consumes =
+        spec.devices.iter().flatten().any(|d| d.consumes_counters.as_ref().is_some_and(|c| !c.is_empty()));
     let mode = if counters || consumes { DraMode::DynamicMig } else { DraMode::StaticMig };
     Some((node.to_string(), mode))
-}
-
-/// Adds the node `slice` is for to `nodes`, with its mode (a node with several slices is
-/// DynamicMIG if any slice says so); false for a slice of another driver.
-pub fn record(nodes: &mut BTreeMap<String, DraMode>, slice: &Value) -> bool {
-    let Some((node, mode)) = node_of_slice(slice) else { return false };
-    let known = nodes.entry(node).or_insert(mode);
-    *known = (*known).max(mode);
-    true
 }
 
 #[cfg(test)]
@@ -65,18 +46,22 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn node_of_slice(slice: &serde_json::Value) -> Option<(String, DraMode)> {
+        node_of(&serde_json::from_value(slice["spec"].clone()).unwrap())
+    }
+
     #[test]
     fn a_slice_says_its_node_and_mode() {
-        let static_slice = json!({"spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
+        let static_slice = json!({"spec": {"driver": "gpu.nvidia.com", "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1}, "nodeName": "n1",
             "devices": [{"name": "gpu-0-mig-1g10gb-19-0", "attributes": {"uuid": {"string": "MIG-1"}}}]}});
         assert_eq!(node_of_slice(&static_slice), Some(("n1".into(), DraMode::StaticMig)));
-        let counters = json!({"spec": {"driver": "gpu.nvidia.com", "nodeName": "n2",
+        let counters = json!({"spec": {"driver": "gpu.nvidia.com", "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1}, "nodeName": "n2",
             "sharedCounters": [{"name": "gpu-0-counter-set", "counters": {"memory-slice-0": {"value": "1"}}}]}});
         assert_eq!(node_of_slice(&counters), Some(("n2".into(), DraMode::DynamicMig)));
-        let consuming = json!({"spec": {"driver": "gpu.nvidia.com", "nodeName": "n3",
+        let consuming = json!({"spec": {"driver": "gpu.nvidia.com", "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1}, "nodeName": "n3",
             "devices": [{"name": "gpu-0-mig-1g10gb-19-0", "consumesCounters": [{"counterSet": "gpu-0-counter-set"}]}]}});
         assert_eq!(node_of_slice(&consuming), Some(("n3".into(), DraMode::DynamicMig)));
-        let other = json!({"spec": {"driver": "example.com", "nodeName": "n1"}});
-        assert_eq!(node_of_slice(&other), None);
+        let no_node = json!({"spec": {"driver": "gpu.nvidia.com", "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1}, "allNodes": true}});
+        assert_eq!(node_of_slice(&no_node), None);
     }
 }

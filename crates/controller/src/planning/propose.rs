@@ -76,8 +76,8 @@ pub struct RoundInput<'a> {
     pub inventories: &'a adapter::mig_objects::KnownInventories,
     /// Gang minimums declared by PodGroups.
     pub pod_groups: &'a [PodGroupMin],
-    /// Nodes NVIDIA's DRA driver advertises, and how: left unchanged.
-    pub dra_nodes: &'a BTreeMap<String, crate::dra::stack::DraMode>,
+    /// NVIDIA's DRA driver's slices, and the claims, templates and classes pods ask through.
+    pub dra: &'a Arc<crate::dra::objects::DraObjects>,
     /// The round's clock, for the forecast window.
     pub now: Timestamp,
 }
@@ -137,6 +137,8 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
     let mut inventories = BTreeMap::new();
     let mut advertised = BTreeMap::new();
     let mut sharing = BTreeSet::new();
+    let mut instance_uuids = std::collections::HashMap::new();
+    let mut device_stacks = BTreeMap::new();
     let mut settling = false;
     for name in input.managed {
         if let Some((why, passes)) = not_plannable(name, input) {
@@ -152,6 +154,10 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
                 inventories.insert(name.to_string(), gpus);
                 advertised.extend(adapter::mig_objects::advertised(&input.mignodes[name]));
                 sharing.extend(adapter::mig_objects::sharing_pods(&input.mignodes[name]).map(String::from));
+                instance_uuids.extend(adapter::mig_objects::instance_uuids(&input.mignodes[name]));
+                if let Some(stack) = input.mignodes[name].status.as_ref().and_then(|s| s.device_stack) {
+                    device_stacks.insert(name.clone(), stack);
+                }
             }
             Err(e) => excluded.push((name.clone(), e.to_string())),
         }
@@ -161,7 +167,9 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
         advertised,
         sharing,
         pod_groups: input.pod_groups.to_vec(),
-        dra_nodes: input.dra_nodes.clone(),
+        dra: input.dra.clone(),
+        instance_uuids,
+        device_stacks,
         known_requests: input.requests.clone(),
         running_only_if_evictable: true,
         ..Objects::default()

@@ -56,7 +56,7 @@ impl World {
             requests: &Default::default(),
             inventories: &Default::default(),
             pod_groups: &[],
-            dra_nodes: &BTreeMap::new(),
+            dra: &Default::default(),
             now: now(),
         };
         prepare(&input, Catalog::builtin()).unwrap()

@@ -6,8 +6,8 @@
 //! is kept as its name and error instead of failing the whole list.
 
 use crate::adapter::PodView;
-use crate::dra::stack::DraMode;
-use std::collections::BTreeMap;
+use crate::dra::objects::DraObjects;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -37,9 +37,48 @@ pub struct Caches {
     pub plans: Store<Decoded<MigPlan>>,
     /// PodGroups (scheduler-plugins, Volcano), one store per kind the cluster serves.
     pub pod_groups: Vec<(ApiResource, Store<DynamicObject>)>,
-    /// ResourceSlices, where the cluster serves `resource.k8s.io/v1` (Kubernetes 1.34 and
-    /// later): which nodes NVIDIA's DRA driver advertises.
-    pub resource_slices: Option<Store<DynamicObject>>,
+    /// ResourceSlices, ResourceClaims, their templates and DeviceClasses, where the cluster
+    /// serves `resource.k8s.io/v1` (Kubernetes 1.34 and later).
+    pub dra: Option<DraStores>,
+}
+
+/// The caches of the DRA kinds.
+#[derive(Clone)]
+pub struct DraStores {
+    pub slices: Store<ResourceSlice>,
+    pub claims: Store<ResourceClaim>,
+    pub templates: Store<ResourceClaimTemplate>,
+    pub classes: Store<DeviceClass>,
+}
+
+impl DraStores {
+    fn start(client: &Client, changed: &Arc<Notify>, tasks: &mut Vec<JoinHandle<()>>) -> DraStores {
+        DraStores {
+            slices: spawn_typed_reflector(client, changed.clone(), tasks),
+            claims: spawn_typed_reflector(client, changed.clone(), tasks),
+            templates: spawn_typed_reflector(client, changed.clone(), tasks),
+            classes: spawn_typed_reflector(client, changed.clone(), tasks),
+        }
+    }
+
+    /// The cached objects, indexed.
+    fn objects(&self) -> DraObjects {
+        let mut dra = DraObjects::default();
+        for slice in self.slices.state() {
+            dra.add_slice(slice);
+        }
+        for claim in self.claims.state() {
+            dra.add_claim(claim);
+        }
+        for template in self.templates.state() {
+            dra.add_template(template);
+        }
+        for class in self.classes.state() {
+            dra.add_class(class);
+        }
+        dra.index();
+        dra
+    }
 }
 
 /// A cache's objects: those read, and those that could not be.
@@ -91,11 +130,8 @@ impl Caches {
             .iter()
             .map(|ar| (ar.clone(), spawn_dynamic_reflector(client, ar, changed.clone(), &mut tasks)))
             .collect();
-        let resource_slices = optional
-            .resource_slices
-            .as_ref()
-            .map(|ar| spawn_dynamic_reflector(client, ar, changed.clone(), &mut tasks));
-        (Caches { pods, nodes, mignodes, policies, plans, pod_groups, resource_slices }, Watches { tasks })
+        let dra = optional.dra.then(|| DraStores::start(client, &changed, &mut tasks));
+        (Caches { pods, nodes, mignodes, policies, plans, pod_groups, dra }, Watches { tasks })
     }
 
     /// Waits until every cache holds a full list.
@@ -110,15 +146,17 @@ impl Caches {
         for (_, store) in &self.pod_groups {
             let _ = store.wait_until_ready().await;
         }
-        if let Some(store) = &self.resource_slices {
-            let _ = store.wait_until_ready().await;
+        if let Some(dra) = &self.dra {
+            let _ = dra.slices.wait_until_ready().await;
+            let _ = dra.claims.wait_until_ready().await;
+            let _ = dra.templates.wait_until_ready().await;
+            let _ = dra.classes.wait_until_ready().await;
         }
     }
 
-    /// The nodes NVIDIA's DRA driver advertises, and how, from the cached ResourceSlices.
-    pub(crate) fn dra_nodes(&self) -> BTreeMap<String, DraMode> {
-        let slices: Vec<Arc<DynamicObject>> = self.resource_slices.iter().flat_map(|s| s.state()).collect();
-        dra_nodes(slices.iter().map(|s| &s.data))
+    /// The cached DRA objects (none where `resource.k8s.io/v1` is not served).
+    pub(crate) fn dra(&self) -> Arc<DraObjects> {
+        Arc::new(self.dra.as_ref().map(DraStores::objects).unwrap_or_default())
     }
 }
 
@@ -126,53 +164,56 @@ impl Caches {
 #[derive(Debug, Clone, Default)]
 pub struct OptionalKinds {
     pub pod_groups: Vec<ApiResource>,
-    pub resource_slices: Option<ApiResource>,
+    /// Whether `resource.k8s.io/v1` is served (DRA).
+    pub dra: bool,
 }
 
 impl OptionalKinds {
     /// Asks the cluster which it serves (discovery). A kind installed later is seen when the
     /// controller restarts.
     pub async fn discover(client: &Client) -> OptionalKinds {
-        OptionalKinds {
-            pod_groups: pod_group_kinds(client).await,
-            resource_slices: resource_slice_kind(client).await,
-        }
+        OptionalKinds { pod_groups: pod_group_kinds(client).await, dra: serves_dra(client).await }
     }
 }
 
-/// `resource.k8s.io/v1` ResourceSlices, where served.
-async fn resource_slice_kind(client: &Client) -> Option<ApiResource> {
+/// Whether the cluster serves the `resource.k8s.io/v1` kinds planning reads (Kubernetes 1.34
+/// and later serve them all).
+async fn serves_dra(client: &Client) -> bool {
+    const KINDS: [&str; 4] = ["ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass"];
     match kube::discovery::group(client, "resource.k8s.io").await {
-        Ok(served) => served
-            .versioned_resources("v1")
-            .into_iter()
-            .find(|(ar, _)| ar.kind == "ResourceSlice")
-            .map(|(ar, _)| ar),
+        Ok(served) => {
+            let kinds = served.versioned_resources("v1");
+            KINDS.iter().all(|k| kinds.iter().any(|(ar, _)| ar.kind == *k))
+        }
         Err(e) => {
-            tracing::debug!(error = %e, "resource.k8s.io is not served: no DRA nodes to leave alone");
-            None
+            tracing::debug!(error = %e, "resource.k8s.io is not served: no DRA objects to read");
+            false
         }
     }
 }
 
-/// Nodes by how NVIDIA's DRA driver advertises them, from ResourceSlices.
-/// A slice's `data` (what a DynamicObject holds besides its type and metadata) carries its
-/// `spec`, which is all [`crate::dra::stack::record`] reads: nothing is serialized again.
-fn dra_nodes<'s>(slices: impl Iterator<Item = &'s serde_json::Value>) -> BTreeMap<String, DraMode> {
-    let mut out = BTreeMap::new();
-    for slice in slices {
-        crate::dra::stack::record(&mut out, slice);
+/// Every DRA object the cluster serves, read once (`geometer plan` against a live cluster);
+/// none where `resource.k8s.io/v1` is not served.
+pub async fn list_dra(client: &Client) -> Result<DraObjects, kube::Error> {
+    let mut dra = DraObjects::default();
+    if !serves_dra(client).await {
+        return Ok(dra);
     }
-    out
-}
-
-/// Every ResourceSlice the cluster serves, read once (`geometer plan` against a live cluster),
-/// as the nodes the DRA driver advertises; none where `resource.k8s.io/v1` is not served.
-pub async fn list_dra_nodes(client: &Client) -> Result<BTreeMap<String, DraMode>, kube::Error> {
-    let Some(ar) = resource_slice_kind(client).await else { return Ok(BTreeMap::new()) };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    let slices = api.list(&Default::default()).await?;
-    Ok(dra_nodes(slices.items.iter().map(|s| &s.data)))
+    let all = Default::default();
+    for slice in Api::<ResourceSlice>::all(client.clone()).list(&all).await? {
+        dra.add_slice(Arc::new(slice));
+    }
+    for claim in Api::<ResourceClaim>::all(client.clone()).list(&all).await? {
+        dra.add_claim(Arc::new(claim));
+    }
+    for template in Api::<ResourceClaimTemplate>::all(client.clone()).list(&all).await? {
+        dra.add_template(Arc::new(template));
+    }
+    for class in Api::<DeviceClass>::all(client.clone()).list(&all).await? {
+        dra.add_class(Arc::new(class));
+    }
+    dra.index();
+    Ok(dra)
 }
 
 /// The PodGroup kinds of the gang schedulers the cluster serves (scheduler-plugins'
@@ -233,6 +274,30 @@ fn spawn_dynamic_reflector(
         .default_backoff()
         .reflect(writer);
     tasks.push(follow(stream, ar.api_version.clone(), changed));
+    reader
+}
+
+/// A watch of a built-in kind the API server validates (the DRA kinds), without managed fields.
+fn spawn_typed_reflector<K>(
+    client: &Client,
+    changed: Arc<Notify>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(|object: &mut K| object.meta_mut().managed_fields = None)
+        .reflect(writer);
+    tasks.push(follow(stream, K::kind(&()).to_string(), changed));
     reader
 }
 

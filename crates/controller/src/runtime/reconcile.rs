@@ -2,7 +2,7 @@
 //! lifecycle, demand batched and due rounds planned. [`crate::runtime::main_loop`] calls it on every change.
 
 use crate::adapter::PodView;
-use crate::dra::stack::DraMode;
+use crate::dra::objects::DraObjects;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,8 +47,8 @@ struct Seen {
     plans: Vec<Arc<MigPlan>>,
     /// Gang minimums declared by PodGroups.
     pod_groups: Vec<PodGroupMin>,
-    /// Nodes NVIDIA's DRA driver advertises, and how.
-    dra_nodes: BTreeMap<String, DraMode>,
+    /// NVIDIA's DRA driver's slices, and the claims, templates and classes pods ask through.
+    dra: Arc<DraObjects>,
     /// Objects left out of this pass, and why.
     bad: Vec<BadObject>,
 }
@@ -132,7 +132,7 @@ impl Controller {
             policies,
             plans,
             pod_groups,
-            dra_nodes: self.caches.dra_nodes(),
+            dra: self.caches.dra(),
             bad,
         }
     }
@@ -321,7 +321,7 @@ impl Controller {
             requests: &seen.requests,
             inventories: &seen.inventories,
             pod_groups: &seen.pod_groups,
-            dra_nodes: &seen.dra_nodes,
+            dra: &seen.dra,
             now,
         };
         let started = Instant::now();

@@ -1,0 +1,239 @@
+//! What a pending pod asks of NVIDIA's DRA driver, as MIG profiles: each request of each
+//! unallocated claim (`exactly` or `firstAvailable`) is matched against the devices Geometer
+//! could make ([`super::offers`]) with its DeviceClass's and its own CEL selectors, as
+//! kube-scheduler's allocator matches published devices, and the cheapest profile that matches
+//! is taken. A DRA extended resource named after a DeviceClass
+//! (`deviceclass.resource.kubernetes.io/<class>`) is read the same way.
+//!
+//! What cannot be planned is said, never guessed: `allocationMode: All`, admin access,
+//! consumable capacity, a selector that is not CEL or fails on a device that does not exist yet
+//! (one reading `uuid`), constraints across several devices, a class or claim that does not
+//! exist. Claim fields follow `resource.k8s.io/v1` (repository `kubernetes/api`, path
+//! `resource/v1/types.go`); extended resources through classes follow the KEP "DRA: Extended
+//! Resource" (repository `kubernetes/enhancements`, path `keps/sig-scheduling/5004-dra-extended-resource`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use geometer_solver::catalog::WHOLE;
+use k8s_openapi::api::resource::v1::{DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaimSpec};
+
+use super::objects::DraObjects;
+use super::offers::Offer;
+use super::selector::Selector;
+use crate::adapter::PodView;
+
+/// The implicit extended resource of every DeviceClass: `deviceclass.resource.kubernetes.io/<class>`.
+pub const CLASS_RESOURCE_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
+
+/// A pod's DRA demand: profile -> devices, and a line per claim request for the review.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Asked {
+    pub profiles: BTreeMap<String, u64>,
+    /// `claim ns/name, request r: <profile>`, one per request planned.
+    pub named: Vec<String>,
+}
+
+/// Reads claims and classes into profiles, remembering each request shape it has read (a
+/// cluster's claims come from a few templates).
+pub struct Demand<'d> {
+    dra: &'d DraObjects,
+    offers: Vec<Offer>,
+    known: HashMap<String, Result<String, String>>,
+}
+
+impl<'d> Demand<'d> {
+    /// Demand matched against `offers` (cheapest first).
+    pub fn new(dra: &'d DraObjects, offers: Vec<Offer>) -> Demand<'d> {
+        Demand { dra, offers, known: HashMap::new() }
+    }
+
+    /// What `pod` asks through claims not yet allocated and class-named extended resources
+    /// (`requests`, its effective requests); `None` when it asks nothing of DRA that is not
+    /// allocated already. `Err` says what cannot be planned, naming the claim and request.
+    pub fn of_pod(
+        &mut self,
+        pod: &PodView,
+        requests: &BTreeMap<String, u64>,
+    ) -> Result<Option<Asked>, String> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let mut asked = Asked::default();
+        let mut any = false;
+        for entry in pod.spec.iter().flat_map(|s| s.resource_claims.iter().flatten()) {
+            let Some((label, spec)) = self.claim_spec(pod, namespace, entry)? else { continue };
+            any = true;
+            self.add_claim(&label, &spec, &mut asked)?;
+        }
+        for (resource, milli) in requests {
+            let Some(class) = resource.strip_prefix(CLASS_RESOURCE_PREFIX) else { continue };
+            any = true;
+            let count = milli.div_ceil(1000);
+            let profile =
+                self.profile(class, &[]).map_err(|why| format!("extended resource {resource}: {why}"))?;
+            *asked.profiles.entry(profile.clone()).or_default() += count;
+            asked.named.push(format!("extended resource {resource}: {count} x {profile}"));
+        }
+        Ok(any.then_some(asked))
+    }
+
+    /// The spec of the claim behind a pod's claim entry, with how to name it; `None` when it is
+    /// allocated already (its device exists).
+    fn claim_spec(
+        &self,
+        pod: &PodView,
+        namespace: &str,
+        entry: &k8s_openapi::api::core::v1::PodResourceClaim,
+    ) -> Result<Option<(String, ResourceClaimSpec)>, String> {
+        let made = pod.status.iter().flat_map(|s| s.resource_claim_statuses.iter().flatten());
+        let made = made.filter(|s| s.name == entry.name).find_map(|s| s.resource_claim_name.clone());
+        if let Some(name) = entry.resource_claim_name.clone().or(made) {
+            let label = format!("claim {namespace}/{name}");
+            return match self.dra.claim(namespace, &name) {
+                Some(claim) if claim.status.as_ref().is_some_and(|s| s.allocation.is_some()) => Ok(None),
+                Some(claim) => Ok(Some((label, claim.spec.clone().unwrap_or_default()))),
+                None if entry.resource_claim_name.is_some() => Err(format!("{label} does not exist")),
+                // Made from a template, gone since: read the template as the controller will.
+                None => self.template_spec(namespace, entry),
+            };
+        }
+        self.template_spec(namespace, entry)
+    }
+
+    fn template_spec(
+        &self,
+        namespace: &str,
+        entry: &k8s_openapi::api::core::v1::PodResourceClaim,
+    ) -> Result<Option<(String, ResourceClaimSpec)>, String> {
+        let Some(template) = &entry.resource_claim_template_name else {
+            return Err(format!("resource claim entry {} names no claim and no template", entry.name));
+        };
+        let label = format!("claim {} (from template {namespace}/{template})", entry.name);
+        match self.dra.template(namespace, template) {
+            Some(t) => Ok(Some((label, t.spec.as_ref().and_then(|s| s.spec.clone()).unwrap_or_default()))),
+            None => Err(format!("ResourceClaimTemplate {namespace}/{template} does not exist")),
+        }
+    }
+
+    fn add_claim(&mut self, label: &str, spec: &ResourceClaimSpec, asked: &mut Asked) -> Result<(), String> {
+        let Some(devices) = &spec.devices else { return Ok(()) };
+        let mut counts = BTreeMap::new();
+        for request in devices.requests.iter().flatten() {
+            let (profile, count) =
+                self.request(request).map_err(|why| format!("{label}, request {}: {why}", request.name))?;
+            counts.insert(request.name.clone(), count);
+            *asked.profiles.entry(profile.clone()).or_default() += count;
+            asked.named.push(format!("{label}, request {}: {count} x {profile}", request.name));
+        }
+        for constraint in devices.constraints.iter().flatten() {
+            let named = constraint.requests.as_ref().filter(|r| !r.is_empty());
+            let covered: u64 = match named {
+                Some(names) => names.iter().filter_map(|n| counts.get(n.split('/').next()?)).sum(),
+                None => counts.values().sum(),
+            };
+            let attribute = constraint.match_attribute.as_ref().or(constraint.distinct_attribute.as_ref());
+            if covered > 1 {
+                let attribute = attribute.map_or("an attribute".to_string(), |a| a.clone());
+                return Err(format!(
+                    "{label}: a constraint on {attribute} across {covered} devices; devices that must share or \
+                     differ in an attribute (the same GPU) are not planned"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A request's profile and device count.
+    fn request(&mut self, request: &DeviceRequest) -> Result<(String, u64), String> {
+        if let Some(exactly) = &request.exactly {
+            return self.exactly(exactly);
+        }
+        let mut first_refusal = None;
+        for sub in request.first_available.iter().flatten() {
+            let exactly = ExactDeviceRequest {
+                device_class_name: sub.device_class_name.clone(),
+                selectors: sub.selectors.clone(),
+                count: sub.count,
+                allocation_mode: sub.allocation_mode.clone(),
+                capacity: sub.capacity.clone(),
+                ..Default::default()
+            };
+            match self.exactly(&exactly) {
+                Ok(found) => return Ok(found),
+                Err(why) => {
+                    first_refusal.get_or_insert(format!("subrequest {}: {why}", sub.name));
+                }
+            }
+        }
+        Err(first_refusal.unwrap_or_else(|| "neither exactly nor firstAvailable".into()))
+    }
+
+    fn exactly(&mut self, exactly: &ExactDeviceRequest) -> Result<(String, u64), String> {
+        if exactly.allocation_mode.as_deref() == Some("All") {
+            return Err("allocationMode All asks for every matching device there is".into());
+        }
+        if exactly.admin_access == Some(true) {
+            return Err("adminAccess asks for devices in use, not new ones".into());
+        }
+        if exactly.capacity.is_some() {
+            return Err("a share of a device's capacity (capacity.requests)".into());
+        }
+        let count = exactly.count.unwrap_or(1).max(1) as u64;
+        let selectors = exactly.selectors.as_deref().unwrap_or_default();
+        Ok((self.profile(&exactly.device_class_name, selectors)?, count))
+    }
+
+    /// The cheapest profile whose device matches class `class` and `selectors`.
+    fn profile(&mut self, class: &str, selectors: &[DeviceSelector]) -> Result<String, String> {
+        let mut key = class.to_string();
+        for s in selectors {
+            key.push('\0');
+            key.push_str(s.cel.as_ref().map_or("", |c| c.expression.as_str()));
+        }
+        if let Some(known) = self.known.get(&key) {
+            return known.clone();
+        }
+        let found = self.evaluate(class, selectors);
+        self.known.insert(key, found.clone());
+        found
+    }
+
+    fn evaluate(&self, class: &str, selectors: &[DeviceSelector]) -> Result<String, String> {
+        let Some(device_class) = self.dra.classes.get(class) else {
+            return Err(format!("DeviceClass {class} does not exist"));
+        };
+        let class_selectors =
+            device_class.spec.as_ref().and_then(|s| s.selectors.as_deref()).unwrap_or_default();
+        let mut compiled = Vec::new();
+        for selector in class_selectors.iter().chain(selectors) {
+            let Some(cel) = &selector.cel else { return Err("a selector that is not CEL".into()) };
+            compiled.push(Selector::compile(&cel.expression).map_err(|e| e.to_string())?);
+        }
+        if self.offers.is_empty() {
+            return Err("no static-MIG node of NVIDIA's DRA driver has a GPU Geometer knows".into());
+        }
+        for offer in &self.offers {
+            let name = format!("{} {}", offer.model, offer.profile);
+            let mut all = true;
+            for selector in &compiled {
+                all &= selector.matches(&name, &offer.device).map_err(|e| match e.to_string() {
+                    m if m.contains("uuid") || m.contains("UUID") => {
+                        format!("{m}; a device Geometer would make has no uuid or parentUUID until it exists")
+                    }
+                    m => m,
+                })?;
+            }
+            if all {
+                return Ok(offer.profile.clone());
+            }
+        }
+        Err(format!("no device Geometer can make matches DeviceClass {class} and the request's selectors"))
+    }
+}
+
+/// The resource a profile's devices count as in a pod's requests (`nvidia.com/mig-<profile>`,
+/// or `nvidia.com/gpu` for a whole GPU), so that DRA demand joins the device plugin's.
+pub fn resource_of(profile: &str) -> String {
+    match profile {
+        WHOLE => geometer_api::resources::GPU_RESOURCE.to_string(),
+        p => geometer_api::resources::mig_resource(p),
+    }
+}
