@@ -312,3 +312,101 @@ async fn beside_device_plugin_nodes_a_dra_node_is_left_as_it_is() {
     assert_eq!(plan.spec.demand.unmet.len(), 2, "{:?}", plan.spec.demand);
     assert_eq!(k8s.running_of("infer").await.len(), 2);
 }
+
+/// Device UUIDs of a slice.
+fn uuids(slice: &ResourceSlice) -> std::collections::BTreeSet<String> {
+    let devices = slice.spec.devices.iter().flatten();
+    devices.filter_map(|d| d.attributes.as_ref()?.get("uuid")?.string.clone()).collect()
+}
+
+/// Every distinct device set the node's ResourceSlice has listed since the watch began, in order.
+fn watch_slices(
+    admin: kube::Client,
+) -> (std::sync::Arc<std::sync::Mutex<Vec<std::collections::BTreeSet<String>>>>, tokio::task::JoinHandle<()>)
+{
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let task = tokio::spawn(async move {
+        let api = Api::<ResourceSlice>::all(admin);
+        let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
+        while let Some(event) = events.next().await {
+            let (watcher::Event::Apply(slice) | watcher::Event::InitApply(slice)) =
+                event.unwrap_or(watcher::Event::Init)
+            else {
+                continue;
+            };
+            if slice.spec.node_name.as_deref() != Some(NODE) {
+                continue;
+            }
+            let mut seen = record.lock().unwrap();
+            let devices = uuids(&slice);
+            if seen.last() != Some(&devices) {
+                seen.push(devices);
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// A pod whose claim (from a template) asks for a 3g.40gb, which the DRA node's H100 cannot
+/// give with 1g.10gb instances at placements 0, 1 and 5: the operator plans the change, the agent
+/// cordons, destroys the free instance, makes the 3g.40gb, restarts the driver's kubelet plugin
+/// and waits for its slice to list NVML's instances, uncordons; the real scheduler then
+/// allocates the claim and the pod runs on the new instance. The slice goes from the old
+/// devices to the new ones in one step: never a list naming a destroyed instance beside new
+/// ones, and the claim is never allocated a device that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_claim_gets_its_instance_end_to_end_and_no_slice_names_a_destroyed_one() {
+    use crate::support::operator;
+    use geometer_api::PolicyMode;
+    use geometer_testkit::e2e::policy;
+
+    let geometry = [("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 5)];
+    let spec = ClusterSpec::new(vec![NodeSpec::new(NODE, "H100-80GB", 1, &geometry).dra()]);
+    let Some(k8s) = operator("DRA claim end to end", &spec, &policy(PolicyMode::Auto, false)).await else {
+        return;
+    };
+    let admin = k8s.admin.clone();
+    let before = read_inventory(&k8s.sim.nvml(NODE).unwrap(), k8s.sim.catalog(), &[]).unwrap();
+    let (slices, watch) = watch_slices(admin.clone());
+    create(&Api::<DeviceClass>::all(admin.clone()), mig_class()).await;
+    create(&Api::<ResourceClaimTemplate>::namespaced(admin.clone(), NS), template("3g.40gb")).await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
+    create(&pods, pod("train", "3g-40gb")).await;
+
+    let running = || async {
+        k8s.check_alive();
+        let pod = pods.get("train").await.ok()?;
+        (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
+    };
+    let train = wait_until("the claiming pod runs", running, || k8s.logs()).await;
+    let claims: Api<ResourceClaim> = Api::namespaced(admin.clone(), NS);
+    // Every instance was free: the plan puts 3g.40gb instances where it likes (the rest of the
+    // GPU too, as headroom); the claim gets one of them.
+    let geometry = k8s.geometry(NODE, 0);
+    let made: Vec<String> = geometry
+        .iter()
+        .filter_map(|g| g.strip_prefix("3g.40gb@"))
+        .map(|start| format!("gpu-0-mig-3g40gb-9-{start}"))
+        .collect();
+    let device = allocated(&claims, &train).await;
+    assert!(made.contains(&device), "{device} among the new instances {geometry:?}");
+    let plan = k8s.succeeded_plan().await;
+    assert_eq!(plan.spec.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), [NODE]);
+
+    let after = read_inventory(&k8s.sim.nvml(NODE).unwrap(), k8s.sim.catalog(), &[]).unwrap();
+    let all = |gpus: &[geometer_api::GpuInventory]| -> std::collections::BTreeSet<String> {
+        gpus[0].instances.iter().filter_map(|i| i.uuid.clone()).collect()
+    };
+    watch.abort();
+    let seen = slices.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [all(&before.gpus), all(&after.gpus)],
+        "the slice lists the old instances, then the new ones"
+    );
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(admin).get(NODE).await.unwrap();
+    assert!(node.spec.and_then(|s| s.unschedulable) != Some(true), "uncordoned once done");
+}

@@ -17,6 +17,7 @@ use geometer_solver::PodKey;
 use super::{pods, Objects, PodView};
 use crate::dra::demand::{resource_of, Asked, Demand};
 use crate::dra::holders::{self, Holders};
+use crate::dra::objects::DraObjects;
 use crate::dra::offers;
 use crate::dra::stack::DraMode;
 use geometer_api::DeviceStack;
@@ -221,5 +222,38 @@ impl<'o> DraPlanning<'o> {
         if unplanned.len() > SHOWN {
             warnings.push(format!("DRA: {} more pods not planned", unplanned.len() - SHOWN));
         }
+    }
+}
+
+/// The MIG profiles pending pods' DRA claims need, read before any round (to tell the batcher
+/// there is demand), from the claims and the GPU models of the nodes' MigNodes.
+pub struct ClaimDemand<'d> {
+    demand: Option<Demand<'d>>,
+}
+
+impl<'d> ClaimDemand<'d> {
+    pub fn new(
+        dra: &'d DraObjects,
+        mignodes: &BTreeMap<String, std::sync::Arc<geometer_api::MigNode>>,
+        catalog: &Catalog,
+    ) -> ClaimDemand<'d> {
+        if dra.is_empty() {
+            return ClaimDemand { demand: None };
+        }
+        let mut models: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (node, mignode) in mignodes.iter().filter(|(n, _)| dra.nodes.contains_key(*n)) {
+            let gpus = mignode.status.iter().flat_map(|s| &s.gpus);
+            let keys = gpus.filter_map(|g| catalog.find(&g.model)).map(|m| m.key.clone());
+            models.entry(node.clone()).or_default().extend(keys);
+        }
+        ClaimDemand { demand: Some(Demand::new(dra, offers::offers(dra, &models, catalog))) }
+    }
+
+    /// Profile -> devices `pod`'s unallocated claims need; empty when none or when they
+    /// cannot be planned (the round says why).
+    pub fn profiles(&mut self, pod: &PodView, requests: &BTreeMap<String, u64>) -> BTreeMap<String, u32> {
+        let Some(demand) = &mut self.demand else { return BTreeMap::new() };
+        let Ok(Some(asked)) = demand.of_pod(pod, requests) else { return BTreeMap::new() };
+        asked.profiles.into_iter().map(|(p, n)| (p, n.min(u64::from(u32::MAX)) as u32)).collect()
     }
 }

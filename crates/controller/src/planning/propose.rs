@@ -46,11 +46,20 @@ pub(crate) type DemandByPod = BTreeMap<PodKey, BTreeMap<String, u32>>;
 
 /// Pending pods that are demand for MIG slices. A pod whose requests do not parse is left out
 /// (the API server validates quantities, so this only happens with hand-made objects).
-pub(crate) fn demand<'a>(pods: impl IntoIterator<Item = &'a Arc<PodView>>) -> DemandByPod {
+/// Pods asking for devices through DRA claims count with the profiles their claims need
+/// (`claims`), so that a batch starts for them as for device-plugin requests.
+pub(crate) fn demand<'a>(
+    pods: impl IntoIterator<Item = &'a Arc<PodView>>,
+    claims: &mut adapter::dra::ClaimDemand<'_>,
+) -> DemandByPod {
     pods.into_iter()
         .filter(|pod| adapter_pods::demand_check(pod).is_ok())
         .filter_map(|pod| {
-            let mig = adapter_pods::gpu_requests(&adapter_pods::effective_requests(pod).ok()?);
+            let requests = adapter_pods::effective_requests(pod).ok()?;
+            let mut mig = adapter_pods::gpu_requests(&requests);
+            if mig.is_empty() {
+                mig = claims.profiles(pod, &requests);
+            }
             (!mig.is_empty()).then(|| (adapter_pods::key(pod), mig))
         })
         .collect()

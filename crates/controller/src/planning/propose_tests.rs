@@ -85,7 +85,9 @@ fn demand_is_only_unschedulable_mig_pods() {
     let mut world = World::new(2);
     world.pods.push(Arc::new(fixtures::pod("ml", "bound", Some("gpu-a"))));
     world.pods.push(Arc::new(fixtures::pod("ml", "not-yet-marked", None)));
-    let demand = demand(&world.pods);
+    let dra = Default::default();
+    let mut claims = crate::adapter::dra::ClaimDemand::new(&dra, &BTreeMap::new(), Catalog::builtin());
+    let demand = demand(&world.pods, &mut claims);
     assert_eq!(demand.keys().collect::<Vec<_>>(), ["ml/infer-0", "ml/infer-1"]);
     assert_eq!(demand[&geometer_solver::PodKey::new("ml", "infer-0")]["1g.10gb"], 1);
     let fp = demand_fingerprint(&world.policy, &demand);

@@ -176,7 +176,8 @@ impl Controller {
         ) {
             self.executor.run_group(group).await;
         }
-        let demand = propose::demand(&seen.pods);
+        let mut claims = crate::adapter::dra::ClaimDemand::new(&seen.dra, &seen.mignodes, &self.catalog);
+        let demand = propose::demand(&seen.pods, &mut claims);
         let mut wake = self.plans(&seen, &reports, &newest, now).await;
         let before_rounds_ms = started.elapsed().as_millis() as u64;
         wake = wake.min(self.rounds(&seen, &reports, &newest, &demand, (now, started)).await);
