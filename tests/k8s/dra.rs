@@ -410,3 +410,77 @@ async fn a_pending_claim_gets_its_instance_end_to_end_and_no_slice_names_a_destr
     let node = Api::<k8s_openapi::api::core::v1::Node>::all(admin).get(NODE).await.unwrap();
     assert!(node.spec.and_then(|s| s.unschedulable) != Some(true), "uncordoned once done");
 }
+
+/// A pod holding a 1g.10gb through its claim, marked do-not-disrupt, and a pod asking for
+/// `nvidia.com/mig-7g.80gb` as an extended resource, which the DRA driver serves through a
+/// DeviceClass naming it (`extendedResourceName`): with eviction allowed, the whole-GPU slice
+/// would need the holder gone, so the holder is never evicted and its instance stays while
+/// the big pod waits. Once the holder ends, the GPU is reshaped and kube-scheduler serves the
+/// extended resource from the new device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extended_resource_through_a_device_class_waits_for_a_do_not_disrupt_holder_and_is_then_served() {
+    use crate::support::operator;
+    use geometer_api::PolicyMode;
+    use geometer_testkit::e2e::policy;
+
+    let geometry = [("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 5)];
+    let spec = ClusterSpec::new(vec![NodeSpec::new(NODE, "H100-80GB", 1, &geometry).dra()]);
+    let Some(k8s) = operator("DRA extended resource", &spec, &policy(PolicyMode::Auto, true)).await else {
+        return;
+    };
+    let admin = k8s.admin.clone();
+    create(&Api::<DeviceClass>::all(admin.clone()), mig_class()).await;
+    let whole_slice = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "mig-7g.80gb"},
+        "spec": {
+            "extendedResourceName": "nvidia.com/mig-7g.80gb",
+            "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '7g.80gb'"}}],
+        },
+    });
+    create(&Api::<DeviceClass>::all(admin.clone()), whole_slice).await;
+    create(&Api::<ResourceClaimTemplate>::namespaced(admin.clone(), NS), template("1g.10gb")).await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
+    let mut keeper = pod("keeper", "1g-10gb");
+    keeper["metadata"]["annotations"] = json!({"karpenter.sh/do-not-disrupt": "true"});
+    create(&pods, keeper).await;
+    let running = |name: &'static str| {
+        let pods = pods.clone();
+        let k8s = &k8s;
+        async move {
+            k8s.check_alive();
+            let pod = pods.get(name).await.ok()?;
+            (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
+        }
+    };
+    let keeper = wait_until("the holder runs", || running("keeper"), || k8s.logs()).await;
+    let claims: Api<ResourceClaim> = Api::namespaced(admin.clone(), NS);
+    let held = allocated(&claims, &keeper).await;
+
+    let big = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "big", "namespace": NS},
+        "spec": {"containers": [{"name": "c", "image": "cuda",
+            "resources": {"limits": {"nvidia.com/mig-7g.80gb": "1"}}}]},
+    });
+    create(&pods, big).await;
+    let unmet = || async {
+        k8s.check_alive();
+        k8s.event_notes("big", "NoSlicePlanned").await.pop()
+    };
+    let why = wait_until("the big pod said unplanned", unmet, || k8s.logs()).await;
+    assert!(why.contains("instances in use"), "{why}");
+    assert!(k8s.evicted().is_empty(), "the do-not-disrupt holder is never evicted: {:?}", k8s.evicted());
+    let slice = Api::<ResourceSlice>::all(admin.clone()).get(&slice_name(NODE)).await.unwrap();
+    assert!(slice.spec.devices.iter().flatten().any(|d| d.name == held), "its instance stays: {held}");
+    assert!(running("keeper").await.is_some());
+
+    pods.delete("keeper", &DeleteParams::default().grace_period(0)).await.unwrap();
+    let big = wait_until("the big pod runs", || running("big"), || k8s.logs()).await;
+    assert_eq!(k8s.geometry(NODE, 0), ["7g.80gb@0"]);
+    let made = big.status.and_then(|s| s.extended_resource_claim_status).map(|c| c.resource_claim_name);
+    let claim =
+        claims.get(&made.expect("the scheduler made a claim for the extended resource")).await.unwrap();
+    let results = claim.status.unwrap().allocation.unwrap().devices.unwrap().results.unwrap();
+    assert_eq!(results[0].device, "gpu-0-mig-7g80gb-0-0");
+}

@@ -65,10 +65,28 @@ pub(crate) fn demand<'a>(
         .collect()
 }
 
-/// What the batcher compares: the demand and the policy generation it is planned under. None
-/// when there is no demand.
-pub(crate) fn demand_fingerprint(policy: &MigPolicy, demand: &DemandByPod) -> Option<Fingerprint> {
-    (!demand.is_empty()).then(|| Fingerprint::of(&(policy.metadata.generation, demand)))
+/// Bound, unfinished pods that hold GPU devices (through the device plugin or DRA claims):
+/// when one of them goes, the room it leaves may meet demand that was unmet.
+pub(crate) fn holders<'a>(pods: impl IntoIterator<Item = &'a Arc<PodView>>) -> BTreeSet<PodKey> {
+    let holds = |pod: &PodView| {
+        pod.spec.as_ref().and_then(|s| s.resource_claims.as_ref()).is_some_and(|c| !c.is_empty())
+            || adapter_pods::effective_requests(pod).is_ok_and(|r| !adapter_pods::gpu_requests(&r).is_empty())
+    };
+    pods.into_iter()
+        .filter(|pod| adapter_pods::bound_node(pod).is_some() && !adapter_pods::is_terminal(pod) && holds(pod))
+        .map(|pod| adapter_pods::key(pod))
+        .collect()
+}
+
+/// What the batcher compares: the demand, the policy generation it is planned under, and the
+/// pods holding devices (one leaving is a new look at demand still waiting). None when there
+/// is no demand.
+pub(crate) fn demand_fingerprint(
+    policy: &MigPolicy,
+    demand: &DemandByPod,
+    holders: &BTreeSet<PodKey>,
+) -> Option<Fingerprint> {
+    (!demand.is_empty()).then(|| Fingerprint::of(&(policy.metadata.generation, demand, holders)))
 }
 
 /// One policy's part of the cluster.

@@ -90,11 +90,14 @@ fn demand_is_only_unschedulable_mig_pods() {
     let demand = demand(&world.pods, &mut claims);
     assert_eq!(demand.keys().collect::<Vec<_>>(), ["ml/infer-0", "ml/infer-1"]);
     assert_eq!(demand[&geometer_solver::PodKey::new("ml", "infer-0")]["1g.10gb"], 1);
-    let fp = demand_fingerprint(&world.policy, &demand);
+    let holders = BTreeSet::new();
+    let fp = demand_fingerprint(&world.policy, &demand, &holders);
     assert!(fp.is_some());
-    assert_eq!(demand_fingerprint(&world.policy, &DemandByPod::new()), None);
+    assert_eq!(demand_fingerprint(&world.policy, &DemandByPod::new(), &holders), None);
+    let gone = BTreeSet::from([geometer_solver::PodKey::new("ml", "holder")]);
+    assert_ne!(demand_fingerprint(&world.policy, &demand, &gone), fp, "a holder leaving is a new batch");
     world.policy.metadata.generation = Some(2);
-    assert_ne!(demand_fingerprint(&world.policy, &demand), fp, "a policy edit is a new batch");
+    assert_ne!(demand_fingerprint(&world.policy, &demand, &holders), fp, "a policy edit is a new batch");
 }
 
 #[test]

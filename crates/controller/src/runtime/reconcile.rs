@@ -178,9 +178,10 @@ impl Controller {
         }
         let mut claims = crate::adapter::dra::ClaimDemand::new(&seen.dra, &seen.mignodes, &self.catalog);
         let demand = propose::demand(&seen.pods, &mut claims);
+        let holders = propose::holders(&seen.pods);
         let mut wake = self.plans(&seen, &reports, &newest, now).await;
         let before_rounds_ms = started.elapsed().as_millis() as u64;
-        wake = wake.min(self.rounds(&seen, &reports, &newest, &demand, (now, started)).await);
+        wake = wake.min(self.rounds(&seen, &reports, &newest, (&demand, &holders), (now, started)).await);
         self.count(&seen, &reports, &demand);
         for seconds in fleet::newly_succeeded(&seen.plans, &mut self.timed_plans) {
             self.metrics.observe_plan_applied(seconds);
@@ -257,7 +258,7 @@ impl Controller {
         seen: &Seen,
         reports: &BTreeMap<String, PolicyReport>,
         newest: &BTreeMap<String, Arc<MigPlan>>,
-        demand: &propose::DemandByPod,
+        (demand, holders): (&propose::DemandByPod, &std::collections::BTreeSet<geometer_solver::PodKey>),
         (now, read_at): (Timestamp, Instant),
     ) -> Instant {
         let instant = Instant::now();
@@ -284,7 +285,7 @@ impl Controller {
             }
             // The demand is as the caches were when this pass read them: a change counts from
             // then, not from when the reading was done.
-            batcher.observe(read_at, propose::demand_fingerprint(policy, demand));
+            batcher.observe(read_at, propose::demand_fingerprint(policy, demand, holders));
             if let Some(due) = batcher.poll(instant) {
                 tracing::info!(policy = %name, trigger = due.trigger.as_str(), waited_ms = due.waited.as_millis() as u64, "planning round");
                 let busy = seen.plans.iter().any(|p| {
