@@ -319,11 +319,11 @@ fn uuids(slice: &ResourceSlice) -> std::collections::BTreeSet<String> {
     devices.filter_map(|d| d.attributes.as_ref()?.get("uuid")?.string.clone()).collect()
 }
 
+/// The device sets a slice watch has seen, shared with the watch's task.
+type SeenSlices = std::sync::Arc<std::sync::Mutex<Vec<std::collections::BTreeSet<String>>>>;
+
 /// Every distinct device set the node's ResourceSlice has listed since the watch began, in order.
-fn watch_slices(
-    admin: kube::Client,
-) -> (std::sync::Arc<std::sync::Mutex<Vec<std::collections::BTreeSet<String>>>>, tokio::task::JoinHandle<()>)
-{
+fn watch_slices(admin: kube::Client) -> (SeenSlices, tokio::task::JoinHandle<()>) {
     use futures::StreamExt;
     use kube::runtime::watcher;
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));

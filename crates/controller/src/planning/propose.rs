@@ -73,7 +73,9 @@ pub(crate) fn holders<'a>(pods: impl IntoIterator<Item = &'a Arc<PodView>>) -> B
             || adapter_pods::effective_requests(pod).is_ok_and(|r| !adapter_pods::gpu_requests(&r).is_empty())
     };
     pods.into_iter()
-        .filter(|pod| adapter_pods::bound_node(pod).is_some() && !adapter_pods::is_terminal(pod) && holds(pod))
+        .filter(|pod| {
+            adapter_pods::bound_node(pod).is_some() && !adapter_pods::is_terminal(pod) && holds(pod)
+        })
         .map(|pod| adapter_pods::key(pod))
         .collect()
 }
