@@ -108,7 +108,8 @@ fn claims_that_cannot_be_planned_are_said_why_and_never_guessed() {
         )
     };
     let one_device = "      requests:\n      - name: gpu\n        exactly:\n          deviceClassName: mig.nvidia.com\n          selectors:\n          - cel: {expression: \"device.attributes['gpu.nvidia.com'].uuid == 'MIG-dra-1-0-5'\"}";
-    let no_class = "      requests:\n      - name: gpu\n        exactly: {deviceClassName: tpu.example.com}";
+    let no_class =
+        "      requests:\n      - name: gpu\n        exactly: {deviceClassName: mig-2g.nvidia.com}";
     let same_gpu = "      requests:\n      - name: a\n        exactly: {deviceClassName: mig.nvidia.com}\n      - name: b\n        exactly: {deviceClassName: mig.nvidia.com}\n      constraints:\n      - matchAttribute: gpu.nvidia.com/parentUUID";
     let broken = "      requests:\n      - name: gpu\n        exactly:\n          deviceClassName: mig.nvidia.com\n          selectors:\n          - cel: {expression: \"device.attributes['gpu.nvidia.com'].profile ==\"}";
     let extra =
@@ -121,7 +122,7 @@ fn claims_that_cannot_be_planned_are_said_why_and_never_guessed() {
     let notes = notes(&plan);
     for (pod_name, why) in [
         ("ml/one-device", "no uuid or parentUUID until it exists"),
-        ("ml/no-class", "DeviceClass tpu.example.com does not exist"),
+        ("ml/no-class", "DeviceClass mig-2g.nvidia.com does not exist"),
         ("ml/same-gpu", "constraint on gpu.nvidia.com/parentUUID across 2 devices"),
         ("ml/broken", "does not compile"),
     ] {
@@ -134,6 +135,15 @@ fn claims_that_cannot_be_planned_are_said_why_and_never_guessed() {
             "{pod_name} not demand"
         );
     }
+    // A claim for another driver's device is none of Geometer's business: not even a note.
+    let nic = claim(
+        "nic",
+        "      requests:\n      - name: port\n        exactly: {deviceClassName: sriov.example.com}",
+    );
+    let (_dir, path) = with_items(&nic);
+    let nic_plan = plan_json(&["--snapshot", &path]);
+    let said = crate::plan::notes(&nic_plan);
+    assert!(said.iter().all(|n| !n.contains("ml/nic")), "{said:?}");
     // The rest is planned as before.
     assert_eq!(pod(&plan, "ml/train-0")["node"], "dra-1");
 }

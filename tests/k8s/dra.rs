@@ -375,6 +375,17 @@ async fn a_pending_claim_gets_its_instance_end_to_end_and_no_slice_names_a_destr
     create(&Api::<ResourceClaimTemplate>::namespaced(admin.clone(), NS), template("3g.40gb")).await;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
     create(&pods, pod("train", "3g-40gb")).await;
+    // A claim pinned to one device by its UUID cannot be planned: the pod is told why.
+    let pinned = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "pinned", "namespace": NS},
+        "spec": {"devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": "mig.nvidia.com",
+            "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].uuid == 'MIG-elsewhere'"}}]}}]}},
+    });
+    create(&Api::<ResourceClaim>::namespaced(admin.clone(), NS), pinned).await;
+    let mut pinned_pod = pod("pinned", "");
+    pinned_pod["spec"]["resourceClaims"] = json!([{"name": "gpu", "resourceClaimName": "pinned"}]);
+    create(&pods, pinned_pod).await;
 
     let running = || async {
         k8s.check_alive();
@@ -395,6 +406,8 @@ async fn a_pending_claim_gets_its_instance_end_to_end_and_no_slice_names_a_destr
     assert!(made.contains(&device), "{device} among the new instances {geometry:?}");
     let plan = k8s.succeeded_plan().await;
     assert_eq!(plan.spec.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), [NODE]);
+    let told = k8s.event_notes("pinned", "ClaimNotPlanned").await;
+    assert!(told.iter().any(|n| n.contains("claim ml/pinned") && n.contains("no uuid")), "{told:?}");
 
     let after = read_inventory(&k8s.sim.nvml(NODE).unwrap(), k8s.sim.catalog(), &[]).unwrap();
     let all = |gpus: &[geometer_api::GpuInventory]| -> std::collections::BTreeSet<String> {

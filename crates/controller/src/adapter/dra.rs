@@ -249,11 +249,22 @@ impl<'d> ClaimDemand<'d> {
         ClaimDemand { demand: Some(Demand::new(dra, offers::offers(dra, &models, catalog))) }
     }
 
-    /// Profile -> devices `pod`'s unallocated claims need; empty when none or when they
-    /// cannot be planned (the round says why).
-    pub fn profiles(&mut self, pod: &PodView, requests: &BTreeMap<String, u64>) -> BTreeMap<String, u32> {
-        let Some(demand) = &mut self.demand else { return BTreeMap::new() };
-        let Ok(Some(asked)) = demand.of_pod(pod, requests) else { return BTreeMap::new() };
-        asked.profiles.into_iter().map(|(p, n)| (p, n.min(u64::from(u32::MAX)) as u32)).collect()
+    /// Profile -> devices `pod`'s unallocated claims need, empty when they cannot be planned
+    /// (a round says why); `None` when it asks nothing of DRA.
+    pub fn profiles(
+        &mut self,
+        pod: &PodView,
+        requests: &BTreeMap<String, u64>,
+    ) -> Option<BTreeMap<String, u32>> {
+        let demand = self.demand.as_mut()?;
+        match demand.of_pod(pod, requests) {
+            Ok(asked) => {
+                let asked = asked?;
+                Some(
+                    asked.profiles.into_iter().map(|(p, n)| (p, n.min(u64::from(u32::MAX)) as u32)).collect(),
+                )
+            }
+            Err(_) => Some(BTreeMap::new()),
+        }
     }
 }

@@ -98,6 +98,8 @@ pub struct Built {
     /// Objects left out because they could not be read (the input's and the snapshot's), each
     /// naming the object, field and value.
     pub skipped: Vec<AdapterError>,
+    /// Pending pods whose DRA claims cannot be planned, each with why.
+    pub unplanned_claims: Vec<(PodKey, String)>,
 }
 
 /// A pod's effective requests, with advertised MIG resources named by their profile.
@@ -199,12 +201,13 @@ pub fn build_snapshot(
     snapshot.running = running;
     dra.separate_stacks(&mut snapshot.nodes, &mut snapshot.pending);
     dra.notes(&mut warnings);
+    let unplanned_claims = std::mem::take(&mut dra.unplanned);
     add_gangs(objects, &requests, &mut snapshot, &mut warnings, &mut skipped);
     for pod in snapshot.running.iter_mut().filter(|p| objects.sharing.contains(p.key().as_str())) {
         pod.do_not_disrupt = true;
     }
     snapshot.policy = policy.map(|p| p.policy);
-    Ok(Built { snapshot, warnings, skipped })
+    Ok(Built { snapshot, warnings, skipped, unplanned_claims })
 }
 
 /// Each pending pod's gang, and the gangs with pending members.

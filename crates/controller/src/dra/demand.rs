@@ -57,12 +57,11 @@ impl<'d> Demand<'d> {
     ) -> Result<Option<Asked>, String> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
         let mut asked = Asked::default();
-        let mut any = false;
         for entry in pod.spec.iter().flat_map(|s| s.resource_claims.iter().flatten()) {
             let Some((label, spec)) = self.claim_spec(pod, namespace, entry)? else { continue };
-            any = true;
             self.add_claim(&label, &spec, &mut asked)?;
         }
+        let mut any = !asked.named.is_empty();
         for (resource, milli) in requests {
             let Some(class) = resource.strip_prefix(CLASS_RESOURCE_PREFIX) else { continue };
             any = true;
@@ -116,7 +115,9 @@ impl<'d> Demand<'d> {
     fn add_claim(&mut self, label: &str, spec: &ResourceClaimSpec, asked: &mut Asked) -> Result<(), String> {
         let Some(devices) = &spec.devices else { return Ok(()) };
         let mut counts = BTreeMap::new();
-        for request in devices.requests.iter().flatten() {
+        let ours: Vec<&DeviceRequest> =
+            devices.requests.iter().flatten().filter(|r| self.for_nvidia(r)).collect();
+        for request in ours {
             let (profile, count) =
                 self.request(request).map_err(|why| format!("{label}, request {}: {why}", request.name))?;
             counts.insert(request.name.clone(), count);
@@ -139,6 +140,37 @@ impl<'d> Demand<'d> {
             }
         }
         Ok(())
+    }
+
+    /// Whether a request is for NVIDIA's driver: its class (or a subrequest's) is named after
+    /// it or selects its devices. Requests for other drivers (a NIC, an FPGA) are none of
+    /// Geometer's business: neither planned nor reported.
+    fn for_nvidia(&self, request: &DeviceRequest) -> bool {
+        let classes_and_selectors: Vec<(&str, &[DeviceSelector])> =
+            match (&request.exactly, &request.first_available) {
+                (Some(e), _) => {
+                    vec![(e.device_class_name.as_str(), e.selectors.as_deref().unwrap_or_default())]
+                }
+                (None, Some(subs)) => subs
+                    .iter()
+                    .map(|s| (s.device_class_name.as_str(), s.selectors.as_deref().unwrap_or_default()))
+                    .collect(),
+                (None, None) => return false,
+            };
+        let names_driver = |selectors: &[DeviceSelector]| {
+            selectors
+                .iter()
+                .any(|s| s.cel.as_ref().is_some_and(|c| c.expression.contains(super::stack::NVIDIA_DRIVER)))
+        };
+        classes_and_selectors.iter().any(|(class, selectors)| {
+            let class_selectors = self
+                .dra
+                .classes
+                .get(*class)
+                .and_then(|c| c.spec.as_ref()?.selectors.as_deref())
+                .unwrap_or_default();
+            class.ends_with("nvidia.com") || names_driver(class_selectors) || names_driver(selectors)
+        })
     }
 
     /// A request's profile and device count.

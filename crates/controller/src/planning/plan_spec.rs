@@ -168,6 +168,30 @@ pub(crate) fn pod_events(
         .collect()
 }
 
+/// Warning events on pending pods whose DRA claims cannot be planned (`ClaimNotPlanned`),
+/// saying why.
+pub(crate) fn claim_events(
+    unplanned: &[(PodKey, String)],
+    pods: &BTreeMap<PodKey, &PodView>,
+    plan: Option<&ObjectReference>,
+) -> Vec<Action> {
+    unplanned
+        .iter()
+        .filter_map(|(key, why)| {
+            let pod = pods.get(key)?;
+            Some(Action::Event(EventSpec {
+                regarding: pod.object_ref(&()),
+                related: plan.cloned(),
+                warning: true,
+                reason: "ClaimNotPlanned",
+                action: "Plan",
+                note: format!("Geometer does not plan for this pod's DRA claims: {why}"),
+            }))
+        })
+        .take(MAX_POD_EVENTS)
+        .collect()
+}
+
 /// The GPUs of `node` the plan takes out of MIG mode, as `: GPU gpu-7/3 leaves MIG`, for a
 /// whole-GPU pod's event; empty when none does (the pod uses a GPU already whole). The plan does
 /// not pick which of them the pod gets: the scheduler and the device plugin do.

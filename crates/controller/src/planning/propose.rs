@@ -56,11 +56,10 @@ pub(crate) fn demand<'a>(
         .filter(|pod| adapter_pods::demand_check(pod).is_ok())
         .filter_map(|pod| {
             let requests = adapter_pods::effective_requests(pod).ok()?;
-            let mut mig = adapter_pods::gpu_requests(&requests);
-            if mig.is_empty() {
-                mig = claims.profiles(pod, &requests);
-            }
-            (!mig.is_empty()).then(|| (adapter_pods::key(pod), mig))
+            let mig = adapter_pods::gpu_requests(&requests);
+            // A claim that cannot be planned is demand with no profile: a round says why.
+            let mig = if mig.is_empty() { claims.profiles(pod, &requests)? } else { mig };
+            Some((adapter_pods::key(pod), mig))
         })
         .collect()
 }
@@ -121,6 +120,8 @@ pub struct Prepared {
     /// Some node left out is on its way to settling (reconfiguring, agent starting, inside its
     /// stabilisation window): a later round may find more room.
     pub settling: bool,
+    /// Pending pods whose DRA claims cannot be planned, each with why.
+    pub unplanned_claims: Vec<(PodKey, String)>,
 }
 
 /// Why a managed node cannot be planned now, if it cannot, and whether that should pass on
@@ -230,7 +231,13 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
     }
     snapshot.nodes.retain(|n| !unplaceable.contains_key(&n.name));
     snapshot.running.retain(|p| p.node.as_ref().is_none_or(|n| !unplaceable.contains_key(n)));
-    Ok(Prepared { snapshot: built.snapshot, excluded, warnings: built.warnings, settling })
+    Ok(Prepared {
+        snapshot: built.snapshot,
+        excluded,
+        warnings: built.warnings,
+        settling,
+        unplanned_claims: built.unplanned_claims,
+    })
 }
 
 /// The nodes whose inventory does not validate against `catalog`, each with why. All are
@@ -340,7 +347,9 @@ pub(crate) fn decide(
     let name = policy.name_any();
     let spec = plan_spec::to_spec(&name, solved);
     if spec.summary.gpus_changed == 0 {
-        return Decision::NothingToDo { events: plan_spec::pod_events(&spec, pods, None) };
+        let mut events = plan_spec::pod_events(&spec, pods, None);
+        events.extend(plan_spec::claim_events(&prepared.unplanned_claims, pods, None));
+        return Decision::NothingToDo { events };
     }
     let content = Fingerprint::of(&(&spec.nodes, &spec.evictions, &spec.demand));
     if let Some(same) =
@@ -368,7 +377,8 @@ pub(crate) fn decide(
         ..MigPlanStatus::default()
     });
     let reference = plan.object_ref(&());
-    let events = plan_spec::pod_events(&plan.spec, pods, Some(&reference));
+    let mut events = plan_spec::pod_events(&plan.spec, pods, Some(&reference));
+    events.extend(plan_spec::claim_events(&prepared.unplanned_claims, pods, Some(&reference)));
     Decision::Publish { plan: Box::new(plan), events }
 }
 
