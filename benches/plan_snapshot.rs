@@ -7,6 +7,9 @@
 //! column is what a user waits for. Prints a Markdown table with each phase's time and each
 //! child's peak RSS (VmHWM: the whole planning process, not the generator).
 //!
+//! The DRA row is the same cluster with NVIDIA's DRA driver in static MIG mode advertising the
+//! GPU nodes (`kubectl_dra_list`): every pod asks through a ResourceClaim.
+//!
 //! Run: `cargo bench --bench plan_snapshot` (`cargo test --all-targets` runs the smallest row
 //! once as a smoke test). Env `PLAN_SNAPSHOT_ROWS=1000x5000,5000x20000` picks the rows
 //! (GPU nodes x pending pods; as many pods run as are pending); `PLAN_SNAPSHOT_DIR` keeps the
@@ -124,19 +127,25 @@ fn main() {
     let mut table = report::Report::new(
         "plan_snapshot",
         "cargo bench --bench plan_snapshot",
-        format!("kubectl Lists in JSON and YAML of {}; each row in its own process", load.join(", ")),
+        format!(
+            "kubectl Lists in JSON and YAML of {}, and in JSON the same cluster with NVIDIA's DRA driver (static MIG) advertising every GPU node (a ResourceSlice per node, a ResourceClaim per pod from its namespace's template, allocated for the running ones); each row in its own process",
+            load.join(", ")
+        ),
     );
     table.line("| GPU nodes (x 8 H100) | pending pods | running pods | format | input MB | read ms | parse ms | snapshot ms | solve ms | render ms | total ms | peak RSS MiB | pods placed | `geometer plan` ms | its peak RSS MiB |");
     table.line("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (nodes, pending) in sizes {
         let list = geometer_testkit::kubectl_snapshot::kubectl_list(nodes, 1, pending, pending);
-        let formats = [
+        let mut formats = vec![
             ("JSON", serde_json::to_string(&list).unwrap()),
             ("YAML", serde_saphyr::to_string(&list).unwrap()),
         ];
         drop(list);
+        let dra = geometer_testkit::kubectl_snapshot::kubectl_dra_list(nodes, 1, pending, pending);
+        formats.push(("JSON, DRA", serde_json::to_string(&dra).unwrap()));
+        drop(dra);
         for (format, text) in formats {
-            let path = dir.join(format!("cluster.{}", format.to_lowercase()));
+            let path = dir.join(format!("cluster.{}", format.to_lowercase().replace(", ", "-")));
             std::fs::write(&path, &text).unwrap();
             let out = Command::new(&me).args(["--child", path.to_str().unwrap()]).output().unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);

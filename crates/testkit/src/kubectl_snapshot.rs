@@ -162,3 +162,92 @@ fn pod(i: usize, gpu_node: usize, bound: bool) -> Value {
             "labels": {"app": "infer"}, "creationTimestamp": "2026-11-30T09:00:00Z"},
         "spec": spec, "status": status})
 }
+
+/// [`kubectl_list`] as a cluster where NVIDIA's DRA driver (static MIG) advertises every GPU
+/// node, as `kubectl get nodes,pods,mignodes,resourceslices,resourceclaims,resourceclaimtemplates,deviceclasses -A -o json`
+/// prints it: the GPU nodes advertise no `nvidia.com/*` resource, each has a ResourceSlice
+/// listing its MIG devices (with the driver's attributes), each pod asks through a claim made
+/// from its namespace's template for its profile (allocated, and reserved for it, for a running
+/// pod; not yet allocated for a pending one), and the agents report the DRA stack.
+pub fn kubectl_dra_list(nodes: usize, gpu_every: usize, running: usize, pending: usize) -> Value {
+    let mut list = kubectl_list(nodes, gpu_every, running, pending);
+    let items = list["items"].as_array_mut().expect("items");
+    let mut held: std::collections::HashMap<String, (String, String)> = std::collections::HashMap::new();
+    let mut extra = vec![
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "mig.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"}}]}}),
+    ];
+    for item in items.iter_mut().filter(|i| i["kind"] == "MigNode") {
+        let node = item["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        item["status"]["deviceStack"] = json!("DraStaticMig");
+        let mut devices = Vec::new();
+        for gpu in item["status"]["gpus"].as_array().into_iter().flatten() {
+            for instance in gpu["instances"].as_array().into_iter().flatten() {
+                let device = format!("gpu-{}-mig-1g10gb-19-{}", gpu["index"], instance["start"]);
+                if let Some(pod) = instance["pod"].as_str() {
+                    held.insert(pod.to_string(), (node.clone(), device.clone()));
+                }
+                devices.push(json!({"name": device, "attributes": {"type": {"string": "mig"}, "profile": {"string": "1g.10gb"},
+                    "uuid": {"string": instance["uuid"]}, "parentUUID": {"string": gpu["uuid"]},
+                    "productName": {"string": "NVIDIA H100 80GB HBM3"}, "brand": {"string": "Nvidia"}, "architecture": {"string": "Hopper"}},
+                    "capacity": {"memory": {"value": "10240Mi"}, format!("memorySlice{}", instance["start"]): {"value": "1"}}}));
+            }
+        }
+        extra.push(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": format!("{node}-gpu.nvidia.com")},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": devices}}));
+    }
+    let mut templates = std::collections::BTreeSet::new();
+    for item in items.iter_mut() {
+        if item["kind"] == "Node" && item["metadata"]["labels"].get("nvidia.com/gpu.count").is_some() {
+            for field in ["capacity", "allocatable"] {
+                item["status"][field].as_object_mut().map(|m| m.remove("nvidia.com/mig-1g.10gb"));
+            }
+            let labels = item["metadata"]["labels"].as_object_mut().expect("labels");
+            for label in ["nvidia.com/mig.config", "nvidia.com/mig-1g.10gb.count", "nvidia.com/mig.strategy"]
+            {
+                labels.remove(label);
+            }
+        }
+        if item["kind"] != "Pod" {
+            continue;
+        }
+        let (ns, name) = (item["metadata"]["namespace"].clone(), item["metadata"]["name"].clone());
+        let key = format!("{}/{}", ns.as_str().unwrap_or_default(), name.as_str().unwrap_or_default());
+        let resources = &mut item["spec"]["containers"][0]["resources"];
+        let mut profile = "1g.10gb".to_string();
+        for field in ["limits", "requests"] {
+            let Some(map) = resources[field].as_object_mut() else { continue };
+            let names: Vec<String> =
+                map.keys().filter(|k| k.starts_with("nvidia.com/mig-")).cloned().collect();
+            for name in names {
+                map.remove(&name);
+                profile = name.trim_start_matches("nvidia.com/mig-").to_string();
+            }
+        }
+        resources["claims"] = json!([{"name": "gpu"}]);
+        let template = format!("mig-{}", profile.replace('.', "-"));
+        templates.insert((ns.as_str().unwrap_or_default().to_string(), template.clone(), profile.clone()));
+        let claim = format!("{}-gpu", name.as_str().unwrap_or_default());
+        item["spec"]["resourceClaims"] = json!([{"name": "gpu", "resourceClaimTemplateName": template}]);
+        item["status"]["resourceClaimStatuses"] = json!([{"name": "gpu", "resourceClaimName": claim}]);
+        let mut object = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": claim, "namespace": ns},
+            "spec": {"devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": "mig.nvidia.com",
+                "selectors": [{"cel": {"expression": format!("device.attributes['gpu.nvidia.com'].profile == '{profile}'")}}]}}]}}});
+        if let Some((pool, device)) = held.get(&key) {
+            object["status"] = json!({"allocation": {"devices": {"results": [{"request": "mig", "driver": "gpu.nvidia.com", "pool": pool, "device": device}]}},
+                "reservedFor": [{"resource": "pods", "name": name, "uid": item["metadata"]["uid"]}]});
+        }
+        extra.push(object);
+    }
+    for (ns, template, profile) in templates {
+        extra.push(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": template, "namespace": ns},
+            "spec": {"spec": {"devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": "mig.nvidia.com",
+                "selectors": [{"cel": {"expression": format!("device.attributes['gpu.nvidia.com'].profile == '{profile}'")}}]}}]}}}}));
+    }
+    items.extend(extra);
+    list
+}
