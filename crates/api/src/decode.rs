@@ -42,6 +42,10 @@ pub trait Stored: DeserializeOwned {
 }
 
 impl Stored for k8s_openapi::api::core::v1::Node {}
+impl Stored for k8s_openapi::api::resource::v1::ResourceSlice {}
+impl Stored for k8s_openapi::api::resource::v1::ResourceClaim {}
+impl Stored for k8s_openapi::api::resource::v1::ResourceClaimTemplate {}
+impl Stored for k8s_openapi::api::resource::v1::DeviceClass {}
 
 /// [`from_value`] for an object as stored: one that does not decode is read again with the
 /// fields [`Stored::fill_derived`] fills, and if it still does not, the field that stops it

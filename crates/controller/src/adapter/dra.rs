@@ -41,6 +41,8 @@ pub struct InstanceAt {
 pub(super) struct DraPlanning<'o> {
     objects: &'o Objects,
     holders: Holders,
+    /// Per node: (GPU, start) of each instance an allocated claim holds, and its holder.
+    held_on: HashMap<String, Vec<(u32, u8, PodKey)>>,
     demand: Demand<'o>,
     /// Extended resources a DeviceClass maps to the DRA driver (`extendedResourceName`).
     mapped: BTreeSet<String>,
@@ -60,9 +62,17 @@ impl<'o> DraPlanning<'o> {
         }
         let mapped =
             dra.classes.values().filter_map(|c| c.spec.as_ref()?.extended_resource_name.clone()).collect();
+        let holders = holders::holders(dra);
+        let mut held_on: HashMap<String, Vec<(u32, u8, PodKey)>> = HashMap::new();
+        for (uuid, holder) in &holders.by_uuid {
+            if let Some(at) = objects.instance_uuids.get(uuid) {
+                held_on.entry(at.node.clone()).or_default().push((at.gpu, at.start, holder.clone()));
+            }
+        }
         DraPlanning {
             objects,
-            holders: holders::holders(dra),
+            holders,
+            held_on,
             demand: Demand::new(dra, offers::offers(dra, &models, catalog)),
             mapped,
             asked: HashMap::new(),
@@ -166,12 +176,9 @@ impl<'o> DraPlanning<'o> {
     /// Marks each instance of `node` an allocated claim holds (the agent may not have seen its
     /// pod yet: a claim holds its device from allocation on).
     pub(super) fn hold(&self, node: &mut PlannerNode) {
-        for (uuid, holder) in &self.holders.by_uuid {
-            let Some(at) = self.objects.instance_uuids.get(uuid).filter(|at| at.node == node.name) else {
-                continue;
-            };
-            let gpu = node.gpus.iter_mut().find(|g| g.index == at.gpu);
-            let instance = gpu.and_then(|g| g.instances.iter_mut().find(|i| i.start == at.start));
+        for (gpu, start, holder) in self.held_on.get(&node.name).into_iter().flatten() {
+            let gpu = node.gpus.iter_mut().find(|g| g.index == *gpu);
+            let instance = gpu.and_then(|g| g.instances.iter_mut().find(|i| i.start == *start));
             if let Some(instance) = instance.filter(|i| i.pod.is_none()) {
                 instance.pod = Some(holder.clone());
             }

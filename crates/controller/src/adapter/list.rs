@@ -12,6 +12,7 @@ use geometer_api::decode::{self, DecodeError};
 use geometer_api::{MigNode, MigPolicy};
 use geometer_solver::snapshot::Policy;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use kube::ResourceExt;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -297,6 +298,7 @@ fn gather(reads: Vec<Read<'_>>) -> Objects {
                 objects.unreadable_inventories.insert(name.clone());
                 e.map_err(bad).unwrap_or_else(|e| e)
             }),
+            Typed::Dra(item) => read_dra(item, &mut objects).map_err(bad),
             Typed::Other(item) => read_other(&kind, item, index, &mut objects),
             Typed::NotAnObject(found) => Err(AdapterError::NotAnObject { index, found }),
         };
@@ -322,9 +324,36 @@ enum Typed<'t> {
     Node(Result<Arc<Node>, DecodeError>),
     Pod(Result<Arc<PodView>, DecodeError>),
     MigNode(Result<Box<MigNode>, DecodeError>),
+    /// A DRA object: a cluster's are many (a ResourceClaim per GPU pod, a slice per node), so
+    /// they are decoded on every core too.
+    Dra(DraItem),
     Other(Item<'t>),
     /// An item that is not an object at all (a number, a list): what it is.
     NotAnObject(String),
+}
+
+/// A DRA item, decoded.
+enum DraItem {
+    Slice(Result<Arc<ResourceSlice>, DecodeError>),
+    Claim(Result<Arc<ResourceClaim>, DecodeError>),
+    Template(Result<Arc<ResourceClaimTemplate>, DecodeError>),
+    Class(Result<Arc<DeviceClass>, DecodeError>),
+}
+
+/// A decoded DRA item into `objects.dra`; a slice of another driver is counted as ignored.
+fn read_dra(item: DraItem, objects: &mut Objects) -> Result<(), DecodeError> {
+    let dra = Arc::make_mut(&mut objects.dra);
+    match item {
+        DraItem::Slice(slice) => {
+            if !dra.add_slice(slice?) {
+                *objects.ignored.entry("ResourceSlice".to_string()).or_default() += 1;
+            }
+        }
+        DraItem::Claim(claim) => dra.add_claim(claim?),
+        DraItem::Template(template) => dra.add_template(template?),
+        DraItem::Class(class) => dra.add_class(class?),
+    }
+    Ok(())
 }
 
 /// Items at most this many to a thread: below it a second thread costs more than it saves.
@@ -346,6 +375,10 @@ fn decode_one<'t>(item: Item<'t>, implied: &str) -> Read<'t> {
         "Node" => Typed::Node(item.decode().map(projected)),
         "Pod" => Typed::Pod(item.decode().map(projected)),
         "MigNode" => Typed::MigNode(item.decode().map(Box::new)),
+        "ResourceSlice" => Typed::Dra(DraItem::Slice(item.decode().map(Arc::new))),
+        "ResourceClaim" => Typed::Dra(DraItem::Claim(item.decode().map(Arc::new))),
+        "ResourceClaimTemplate" => Typed::Dra(DraItem::Template(item.decode().map(Arc::new))),
+        "DeviceClass" => Typed::Dra(DraItem::Class(item.decode().map(Arc::new))),
         _ => Typed::Other(item),
     };
     Read {
@@ -386,14 +419,10 @@ fn projected<K: Projection>(mut object: K) -> Arc<K> {
     Arc::new(object)
 }
 
-/// A MigPolicy, PodGroup or ResourceSlice item into `objects`; any other kind is counted as
-/// ignored.
+/// A MigPolicy or PodGroup item into `objects`; any other kind is counted as ignored.
 fn read_other(kind: &str, item: Item<'_>, index: usize, objects: &mut Objects) -> Result<(), AdapterError> {
     match kind {
         "MigPolicy" => mig_policy_value(item.into_value(), index).map(|p| objects.policies.push(p)),
-        "ResourceSlice" | "ResourceClaim" | "ResourceClaimTemplate" | "DeviceClass" => {
-            read_dra(kind, &item.into_value(), index, objects)
-        }
         "PodGroup" => match super::gangs::pod_group(&item.into_value())? {
             Some(group) => {
                 objects.pod_groups.push(group);
@@ -410,29 +439,6 @@ fn read_other(kind: &str, item: Item<'_>, index: usize, objects: &mut Objects) -
             Ok(())
         }
     }
-}
-
-/// A DRA object into `objects.dra`; a slice of another driver is counted as ignored.
-fn read_dra(kind: &str, value: &Value, index: usize, objects: &mut Objects) -> Result<(), AdapterError> {
-    use geometer_api::decode::from_value;
-    let bad = |e: DecodeError| AdapterError::Object {
-        index,
-        kind: kind.to_string(),
-        name: value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string(),
-        problem: e.to_string(),
-    };
-    let dra = Arc::make_mut(&mut objects.dra);
-    match kind {
-        "ResourceSlice" => {
-            if !dra.add_slice(Arc::new(from_value(value).map_err(bad)?)) {
-                *objects.ignored.entry(kind.to_string()).or_default() += 1;
-            }
-        }
-        "ResourceClaim" => dra.add_claim(Arc::new(from_value(value).map_err(bad)?)),
-        "ResourceClaimTemplate" => dra.add_template(Arc::new(from_value(value).map_err(bad)?)),
-        _ => dra.add_class(Arc::new(from_value(value).map_err(bad)?)),
-    }
-    Ok(())
 }
 
 fn read_mignode(

@@ -17,18 +17,28 @@ use kube::ResourceExt;
 
 use super::stack::{self, DraMode, NVIDIA_DRIVER};
 
-/// One device of NVIDIA's driver, in the newest complete generation of its pool.
+/// One device of NVIDIA's driver, in the newest complete generation of its pool: its slice
+/// and its place there (a cluster's slices list hundreds of thousands of devices; none is
+/// copied).
 #[derive(Debug, Clone)]
 pub struct PublishedDevice {
-    /// The node the device's pool is for.
-    pub node: String,
-    pub device: Device,
+    slice: Arc<ResourceSlice>,
+    index: usize,
 }
 
 impl PublishedDevice {
+    pub fn device(&self) -> &Device {
+        &self.slice.spec.devices.as_ref().expect("indexed from this list")[self.index]
+    }
+
+    /// The node the device's pool is for.
+    pub fn node(&self) -> &str {
+        self.slice.spec.node_name.as_deref().unwrap_or_default()
+    }
+
     /// The device's `uuid` attribute: the MIG device UUID (or the GPU's, for a whole GPU).
     pub fn uuid(&self) -> Option<&str> {
-        self.device.attributes.as_ref()?.get("uuid")?.string.as_deref()
+        self.device().attributes.as_ref()?.get("uuid")?.string.as_deref()
     }
 }
 
@@ -51,6 +61,8 @@ pub struct DraObjects {
     pub classes: BTreeMap<String, Arc<DeviceClass>>,
     /// Devices of complete pools by (pool, device name); built by [`DraObjects::index`].
     devices: HashMap<(String, String), PublishedDevice>,
+    /// A device of each node's complete pool, if it lists any.
+    first_of_node: HashMap<String, PublishedDevice>,
     /// Nodes whose pool is being republished (fewer slices than its generation has).
     pub unsettled: BTreeSet<String>,
 }
@@ -100,6 +112,7 @@ impl DraObjects {
     /// Indexes the devices of every complete pool; call once everything is added.
     pub fn index(&mut self) {
         self.devices.clear();
+        self.first_of_node.clear();
         self.unsettled.clear();
         for (name, pool) in &self.pools {
             let node = pool.slices.iter().find_map(|s| s.spec.node_name.clone());
@@ -108,9 +121,12 @@ impl DraObjects {
                 continue;
             }
             let Some(node) = node else { continue };
-            for device in pool.slices.iter().flat_map(|s| s.spec.devices.iter().flatten()) {
-                let published = PublishedDevice { node: node.clone(), device: device.clone() };
-                self.devices.insert((name.clone(), device.name.clone()), published);
+            for slice in &pool.slices {
+                for (index, device) in slice.spec.devices.iter().flatten().enumerate() {
+                    let published = PublishedDevice { slice: slice.clone(), index };
+                    self.first_of_node.entry(node.clone()).or_insert_with(|| published.clone());
+                    self.devices.insert((name.clone(), device.name.clone()), published);
+                }
             }
         }
     }
@@ -120,9 +136,9 @@ impl DraObjects {
         self.devices.get(&(pool.to_string(), name.to_string()))
     }
 
-    /// Devices published for `node`.
-    pub fn devices_of<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a PublishedDevice> + 'a {
-        self.devices.values().filter(move |d| d.node == node)
+    /// A device published for `node`, if any.
+    pub fn a_device_of(&self, node: &str) -> Option<&PublishedDevice> {
+        self.first_of_node.get(node)
     }
 
     pub fn claim(&self, namespace: &str, name: &str) -> Option<&Arc<ResourceClaim>> {
