@@ -375,7 +375,9 @@ fn decode_one<'t>(item: Item<'t>, implied: &str) -> Read<'t> {
         "Node" => Typed::Node(item.decode().map(projected)),
         "Pod" => Typed::Pod(item.decode().map(projected)),
         "MigNode" => Typed::MigNode(item.decode().map(Box::new)),
-        "ResourceSlice" => Typed::Dra(DraItem::Slice(item.decode().map(Arc::new))),
+        "ResourceSlice" => {
+            Typed::Dra(DraItem::Slice(item.decode().map(crate::dra::objects::trimmed).map(Arc::new)))
+        }
         "ResourceClaim" => Typed::Dra(DraItem::Claim(item.decode().map(Arc::new))),
         "ResourceClaimTemplate" => Typed::Dra(DraItem::Template(item.decode().map(Arc::new))),
         "DeviceClass" => Typed::Dra(DraItem::Class(item.decode().map(Arc::new))),

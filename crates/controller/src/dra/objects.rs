@@ -42,6 +42,19 @@ impl PublishedDevice {
     }
 }
 
+/// A slice as planning keeps it from a List: each device's name and `uuid`, and the first
+/// device whole (the devices Geometer could make copy its attributes). A large cluster's slices
+/// list hundreds of thousands of devices with a dozen attributes each.
+pub fn trimmed(mut slice: ResourceSlice) -> ResourceSlice {
+    for device in slice.spec.devices.iter_mut().flatten().skip(1) {
+        device.capacity = None;
+        if let Some(attributes) = &mut device.attributes {
+            attributes.retain(|name, _| name == "uuid");
+        }
+    }
+    slice
+}
+
 /// A pool's slices at its newest generation.
 #[derive(Debug, Clone, Default)]
 struct Pool {
