@@ -154,6 +154,8 @@ async fn the_cluster_role_allows_exactly_what_the_agent_uses() {
     let granted = granted();
     let missing: Vec<_> = used.difference(&granted).collect();
     assert!(missing.is_empty(), "the agent made requests its ClusterRole does not allow: {missing:?}");
-    let unused: Vec<_> = granted.difference(&used).collect();
+    // DRA's kinds are read on DRA nodes only: the in-memory API server serves none, and the
+    // end-to-end DRA tests (tests/k8s/dra.rs) run agents with this role against kube-apiserver.
+    let unused: Vec<_> = granted.difference(&used).filter(|(group, ..)| group != "resource.k8s.io").collect();
     assert!(unused.is_empty(), "the ClusterRole grants what the agent never used: {unused:?}");
 }

@@ -188,9 +188,15 @@ impl Agent {
                 self.mem.dra_served = Some(served);
                 served
             }
-            // Not served (404), or discovery failed: asked again next round.
+            // The group is not served: a cluster before Kubernetes 1.34, asked no more.
+            Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => {
+                tracing::debug!("resource.k8s.io is not served: the device plugin's node");
+                self.mem.dra_served = Some(false);
+                false
+            }
+            // Discovery failed: asked again next round.
             Err(e) => {
-                tracing::debug!(error = %e, "resource.k8s.io/v1 is not served: the device plugin's node");
+                tracing::debug!(error = %e, "cannot tell whether resource.k8s.io/v1 is served; asked again");
                 false
             }
         }
@@ -210,5 +216,31 @@ mod tests {
         assert_eq!(said.len(), 2, "{said:?}");
         assert!(said[0].contains("MIG-2") && said[1].contains("MIG-0"), "{said:?}");
         assert_eq!(mismatches(&expected, None).len(), 1);
+    }
+
+    #[test]
+    fn a_claim_allocated_on_this_nodes_pool_holds_its_device_by_uuid() {
+        let claim = |name: &str, pool: &str, device: &str| -> ResourceClaim {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "ml"},
+                "spec": {},
+                "status": {"allocation": {"devices": {"results": [
+                    {"request": "gpu", "driver": DRA_DRIVER, "pool": pool, "device": device}]}}},
+            }))
+            .unwrap()
+        };
+        let devices = BTreeMap::from([("gpu-0-mig-1g10gb-19-5".to_string(), "MIG-5".to_string())]);
+        let claims = [
+            claim("mine", "node-a", "gpu-0-mig-1g10gb-19-5"),
+            claim("elsewhere", "node-b", "gpu-0-mig-1g10gb-19-5"),
+            ResourceClaim {
+                metadata: kube::api::ObjectMeta { name: Some("pending".into()), ..Default::default() },
+                ..Default::default()
+            },
+        ];
+        assert_eq!(
+            claimed(&claims, "node-a", &devices),
+            BTreeMap::from([("MIG-5".to_string(), "ml/mine".to_string())])
+        );
     }
 }
