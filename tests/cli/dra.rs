@@ -73,6 +73,7 @@ fn pending_claims_get_the_geometry_they_need_and_allocated_devices_stay() {
     assert!(said(&["ml/train-0", "from template ml/mig-3g", "1 x 3g.40gb"]), "{notes:?}");
     assert!(said(&["ml/eval-0", "claim ml/eval-0-gpu", "1 x 1g.20gb"]), "{notes:?}");
     assert!(said(&["ops/probe-0 not planned", "allocationMode All"]), "{notes:?}");
+    assert!(said(&["1 node(s)", "DRA driver advertises (static MIG)", "dra-1"]), "{notes:?}");
     assert!(plan["pods"].as_array().unwrap().iter().all(|p| p["pod"] != "ops/probe-0"), "never guessed");
 }
 

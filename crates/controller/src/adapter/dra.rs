@@ -50,6 +50,8 @@ pub(super) struct DraPlanning<'o> {
     pub(super) asked: HashMap<PodKey, Asked>,
     /// Pending pods whose claims cannot be planned, with why.
     pub(super) unplanned: Vec<(PodKey, String)>,
+    /// Static-MIG DRA nodes in the snapshot.
+    planned_nodes: Vec<String>,
 }
 
 impl<'o> DraPlanning<'o> {
@@ -77,6 +79,7 @@ impl<'o> DraPlanning<'o> {
             mapped,
             asked: HashMap::new(),
             unplanned: Vec::new(),
+            planned_nodes: Vec::new(),
         }
     }
 
@@ -187,13 +190,14 @@ impl<'o> DraPlanning<'o> {
 
     /// Labels every node with its stack, and has each pending pod that only one stack can
     /// serve select it; nothing where no static-MIG DRA node is planned.
-    pub(super) fn separate_stacks(&self, nodes: &mut [PlannerNode], pending: &mut [Pod]) {
-        let dra_nodes = &self.objects.dra.nodes;
-        if !nodes.iter().any(|n| dra_nodes.get(&n.name) == Some(&DraMode::StaticMig)) {
+    pub(super) fn separate_stacks(&mut self, nodes: &mut [PlannerNode], pending: &mut [Pod]) {
+        self.planned_nodes =
+            nodes.iter().filter(|n| self.mode_of(&n.name).is_some()).map(|n| n.name.clone()).collect();
+        if self.planned_nodes.is_empty() {
             return;
         }
         for node in nodes.iter_mut() {
-            let stack = if dra_nodes.contains_key(&node.name) { DRA_STACK } else { PLUGIN_STACK };
+            let stack = if self.mode_of(&node.name).is_some() { DRA_STACK } else { PLUGIN_STACK };
             node.labels.insert(STACK_LABEL.into(), stack.into());
         }
         for pod in pending {
@@ -211,6 +215,12 @@ impl<'o> DraPlanning<'o> {
     /// The plan's notes: each request planned (the first few), and each left unplanned.
     pub(super) fn notes(&self, warnings: &mut Vec<String>) {
         const SHOWN: usize = 20;
+        if let Some(first) = self.planned_nodes.first() {
+            warnings.push(format!(
+                "DRA: {} node(s) whose GPUs NVIDIA's DRA driver advertises (static MIG) are planned for claims (e.g. {first})",
+                self.planned_nodes.len()
+            ));
+        }
         let mut asked: Vec<(&PodKey, &Asked)> = self.asked.iter().collect();
         asked.sort_by(|a, b| a.0.cmp(b.0));
         let lines: Vec<String> = asked
