@@ -66,10 +66,15 @@ pub(crate) fn demand<'a>(
 
 /// Bound, unfinished pods that hold GPU devices (through the device plugin or DRA claims):
 /// when one of them goes, the room it leaves may meet demand that was unmet.
-pub(crate) fn holders<'a>(pods: impl IntoIterator<Item = &'a Arc<PodView>>) -> BTreeSet<PodKey> {
-    let holds = |pod: &PodView| {
+/// `requests` are the pass's already-read requests (every pod's, at 150,000 pods not worth
+/// reading again).
+pub(crate) fn holders<'a>(
+    pods: impl IntoIterator<Item = &'a Arc<PodView>>,
+    requests: &adapter_pods::KnownRequests,
+) -> BTreeSet<PodKey> {
+    let holds = |pod: &Arc<PodView>| {
         pod.spec.as_ref().and_then(|s| s.resource_claims.as_ref()).is_some_and(|c| !c.is_empty())
-            || adapter_pods::effective_requests(pod).is_ok_and(|r| !adapter_pods::gpu_requests(&r).is_empty())
+            || requests.get(pod).is_some_and(|r| !adapter_pods::gpu_requests(r).is_empty())
     };
     pods.into_iter()
         .filter(|pod| {

@@ -178,7 +178,7 @@ impl Controller {
         }
         let mut claims = crate::adapter::dra::ClaimDemand::new(&seen.dra, &seen.mignodes, &self.catalog);
         let demand = propose::demand(&seen.pods, &mut claims);
-        let holders = propose::holders(&seen.pods);
+        let holders = propose::holders(&seen.pods, &seen.requests);
         let mut wake = self.plans(&seen, &reports, &newest, now).await;
         let before_rounds_ms = started.elapsed().as_millis() as u64;
         wake = wake.min(self.rounds(&seen, &reports, &newest, (&demand, &holders), (now, started)).await);
