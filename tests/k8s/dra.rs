@@ -74,6 +74,12 @@ fn logs(cp: &ControlPlane) -> String {
     format!("{}\n{}", cp.log_tail("kube-scheduler", 30), cp.log_tail("kube-controller-manager", 30))
 }
 
+/// Pod `name`, once it runs.
+async fn running(pods: &Api<Pod>, name: &str) -> Option<Pod> {
+    let pod = pods.get(name).await.ok()?;
+    (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
+}
+
 /// The DRA device a running pod was allocated (its claim's one result).
 async fn allocated(claims: &Api<ResourceClaim>, pod: &Pod) -> String {
     let name = pod.status.as_ref().unwrap().resource_claim_statuses.as_ref().unwrap()[0]
@@ -135,14 +141,7 @@ async fn the_real_scheduler_allocates_a_claim_on_the_static_slice_and_the_pod_ru
     let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
     let claims: Api<ResourceClaim> = Api::namespaced(admin.clone(), NS);
     create(&pods, pod("first", "3g-40gb")).await;
-    let running = |name: &'static str| {
-        let pods = pods.clone();
-        async move {
-            let pod = pods.get(name).await.ok()?;
-            (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
-        }
-    };
-    let first = wait_until("the claiming pod runs", || running("first"), || logs(&cp)).await;
+    let first = wait_until("the claiming pod runs", || running(&pods, "first"), || logs(&cp)).await;
     let device = allocated(&claims, &first).await;
     assert_eq!(device, "gpu-0-mig-3g40gb-9-4", "the only 3g.40gb device");
     let three_g = instances.iter().find(|i| i.profile == "3g.40gb").unwrap();
@@ -171,7 +170,7 @@ async fn the_real_scheduler_allocates_a_claim_on_the_static_slice_and_the_pod_ru
     // The first pod goes: kube-controller-manager deletes its claim, and the second pod gets
     // the same device.
     pods.delete("first", &DeleteParams::default().grace_period(0)).await.unwrap();
-    let second = wait_until("the second pod runs", || running("second"), || logs(&cp)).await;
+    let second = wait_until("the second pod runs", || running(&pods, "second"), || logs(&cp)).await;
     assert_eq!(allocated(&claims, &second).await, device);
 }
 
@@ -350,6 +349,23 @@ fn watch_slices(admin: kube::Client) -> (SeenSlices, tokio::task::JoinHandle<()>
     (seen, task)
 }
 
+/// The operator on one static-MIG DRA node whose H100 has 1g.10gb instances at placements 0, 1
+/// and 5 (no room for a 3g.40gb), with NVIDIA's `mig.nvidia.com` DeviceClass; `None` when the
+/// test is skipped.
+async fn fragmented_h100(
+    test: &str,
+    eviction_allowed: bool,
+) -> Option<geometer_testkit::real_cluster::RealCluster> {
+    use geometer_api::PolicyMode;
+    use geometer_testkit::e2e::policy;
+
+    let geometry = [("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 5)];
+    let spec = ClusterSpec::new(vec![NodeSpec::new(NODE, "H100-80GB", 1, &geometry).dra()]);
+    let k8s = crate::support::operator(test, &spec, &policy(PolicyMode::Auto, eviction_allowed)).await?;
+    create(&Api::<DeviceClass>::all(k8s.admin.clone()), mig_class()).await;
+    Some(k8s)
+}
+
 /// A pod whose claim (from a template) asks for a 3g.40gb, which the DRA node's H100 cannot
 /// give with 1g.10gb instances at placements 0, 1 and 5: the operator plans the change, the agent
 /// cordons, destroys the free instance, makes the 3g.40gb, restarts the driver's kubelet plugin
@@ -359,19 +375,10 @@ fn watch_slices(admin: kube::Client) -> (SeenSlices, tokio::task::JoinHandle<()>
 /// ones, and the claim is never allocated a device that is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_claim_gets_its_instance_end_to_end_and_no_slice_names_a_destroyed_one() {
-    use crate::support::operator;
-    use geometer_api::PolicyMode;
-    use geometer_testkit::e2e::policy;
-
-    let geometry = [("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 5)];
-    let spec = ClusterSpec::new(vec![NodeSpec::new(NODE, "H100-80GB", 1, &geometry).dra()]);
-    let Some(k8s) = operator("DRA claim end to end", &spec, &policy(PolicyMode::Auto, false)).await else {
-        return;
-    };
+    let Some(k8s) = fragmented_h100("DRA claim end to end", false).await else { return };
     let admin = k8s.admin.clone();
     let before = read_inventory(&k8s.sim.nvml(NODE).unwrap(), k8s.sim.catalog(), &[]).unwrap();
     let (slices, watch) = watch_slices(admin.clone());
-    create(&Api::<DeviceClass>::all(admin.clone()), mig_class()).await;
     create(&Api::<ResourceClaimTemplate>::namespaced(admin.clone(), NS), template("3g.40gb")).await;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
     create(&pods, pod("train", "3g-40gb")).await;
@@ -387,12 +394,11 @@ async fn a_pending_claim_gets_its_instance_end_to_end_and_no_slice_names_a_destr
     pinned_pod["spec"]["resourceClaims"] = json!([{"name": "gpu", "resourceClaimName": "pinned"}]);
     create(&pods, pinned_pod).await;
 
-    let running = || async {
+    let runs = || async {
         k8s.check_alive();
-        let pod = pods.get("train").await.ok()?;
-        (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
+        running(&pods, "train").await
     };
-    let train = wait_until("the claiming pod runs", running, || k8s.logs()).await;
+    let train = wait_until("the claiming pod runs", runs, || k8s.logs()).await;
     let claims: Api<ResourceClaim> = Api::namespaced(admin.clone(), NS);
     // Every instance was free: the plan puts 3g.40gb instances where it likes (the rest of the
     // GPU too, as headroom); the claim gets one of them.
@@ -432,17 +438,8 @@ async fn a_pending_claim_gets_its_instance_end_to_end_and_no_slice_names_a_destr
 /// extended resource from the new device.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extended_resource_through_a_device_class_waits_for_a_do_not_disrupt_holder_and_is_then_served() {
-    use crate::support::operator;
-    use geometer_api::PolicyMode;
-    use geometer_testkit::e2e::policy;
-
-    let geometry = [("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 5)];
-    let spec = ClusterSpec::new(vec![NodeSpec::new(NODE, "H100-80GB", 1, &geometry).dra()]);
-    let Some(k8s) = operator("DRA extended resource", &spec, &policy(PolicyMode::Auto, true)).await else {
-        return;
-    };
+    let Some(k8s) = fragmented_h100("DRA extended resource", true).await else { return };
     let admin = k8s.admin.clone();
-    create(&Api::<DeviceClass>::all(admin.clone()), mig_class()).await;
     let whole_slice = json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
         "metadata": {"name": "mig-7g.80gb"},
@@ -457,16 +454,14 @@ async fn an_extended_resource_through_a_device_class_waits_for_a_do_not_disrupt_
     let mut keeper = pod("keeper", "1g-10gb");
     keeper["metadata"]["annotations"] = json!({"karpenter.sh/do-not-disrupt": "true"});
     create(&pods, keeper).await;
-    let running = |name: &'static str| {
-        let pods = pods.clone();
-        let k8s = &k8s;
+    let runs = |name: &'static str| {
+        let (pods, k8s) = (&pods, &k8s);
         async move {
             k8s.check_alive();
-            let pod = pods.get(name).await.ok()?;
-            (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
+            running(pods, name).await
         }
     };
-    let keeper = wait_until("the holder runs", || running("keeper"), || k8s.logs()).await;
+    let keeper = wait_until("the holder runs", || runs("keeper"), || k8s.logs()).await;
     let claims: Api<ResourceClaim> = Api::namespaced(admin.clone(), NS);
     let held = allocated(&claims, &keeper).await;
 
@@ -486,10 +481,10 @@ async fn an_extended_resource_through_a_device_class_waits_for_a_do_not_disrupt_
     assert!(k8s.evicted().is_empty(), "the do-not-disrupt holder is never evicted: {:?}", k8s.evicted());
     let slice = Api::<ResourceSlice>::all(admin.clone()).get(&slice_name(NODE)).await.unwrap();
     assert!(slice.spec.devices.iter().flatten().any(|d| d.name == held), "its instance stays: {held}");
-    assert!(running("keeper").await.is_some());
+    assert!(running(&pods, "keeper").await.is_some());
 
     pods.delete("keeper", &DeleteParams::default().grace_period(0)).await.unwrap();
-    let big = wait_until("the big pod runs", || running("big"), || k8s.logs()).await;
+    let big = wait_until("the big pod runs", || runs("big"), || k8s.logs()).await;
     assert_eq!(k8s.geometry(NODE, 0), ["7g.80gb@0"]);
     let made = big.status.and_then(|s| s.extended_resource_claim_status).map(|c| c.resource_claim_name);
     let claim =
