@@ -181,6 +181,7 @@ fn replicas_of_a_shared_device_are_matched_and_every_pod_on_it_is_listed() {
         container: "main".into(),
         resource: "nvidia.com/mig-7g.80gb".into(),
         device_id: format!("{}::{n}", device.uuid),
+        claim: None,
     };
     let assignments = [replica("a", 0), replica("b", 3), replica("b", 4)];
     let inventory = read_inventory(&sim, Catalog::builtin(), &assignments).unwrap();
@@ -202,6 +203,7 @@ fn every_pod_time_sharing_a_whole_gpu_is_listed() {
         container: "main".into(),
         resource: "nvidia.com/gpu".into(),
         device_id: format!("{uuid}::{n}"),
+        claim: None,
     };
     let assignments = [replica("a", 0), replica("b", 1), replica("c", 2)];
     let inventory = read_inventory(&sim, Catalog::builtin(), &assignments).unwrap();
@@ -351,6 +353,7 @@ fn a_gpu_instance_of_several_compute_instances_counts_all_of_them_and_needs_rebu
         container: "main".into(),
         resource: "nvidia.com/mig-1c.3g.40gb".into(),
         device_id: parts[1].uuid.clone(),
+        claim: None,
     };
     let inventory = read_inventory(&sim, Catalog::builtin(), &[on_second]).unwrap();
     let split = inventory.gpus[0].instances.iter().find(|i| i.gpu_instance_id == gi).unwrap();

@@ -41,6 +41,7 @@ async fn a_device_the_agent_cannot_place_blocks_every_destroy_until_it_is_gone()
         container: "main".into(),
         resource: "nvidia.com/mig-3g.40gb".into(),
         device_id: "MIG-00000000-0000-0000-0000-00000000beef".into(),
+        claim: None,
     };
     h.assignments.update(|list| list.push(unknown.clone()));
     let mut cfg = h.config();

@@ -145,15 +145,25 @@ async fn the_real_scheduler_allocates_a_claim_on_the_static_slice_and_the_pod_ru
     let device = allocated(&claims, &first).await;
     assert_eq!(device, "gpu-0-mig-3g40gb-9-4", "the only 3g.40gb device");
     let three_g = instances.iter().find(|i| i.profile == "3g.40gb").unwrap();
-    let held: Vec<String> = sim
+    assert_eq!(slice_uuid(&admin, &device).await, uuid(three_g));
+    // The kubelet reports the device it prepared for the claim by its published name.
+    let held: Vec<(String, Option<String>)> = sim
         .assignments(NODE)
         .unwrap()
         .get()
         .into_iter()
         .filter(|a| a.pod == "first")
-        .map(|a| a.device_id)
+        .map(|a| (a.device_id, a.claim))
         .collect();
-    assert_eq!(held, [uuid(three_g)], "the pod runs on the instance its claim was allocated");
+    let claim = first.status.as_ref().and_then(|s| s.resource_claim_statuses.as_ref()).unwrap()[0]
+        .resource_claim_name
+        .clone()
+        .unwrap();
+    assert_eq!(
+        held,
+        [(device.clone(), Some(format!("{NS}/{claim}")))],
+        "the pod runs on the device its claim was allocated"
+    );
 
     // A second pod for the same profile waits: the one 3g.40gb device is allocated.
     create(&pods, pod("second", "3g-40gb")).await;
@@ -426,8 +436,28 @@ async fn a_pending_claim_gets_its_instance_end_to_end_and_no_slice_names_a_destr
         [all(&before.gpus), all(&after.gpus)],
         "the slice lists the old instances, then the new ones"
     );
-    let node = Api::<k8s_openapi::api::core::v1::Node>::all(admin).get(NODE).await.unwrap();
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(admin.clone()).get(NODE).await.unwrap();
     assert!(node.spec.and_then(|s| s.unschedulable) != Some(true), "uncordoned once done");
+
+    // The kubelet reports the claim's device by name (PodResources `dynamic_resources`); the
+    // agent finds its UUID in the slice and shows the pod on that instance.
+    let uuid = slice_uuid(&admin, &device).await;
+    let shown = || async {
+        let mignode = Api::<geometer_api::MigNode>::all(admin.clone()).get(NODE).await.ok()?;
+        let gpus = mignode.status?.gpus;
+        let instance =
+            gpus.iter().flat_map(|g| &g.instances).find(|i| i.uuid.as_deref() == Some(uuid.as_str()))?;
+        (instance.pod.as_deref() == Some("ml/train")).then_some(())
+    };
+    wait_until("the MigNode shows the claim's pod on its instance", shown, || k8s.logs()).await;
+}
+
+/// The `uuid` attribute of the device `name` in the node's newest slice.
+async fn slice_uuid(admin: &kube::Client, name: &str) -> String {
+    let slices = Api::<ResourceSlice>::all(admin.clone()).list(&Default::default()).await.unwrap();
+    let newest = slices.items.into_iter().max_by_key(|s| s.spec.pool.generation).unwrap();
+    let device = newest.spec.devices.into_iter().flatten().find(|d| d.name == name).unwrap();
+    device.attributes.unwrap()["uuid"].string.clone().unwrap()
 }
 
 /// A pod holding a 1g.10gb through its claim, marked do-not-disrupt, and a pod asking for

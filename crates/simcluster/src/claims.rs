@@ -13,6 +13,7 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::{Api, ResourceExt};
 
 use crate::dra::DRA_DRIVER;
+use crate::node::ClaimedDevice;
 
 /// The names of the pod's ResourceClaims; `Err` names a claim kube-controller-manager has not
 /// created yet.
@@ -37,7 +38,7 @@ pub(crate) async fn allocated_devices(
     client: &kube::Client,
     node: &str,
     pod: &Pod,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<ClaimedDevice>, String> {
     let namespace = pod.namespace().unwrap_or_default();
     let uid = pod.uid().unwrap_or_default();
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &namespace);
@@ -58,9 +59,9 @@ pub(crate) async fn allocated_devices(
         let allocation =
             status.allocation.ok_or_else(|| format!("ResourceClaim {namespace}/{name} is not allocated"))?;
         let results = allocation.devices.and_then(|d| d.results).unwrap_or_default();
-        devices.extend(
-            results.into_iter().filter(|r| r.driver == DRA_DRIVER && r.pool == node).map(|r| r.device),
-        );
+        let ours = results.into_iter().filter(|r| r.driver == DRA_DRIVER && r.pool == node);
+        devices
+            .extend(ours.map(|r| ClaimedDevice { claim: format!("{namespace}/{name}"), device: r.device }));
     }
     Ok(devices)
 }

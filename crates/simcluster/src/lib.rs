@@ -251,7 +251,7 @@ impl SimCluster {
         ];
         for (name, node) in &shared.nodes {
             let socket = state_dir.join(name).join("kubelet.sock");
-            let served = pod_resources::serve(&socket, node.assignments.clone()).map_err(|source| {
+            let served = pod_resources::serve(&socket, name, node.assignments.clone()).map_err(|source| {
                 SimClusterError::PodResources {
                     node: name.clone(),
                     socket: socket.display().to_string(),

@@ -57,8 +57,8 @@ impl NodeState {
     fn choose_requested(
         &self,
         requests: &[(String, BTreeMap<String, u32>)],
-    ) -> Result<Vec<(String, Device)>, AdmitError> {
-        let mut chosen: Vec<(String, Device)> = Vec::new();
+    ) -> Result<Vec<Chosen>, AdmitError> {
+        let mut chosen: Vec<Chosen> = Vec::new();
         for (container, wants) in requests {
             for (profile, &wanted) in wants {
                 let resource = device_resource(profile);
@@ -68,7 +68,7 @@ impl NodeState {
                     .map(|v| {
                         v.iter()
                             .filter(|d| {
-                                !self.is_held(&d.uuid) && !chosen.iter().any(|(_, c)| c.uuid == d.uuid)
+                                !self.is_held(&d.uuid) && !chosen.iter().any(|c| c.device.uuid == d.uuid)
                             })
                             .collect()
                     })
@@ -77,23 +77,65 @@ impl NodeState {
                 if free.len() < wanted as usize {
                     return Err(AdmitError::Unavailable { resource, wanted, free: free.len() });
                 }
-                chosen.extend(free.into_iter().take(wanted as usize).map(|d| (container.clone(), d.clone())));
+                chosen.extend(free.into_iter().take(wanted as usize).map(|d| Chosen {
+                    container: container.clone(),
+                    device: d.clone(),
+                    claim: None,
+                }));
             }
         }
         Ok(chosen)
     }
 
-    /// The devices the DRA plugin published as `names`, for `container`; one it no longer
-    /// lists, or one another pod holds, refuses the pod.
-    fn choose_claimed(&self, container: &str, names: &[String]) -> Result<Vec<(String, Device)>, AdmitError> {
-        names
+    /// The devices the DRA plugin published under the names `claimed` gives, for `container`;
+    /// one it no longer lists, or one another pod holds, refuses the pod.
+    fn choose_claimed(&self, container: &str, claimed: &[ClaimedDevice]) -> Result<Vec<Chosen>, AdmitError> {
+        claimed
             .iter()
-            .map(|name| match self.dra_devices.get(name) {
-                Some(d) if !self.is_held(&d.uuid) => Ok((container.to_string(), d.clone())),
-                Some(d) => Err(AdmitError::Held { device: name.clone(), uuid: d.uuid.clone() }),
-                None => Err(AdmitError::NotPublished { device: name.clone() }),
+            .map(|c| match self.dra_devices.get(&c.device) {
+                Some(d) if !self.is_held(&d.uuid) => {
+                    Ok(Chosen { container: container.to_string(), device: d.clone(), claim: Some(c.clone()) })
+                }
+                Some(d) => Err(AdmitError::Held { device: c.device.clone(), uuid: d.uuid.clone() }),
+                None => Err(AdmitError::NotPublished { device: c.device.clone() }),
             })
             .collect()
+    }
+}
+
+/// A device the DRA plugin published, allocated to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedDevice {
+    /// The claim, `namespace/name`.
+    pub claim: String,
+    /// The device's name in the plugin's ResourceSlice.
+    pub device: String,
+}
+
+/// A device chosen for a container: one the device plugin advertised, or (with `claim`) one
+/// the DRA plugin published and the scheduler allocated.
+struct Chosen {
+    container: String,
+    device: Device,
+    claim: Option<ClaimedDevice>,
+}
+
+impl Chosen {
+    /// What the kubelet's PodResources reports for it: a device plugin's device by its id, a
+    /// DRA device by the claim and its published name.
+    fn assignment(&self, key: &PodKey) -> DeviceAssignment {
+        let (resource, device_id) = match &self.claim {
+            Some(c) => (crate::dra::DRA_DRIVER.to_string(), c.device.clone()),
+            None => (self.device.resource(), self.device.uuid.clone()),
+        };
+        DeviceAssignment {
+            namespace: key.namespace().to_string(),
+            pod: key.name().to_string(),
+            container: self.container.clone(),
+            resource,
+            device_id,
+            claim: self.claim.as_ref().map(|c| c.claim.clone()),
+        }
     }
 }
 
@@ -270,7 +312,7 @@ impl SimNode {
         self.admit_with(PodKey::new(namespace, pod), uid, usage, |st| st.choose_requested(requests))
     }
 
-    /// Admits a pod whose DRA claims were allocated the devices `names` (as the DRA plugin
+    /// Admits a pod whose DRA claims were allocated the devices `claimed` (as the DRA plugin
     /// published them), for `container`: the kubelet prepares exactly those devices. A device
     /// the plugin no longer lists, or one another pod holds, refuses the pod.
     pub fn admit_claimed(
@@ -278,10 +320,10 @@ impl SimNode {
         key: PodKey,
         uid: &str,
         container: &str,
-        names: &[String],
+        claimed: &[ClaimedDevice],
         usage: ProcessUsage,
     ) -> Result<Vec<Device>, AdmitError> {
-        self.admit_with(key, uid, usage, |st| st.choose_claimed(container, names))
+        self.admit_with(key, uid, usage, |st| st.choose_claimed(container, claimed))
     }
 
     /// The pod's devices when it runs already; otherwise the devices `choose` picks, started.
@@ -290,7 +332,7 @@ impl SimNode {
         key: PodKey,
         uid: &str,
         usage: ProcessUsage,
-        choose: impl FnOnce(&NodeState) -> Result<Vec<(String, Device)>, AdmitError>,
+        choose: impl FnOnce(&NodeState) -> Result<Vec<Chosen>, AdmitError>,
     ) -> Result<Vec<Device>, AdmitError> {
         let mut st = self.lock();
         if let Some(devices) = st.devices_of(&key, uid) {
@@ -307,11 +349,11 @@ impl SimNode {
         st: &mut NodeState,
         key: PodKey,
         uid: &str,
-        chosen: Vec<(String, Device)>,
+        chosen: Vec<Chosen>,
         usage: ProcessUsage,
     ) -> Result<Vec<Device>, AdmitError> {
         let mut pids = Vec::new();
-        for (_, d) in &chosen {
+        for d in chosen.iter().map(|c| &c.device) {
             let started = match d.is_whole() {
                 true => self.nvml.start_gpu_process_using(d.gpu, usage),
                 false => self.nvml.start_process_using(d.gpu, &d.uuid, usage),
@@ -326,16 +368,8 @@ impl SimNode {
                 }
             }
         }
-        self.assignments.update(|list| {
-            list.extend(chosen.iter().map(|(container, d)| DeviceAssignment {
-                namespace: key.namespace().to_string(),
-                pod: key.name().to_string(),
-                container: container.clone(),
-                resource: d.resource(),
-                device_id: d.uuid.clone(),
-            }))
-        });
-        let devices: Vec<Device> = chosen.into_iter().map(|(_, d)| d).collect();
+        self.assignments.update(|list| list.extend(chosen.iter().map(|c| c.assignment(&key))));
+        let devices: Vec<Device> = chosen.into_iter().map(|c| c.device).collect();
         st.running.insert(key, RunningPod { uid: uid.to_string(), devices: devices.clone(), pids });
         Ok(devices)
     }

@@ -23,7 +23,6 @@ fn is_planner_snapshot(value: &Value) -> bool {
 
 /// Plans the snapshot file `snapshot`.
 pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(), Failure> {
-    let text = read_input(snapshot, "--snapshot")?;
     let bad = |e: anyhow::Error| Failure::bad_input(e);
     let policy = match &args.policy {
         Some(path) => {
@@ -38,13 +37,7 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(
         }
         None => None,
     };
-    // A List (kubectl get -o json|yaml) is read item by item, straight into its types; a
-    // planner snapshot, or one object, as a value.
-    let (objects, value) = match adapter::list_objects(&text) {
-        Some(objects) => (Some(objects), Value::Null),
-        None => (None, adapter::parse_value(&text).context("invalid --snapshot").map_err(bad)?),
-    };
-    drop(text);
+    let (objects, value) = read_snapshot(snapshot)?;
     let (snapshot, warnings) = if objects.is_none() && is_planner_snapshot(&value) {
         let mut snapshot: Snapshot = geometer_api::decode::from_value(&value)
             .context("invalid --snapshot (planner snapshot format)")
@@ -78,4 +71,28 @@ pub(super) fn run(args: &PlanArgs, catalog: Catalog, snapshot: &str) -> Result<(
         args.solver.plan(&snapshot, &catalog, &options).context("cannot plan this snapshot").map_err(bad)?;
     plan.notes.extend(warnings);
     output::print(args.output, &plan, || plan.render_table_with(&catalog))
+}
+
+/// The `--snapshot` file: a List (kubectl get -o json|yaml) read item by item, straight into
+/// its types (a JSON file while it is read, never held whole); a planner snapshot, or one
+/// object, as a value.
+fn read_snapshot(snapshot: &str) -> Result<(Option<adapter::Objects>, Value), Failure> {
+    if snapshot != "-" {
+        let file = std::fs::File::open(snapshot)
+            .with_context(|| format!("cannot read --snapshot {snapshot}"))
+            .map_err(Failure::bad_input)?;
+        let streamed = adapter::json_list_from(file)
+            .with_context(|| format!("cannot read --snapshot {snapshot}"))
+            .map_err(Failure::bad_input)?;
+        if let Some(objects) = streamed {
+            return Ok((Some(objects), Value::Null));
+        }
+    }
+    let text = read_input(snapshot, "--snapshot")?;
+    Ok(match adapter::list_objects(&text) {
+        Some(objects) => (Some(objects), Value::Null),
+        None => {
+            (None, adapter::parse_value(&text).context("invalid --snapshot").map_err(Failure::bad_input)?)
+        }
+    })
 }

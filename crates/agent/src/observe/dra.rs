@@ -22,7 +22,7 @@ use geometer_api::{DeviceStack, GpuInventory};
 
 use crate::runtime::agent_loop::{Agent, StepError};
 
-/// The driver's name: its ResourceSlices' `spec.driver`.
+/// The driver's name: its ResourceSlices' `spec.driver`, and the driver PodResources names.
 pub(crate) const DRA_DRIVER: &str = "gpu.nvidia.com";
 /// Label selector of the driver's kubelet plugin pods (its Helm chart's `_helpers.tpl`).
 pub const DEFAULT_DRA_PLUGIN_SELECTOR: &str = "dra-driver-nvidia-gpu-component=kubelet-plugin";
@@ -119,6 +119,16 @@ fn newest_pool(slices: &[ResourceSlice]) -> (Option<BTreeMap<String, String>>, b
     (Some(devices), dynamic)
 }
 
+/// Device name -> `uuid` of NVIDIA's devices among `slices`, a newer generation's first.
+fn device_uuids(slices: &[ResourceSlice]) -> BTreeMap<String, String> {
+    let mut nvidia: Vec<&ResourceSlice> = slices.iter().filter(|s| s.spec.driver == DRA_DRIVER).collect();
+    nvidia.sort_by_key(|s| s.spec.pool.generation);
+    let devices = nvidia.into_iter().flat_map(|s| s.spec.devices.iter().flatten());
+    devices
+        .filter_map(|d| Some((d.name.clone(), d.attributes.as_ref()?.get("uuid")?.string.clone()?)))
+        .collect()
+}
+
 /// Device UUID -> the allocated claim naming a device of `pool`.
 fn claimed(
     claims: &[ResourceClaim],
@@ -175,6 +185,17 @@ impl Agent {
         }
         self.mem.stack = Some(stack);
         Ok(view)
+    }
+
+    /// Device name -> UUID of the devices NVIDIA's DRA driver publishes for this node (any
+    /// generation, the newest first): how a DRA device the kubelet reports by name is found
+    /// in NVML.
+    pub(crate) async fn dra_device_uuids(&mut self) -> Result<BTreeMap<String, String>, StepError> {
+        if !self.serves_dra().await {
+            return Ok(BTreeMap::new());
+        }
+        let params = ListParams::default().fields(&format!("spec.nodeName={}", self.cfg.node));
+        Ok(device_uuids(&Api::<ResourceSlice>::all(self.client.clone()).list(&params).await?.items))
     }
 
     /// Whether the cluster serves `resource.k8s.io/v1` ResourceSlices; asked once.

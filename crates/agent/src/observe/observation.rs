@@ -14,9 +14,9 @@ use kube::{Api, Resource};
 use crate::decide::drain_rules::DrainRules;
 use crate::decide::gpu_diff::{model_of, GpuModels, NodeWork};
 use crate::decide::next_step::{self, Facts};
-use crate::observe::catalog_check;
 use crate::observe::inventory::{read_inventory, Inventory};
 use crate::observe::usage;
+use crate::observe::{catalog_check, pod_resources};
 use crate::runtime::agent_loop::{Agent, GpuRules, NextRound, StepError};
 use crate::runtime::{conditions, status};
 use crate::steps::advertise;
@@ -291,8 +291,11 @@ impl Agent {
         }
     }
 
-    async fn read_inventory(&self) -> Result<Inventory, StepError> {
-        let assignments = self.devices.assignments().await.map_err(StepError::PodResources)?;
+    async fn read_inventory(&mut self) -> Result<Inventory, StepError> {
+        let mut assignments = self.devices.assignments().await.map_err(StepError::PodResources)?;
+        if assignments.iter().any(|a| a.claim.is_some()) {
+            assignments = pod_resources::with_dra_uuids(assignments, &self.dra_device_uuids().await?);
+        }
         let nvml = self.nvml.clone();
         let catalog = self.cfg.catalog.clone();
         tokio::task::spawn_blocking(move || read_inventory(&*nvml, &catalog, &assignments))

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use geometer_solver::PodKey;
 
+use crate::observe::dra::DRA_DRIVER;
+
 use hyper_util::rt::TokioIo;
 use thiserror::Error;
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -39,15 +41,35 @@ pub enum PodResourcesError {
 }
 
 /// One device the kubelet assigned to a container.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DeviceAssignment {
     pub namespace: String,
     pub pod: String,
     pub container: String,
-    /// Extended resource name, e.g. `nvidia.com/mig-1g.10gb` or `nvidia.com/gpu`.
+    /// Extended resource name, e.g. `nvidia.com/mig-1g.10gb` or `nvidia.com/gpu`; for a
+    /// device NVIDIA's DRA driver prepared, the driver's name ([`DRA_DRIVER`]).
     pub resource: String,
-    /// Device id as the device plugin advertised it (for MIG: usually the `MIG-...` UUID).
+    /// Device id as the device plugin advertised it (for MIG: usually the `MIG-...` UUID); for
+    /// a DRA device, its name in the driver's ResourceSlice as the kubelet reports it, until
+    /// the agent looks its UUID up there ([`with_dra_uuids`]).
     pub device_id: String,
+    /// For a DRA device: the ResourceClaim it was prepared for (`namespace/name`).
+    pub claim: Option<String>,
+}
+
+/// `assignments` with each DRA device's name replaced by its UUID (`uuids`: device name ->
+/// `uuid` attribute in the driver's slices for this node); a name the slices do not list is
+/// kept, and matches no device.
+pub fn with_dra_uuids(
+    mut assignments: Vec<DeviceAssignment>,
+    uuids: &std::collections::BTreeMap<String, String>,
+) -> Vec<DeviceAssignment> {
+    for a in assignments.iter_mut().filter(|a| a.claim.is_some()) {
+        if let Some(uuid) = uuids.get(&a.device_id) {
+            a.device_id = uuid.clone();
+        }
+    }
+    assignments
 }
 
 impl DeviceAssignment {
@@ -112,11 +134,26 @@ impl PodResourcesClient {
     }
 }
 
-/// Flattens the kubelet's answer into one entry per NVIDIA device id, sorted.
+/// Flattens the kubelet's answer into one entry per NVIDIA device, sorted: the device plugin's
+/// devices (`devices`) and those NVIDIA's DRA driver prepared for the pod's claims
+/// (`dynamic_resources`, kubernetes/kubernetes `pkg/kubelet/apis/podresources/server_v1.go`).
 pub fn nvidia_assignments(pods: &[proto::PodResources]) -> Vec<DeviceAssignment> {
     let mut out = Vec::new();
     for pod in pods {
         for container in &pod.containers {
+            for claim in &container.dynamic_resources {
+                let name = format!("{}/{}", claim.claim_namespace, claim.claim_name);
+                for device in claim.claim_resources.iter().filter(|r| r.driver_name == DRA_DRIVER) {
+                    out.push(DeviceAssignment {
+                        namespace: pod.namespace.clone(),
+                        pod: pod.name.clone(),
+                        container: container.name.clone(),
+                        resource: DRA_DRIVER.to_string(),
+                        device_id: device.device_name.clone(),
+                        claim: Some(name.clone()),
+                    });
+                }
+            }
             for devices in
                 container.devices.iter().filter(|d| d.resource_name.starts_with(NVIDIA_RESOURCE_PREFIX))
             {
@@ -127,6 +164,7 @@ pub fn nvidia_assignments(pods: &[proto::PodResources]) -> Vec<DeviceAssignment>
                         container: container.name.clone(),
                         resource: devices.resource_name.clone(),
                         device_id: id.clone(),
+                        claim: None,
                     });
                 }
             }

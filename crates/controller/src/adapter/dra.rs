@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use geometer_solver::catalog::Catalog;
 use geometer_solver::snapshot::{Node as PlannerNode, Pod};
@@ -29,12 +30,13 @@ pub const DRA_STACK: &str = "dra";
 pub const PLUGIN_STACK: &str = "device-plugin";
 
 /// Where an instance with a UUID is: node, GPU index, start, profile (from MigNode status).
+/// A cluster has hundreds of thousands: the node's name and the profile are shared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceAt {
-    pub node: String,
+    pub node: Arc<str>,
     pub gpu: u32,
     pub start: u8,
-    pub profile: String,
+    pub profile: Arc<str>,
 }
 
 /// The round's DRA reading.
@@ -67,8 +69,8 @@ impl<'o> DraPlanning<'o> {
         let holders = holders::holders(dra);
         let mut held_on: HashMap<String, Vec<(u32, u8, PodKey)>> = HashMap::new();
         for (uuid, holder) in &holders.by_uuid {
-            if let Some(at) = objects.instance_uuids.get(uuid) {
-                held_on.entry(at.node.clone()).or_default().push((at.gpu, at.start, holder.clone()));
+            if let Some(at) = objects.instance_uuids.get(uuid.as_str()) {
+                held_on.entry(at.node.to_string()).or_default().push((at.gpu, at.start, holder.clone()));
             }
         }
         DraPlanning {
@@ -98,7 +100,7 @@ impl<'o> DraPlanning<'o> {
                 return; // a DRA extended resource: its claim's device is that request
             }
             for uuid in self.holders.of_pod.get(&key).into_iter().flatten() {
-                if let Some(at) = self.objects.instance_uuids.get(uuid) {
+                if let Some(at) = self.objects.instance_uuids.get(uuid.as_str()) {
                     *requests.to_mut().entry(resource_of(&at.profile)).or_default() += 1000;
                 }
             }

@@ -12,7 +12,9 @@ use geometer_api::decode::{self, DecodeError};
 use geometer_api::{MigNode, MigPolicy};
 use geometer_solver::snapshot::Policy;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
+
+use crate::dra::published::PublishedSlice;
 use kube::ResourceExt;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -157,7 +159,7 @@ fn json_list(text: &str) -> Option<Objects> {
 
 /// One item of a List: a value (YAML or JSON read whole, or a YAML item the fast reader
 /// leaves), or its JSON text (a slice of a JSON List, or a YAML item written as JSON).
-enum Item<'t> {
+pub(super) enum Item<'t> {
     Value(Value),
     Json(Cow<'t, str>),
 }
@@ -256,7 +258,7 @@ fn read_items<'t>(list_kind: &str, items: impl Iterator<Item = Item<'t>>) -> Obj
 }
 
 /// The kind of the items of a NodeList or PodList, which may omit theirs.
-fn implied_kind(list_kind: &str) -> &'static str {
+pub(super) fn implied_kind(list_kind: &str) -> &'static str {
     match list_kind {
         "NodeList" => "Node",
         "PodList" => "Pod",
@@ -265,7 +267,7 @@ fn implied_kind(list_kind: &str) -> &'static str {
 }
 
 /// Decoded items into `Objects`, in List order.
-fn gather(reads: Vec<Read<'_>>) -> Objects {
+pub(super) fn gather(reads: Vec<Read<'_>>) -> Objects {
     let mut objects = Objects::default();
     // (kind, namespace, name) -> the item that had it first: a second one is refused, not
     // allowed to replace the first without a word.
@@ -312,8 +314,8 @@ fn gather(reads: Vec<Read<'_>>) -> Objects {
 
 /// An item's kind and name, and the item decoded by its kind (the many kinds: Nodes, Pods and
 /// MigNodes) or not yet (the few others).
-struct Read<'t> {
-    kind: String,
+pub(super) struct Read<'t> {
+    pub(super) kind: String,
     namespace: String,
     name: String,
     typed: Typed<'t>,
@@ -334,7 +336,7 @@ enum Typed<'t> {
 
 /// A DRA item, decoded.
 enum DraItem {
-    Slice(Result<Arc<ResourceSlice>, DecodeError>),
+    Slice(Result<Arc<PublishedSlice>, DecodeError>),
     Claim(Result<Arc<ResourceClaim>, DecodeError>),
     Template(Result<Arc<ResourceClaimTemplate>, DecodeError>),
     Class(Result<Arc<DeviceClass>, DecodeError>),
@@ -364,7 +366,7 @@ fn threads_for(items: usize) -> usize {
     super::parallel::threads_for(items, ITEMS_PER_THREAD)
 }
 
-fn decode_one<'t>(item: Item<'t>, implied: &str) -> Read<'t> {
+pub(super) fn decode_one<'t>(item: Item<'t>, implied: &str) -> Read<'t> {
     if let Some(found) = not_an_object(&item) {
         let typed = Typed::NotAnObject(found);
         return Read { kind: String::new(), namespace: String::new(), name: String::new(), typed };
@@ -375,10 +377,8 @@ fn decode_one<'t>(item: Item<'t>, implied: &str) -> Read<'t> {
         "Node" => Typed::Node(item.decode().map(projected)),
         "Pod" => Typed::Pod(item.decode().map(projected)),
         "MigNode" => Typed::MigNode(item.decode().map(Box::new)),
-        "ResourceSlice" => {
-            Typed::Dra(DraItem::Slice(item.decode().map(crate::dra::objects::trimmed).map(Arc::new)))
-        }
-        "ResourceClaim" => Typed::Dra(DraItem::Claim(item.decode().map(Arc::new))),
+        "ResourceSlice" => Typed::Dra(DraItem::Slice(item.decode().map(Arc::new))),
+        "ResourceClaim" => Typed::Dra(DraItem::Claim(item.decode().map(projected))),
         "ResourceClaimTemplate" => Typed::Dra(DraItem::Template(item.decode().map(Arc::new))),
         "DeviceClass" => Typed::Dra(DraItem::Class(item.decode().map(Arc::new))),
         _ => Typed::Other(item),

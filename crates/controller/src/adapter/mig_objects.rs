@@ -11,6 +11,7 @@
 //!   plan.)
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use geometer_api::{MigNode, MigPolicy};
 use geometer_solver::snapshot::{Gpu, GpuMode, Instance, Policy};
@@ -71,23 +72,27 @@ pub fn inventory(node: &MigNode) -> Result<Vec<Gpu>, AdapterError> {
 
 /// Each MIG device of a MigNode's inventory by its UUID, and each GPU with MIG mode off by its
 /// own (the DRA driver publishes such a GPU whole): where the driver's devices are.
-pub fn instance_uuids(node: &MigNode) -> Vec<(String, InstanceAt)> {
-    let name = node.name_any();
+pub fn instance_uuids(node: &MigNode) -> Vec<(Box<str>, InstanceAt)> {
+    let name: Arc<str> = node.name_any().into();
     let gpus = node.status.as_ref().map(|s| s.gpus.as_slice()).unwrap_or_default();
+    let mut profiles: BTreeMap<String, Arc<str>> = BTreeMap::new();
     let mut out = Vec::new();
     for gpu in gpus {
-        let at = |start, profile: &str| InstanceAt {
+        let mut at = |start, profile: &str| InstanceAt {
             node: name.clone(),
             gpu: gpu.index,
             start,
-            profile: profile.into(),
+            profile: match profiles.get(profile) {
+                Some(shared) => shared.clone(),
+                None => profiles.entry(profile.to_string()).or_insert_with(|| profile.into()).clone(),
+            },
         };
         if !gpu.mig_mode.current {
-            out.push((gpu.uuid.clone(), at(0, geometer_solver::catalog::WHOLE)));
+            out.push((gpu.uuid.as_str().into(), at(0, geometer_solver::catalog::WHOLE)));
         }
         for instance in &gpu.instances {
             if let Some(uuid) = &instance.uuid {
-                out.push((uuid.clone(), at(instance.start, &instance.profile)));
+                out.push((uuid.as_str().into(), at(instance.start, &instance.profile)));
             }
         }
     }

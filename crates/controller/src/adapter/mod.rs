@@ -10,6 +10,7 @@ pub mod gangs;
 pub mod known;
 mod kubectl_yaml;
 mod list;
+mod list_stream;
 pub mod mig_objects;
 pub mod nodes;
 mod parallel;
@@ -18,6 +19,7 @@ pub mod pods;
 pub(crate) mod projection;
 
 pub use list::{list_objects, objects_of, parse_objects, parse_policy, parse_value};
+pub use list_stream::json_list_from;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -75,7 +77,7 @@ pub struct Objects {
     pub dra: Arc<crate::dra::objects::DraObjects>,
     /// MIG devices (and whole GPUs) by UUID, from the MigNode inventories: where the DRA
     /// driver's devices are.
-    pub instance_uuids: std::collections::HashMap<String, dra::InstanceAt>,
+    pub instance_uuids: std::collections::HashMap<Box<str>, dra::InstanceAt>,
     /// How each node's GPUs are advertised, as its agent reported it (`MigNode.status.deviceStack`).
     pub device_stacks: BTreeMap<String, geometer_api::DeviceStack>,
     /// PodGroups (coscheduling, Volcano): the minimum of each gang they declare.

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use geometer_api::decoded::Decoded;
 use geometer_api::{MigNode, MigPlan, MigPolicy};
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use k8s_openapi::api::resource::v1::ResourceClaim;
 
 use crate::adapter::PodView;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -65,6 +66,30 @@ impl Projection for Node {
 }
 
 impl Projection for MigNode {}
+
+/// A ResourceClaim: its requests, constraints and allocation as decoded, without the driver's
+/// opaque configuration and device statuses; its lists sized to what they hold (a decoded list
+/// keeps room for more, and a cluster has a claim per GPU pod).
+impl Projection for ResourceClaim {
+    fn project(&mut self) {
+        project_meta(&mut self.metadata);
+        if let Some(devices) = self.spec.as_mut().and_then(|s| s.devices.as_mut()) {
+            devices.config = None;
+            devices.requests.iter_mut().for_each(Vec::shrink_to_fit);
+            devices.constraints.iter_mut().for_each(Vec::shrink_to_fit);
+        }
+        if let Some(status) = &mut self.status {
+            status.devices = None;
+            status.reserved_for.iter_mut().for_each(Vec::shrink_to_fit);
+            if let Some(allocation) = &mut status.allocation {
+                allocation.devices.iter_mut().for_each(|d| {
+                    d.config = None;
+                    d.results.iter_mut().for_each(Vec::shrink_to_fit);
+                });
+            }
+        }
+    }
+}
 
 impl Projection for MigPolicy {}
 

@@ -49,7 +49,7 @@ pub fn holders(dra: &DraObjects) -> Holders {
             if result.driver != NVIDIA_DRIVER {
                 continue;
             }
-            match dra.device(&result.pool, &result.device).and_then(|d| d.uuid()) {
+            match dra.device(&result.pool, &result.device).and_then(|d| d.uuid.as_deref()) {
                 Some(uuid) => {
                     out.by_uuid.insert(uuid.to_string(), holder.clone());
                     if let Some(pod) = &pod {

@@ -1,5 +1,5 @@
 //! Dynamic Resource Allocation with NVIDIA's DRA driver (`gpu.nvidia.com`): which nodes it
-//! advertises and how ([`stack`]), the objects planning reads ([`objects`]), who holds each
+//! advertises and how ([`stack`]), the objects planning reads ([`objects`], slices as [`published`]), who holds each
 //! device ([`holders`]), the devices Geometer could make ([`offers`]), what pending claims ask
 //! for as MIG profiles ([`demand`]), and how device selectors read a device ([`selector`]).
 
@@ -7,5 +7,6 @@ pub mod demand;
 pub mod holders;
 pub mod objects;
 pub mod offers;
+pub mod published;
 pub mod selector;
 pub mod stack;

@@ -10,57 +10,41 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::resource::v1::{
-    Device, DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
-};
+use k8s_openapi::api::resource::v1::{Device, DeviceClass, ResourceClaim, ResourceClaimTemplate};
 use kube::ResourceExt;
 
-use super::stack::{self, DraMode, NVIDIA_DRIVER};
-
-/// One device of NVIDIA's driver, in the newest complete generation of its pool: its slice
-/// and its place there (a cluster's slices list hundreds of thousands of devices; none is
-/// copied).
-#[derive(Debug, Clone)]
-pub struct PublishedDevice {
-    slice: Arc<ResourceSlice>,
-    index: usize,
-}
-
-impl PublishedDevice {
-    pub fn device(&self) -> &Device {
-        &self.slice.spec.devices.as_ref().expect("indexed from this list")[self.index]
-    }
-
-    /// The node the device's pool is for.
-    pub fn node(&self) -> &str {
-        self.slice.spec.node_name.as_deref().unwrap_or_default()
-    }
-
-    /// The device's `uuid` attribute: the MIG device UUID (or the GPU's, for a whole GPU).
-    pub fn uuid(&self) -> Option<&str> {
-        self.device().attributes.as_ref()?.get("uuid")?.string.as_deref()
-    }
-}
-
-/// A slice as planning keeps it from a List: each device's name and `uuid`, and the first
-/// device whole (the devices Geometer could make copy its attributes). A large cluster's slices
-/// list hundreds of thousands of devices with a dozen attributes each.
-pub fn trimmed(mut slice: ResourceSlice) -> ResourceSlice {
-    for device in slice.spec.devices.iter_mut().flatten().skip(1) {
-        device.capacity = None;
-        if let Some(attributes) = &mut device.attributes {
-            attributes.retain(|name, _| name == "uuid");
-        }
-    }
-    slice
-}
+use super::published::{DeviceName, PublishedSlice};
+use super::stack::{DraMode, NVIDIA_DRIVER};
 
 /// A pool's slices at its newest generation.
 #[derive(Debug, Clone, Default)]
 struct Pool {
     generation: i64,
     expected_slices: i64,
-    slices: Vec<Arc<ResourceSlice>>,
+    slices: Vec<Arc<PublishedSlice>>,
+    /// Each device as (slice, device) indexes, in order of name; built by
+    /// [`DraObjects::index`] once the generation is complete (a cluster's slices list hundreds
+    /// of thousands of devices: none is copied).
+    by_name: Vec<(u32, u32)>,
+}
+
+impl Pool {
+    fn name_at(&self, (slice, device): (u32, u32)) -> &DeviceName {
+        &self.slices[slice as usize].devices[device as usize]
+    }
+
+    fn sort_by_name(&mut self) {
+        let mut by_name: Vec<(u32, u32)> = (0..self.slices.len())
+            .flat_map(|s| (0..self.slices[s].devices.len()).map(move |d| (s as u32, d as u32)))
+            .collect();
+        by_name.sort_unstable_by(|a, b| self.name_at(*a).name.cmp(&self.name_at(*b).name));
+        self.by_name = by_name;
+    }
+
+    fn device(&self, name: &str) -> Option<&DeviceName> {
+        let found = self.by_name.binary_search_by(|at| self.name_at(*at).name.as_str().cmp(name)).ok()?;
+        Some(self.name_at(self.by_name[found]))
+    }
 }
 
 /// The DRA objects of a cluster (or a kubectl List), as planning reads them.
@@ -72,10 +56,8 @@ pub struct DraObjects {
     claims: HashMap<(String, String), Arc<ResourceClaim>>,
     templates: HashMap<(String, String), Arc<ResourceClaimTemplate>>,
     pub classes: BTreeMap<String, Arc<DeviceClass>>,
-    /// Devices of complete pools by (pool, device name); built by [`DraObjects::index`].
-    devices: HashMap<(String, String), PublishedDevice>,
-    /// A device of each node's complete pool, if it lists any.
-    first_of_node: HashMap<String, PublishedDevice>,
+    /// A slice of each node's complete pool that lists a device.
+    sample_of_node: HashMap<String, Arc<PublishedSlice>>,
     /// Nodes whose pool is being republished (fewer slices than its generation has).
     pub unsettled: BTreeSet<String>,
 }
@@ -87,21 +69,22 @@ impl DraObjects {
     }
 
     /// Adds a slice; one of another driver is ignored (false).
-    pub fn add_slice(&mut self, slice: Arc<ResourceSlice>) -> bool {
-        if slice.spec.driver != NVIDIA_DRIVER {
+    pub fn add_slice(&mut self, slice: Arc<PublishedSlice>) -> bool {
+        if slice.driver != NVIDIA_DRIVER {
             return false;
         }
-        if let Some((node, mode)) = stack::node_of(&slice.spec) {
-            let known = self.nodes.entry(node).or_insert(mode);
-            *known = (*known).max(mode);
+        if let Some(node) = &slice.node {
+            let known = self.nodes.entry(node.clone()).or_insert(slice.mode);
+            *known = (*known).max(slice.mode);
         }
-        let pool = &slice.spec.pool;
+        let pool = &slice.pool;
         let entry = self.pools.entry(pool.name.clone()).or_default();
         if pool.generation > entry.generation || entry.slices.is_empty() {
             *entry = Pool {
                 generation: pool.generation,
                 expected_slices: pool.resource_slice_count,
                 slices: vec![],
+                by_name: vec![],
             };
         }
         if pool.generation == entry.generation {
@@ -124,34 +107,32 @@ impl DraObjects {
 
     /// Indexes the devices of every complete pool; call once everything is added.
     pub fn index(&mut self) {
-        self.devices.clear();
-        self.first_of_node.clear();
+        self.sample_of_node.clear();
         self.unsettled.clear();
-        for (name, pool) in &self.pools {
-            let node = pool.slices.iter().find_map(|s| s.spec.node_name.clone());
+        for pool in self.pools.values_mut() {
+            let node = pool.slices.iter().find_map(|s| s.node.clone());
+            pool.by_name.clear();
             if (pool.slices.len() as i64) < pool.expected_slices {
                 self.unsettled.extend(node);
                 continue;
             }
             let Some(node) = node else { continue };
-            for slice in &pool.slices {
-                for (index, device) in slice.spec.devices.iter().flatten().enumerate() {
-                    let published = PublishedDevice { slice: slice.clone(), index };
-                    self.first_of_node.entry(node.clone()).or_insert_with(|| published.clone());
-                    self.devices.insert((name.clone(), device.name.clone()), published);
-                }
+            if let Some(sample) = pool.slices.iter().find(|s| s.sample.is_some()) {
+                self.sample_of_node.insert(node, sample.clone());
             }
+            pool.sort_by_name();
         }
     }
 
-    /// A device of NVIDIA's driver by its pool and name, if its pool's newest generation lists it.
-    pub fn device(&self, pool: &str, name: &str) -> Option<&PublishedDevice> {
-        self.devices.get(&(pool.to_string(), name.to_string()))
+    /// A device of NVIDIA's driver by its pool and name, if its pool's newest generation lists
+    /// it and is complete.
+    pub fn device(&self, pool: &str, name: &str) -> Option<&DeviceName> {
+        self.pools.get(pool)?.device(name)
     }
 
-    /// A device published for `node`, if any.
-    pub fn a_device_of(&self, node: &str) -> Option<&PublishedDevice> {
-        self.first_of_node.get(node)
+    /// A device published for `node`, whole, if any.
+    pub fn a_device_of(&self, node: &str) -> Option<&Device> {
+        self.sample_of_node.get(node)?.sample.as_ref()
     }
 
     pub fn claim(&self, namespace: &str, name: &str) -> Option<&Arc<ResourceClaim>> {

@@ -41,7 +41,7 @@ pub fn offers(
 ) -> Vec<Offer> {
     let mut base: BTreeMap<&str, BTreeMap<String, Attribute>> = BTreeMap::new();
     for (node, keys) in models.iter().filter(|(n, _)| dra.nodes.get(*n) == Some(&DraMode::StaticMig)) {
-        let published = dra.a_device_of(node).map(|d| CandidateDevice::from_slice(NVIDIA_DRIVER, d.device()));
+        let published = dra.a_device_of(node).map(|d| CandidateDevice::from_slice(NVIDIA_DRIVER, d));
         for key in keys {
             let Some(model) = catalog.find(key) else { continue };
             let attributes = base.entry(model.key.as_str()).or_insert_with(|| catalog_attributes(model));

@@ -8,8 +8,6 @@
 
 use std::fmt;
 
-use k8s_openapi::api::resource::v1::ResourceSliceSpec;
-
 /// The driver's name: the `spec.driver` of its ResourceSlices.
 pub const NVIDIA_DRIVER: &str = "gpu.nvidia.com";
 
@@ -31,23 +29,27 @@ impl fmt::Display for DraMode {
     }
 }
 
-/// The node a ResourceSlice is for, and the mode it shows; `None` for one for no single node.
-pub fn node_of(spec: &ResourceSliceSpec) -> Option<(String, DraMode)> {
-    let node = spec.node_name.as_deref().filter(|n| !n.is_empty())?;
-    let counters = spec.shared_counters.as_ref().is_some_and(|c| !c.is_empty());
-    let consumes =
-        spec.devices.iter().flatten().any(|d| d.consumes_counters.as_ref().is_some_and(|c| !c.is_empty()));
-    let mode = if counters || consumes { DraMode::DynamicMig } else { DraMode::StaticMig };
-    Some((node.to_string(), mode))
+impl DraMode {
+    /// The mode a slice shows: a counter set (`spec.sharedCounters`) or a device consuming
+    /// counters is DynamicMIG.
+    pub fn shown_by(shared_counters: bool, device_consumes_counters: bool) -> DraMode {
+        if shared_counters || device_consumes_counters {
+            DraMode::DynamicMig
+        } else {
+            DraMode::StaticMig
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dra::published::PublishedSlice;
     use serde_json::json;
 
     fn node_of_slice(slice: &serde_json::Value) -> Option<(String, DraMode)> {
-        node_of(&serde_json::from_value(slice["spec"].clone()).unwrap())
+        let slice: PublishedSlice = serde_json::from_value(slice.clone()).unwrap();
+        Some((slice.node?, slice.mode))
     }
 
     #[test]

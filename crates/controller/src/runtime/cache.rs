@@ -7,6 +7,7 @@
 
 use crate::adapter::PodView;
 use crate::dra::objects::DraObjects;
+use crate::dra::published::PublishedSlice;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use std::sync::Arc;
 
@@ -65,7 +66,7 @@ impl DraStores {
     fn objects(&self) -> DraObjects {
         let mut dra = DraObjects::default();
         for slice in self.slices.state() {
-            dra.add_slice(slice);
+            dra.add_slice(Arc::new(PublishedSlice::from(&*slice)));
         }
         for claim in self.claims.state() {
             dra.add_claim(claim);
@@ -201,7 +202,7 @@ pub async fn list_dra(client: &Client) -> Result<DraObjects, kube::Error> {
     }
     let all = Default::default();
     for slice in Api::<ResourceSlice>::all(client.clone()).list(&all).await? {
-        dra.add_slice(Arc::new(slice));
+        dra.add_slice(Arc::new(PublishedSlice::from(&slice)));
     }
     for claim in Api::<ResourceClaim>::all(client.clone()).list(&all).await? {
         dra.add_claim(Arc::new(claim));

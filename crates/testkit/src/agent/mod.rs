@@ -259,6 +259,7 @@ impl Harness {
                 container: "main".into(),
                 resource,
                 device_id: uuid.clone(),
+                claim: None,
             })
         });
         let placed = PlacedInstance::new(profile, start);
@@ -286,6 +287,7 @@ impl Harness {
                 container: "main".into(),
                 resource: "nvidia.com/gpu".into(),
                 device_id: device_id.into(),
+                claim: None,
             })
         });
         let placed = PlacedInstance::new("whole-gpu", 0);

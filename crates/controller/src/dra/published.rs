@@ -1,0 +1,257 @@
+//! A ResourceSlice as planning keeps it: its driver, node and pool, each device's name and
+//! `uuid`, and one device whole (the one whose attributes the devices Geometer could make copy,
+//! [`super::offers`]). A large cluster's slices list hundreds of thousands of devices with a
+//! dozen attributes each; read from a kubectl List, the rest is skipped while decoding, never
+//! built.
+
+use std::fmt;
+
+use k8s_openapi::api::resource::v1::{Device, ResourcePool, ResourceSlice};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use super::stack::DraMode;
+
+/// A ResourceSlice, projected.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishedSlice {
+    pub driver: String,
+    /// `spec.nodeName`; `None` for a slice for no single node (`allNodes`, a node selector).
+    pub node: Option<String>,
+    pub mode: DraMode,
+    pub pool: ResourcePool,
+    pub devices: Vec<DeviceName>,
+    /// The slice's first device, whole.
+    pub sample: Option<Device>,
+}
+
+/// A published device's name and `uuid` attribute (the MIG device UUID, or the GPU's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceName {
+    pub name: String,
+    pub uuid: Option<String>,
+}
+
+impl DeviceName {
+    fn of(device: &Device) -> DeviceName {
+        let uuid = device.attributes.as_ref().and_then(|a| a.get(UUID)?.string.clone());
+        DeviceName { name: device.name.clone(), uuid }
+    }
+}
+
+const UUID: &str = "uuid";
+
+fn consumes_counters(device: &Device) -> bool {
+    device.consumes_counters.as_ref().is_some_and(|c| !c.is_empty())
+}
+
+fn named_node(node: Option<&String>) -> Option<String> {
+    node.filter(|n| !n.is_empty()).cloned()
+}
+
+impl From<&ResourceSlice> for PublishedSlice {
+    fn from(slice: &ResourceSlice) -> PublishedSlice {
+        let spec = &slice.spec;
+        let devices = spec.devices.as_deref().unwrap_or_default();
+        let counters = spec.shared_counters.as_ref().is_some_and(|c| !c.is_empty());
+        PublishedSlice {
+            driver: spec.driver.clone(),
+            node: named_node(spec.node_name.as_ref()),
+            mode: DraMode::shown_by(counters, devices.iter().any(consumes_counters)),
+            pool: spec.pool.clone(),
+            devices: devices.iter().map(DeviceName::of).collect(),
+            sample: devices.first().cloned(),
+        }
+    }
+}
+
+impl geometer_api::decode::Stored for PublishedSlice {}
+
+impl<'de> Deserialize<'de> for PublishedSlice {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<PublishedSlice, D::Error> {
+        let SliceText { spec } = SliceText::deserialize(deserializer)?;
+        let devices = spec.devices.unwrap_or_default();
+        Ok(PublishedSlice {
+            driver: spec.driver,
+            node: named_node(spec.node_name.as_ref()),
+            mode: DraMode::shown_by(
+                spec.shared_counters.is_some_and(|c| !c.is_empty()),
+                devices.consume_counters,
+            ),
+            pool: spec.pool,
+            devices: devices.names,
+            sample: devices.sample,
+        })
+    }
+}
+
+/// The fields of a slice's text that are read; everything else is skipped.
+#[derive(Deserialize)]
+struct SliceText {
+    spec: SpecText,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpecText {
+    driver: String,
+    #[serde(default)]
+    node_name: Option<String>,
+    pool: ResourcePool,
+    #[serde(default)]
+    shared_counters: Option<Vec<IgnoredAny>>,
+    #[serde(default)]
+    devices: Option<DevicesText>,
+}
+
+/// `spec.devices`: the first device whole, then only each device's name, `uuid` and whether
+/// it consumes counters.
+#[derive(Default)]
+struct DevicesText {
+    sample: Option<Device>,
+    names: Vec<DeviceName>,
+    consume_counters: bool,
+}
+
+impl<'de> Deserialize<'de> for DevicesText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<DevicesText, D::Error> {
+        deserializer.deserialize_seq(DevicesVisitor)
+    }
+}
+
+struct DevicesVisitor;
+
+impl<'de> Visitor<'de> for DevicesVisitor {
+    type Value = DevicesText;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of devices")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<DevicesText, A::Error> {
+        let mut out = DevicesText::default();
+        if let Some(first) = seq.next_element::<Device>()? {
+            out.consume_counters = consumes_counters(&first);
+            out.names.push(DeviceName::of(&first));
+            out.sample = Some(first);
+        }
+        while let Some(device) = seq.next_element::<DeviceText>()? {
+            out.consume_counters |= device.consumes_counters.is_some_and(|c| !c.is_empty());
+            out.names.push(DeviceName { name: device.name, uuid: device.attributes.and_then(|a| a.0) });
+        }
+        Ok(out)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeviceText {
+    name: String,
+    #[serde(default)]
+    attributes: Option<UuidAttribute>,
+    #[serde(default)]
+    consumes_counters: Option<Vec<IgnoredAny>>,
+}
+
+/// A device's attributes, of which only `uuid` is kept.
+struct UuidAttribute(Option<String>);
+
+impl<'de> Deserialize<'de> for UuidAttribute {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<UuidAttribute, D::Error> {
+        deserializer.deserialize_map(AttributesVisitor)
+    }
+}
+
+struct AttributesVisitor;
+
+impl<'de> Visitor<'de> for AttributesVisitor {
+    type Value = UuidAttribute;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a map of device attributes")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<UuidAttribute, A::Error> {
+        let mut uuid = None;
+        while let Some(key) = map.next_key::<AttributeName>()? {
+            if key.0 {
+                uuid = map.next_value::<AttributeText>()?.string;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(UuidAttribute(uuid))
+    }
+}
+
+/// An attribute's name: whether it is `uuid` (read without keeping the name).
+struct AttributeName(bool);
+
+impl<'de> Deserialize<'de> for AttributeName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<AttributeName, D::Error> {
+        struct NameVisitor;
+        impl Visitor<'_> for NameVisitor {
+            type Value = AttributeName;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an attribute name")
+            }
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<AttributeName, E> {
+                Ok(AttributeName(name == UUID))
+            }
+        }
+        deserializer.deserialize_identifier(NameVisitor)
+    }
+}
+
+#[derive(Deserialize)]
+struct AttributeText {
+    #[serde(default)]
+    string: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn slice() -> serde_json::Value {
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": "n1", "pool": {"name": "n1", "generation": 2, "resourceSliceCount": 1},
+            "devices": [
+                {"name": "gpu-0-mig-1g10gb-19-0", "attributes": {"productName": {"string": "NVIDIA H100 80GB HBM3"}, "uuid": {"string": "MIG-1"}},
+                 "capacity": {"memory": {"value": "10240Mi"}}},
+                {"name": "gpu-0-mig-1g10gb-19-1", "attributes": {"productName": {"string": "NVIDIA H100 80GB HBM3"}, "uuid": {"string": "MIG-2"}, "cudaMajor": {"int": 12}},
+                 "capacity": {"memory": {"value": "10240Mi"}}},
+                {"name": "gpu-1", "attributes": {"type": {"string": "gpu"}}}]}})
+    }
+
+    #[test]
+    fn a_slice_read_from_text_keeps_what_the_typed_object_gives() {
+        let text = slice().to_string();
+        let typed: ResourceSlice = serde_json::from_str(&text).unwrap();
+        let read: PublishedSlice = serde_json::from_str(&text).unwrap();
+        assert_eq!(read, PublishedSlice::from(&typed));
+        assert_eq!(read.node.as_deref(), Some("n1"));
+        assert_eq!(read.mode, DraMode::StaticMig);
+        let uuids: Vec<_> = read.devices.iter().map(|d| d.uuid.as_deref()).collect();
+        assert_eq!(uuids, [Some("MIG-1"), Some("MIG-2"), None]);
+        assert_eq!(read.sample.unwrap().capacity.unwrap().len(), 1, "the first device is kept whole");
+    }
+
+    #[test]
+    fn a_device_consuming_counters_after_the_first_shows_dynamic_mig() {
+        let mut value = slice();
+        value["spec"]["devices"][2]["consumesCounters"] =
+            json!([{"counterSet": "gpu-1-counter-set", "counters": {}}]);
+        let read: PublishedSlice = serde_json::from_value(value).unwrap();
+        assert_eq!(read.mode, DraMode::DynamicMig);
+    }
+
+    #[test]
+    fn a_device_without_a_name_is_an_error() {
+        let mut value = slice();
+        value["spec"]["devices"][1].as_object_mut().unwrap().remove("name");
+        let error = serde_json::from_value::<PublishedSlice>(value).unwrap_err().to_string();
+        assert!(error.contains("name"), "{error}");
+    }
+}
