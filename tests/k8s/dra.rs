@@ -460,6 +460,67 @@ async fn slice_uuid(admin: &kube::Client, name: &str) -> String {
     device.attributes.unwrap()["uuid"].string.clone().unwrap()
 }
 
+/// A pod whose image cannot be pulled sits bound in `ImagePullBackOff`: its claim is allocated
+/// and reserved for it, no process of it runs, and the kubelet reports no device for it. Two
+/// pending claims then ask for a 3g.40gb each, which the H100 can give only with all three of
+/// its 1g.10gb instances gone: the operator reshapes around the one the stuck pod's claim was
+/// allocated, never destroying it, so one 3g.40gb claim is served and the other is told why
+/// not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allocated_claim_whose_pod_is_not_running_keeps_its_instance_through_a_reshape() {
+    let Some(k8s) = fragmented_h100("DRA allocated claim of a pod not running", false).await else { return };
+    let admin = k8s.admin.clone();
+    let templates = Api::<ResourceClaimTemplate>::namespaced(admin.clone(), NS);
+    create(&templates, template("1g.10gb")).await;
+    create(&templates, template("3g.40gb")).await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
+    let claims: Api<ResourceClaim> = Api::namespaced(admin.clone(), NS);
+    let mut stuck = pod("stuck", "1g-10gb");
+    stuck["spec"]["containers"][0]["image"] = json!("registry.invalid/train:1");
+    create(&pods, stuck).await;
+    let backing_off = || async {
+        k8s.check_alive();
+        let pod = pods.get("stuck").await.ok()?;
+        let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+        let waiting = statuses[0].state.as_ref()?.waiting.as_ref()?;
+        (waiting.reason.as_deref() == Some("ImagePullBackOff")).then_some(pod)
+    };
+    let stuck = wait_until("the stuck pod backs off pulling its image", backing_off, || k8s.logs()).await;
+    let held = allocated(&claims, &stuck).await;
+    let held_uuid = slice_uuid(&admin, &held).await;
+
+    create(&pods, pod("train-a", "3g-40gb")).await;
+    create(&pods, pod("train-b", "3g-40gb")).await;
+    let one_runs = || async {
+        k8s.check_alive();
+        for (name, other) in [("train-a", "train-b"), ("train-b", "train-a")] {
+            if running(&pods, name).await.is_some() {
+                return Some((name, other));
+            }
+        }
+        None
+    };
+    let (served, waiting) = wait_until("a 3g.40gb claim's pod runs", one_runs, || k8s.logs()).await;
+    let told = || async {
+        k8s.check_alive();
+        k8s.event_notes(waiting, "NoSlicePlanned").await.pop()
+    };
+    let why = wait_until("the other 3g.40gb pod is told why it waits", told, || k8s.logs()).await;
+    assert!(why.contains("in use"), "{why}");
+    let served = running(&pods, served).await.unwrap();
+    assert!(allocated(&claims, &served).await.starts_with("gpu-0-mig-3g40gb-"));
+    assert!(running(&pods, waiting).await.is_none());
+    let gpus = read_inventory(&k8s.sim.nvml(NODE).unwrap(), k8s.sim.catalog(), &[]).unwrap().gpus;
+    let kept = gpus[0].instances.iter().any(|i| i.uuid.as_deref() == Some(held_uuid.as_str()));
+    assert!(
+        kept,
+        "the stuck pod's instance {held} ({held_uuid}) is never destroyed: {:?}",
+        k8s.geometry(NODE, 0)
+    );
+    assert_eq!(allocated(&claims, &stuck).await, held, "its claim still names it");
+    assert!(k8s.evicted().is_empty(), "nothing is evicted: {:?}", k8s.evicted());
+}
+
 /// A pod holding a 1g.10gb through its claim, marked do-not-disrupt, and a pod asking for
 /// `nvidia.com/mig-7g.80gb` as an extended resource, which the DRA driver serves through a
 /// DeviceClass naming it (`extendedResourceName`): with eviction allowed, the whole-GPU slice

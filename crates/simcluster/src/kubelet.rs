@@ -115,6 +115,10 @@ impl Kubelet {
         }
         let holds = objects::holds_gpus(&pod)
             .then(|| PodKey::new(&pod.namespace().unwrap_or_default(), &pod.name_any()));
+        if let Some(image) = objects::unpullable_image(&pod) {
+            self.handled.insert(uid);
+            return self.cannot_pull(&node, &pod, &image).await;
+        }
         if is_device_plugin(&pod) {
             self.start_plugin(&node, pod).await;
         } else if dra::is_plugin(&pod) {
@@ -127,6 +131,19 @@ impl Kubelet {
         }
         if let Some(client) = holds {
             node.nvml.hold_every_gpu(&client.to_string(), true);
+        }
+    }
+
+    /// A pod whose image cannot be pulled stays pending, never started: its devices are not
+    /// prepared, and its claims stay allocated and reserved for it.
+    async fn cannot_pull(&self, node: &SimNode, pod: &Pod, image: &str) {
+        let status = objects::image_pull_status(pod, &node.ip, image);
+        let patched = self
+            .pods(&pod.namespace().unwrap_or_default())
+            .patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status))
+            .await;
+        if let Err(e) = patched {
+            tracing::warn!(pod = %pod.name_any(), error = %e, "simulated kubelet cannot report an image pull back-off");
         }
     }
 

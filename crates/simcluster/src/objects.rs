@@ -168,6 +168,30 @@ pub(crate) fn running_status(pod: &Pod, node_ip: &str) -> Value {
     }})
 }
 
+/// The first image of the pod that can never be pulled: one from a registry under `.invalid`,
+/// the top-level domain reserved never to resolve (RFC 2606). The simulated kubelet leaves such
+/// a pod in `ImagePullBackOff`, bound and never started, as a real kubelet does with an image
+/// it cannot pull.
+pub(crate) fn unpullable_image(pod: &Pod) -> Option<String> {
+    let containers = pod.spec.iter().flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers));
+    let images = containers.filter_map(|c| c.image.as_deref());
+    images
+        .map(str::to_string)
+        .find(|image| image.split('/').next().is_some_and(|host| host.ends_with(".invalid")))
+}
+
+/// Status of a pod the kubelet cannot start because it cannot pull `image`: pending, its
+/// containers waiting in `ImagePullBackOff`.
+pub(crate) fn image_pull_status(pod: &Pod, node_ip: &str, image: &str) -> Value {
+    let waiting = json!({"waiting": {"reason": "ImagePullBackOff", "message": format!("Back-off pulling image \"{image}\"")}});
+    json!({"status": {
+        "phase": "Pending",
+        "hostIP": node_ip,
+        "startTime": now(),
+        "containerStatuses": container_statuses(pod, waiting, false),
+    }})
+}
+
 /// Status of a pod whose containers ended (`Succeeded`) or that the kubelet refused (`Failed`).
 pub(crate) fn ended_status(pod: &Pod, phase: &str, reason: &str, message: &str) -> Value {
     let t = now();

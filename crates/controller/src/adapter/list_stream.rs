@@ -31,28 +31,32 @@ impl From<io::Error> for Stop {
 
 /// The objects of the JSON List `reader` holds; `Ok(None)` when it is not a JSON List this
 /// reader takes (read the text whole instead).
-pub fn json_list_from(reader: impl IoRead) -> io::Result<Option<Objects>> {
-    let mut text = Scanner { inner: BufReader::with_capacity(1 << 20, reader) };
+pub fn json_list_from(reader: impl IoRead + Send) -> io::Result<Option<Objects>> {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (batches, taken) = mpsc::sync_channel::<(usize, Vec<String>)>(workers);
     let taken = Mutex::new(taken);
     let (decoded_tx, decoded) = mpsc::channel::<(usize, Vec<Read<'static>>)>();
-    let scanned = std::thread::scope(|scope| {
-        for _ in 0..workers {
-            let (taken, decoded_tx) = (&taken, decoded_tx.clone());
-            scope.spawn(move || loop {
-                let next = taken.lock().map(|rx| rx.recv());
-                let Ok(Ok((n, items))) = next else { return };
-                let reads = items.into_iter().map(|t| decode_one(Item::Json(Cow::Owned(t)), "")).collect();
-                if decoded_tx.send((n, reads)).is_err() {
-                    return;
-                }
-            });
+    let decode = |decoded_tx: mpsc::Sender<(usize, Vec<Read<'static>>)>| loop {
+        let next = taken.lock().map(|rx| rx.recv());
+        let Ok(Ok((n, items))) = next else { return };
+        let reads = items.into_iter().map(|t| decode_one(Item::Json(Cow::Owned(t)), "")).collect();
+        if decoded_tx.send((n, reads)).is_err() {
+            return;
         }
-        drop(decoded_tx);
-        let scanned = text.list(&batches);
-        drop(batches);
-        scanned
+    };
+    let scanned = std::thread::scope(|scope| {
+        let scanner = scope.spawn(move || {
+            let mut text = Scanner { inner: BufReader::with_capacity(1 << 20, reader) };
+            text.list(&batches)
+        });
+        for _ in 1..workers {
+            let decoded_tx = decoded_tx.clone();
+            scope.spawn(move || decode(decoded_tx));
+        }
+        // This thread decodes a share too: memory freed into a thread's allocator arena is
+        // reused by that thread only, and planning runs on this one.
+        decode(decoded_tx);
+        scanner.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
     });
     let kind = match scanned {
         Ok(kind) => kind,
