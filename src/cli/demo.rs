@@ -59,6 +59,11 @@ pub struct DemoArgs {
     /// labelled with its node), e.g. for scripts/render-dashboard.py.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The simulated nodes' GPUs are advertised by NVIDIA's DRA driver in static MIG mode (its
+    /// ResourceSlices), not by the device plugin; the workload's `nvidia.com/mig-*` and
+    /// `nvidia.com/gpu` requests are served through DeviceClasses naming them. Needs --join.
+    #[arg(long, requires = "join")]
+    pub dra: bool,
 }
 
 pub fn run(args: DemoArgs) -> Result<(), Failure> {
@@ -78,6 +83,7 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
         keep_serving: args.keep_serving,
         tick: Duration::from_secs_f64(args.tick),
         metrics_addr: args.metrics_addr,
+        dra: args.dra,
     };
     options.validate().map_err(|e| Failure::bad_input(e.into()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

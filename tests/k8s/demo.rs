@@ -55,3 +55,44 @@ async fn the_demo_runs_on_the_real_control_plane() {
     assert_eq!(chat["peakMemoryMib"], 7_000, "{chat}");
     assert_eq!(chat["verdict"]["profile"], "1g.10gb", "{chat}");
 }
+
+/// `geometer demo --dra --join` (`make demo-k8s ARGS=--dra`): the same workload on nodes whose
+/// GPUs NVIDIA's DRA driver advertises (static MIG): the pods' `nvidia.com/mig-*` and
+/// `nvidia.com/gpu` requests are served through DeviceClasses naming them, and the GPUs are
+/// reshaped as on device-plugin nodes, the driver's slices republished each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_reshapes_dra_nodes_on_the_real_control_plane() {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+
+    let Some(cp) = start_or_skip("demo on DRA nodes on the real control plane").await else { return };
+    install(&cp);
+    let state = cp.dir().join("demo-nodes");
+    let out = Command::new(geometer())
+        .args(["demo", "--dra", "--nodes", "2", "--duration", "60", "--speed", "6", "--tick", "2", "--join"])
+        .arg(&state)
+        .env("KUBECONFIG", cp.kubeconfig(Identity::Admin))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(summary_number(&text, "pods submitted") > 0, "{text}");
+    assert!(summary_number(&text, "GPUs reconfigured") >= 1, "{text}");
+    let plans = text.lines().find(|l| l.trim_start().starts_with("plans")).unwrap();
+    assert!(!plans.contains(" 0 applied"), "{plans}\n{text}");
+
+    let client = cp.client(Identity::Admin).await;
+    let mignodes =
+        kube::Api::<geometer_api::MigNode>::all(client.clone()).list(&Default::default()).await.unwrap();
+    assert_eq!(mignodes.items.len(), 2);
+    for node in &mignodes.items {
+        let stack = node.status.as_ref().and_then(|s| s.device_stack);
+        assert_eq!(stack, Some(geometer_api::DeviceStack::DraStaticMig), "{:?}", node.metadata.name);
+    }
+    let slices = kube::Api::<ResourceSlice>::all(client).list(&Default::default()).await.unwrap();
+    let republished = slices.items.iter().filter(|s| s.spec.pool.generation > 1).count();
+    assert!(
+        republished >= 1,
+        "a reshaped node's slice is republished: {:?}",
+        slices.items.iter().map(|s| s.spec.pool.generation).collect::<Vec<_>>()
+    );
+}

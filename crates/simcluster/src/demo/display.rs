@@ -185,15 +185,14 @@ pub async fn follow_nodes(client: kube::Client, console: Console) {
     }
 }
 
-/// Prints slices the device plugins advertise after a restart (the first start is the
-/// initial state, shown once at the top).
+/// Prints slices the device plugins (or NVIDIA's DRA driver's kubelet plugins) advertise after
+/// a restart (the first start is the initial state, shown once at the top).
 pub async fn follow_cluster(mut events: tokio::sync::broadcast::Receiver<SimEvent>, console: Console) {
     use tokio::sync::broadcast::error::RecvError;
     loop {
         match events.recv().await {
             Ok(SimEvent::Advertised { node, resources, start }) if start > 1 => {
-                console
-                    .say(format!("node {node}: device plugin restarted, advertises {}", counts(&resources)));
+                console.say(format!("node {node}: GPU plugin restarted, advertises {}", counts(&resources)));
             }
             Ok(SimEvent::AdmissionFailed { pod, node, message }) => {
                 console.say(format!("kubelet on {node} refused {pod}: {message}"))

@@ -5,6 +5,7 @@
 
 mod baseline;
 pub mod display;
+mod dra_classes;
 mod metrics;
 mod operator;
 mod progress;
@@ -21,7 +22,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use thiserror::Error;
 
-use crate::{SimCluster, SimClusterError};
+use crate::{NodeSpec, SimCluster, SimClusterError};
 use geometer_api::{MigPlan, MigPlanPhase, PolicyMode};
 use geometer_apiserver::ApiServer;
 
@@ -58,6 +59,9 @@ pub struct DemoOptions {
     pub tick: Duration,
     /// Serve the controller's and the agents' metrics on `/metrics` here.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The nodes' GPUs are advertised by NVIDIA's DRA driver in static MIG mode, not by the
+    /// device plugin (a joined cluster only: the in-memory API server has no DRA scheduler).
+    pub dra: bool,
 }
 
 impl Default for DemoOptions {
@@ -75,6 +79,7 @@ impl Default for DemoOptions {
             keep_serving: false,
             tick: Duration::from_secs(3),
             metrics_addr: None,
+            dra: false,
         }
     }
 }
@@ -97,6 +102,8 @@ pub enum DemoError {
     Cluster(#[from] SimClusterError),
     #[error("cannot set up the demo in the API server: {0}")]
     Setup(String),
+    #[error("--dra needs a real control plane, where kube-scheduler allocates claims: run `make demo-k8s ARGS=--dra` (geometer demo --join)")]
+    DraInMemory,
 }
 
 impl DemoOptions {
@@ -117,6 +124,9 @@ impl DemoOptions {
 /// Runs the demo to its summary, on the in-memory API server.
 pub async fn run(options: DemoOptions, console: Console) -> Result<Summary, DemoError> {
     options.validate()?;
+    if options.dra {
+        return Err(DemoError::DraInMemory);
+    }
     let scenario = Scenario::default_with(options.nodes, options.nvml_latency);
     let server = ApiServer::new();
     for crd in geometer_api::crds() {
@@ -182,7 +192,13 @@ pub async fn run_joined(
     console.raw(
         "Geometer demo on the cluster of KUBECONFIG: watch it with kubectl get migplans,mignodes -w\n\n",
     );
-    let cluster = SimCluster::join(client.clone(), &scenario.cluster, state_dir).await?;
+    // The comparison without Geometer runs in memory on the scenario's nodes as they are.
+    let mut joined = scenario.cluster.clone();
+    if options.dra {
+        joined.nodes = joined.nodes.into_iter().map(NodeSpec::dra).collect();
+        dra_classes::create(&client, &scenario).await?;
+    }
+    let cluster = SimCluster::join(client.clone(), &joined, state_dir).await?;
     play(client, cluster, &scenario, &options, &console, None).await
 }
 
