@@ -65,6 +65,19 @@ impl From<&ResourceSlice> for PublishedSlice {
     }
 }
 
+/// A watched slice cut to what [`PublishedSlice`] keeps: every device after the first without
+/// its capacities and with `uuid` as its only attribute (the controller's cache holds every
+/// slice of the cluster between passes).
+pub(crate) fn trim(slice: &mut ResourceSlice) {
+    slice.metadata.managed_fields = None;
+    for device in slice.spec.devices.iter_mut().flatten().skip(1) {
+        device.capacity = None;
+        if let Some(attributes) = &mut device.attributes {
+            attributes.retain(|name, _| name == UUID);
+        }
+    }
+}
+
 impl geometer_api::decode::Stored for PublishedSlice {}
 
 impl<'de> Deserialize<'de> for PublishedSlice {
@@ -236,6 +249,16 @@ mod tests {
         let uuids: Vec<_> = read.devices.iter().map(|d| d.uuid.as_deref()).collect();
         assert_eq!(uuids, [Some("MIG-1"), Some("MIG-2"), None]);
         assert_eq!(read.sample.unwrap().capacity.unwrap().len(), 1, "the first device is kept whole");
+    }
+
+    #[test]
+    fn a_watched_slice_trimmed_keeps_what_planning_reads() {
+        let mut typed: ResourceSlice = serde_json::from_value(slice()).unwrap();
+        let whole = PublishedSlice::from(&typed);
+        trim(&mut typed);
+        assert_eq!(PublishedSlice::from(&typed), whole);
+        let second = &typed.spec.devices.as_ref().unwrap()[1];
+        assert!(second.capacity.is_none() && second.attributes.as_ref().unwrap().len() == 1);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use crate::adapter::PodView;
 use crate::dra::objects::DraObjects;
-use crate::dra::published::PublishedSlice;
+use crate::dra::published::{self, PublishedSlice};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use std::sync::Arc;
 
@@ -55,10 +55,10 @@ pub struct DraStores {
 impl DraStores {
     fn start(client: &Client, changed: &Arc<Notify>, tasks: &mut Vec<JoinHandle<()>>) -> DraStores {
         DraStores {
-            slices: spawn_typed_reflector(client, changed.clone(), tasks),
-            claims: spawn_typed_reflector(client, changed.clone(), tasks),
-            templates: spawn_typed_reflector(client, changed.clone(), tasks),
-            classes: spawn_typed_reflector(client, changed.clone(), tasks),
+            slices: spawn_typed_reflector(client, changed.clone(), tasks, published::trim),
+            claims: spawn_typed_reflector(client, changed.clone(), tasks, Projection::project),
+            templates: spawn_typed_reflector(client, changed.clone(), tasks, drop_managed_fields),
+            classes: spawn_typed_reflector(client, changed.clone(), tasks, drop_managed_fields),
         }
     }
 
@@ -279,10 +279,16 @@ fn spawn_dynamic_reflector(
 }
 
 /// A watch of a built-in kind the API server validates (the DRA kinds), without managed fields.
+fn drop_managed_fields<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
+/// A reflector of `K` whose objects `trim` cuts to what planning reads before they are stored.
 fn spawn_typed_reflector<K>(
     client: &Client,
     changed: Arc<Notify>,
     tasks: &mut Vec<JoinHandle<()>>,
+    trim: fn(&mut K),
 ) -> Store<K>
 where
     K: Resource<DynamicType = ()>
@@ -296,7 +302,7 @@ where
     let (reader, writer) = reflector::store();
     let stream = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
         .default_backoff()
-        .modify(|object: &mut K| object.meta_mut().managed_fields = None)
+        .modify(trim)
         .reflect(writer);
     tasks.push(follow(stream, K::kind(&()).to_string(), changed));
     reader
