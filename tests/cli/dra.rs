@@ -148,3 +148,28 @@ fn claims_that_cannot_be_planned_are_said_why_and_never_guessed() {
     // The rest is planned as before.
     assert_eq!(pod(&plan, "ml/train-0")["node"], "dra-1");
 }
+
+/// A node whose H100 is whole (MIG mode off) publishes it as a device with no `profile`. A class
+/// whose selector reads `profile` without checking `type` first fails on it, and kube-scheduler
+/// then refuses every pod asking through that class: Geometer says so instead of planning a
+/// slice the pod could never be given. Guarded, the same class is planned.
+#[test]
+fn a_class_whose_selector_fails_on_a_published_device_is_said_to_stop_its_pods() {
+    let whole_node = "- apiVersion: v1\n  kind: Node\n  metadata:\n    name: dra-2\n    labels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3, nvidia.com/gpu.count: \"1\"}\n  status:\n    allocatable: {cpu: \"32\", memory: 256Gi}\n- apiVersion: geometer.dev/v1alpha1\n  kind: MigNode\n  metadata: {name: dra-2}\n  spec: {}\n  status:\n    deviceStack: DraStaticMig\n    gpus:\n    - {index: 0, uuid: GPU-dra-2-0, model: H100-80GB, pciDeviceId: \"0x233010DE\", migMode: {current: false, pending: false}, instances: []}\n- apiVersion: resource.k8s.io/v1\n  kind: ResourceSlice\n  metadata: {name: dra-2-gpu.nvidia.com}\n  spec:\n    driver: gpu.nvidia.com\n    nodeName: dra-2\n    pool: {name: dra-2, generation: 1, resourceSliceCount: 1}\n    devices:\n    - name: gpu-0\n      attributes:\n        type: {string: gpu}\n        uuid: {string: GPU-dra-2-0}\n        productName: {string: NVIDIA H100 80GB HBM3}\n";
+    let pod_asking = "- apiVersion: v1\n  kind: Pod\n  metadata: {name: legacy-0, namespace: ml}\n  spec:\n    priority: 1000\n    containers: [{name: c, resources: {limits: {nvidia.com/mig-1g.20gb: \"1\"}}}]\n  status:\n    phase: Pending\n    conditions: [{type: PodScheduled, status: \"False\", reason: Unschedulable}]\n";
+    let class = |expression: &str| {
+        format!("- apiVersion: resource.k8s.io/v1\n  kind: DeviceClass\n  metadata: {{name: mig-1g.20gb}}\n  spec:\n    extendedResourceName: nvidia.com/mig-1g.20gb\n    selectors:\n    - cel: {{expression: \"{expression}\"}}\n")
+    };
+    let unguarded = class("device.attributes['gpu.nvidia.com'].profile == '1g.20gb'");
+    let (_dir, path) = with_items(&format!("{whole_node}{pod_asking}{unguarded}"));
+    let plan = plan_json(&["--snapshot", &path]);
+    assert!(plan["pods"].as_array().unwrap().iter().all(|p| p["pod"] != "ml/legacy-0"), "not demand");
+    let said = notes(&plan).into_iter().find(|n| n.contains("ml/legacy-0")).unwrap_or_default();
+    assert!(said.contains("No such key: profile") && said.contains("guard it"), "{said}");
+
+    let guarded =
+        class("device.attributes['gpu.nvidia.com'].type == 'mig' && device.attributes['gpu.nvidia.com'].profile == '1g.20gb'");
+    let (_dir, path) = with_items(&format!("{whole_node}{pod_asking}{guarded}"));
+    let plan = plan_json(&["--snapshot", &path]);
+    assert!(pod(&plan, "ml/legacy-0")["node"].is_string(), "{}", pod(&plan, "ml/legacy-0"));
+}

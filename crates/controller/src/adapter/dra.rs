@@ -60,9 +60,13 @@ impl<'o> DraPlanning<'o> {
     pub(super) fn new(objects: &'o Objects, catalog: &Catalog) -> DraPlanning<'o> {
         let dra = &objects.dra;
         let mut models: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        // (model, profile) of every device the static-MIG nodes publish now.
+        let mut published = BTreeSet::new();
         for (node, gpus) in objects.inventories.iter().filter(|(n, _)| dra.nodes.contains_key(*n)) {
-            let keys = gpus.iter().filter_map(|g| catalog.find(&g.model)).map(|m| m.key.clone());
-            models.entry(node.clone()).or_default().extend(keys);
+            for (gpu, model) in gpus.iter().filter_map(|g| Some((g, catalog.find(&g.model)?))) {
+                models.entry(node.clone()).or_default().insert(model.key.clone());
+                published.extend(gpu.instances.iter().map(|i| (model.key.clone(), i.profile.clone())));
+            }
         }
         let mapped =
             dra.classes.values().filter_map(|c| c.spec.as_ref()?.extended_resource_name.clone()).collect();
@@ -77,7 +81,7 @@ impl<'o> DraPlanning<'o> {
             objects,
             holders,
             held_on,
-            demand: Demand::new(dra, offers::offers(dra, &models, catalog)),
+            demand: Demand::new(dra, offers::offers(dra, &models, catalog), published),
             mapped,
             asked: HashMap::new(),
             unplanned: Vec::new(),
@@ -119,7 +123,13 @@ impl<'o> DraPlanning<'o> {
                 }
             }
             Ok(None) => {}
-            Err(why) => self.unplanned.push((key, why)),
+            Err(why) => {
+                // Not demand: an extended resource a class serves under its own name goes too.
+                if requests.keys().any(|r| self.mapped.contains(r)) {
+                    requests.to_mut().retain(|r, _| !self.mapped.contains(r));
+                }
+                self.unplanned.push((key, why))
+            }
         }
     }
 
@@ -260,12 +270,16 @@ impl<'d> ClaimDemand<'d> {
             return ClaimDemand { demand: None };
         }
         let mut models: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut published = BTreeSet::new();
         for (node, mignode) in mignodes.iter().filter(|(n, _)| dra.nodes.contains_key(*n)) {
             let gpus = mignode.status.iter().flat_map(|s| &s.gpus);
-            let keys = gpus.filter_map(|g| catalog.find(&g.model)).map(|m| m.key.clone());
-            models.entry(node.clone()).or_default().extend(keys);
+            for (gpu, model) in gpus.filter_map(|g| Some((g, catalog.find(&g.model)?))) {
+                models.entry(node.clone()).or_default().insert(model.key.clone());
+                let profiles = gpu.placed_instances().into_iter().map(|(placed, _)| placed.profile);
+                published.extend(profiles.map(|p| (model.key.clone(), p)));
+            }
         }
-        ClaimDemand { demand: Some(Demand::new(dra, offers::offers(dra, &models, catalog))) }
+        ClaimDemand { demand: Some(Demand::new(dra, offers::offers(dra, &models, catalog), published)) }
     }
 
     /// Profile -> devices `pod`'s unallocated claims need, empty when they cannot be planned

@@ -7,15 +7,19 @@
 //!
 //! What cannot be planned is said, never guessed: `allocationMode: All`, admin access,
 //! consumable capacity, a selector that is not CEL or fails on a device that does not exist yet
-//! (one reading `uuid`), constraints across several devices, a class or claim that does not
-//! exist. Claim fields follow `resource.k8s.io/v1` (repository `kubernetes/api`, path
+//! (one reading `uuid`), a selector that fails on a kind of device a node publishes now (which
+//! stops kube-scheduler too), constraints across several devices, a class or claim that does
+//! not exist. The classes that serve an extended resource under its own name
+//! (`extendedResourceName`, e.g. `nvidia.com/mig-1g.10gb`) are checked the same way. Claim fields follow `resource.k8s.io/v1` (repository `kubernetes/api`, path
 //! `resource/v1/types.go`); extended resources through classes follow the KEP "DRA: Extended
 //! Resource" (repository `kubernetes/enhancements`, path `keps/sig-scheduling/5004-dra-extended-resource`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use geometer_solver::catalog::WHOLE;
-use k8s_openapi::api::resource::v1::{DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaimSpec};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaimSpec,
+};
 
 use super::objects::DraObjects;
 use super::offers::Offer;
@@ -38,13 +42,16 @@ pub struct Asked {
 pub struct Demand<'d> {
     dra: &'d DraObjects,
     offers: Vec<Offer>,
+    /// (catalog model, profile) of the devices static-MIG nodes publish now.
+    published: BTreeSet<(String, String)>,
     known: HashMap<String, Result<String, String>>,
 }
 
 impl<'d> Demand<'d> {
-    /// Demand matched against `offers` (cheapest first).
-    pub fn new(dra: &'d DraObjects, offers: Vec<Offer>) -> Demand<'d> {
-        Demand { dra, offers, known: HashMap::new() }
+    /// Demand matched against `offers` (cheapest first), on nodes publishing devices of the
+    /// kinds `published` ((catalog model, profile) pairs) now.
+    pub fn new(dra: &'d DraObjects, offers: Vec<Offer>, published: BTreeSet<(String, String)>) -> Demand<'d> {
+        Demand { dra, offers, published, known: HashMap::new() }
     }
 
     /// What `pod` asks through claims not yet allocated and class-named extended resources
@@ -62,6 +69,14 @@ impl<'d> Demand<'d> {
             self.add_claim(&label, &spec, &mut asked)?;
         }
         let mut any = !asked.named.is_empty();
+        for resource in requests.keys() {
+            // A class naming the resource (`extendedResourceName`) serves it under that name;
+            // its selectors must still hold on the devices, or kube-scheduler refuses the pod.
+            for class in self.dra.classes.values().filter(|c| maps(c, resource)) {
+                let name = class.metadata.name.as_deref().unwrap_or_default();
+                self.profile(name, &[]).map_err(|why| format!("extended resource {resource}: {why}"))?;
+            }
+        }
         for (resource, milli) in requests {
             let Some(class) = resource.strip_prefix(CLASS_RESOURCE_PREFIX) else { continue };
             any = true;
@@ -242,23 +257,58 @@ impl<'d> Demand<'d> {
         if self.offers.is_empty() {
             return Err("no static-MIG node of NVIDIA's DRA driver has a GPU Geometer knows".into());
         }
+        let mut cheapest = None;
+        let mut failed = None;
         for offer in &self.offers {
-            let name = format!("{} {}", offer.model, offer.profile);
-            let mut all = true;
-            for selector in &compiled {
-                all &= selector.matches(&name, &offer.device).map_err(|e| match e.to_string() {
-                    m if m.contains("uuid") || m.contains("UUID") => {
-                        format!("{m}; a device Geometer would make has no uuid or parentUUID until it exists")
+            match self.offer_matches(&compiled, offer) {
+                Ok(true) => {
+                    cheapest.get_or_insert_with(|| offer.profile.clone());
+                }
+                Ok(false) => {}
+                Err(why) => {
+                    // kube-scheduler's allocator fails the pod when a selector fails on any
+                    // device it considers (kubernetes/kubernetes,
+                    // `staging/src/k8s.io/dynamic-resource-allocation/structured`): a kind of
+                    // device a node publishes now stops it, one Geometer could make does not.
+                    if self.published.contains(&(offer.model.clone(), offer.profile.clone())) {
+                        return Err(format!(
+                            "{why}, and a node publishes such a device now: kube-scheduler cannot place the pod while a selector fails on a device; guard it (e.g. `device.attributes['gpu.nvidia.com'].type == 'mig' && ...`)"
+                        ));
                     }
-                    m => m,
-                })?;
-            }
-            if all {
-                return Ok(offer.profile.clone());
+                    failed.get_or_insert(why);
+                }
             }
         }
-        Err(format!("no device Geometer can make matches DeviceClass {class} and the request's selectors"))
+        cheapest.ok_or_else(|| {
+            failed.unwrap_or_else(|| {
+                format!("no device Geometer can make matches DeviceClass {class} and the request's selectors")
+            })
+        })
     }
+
+    /// Whether every selector matches `offer`, tried in order up to the first that does not
+    /// (the class's before the request's, as the allocator tries them); `Err` says why one
+    /// fails on it.
+    fn offer_matches(&self, compiled: &[Selector], offer: &Offer) -> Result<bool, String> {
+        let name = format!("{} {}", offer.model, offer.profile);
+        for selector in compiled {
+            let matches = selector.matches(&name, &offer.device).map_err(|e| match e.to_string() {
+                m if m.contains("uuid") || m.contains("UUID") => {
+                    format!("{m}; a device Geometer would make has no uuid or parentUUID until it exists")
+                }
+                m => m,
+            })?;
+            if !matches {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Whether `class` serves the extended resource `resource` (`extendedResourceName`).
+fn maps(class: &DeviceClass, resource: &str) -> bool {
+    class.spec.as_ref().and_then(|s| s.extended_resource_name.as_deref()) == Some(resource)
 }
 
 /// The resource a profile's devices count as in a pod's requests (`nvidia.com/mig-<profile>`,
