@@ -14,6 +14,9 @@ use std::sync::Mutex;
 use super::list::{decode_one, gather, implied_kind, Item, Read};
 use super::Objects;
 
+/// The fields of a List as `kubectl get -o json` and the API server write it.
+const LIST_KEYS: [&str; 4] = ["apiVersion", "items", "kind", "metadata"];
+
 /// Item text handed to a decoding thread at once.
 const BATCH_BYTES: usize = 4 << 20;
 
@@ -123,6 +126,9 @@ impl<R: IoRead> Scanner<R> {
             self.expect(b':')?;
             match key.as_str() {
                 "items" => sent = self.items(batches)?,
+                // Not a List's (a planner snapshot's `nodes`, say): left to the whole reader
+                // before reading further.
+                key if !LIST_KEYS.contains(&key) => return Err(Stop::NotTaken),
                 _ => {
                     value.clear();
                     self.value(&mut value)?;
@@ -322,6 +328,7 @@ mod tests {
             r#"{"kind": "List", "items": [{"kind": "Node"}]} trailing"#,
             r#"{"kind": "List", "items": {"kind": "Node"}}"#,
             r#"{"items": [{"metadata": {"name": "n1"}}], "kind": "NodeList"}"#,
+            r#"{"nodes": [{"name": "n1", "gpus": []}], "pending": []}"#,
             "",
         ] {
             assert!(streamed(text).is_none(), "{text}");
