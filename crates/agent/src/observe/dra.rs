@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{Device, ResourceClaim, ResourceSlice};
 use kube::api::ListParams;
 use kube::Api;
 
@@ -111,22 +111,22 @@ fn newest_pool(slices: &[ResourceSlice]) -> (Option<BTreeMap<String, String>>, b
     if (newest.len() as i64) < expected {
         return (None, dynamic);
     }
-    let devices = newest
-        .iter()
-        .flat_map(|s| s.spec.devices.iter().flatten())
-        .filter_map(|d| Some((d.name.clone(), d.attributes.as_ref()?.get("uuid")?.string.clone()?)))
-        .collect();
+    let devices =
+        newest.iter().flat_map(|s| s.spec.devices.iter().flatten()).filter_map(named_uuid).collect();
     (Some(devices), dynamic)
 }
 
-/// Device name -> `uuid` of NVIDIA's devices among `slices`, a newer generation's first.
-fn device_uuids(slices: &[ResourceSlice]) -> BTreeMap<String, String> {
+/// A device's name and its `uuid` attribute, if it has one.
+fn named_uuid(device: &Device) -> Option<(String, String)> {
+    Some((device.name.clone(), device.attributes.as_ref()?.get("uuid")?.string.clone()?))
+}
+
+/// Device name -> `uuid` of NVIDIA's devices among `slices` (any generation, the newest
+/// first): how a DRA device the kubelet reports by name is found in NVML.
+pub(crate) fn device_uuids(slices: &[ResourceSlice]) -> BTreeMap<String, String> {
     let mut nvidia: Vec<&ResourceSlice> = slices.iter().filter(|s| s.spec.driver == DRA_DRIVER).collect();
     nvidia.sort_by_key(|s| s.spec.pool.generation);
-    let devices = nvidia.into_iter().flat_map(|s| s.spec.devices.iter().flatten());
-    devices
-        .filter_map(|d| Some((d.name.clone(), d.attributes.as_ref()?.get("uuid")?.string.clone()?)))
-        .collect()
+    nvidia.into_iter().flat_map(|s| s.spec.devices.iter().flatten()).filter_map(named_uuid).collect()
 }
 
 /// Device UUID -> the allocated claim naming a device of `pool`.
@@ -155,15 +155,29 @@ fn claimed(
 }
 
 impl Agent {
-    /// Reads the DRA driver's view of the node; `with_claims` also reads which devices
-    /// allocated claims hold (every claim in the cluster: claims cannot be selected by node).
-    pub(crate) async fn read_dra(&mut self, node: &Node, with_claims: bool) -> Result<DraView, StepError> {
+    /// The ResourceSlices published for this node, read once a round; `None` where the
+    /// cluster does not serve `resource.k8s.io/v1`.
+    pub(crate) async fn node_slices(&mut self) -> Result<Option<Vec<ResourceSlice>>, StepError> {
         if !self.serves_dra().await {
-            return Ok(DraView::device_plugin());
+            return Ok(None);
         }
         let params = ListParams::default().fields(&format!("spec.nodeName={}", self.cfg.node));
-        let slices = Api::<ResourceSlice>::all(self.client.clone()).list(&params).await?.items;
-        let (devices, dynamic) = newest_pool(&slices);
+        Ok(Some(Api::<ResourceSlice>::all(self.client.clone()).list(&params).await?.items))
+    }
+
+    /// Reads the DRA driver's view of the node from its `slices` ([`Agent::node_slices`]);
+    /// `with_claims` also reads which devices allocated claims hold (every claim in the
+    /// cluster: claims cannot be selected by node).
+    pub(crate) async fn read_dra(
+        &mut self,
+        node: &Node,
+        slices: Option<&[ResourceSlice]>,
+        with_claims: bool,
+    ) -> Result<DraView, StepError> {
+        let Some(slices) = slices else {
+            return Ok(DraView::device_plugin());
+        };
+        let (devices, dynamic) = newest_pool(slices);
         let dra =
             !slices.iter().all(|s| s.spec.driver != DRA_DRIVER) || !self.dra_plugin_pods().await?.is_empty();
         let stack = match (dra, device_plugin_advertises(node), dynamic) {
@@ -185,17 +199,6 @@ impl Agent {
         }
         self.mem.stack = Some(stack);
         Ok(view)
-    }
-
-    /// Device name -> UUID of the devices NVIDIA's DRA driver publishes for this node (any
-    /// generation, the newest first): how a DRA device the kubelet reports by name is found
-    /// in NVML.
-    pub(crate) async fn dra_device_uuids(&mut self) -> Result<BTreeMap<String, String>, StepError> {
-        if !self.serves_dra().await {
-            return Ok(BTreeMap::new());
-        }
-        let params = ListParams::default().fields(&format!("spec.nodeName={}", self.cfg.node));
-        Ok(device_uuids(&Api::<ResourceSlice>::all(self.client.clone()).list(&params).await?.items))
     }
 
     /// Whether the cluster serves `resource.k8s.io/v1` ResourceSlices; asked once.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PostParams};
 use kube::runtime::events::EventType;
@@ -16,7 +17,7 @@ use crate::decide::gpu_diff::{model_of, GpuModels, NodeWork};
 use crate::decide::next_step::{self, Facts};
 use crate::observe::inventory::{read_inventory, Inventory};
 use crate::observe::usage;
-use crate::observe::{catalog_check, pod_resources};
+use crate::observe::{catalog_check, dra, pod_resources};
 use crate::runtime::agent_loop::{Agent, GpuRules, NextRound, StepError};
 use crate::runtime::{conditions, status};
 use crate::steps::advertise;
@@ -71,7 +72,8 @@ impl Agent {
         self.mem.mignode = Some(mignode.clone());
         let generation = mignode.metadata.generation.unwrap_or(0);
         let cordon = CordonState::of(&node);
-        let inventory = self.read_inventory().await?;
+        let slices = self.node_slices().await?;
+        let inventory = self.read_inventory(slices.as_deref()).await?;
         let (models, disagreements) = self.gpu_models(&inventory).await?;
 
         let now = self.clock.now();
@@ -87,7 +89,7 @@ impl Agent {
         // Turning MIG mode on removes the whole-GPU device; turning it off follows the destroys.
         let destroys = gpus.iter().any(|g| !g.destroy.is_empty() || g.enable_mig);
         let changes = destroys || gpus.iter().any(|g| !g.create.is_empty() || g.disable_mig);
-        let dra = self.read_dra(&node, destroys).await?;
+        let dra = self.read_dra(&node, slices.as_deref(), destroys).await?;
         status.device_stack = Some(dra.stack);
         let refusal = gpu_operator::preflight(&operands::labels(&node), pause.as_ref())
             .err()
@@ -291,10 +293,12 @@ impl Agent {
         }
     }
 
-    async fn read_inventory(&mut self) -> Result<Inventory, StepError> {
+    /// NVML's GPUs and who holds each device; a DRA device the kubelet reports by name is
+    /// found by its UUID in the node's `slices`.
+    async fn read_inventory(&self, slices: Option<&[ResourceSlice]>) -> Result<Inventory, StepError> {
         let mut assignments = self.devices.assignments().await.map_err(StepError::PodResources)?;
-        if assignments.iter().any(|a| a.claim.is_some()) {
-            assignments = pod_resources::with_dra_uuids(assignments, &self.dra_device_uuids().await?);
+        if let Some(slices) = slices.filter(|_| assignments.iter().any(|a| a.claim.is_some())) {
+            assignments = pod_resources::with_dra_uuids(assignments, &dra::device_uuids(slices));
         }
         let nvml = self.nvml.clone();
         let catalog = self.cfg.catalog.clone();
