@@ -46,8 +46,6 @@ pub(super) struct DraPlanning<'o> {
     /// Per node: (GPU, start) of each instance an allocated claim holds, and its holder.
     held_on: HashMap<String, Vec<(u32, u8, PodKey)>>,
     demand: Demand<'o>,
-    /// Extended resources a DeviceClass maps to the DRA driver (`extendedResourceName`).
-    mapped: BTreeSet<String>,
     /// Pending pods whose claims were read as profiles.
     pub(super) asked: HashMap<PodKey, Asked>,
     /// Pending pods whose claims cannot be planned, with why.
@@ -59,17 +57,12 @@ pub(super) struct DraPlanning<'o> {
 impl<'o> DraPlanning<'o> {
     pub(super) fn new(objects: &'o Objects, catalog: &Catalog) -> DraPlanning<'o> {
         let dra = &objects.dra;
-        let mut models: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        // (model, profile) of every device the static-MIG nodes publish now.
-        let mut published = BTreeSet::new();
-        for (node, gpus) in objects.inventories.iter().filter(|(n, _)| dra.nodes.contains_key(*n)) {
-            for (gpu, model) in gpus.iter().filter_map(|g| Some((g, catalog.find(&g.model)?))) {
-                models.entry(node.clone()).or_default().insert(model.key.clone());
-                published.extend(gpu.instances.iter().map(|i| (model.key.clone(), i.profile.clone())));
+        let mut gpus = DraGpus::default();
+        for (node, inventory) in objects.inventories.iter().filter(|(n, _)| dra.nodes.contains_key(*n)) {
+            for gpu in inventory.iter() {
+                gpus.add(node, &gpu.model, gpu.instances.iter().map(|i| i.profile.clone()), catalog);
             }
         }
-        let mapped =
-            dra.classes.values().filter_map(|c| c.spec.as_ref()?.extended_resource_name.clone()).collect();
         let holders = holders::holders(dra);
         let mut held_on: HashMap<String, Vec<(u32, u8, PodKey)>> = HashMap::new();
         for (uuid, holder) in &holders.by_uuid {
@@ -81,8 +74,7 @@ impl<'o> DraPlanning<'o> {
             objects,
             holders,
             held_on,
-            demand: Demand::new(dra, offers::offers(dra, &models, catalog), published),
-            mapped,
+            demand: gpus.demand(dra, catalog),
             asked: HashMap::new(),
             unplanned: Vec::new(),
             planned_nodes: Vec::new(),
@@ -125,8 +117,8 @@ impl<'o> DraPlanning<'o> {
             Ok(None) => {}
             Err(why) => {
                 // Not demand: an extended resource a class serves under its own name goes too.
-                if requests.keys().any(|r| self.mapped.contains(r)) {
-                    requests.to_mut().retain(|r, _| !self.mapped.contains(r));
+                if requests.keys().any(|r| self.demand.serves(r)) {
+                    requests.to_mut().retain(|r, _| !self.demand.serves(r));
                 }
                 self.unplanned.push((key, why))
             }
@@ -215,7 +207,7 @@ impl<'o> DraPlanning<'o> {
         for pod in pending {
             let stack = if self.asked.contains_key(&pod.key()) {
                 DRA_STACK
-            } else if pod.requests.keys().any(|p| !self.mapped.contains(&resource_of(p))) {
+            } else if pod.requests.keys().any(|p| !self.demand.serves(&resource_of(p))) {
                 PLUGIN_STACK
             } else {
                 continue;
@@ -254,6 +246,30 @@ impl<'o> DraPlanning<'o> {
     }
 }
 
+/// The GPU models of the static-MIG DRA nodes and the kinds of device they publish now: what
+/// their claims' demand is read against.
+#[derive(Default)]
+struct DraGpus {
+    /// Node -> catalog keys of its GPUs.
+    models: BTreeMap<String, BTreeSet<String>>,
+    /// (catalog model, profile) of every device published now.
+    published: BTreeSet<(String, String)>,
+}
+
+impl DraGpus {
+    /// A GPU of `node` of `model` (a GPU model the catalog does not know is left out), with
+    /// the profiles of its instances (`whole` with MIG mode off).
+    fn add(&mut self, node: &str, model: &str, profiles: impl Iterator<Item = String>, catalog: &Catalog) {
+        let Some(model) = catalog.find(model) else { return };
+        self.models.entry(node.to_string()).or_default().insert(model.key.clone());
+        self.published.extend(profiles.map(|p| (model.key.clone(), p)));
+    }
+
+    fn demand<'d>(self, dra: &'d DraObjects, catalog: &Catalog) -> Demand<'d> {
+        Demand::new(dra, offers::offers(dra, &self.models, catalog), self.published)
+    }
+}
+
 /// The MIG profiles pending pods' DRA claims need, read before any round (to tell the batcher
 /// there is demand), from the claims and the GPU models of the nodes' MigNodes.
 pub struct ClaimDemand<'d> {
@@ -269,17 +285,14 @@ impl<'d> ClaimDemand<'d> {
         if dra.is_empty() {
             return ClaimDemand { demand: None };
         }
-        let mut models: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        let mut published = BTreeSet::new();
+        let mut gpus = DraGpus::default();
         for (node, mignode) in mignodes.iter().filter(|(n, _)| dra.nodes.contains_key(*n)) {
-            let gpus = mignode.status.iter().flat_map(|s| &s.gpus);
-            for (gpu, model) in gpus.filter_map(|g| Some((g, catalog.find(&g.model)?))) {
-                models.entry(node.clone()).or_default().insert(model.key.clone());
+            for gpu in mignode.status.iter().flat_map(|s| &s.gpus) {
                 let profiles = gpu.placed_instances().into_iter().map(|(placed, _)| placed.profile);
-                published.extend(profiles.map(|p| (model.key.clone(), p)));
+                gpus.add(node, &gpu.model, profiles, catalog);
             }
         }
-        ClaimDemand { demand: Some(Demand::new(dra, offers::offers(dra, &models, catalog), published)) }
+        ClaimDemand { demand: Some(gpus.demand(dra, catalog)) }
     }
 
     /// Profile -> devices `pod`'s unallocated claims need, empty when they cannot be planned

@@ -15,11 +15,10 @@
 //! Resource" (repository `kubernetes/enhancements`, path `keps/sig-scheduling/5004-dra-extended-resource`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use geometer_solver::catalog::WHOLE;
-use k8s_openapi::api::resource::v1::{
-    DeviceClass, DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaimSpec,
-};
+use k8s_openapi::api::resource::v1::{DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaimSpec};
 
 use super::objects::DraObjects;
 use super::offers::Offer;
@@ -44,6 +43,9 @@ pub struct Demand<'d> {
     offers: Vec<Offer>,
     /// (catalog model, profile) of the devices static-MIG nodes publish now.
     published: BTreeSet<(String, String)>,
+    /// Extended resource -> the DeviceClasses serving it under its own name
+    /// (`extendedResourceName`).
+    served: BTreeMap<String, Arc<[String]>>,
     known: HashMap<String, Result<String, String>>,
 }
 
@@ -51,7 +53,19 @@ impl<'d> Demand<'d> {
     /// Demand matched against `offers` (cheapest first), on nodes publishing devices of the
     /// kinds `published` ((catalog model, profile) pairs) now.
     pub fn new(dra: &'d DraObjects, offers: Vec<Offer>, published: BTreeSet<(String, String)>) -> Demand<'d> {
-        Demand { dra, offers, published, known: HashMap::new() }
+        let mut served: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, class) in &dra.classes {
+            if let Some(resource) = class.spec.as_ref().and_then(|s| s.extended_resource_name.clone()) {
+                served.entry(resource).or_default().push(name.clone());
+            }
+        }
+        let served = served.into_iter().map(|(resource, classes)| (resource, classes.into())).collect();
+        Demand { dra, offers, published, served, known: HashMap::new() }
+    }
+
+    /// Whether a DeviceClass serves the extended resource `resource` under its own name.
+    pub fn serves(&self, resource: &str) -> bool {
+        self.served.contains_key(resource)
     }
 
     /// What `pod` asks through claims not yet allocated and class-named extended resources
@@ -72,9 +86,9 @@ impl<'d> Demand<'d> {
         for resource in requests.keys() {
             // A class naming the resource (`extendedResourceName`) serves it under that name;
             // its selectors must still hold on the devices, or kube-scheduler refuses the pod.
-            for class in self.dra.classes.values().filter(|c| maps(c, resource)) {
-                let name = class.metadata.name.as_deref().unwrap_or_default();
-                self.profile(name, &[]).map_err(|why| format!("extended resource {resource}: {why}"))?;
+            let Some(classes) = self.served.get(resource).cloned() else { continue };
+            for class in classes.iter() {
+                self.profile(class, &[]).map_err(|why| format!("extended resource {resource}: {why}"))?;
             }
         }
         for (resource, milli) in requests {
@@ -304,11 +318,6 @@ impl<'d> Demand<'d> {
         }
         Ok(true)
     }
-}
-
-/// Whether `class` serves the extended resource `resource` (`extendedResourceName`).
-fn maps(class: &DeviceClass, resource: &str) -> bool {
-    class.spec.as_ref().and_then(|s| s.extended_resource_name.as_deref()) == Some(resource)
 }
 
 /// The resource a profile's devices count as in a pod's requests (`nvidia.com/mig-<profile>`,
