@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use geometer_testkit::control_plane::{start_or_skip, Identity};
+use geometer_testkit::control_plane::{start_or_skip, ControlPlane, Identity};
 use geometer_testkit::real_cluster::install;
 
 use crate::support::geometer;
@@ -18,13 +18,15 @@ fn summary_number(text: &str, label: &str) -> u64 {
     rest.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap_or_else(|_| panic!("{line}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_demo_runs_on_the_real_control_plane() {
-    let Some(cp) = start_or_skip("demo on the real control plane").await else { return };
-    install(&cp);
+/// Runs `geometer demo --join` with `extra` flags on `cp` (deploy/base installed): the summary
+/// says pods were submitted, GPUs reconfigured and a plan applied. Its text.
+fn demo_reconfigures_gpus(cp: &ControlPlane, extra: &[&str]) -> String {
+    install(cp);
     let state = cp.dir().join("demo-nodes");
     let out = Command::new(geometer())
-        .args(["demo", "--nodes", "2", "--duration", "60", "--speed", "6", "--tick", "2", "--join"])
+        .arg("demo")
+        .args(extra)
+        .args(["--nodes", "2", "--duration", "60", "--speed", "6", "--tick", "2", "--join"])
         .arg(&state)
         .env("KUBECONFIG", cp.kubeconfig(Identity::Admin))
         .output()
@@ -35,6 +37,13 @@ async fn the_demo_runs_on_the_real_control_plane() {
     assert!(summary_number(&text, "GPUs reconfigured") >= 1, "{text}");
     let plans = text.lines().find(|l| l.trim_start().starts_with("plans")).unwrap();
     assert!(!plans.contains(" 0 applied"), "{plans}\n{text}");
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_runs_on_the_real_control_plane() {
+    let Some(cp) = start_or_skip("demo on the real control plane").await else { return };
+    let text = demo_reconfigures_gpus(&cp, &[]);
 
     // The demo's over-provisioned chat Deployment keeps running: `geometer recommend` on the
     // cluster says what its replicas use (the simulated NVML reports 7,000 MiB and 5%).
@@ -65,20 +74,7 @@ async fn the_demo_reshapes_dra_nodes_on_the_real_control_plane() {
     use k8s_openapi::api::resource::v1::ResourceSlice;
 
     let Some(cp) = start_or_skip("demo on DRA nodes on the real control plane").await else { return };
-    install(&cp);
-    let state = cp.dir().join("demo-nodes");
-    let out = Command::new(geometer())
-        .args(["demo", "--dra", "--nodes", "2", "--duration", "60", "--speed", "6", "--tick", "2", "--join"])
-        .arg(&state)
-        .env("KUBECONFIG", cp.kubeconfig(Identity::Admin))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(summary_number(&text, "pods submitted") > 0, "{text}");
-    assert!(summary_number(&text, "GPUs reconfigured") >= 1, "{text}");
-    let plans = text.lines().find(|l| l.trim_start().starts_with("plans")).unwrap();
-    assert!(!plans.contains(" 0 applied"), "{plans}\n{text}");
+    demo_reconfigures_gpus(&cp, &["--dra"]);
 
     let client = cp.client(Identity::Admin).await;
     let mignodes =
