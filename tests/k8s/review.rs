@@ -23,6 +23,13 @@ async fn dry_run_publishes_a_plan_kubectl_shows_and_leaves_the_gpus_alone() {
     };
     k8s.deploy("small", 1, MigPod::new(NS, "small").slice("1g.10gb", 1).build()).await;
     let name = first_plan(&k8s).await;
+    // The lifecycle says why the plan is not applied a pass after publishing it.
+    let explained = || async {
+        let plans = k8s.plans().await;
+        let message = plans.iter().find_map(|p| p.status.as_ref()?.message.clone())?;
+        message.starts_with("DryRun:").then_some(())
+    };
+    wait_until("the plan's status explains DryRun", explained, || k8s.logs()).await;
     let table = k8s.cp.kubectl(Identity::Admin, &["get", "migplans"]).unwrap();
     assert!(table.contains("PODS-HELPED") && table.contains(&name), "{table}");
     let described = k8s.cp.kubectl(Identity::Admin, &["describe", "migplan", &name]).unwrap();
