@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+use std::io::Write;
+
 use serde::Serialize;
 
 /// `-o table|json|yaml`.
@@ -16,23 +18,28 @@ pub enum OutputFormat {
     Yaml,
 }
 
-/// Prints `value` as JSON or YAML, or the table `table` renders.
+/// Prints `value` as JSON or YAML, or the table `table` renders. JSON and YAML are written to
+/// stdout as they are serialized, never held whole: a plan of a 5,000-node cluster is tens of
+/// megabytes of JSON (the `plan_snapshot` benchmark's peak memory). A reader that closes the pipe
+/// early (`| head`) ends the output quietly.
 pub fn print<T: Serialize>(
     format: OutputFormat,
     value: &T,
     table: impl FnOnce() -> String,
 ) -> Result<(), Failure> {
-    let text = match format {
-        OutputFormat::Table => table(),
-        OutputFormat::Json => {
-            let mut s = serde_json::to_string_pretty(value).map_err(|e| Failure::internal(e.into()))?;
-            s.push('\n');
-            s
-        }
-        OutputFormat::Yaml => serde_saphyr::to_string(value).map_err(|e| Failure::internal(e.into()))?,
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let written = match format {
+        OutputFormat::Table => out.write_all(table().as_bytes()),
+        OutputFormat::Json => serde_json::to_writer_pretty(&mut out, value)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n")),
+        OutputFormat::Yaml => serde_saphyr::to_io_writer(&mut out, value).map_err(std::io::Error::other),
     };
-    print!("{text}");
-    Ok(())
+    match written.and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Failure::internal(anyhow::anyhow!("writing the output to stdout: {e}"))),
+        Ok(()) => Ok(()),
+    }
 }
 
 /// Left-aligned columns separated by two spaces; the last column is not padded.

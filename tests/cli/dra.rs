@@ -101,20 +101,59 @@ fn a_class_named_extended_resource_is_read_through_its_class() {
     assert_eq!(implicit["requests"], serde_json::json!({"1g.10gb": 2}), "the cheapest MIG device, twice");
 }
 
+/// A pending pod `ml/<name>` with a claim of its own name, whose `devices` are `body`.
+fn claim(name: &str, body: &str) -> String {
+    format!(
+        "- apiVersion: resource.k8s.io/v1\n  kind: ResourceClaim\n  metadata: {{name: {name}, namespace: ml}}\n  spec:\n    devices:\n{body}\n- apiVersion: v1\n  kind: Pod\n  metadata: {{name: {name}, namespace: ml}}\n  spec:\n    resourceClaims: [{{name: gpu, resourceClaimName: {name}}}]\n    containers: [{{name: c, resources: {{claims: [{{name: gpu}}]}}}}]\n  status:\n    phase: Pending\n    conditions: [{{type: PodScheduled, status: \"False\", reason: Unschedulable}}]\n"
+    )
+}
+
+/// Two MIG devices (requests `a` and `b`) and one constraint across them.
+fn two_devices(constraint: &str) -> String {
+    format!("      requests:\n      - name: a\n        exactly: {{deviceClassName: mig.nvidia.com}}\n      - name: b\n        exactly: {{deviceClassName: mig.nvidia.com}}\n      constraints:\n      - {constraint}")
+}
+
+/// `matchAttribute` on the parent GPU puts a claim's devices on one GPU, `distinctAttribute`
+/// each on its own; the only node with DRA has one GPU, so the second cannot be served there.
+#[test]
+fn a_constraint_on_the_parent_gpu_is_planned_as_the_gpus_the_devices_share() {
+    let extra = [
+        claim("same-gpu", &two_devices("matchAttribute: gpu.nvidia.com/parentUUID")),
+        claim("own-gpus", &two_devices("distinctAttribute: gpu.nvidia.com/parentUUID")),
+        claim(
+            "part",
+            "      requests:\n      - name: a\n        exactly: {deviceClassName: mig.nvidia.com}\n      - name: b\n        exactly: {deviceClassName: mig.nvidia.com}\n      - name: c\n        exactly: {deviceClassName: mig.nvidia.com}\n      constraints:\n      - matchAttribute: gpu.nvidia.com/parentUUID\n        requests: [a, b]",
+        ),
+    ]
+    .concat();
+    let (_dir, path) = with_items(&extra);
+    let plan = plan_json(&["--snapshot", &path]);
+    let same = pod(&plan, "ml/same-gpu");
+    assert_eq!(
+        (same["node"].as_str(), &same["requests"]),
+        (Some("dra-1"), &serde_json::json!({"1g.10gb": 2}))
+    );
+    let own = pod(&plan, "ml/own-gpus");
+    assert!(own["node"].is_null(), "{own}");
+    assert!(own["reason"].to_string().contains("each on its own GPU"), "{own}");
+    let notes = notes(&plan);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("ml/part not planned") && n.contains("covers 2 of the pod's 3 devices")),
+        "{notes:?}"
+    );
+}
+
 #[test]
 fn claims_that_cannot_be_planned_are_said_why_and_never_guessed() {
-    let claim = |name: &str, body: &str| {
-        format!(
-            "- apiVersion: resource.k8s.io/v1\n  kind: ResourceClaim\n  metadata: {{name: {name}, namespace: ml}}\n  spec:\n    devices:\n{body}\n- apiVersion: v1\n  kind: Pod\n  metadata: {{name: {name}, namespace: ml}}\n  spec:\n    resourceClaims: [{{name: gpu, resourceClaimName: {name}}}]\n    containers: [{{name: c, resources: {{claims: [{{name: gpu}}]}}}}]\n  status:\n    phase: Pending\n    conditions: [{{type: PodScheduled, status: \"False\", reason: Unschedulable}}]\n"
-        )
-    };
     let one_device = "      requests:\n      - name: gpu\n        exactly:\n          deviceClassName: mig.nvidia.com\n          selectors:\n          - cel: {expression: \"device.attributes['gpu.nvidia.com'].uuid == 'MIG-dra-1-0-5'\"}";
     let no_class =
         "      requests:\n      - name: gpu\n        exactly: {deviceClassName: mig-2g.nvidia.com}";
-    let same_gpu = "      requests:\n      - name: a\n        exactly: {deviceClassName: mig.nvidia.com}\n      - name: b\n        exactly: {deviceClassName: mig.nvidia.com}\n      constraints:\n      - matchAttribute: gpu.nvidia.com/parentUUID";
+    let same_model = two_devices("matchAttribute: gpu.nvidia.com/productName");
     let broken = "      requests:\n      - name: gpu\n        exactly:\n          deviceClassName: mig.nvidia.com\n          selectors:\n          - cel: {expression: \"device.attributes['gpu.nvidia.com'].profile ==\"}";
     let extra =
-        [("one-device", one_device), ("no-class", no_class), ("same-gpu", same_gpu), ("broken", broken)]
+        [("one-device", one_device), ("no-class", no_class), ("same-model", &same_model), ("broken", broken)]
             .iter()
             .map(|(n, b)| claim(n, b))
             .collect::<String>();
@@ -124,7 +163,7 @@ fn claims_that_cannot_be_planned_are_said_why_and_never_guessed() {
     for (pod_name, why) in [
         ("ml/one-device", "no uuid or parentUUID until it exists"),
         ("ml/no-class", "DeviceClass mig-2g.nvidia.com does not exist"),
-        ("ml/same-gpu", "constraint on gpu.nvidia.com/parentUUID across 2 devices"),
+        ("ml/same-model", "constraint on gpu.nvidia.com/productName across 2 devices; only the parent GPU"),
         ("ml/broken", "does not compile"),
     ] {
         assert!(

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::geometry::Geometry;
 
 use super::prepare::{Needs, Problem};
+use crate::snapshot::GpuSpread;
 
 /// Where a pod lands: a node and `(gpu, instance index in the target)` per slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,6 +162,62 @@ impl State<'_, '_> {
         needs.slices.iter().all(|&(k, c)| self.node_free[n][k] >= c)
             && self.cpu[n].is_none_or(|c| c >= needs.cpu)
             && self.memory[n].is_none_or(|m| m >= needs.memory)
+            && (needs.spread.is_any() || self.pick(n, needs).is_some())
+    }
+
+    /// The free slices (GPU, position in its free list) a pod with `needs` takes on node `n`:
+    /// existing instances before created ones, and on GPUs as its spread asks.
+    fn pick(&self, n: usize, needs: &Needs) -> Option<Vec<(usize, usize)>> {
+        let gpus = &self.problem.nodes[n].gpus;
+        match needs.spread {
+            GpuSpread::Any => {
+                let mut taken = Vec::new();
+                for &(k, count) in &needs.slices {
+                    let mut options: Vec<(bool, usize, usize)> = gpus
+                        .iter()
+                        .flat_map(|&g| self.free_of(g, k).map(move |(pos, created)| (created, g, pos)))
+                        .collect();
+                    options.sort();
+                    taken.extend(options.into_iter().take(count as usize).map(|(_, g, pos)| (g, pos)));
+                }
+                Some(taken)
+            }
+            GpuSpread::OneGpu => gpus
+                .iter()
+                .filter_map(|&g| {
+                    let mut taken = Vec::new();
+                    let mut created = 0;
+                    for &(k, count) in &needs.slices {
+                        let found: Vec<(usize, bool)> = self.free_of(g, k).take(count as usize).collect();
+                        if found.len() < count as usize {
+                            return None;
+                        }
+                        created += found.iter().filter(|f| f.1).count();
+                        taken.extend(found.into_iter().map(|(pos, _)| (g, pos)));
+                    }
+                    Some((created, g, taken))
+                })
+                .min_by_key(|(created, g, _)| (*created, *g))
+                .map(|(_, _, taken)| taken),
+            GpuSpread::DistinctGpus => {
+                let devices: Vec<usize> =
+                    needs.slices.iter().flat_map(|&(k, c)| std::iter::repeat_n(k, c as usize)).collect();
+                let gpu_of = distinct_gpus(&devices, gpus, |g, k| self.free_of(g, k).next().is_some())?;
+                Some(
+                    devices
+                        .iter()
+                        .zip(gpu_of)
+                        .map(|(&k, g)| (g, self.free_of(g, k).next().expect("matched to a GPU with one").0))
+                        .collect(),
+                )
+            }
+        }
+    }
+
+    /// Positions in GPU `g`'s free list of slices of profile key `k`, existing ones first, and
+    /// whether each would be created.
+    fn free_of(&self, g: usize, k: usize) -> impl Iterator<Item = (usize, bool)> + '_ {
+        self.free[g].iter().enumerate().filter(move |(_, s)| s.key == k).map(|(pos, s)| (pos, s.created))
     }
 
     fn place(
@@ -213,35 +270,15 @@ impl State<'_, '_> {
                 *q = q.saturating_sub(1);
             }
         }
+        let mut taken = self.pick(node, needs).expect("the node fits");
+        // Remove from the back so positions stay valid.
+        taken.sort_by(|a, b| b.cmp(a));
         let mut instances = Vec::new();
-        for &(k, count) in &needs.slices {
-            let mut left = count;
-            // Prefer existing instances anywhere on the node before created ones.
-            let mut options: Vec<(bool, usize, usize)> = Vec::new();
-            for &g in &self.problem.nodes[node].gpus {
-                for (pos, s) in self.free[g].iter().enumerate() {
-                    if s.key == k {
-                        options.push((s.created, g, pos));
-                    }
-                }
-            }
-            options.sort();
-            let mut taken: Vec<(usize, usize)> = Vec::new();
-            for (_, g, pos) in options {
-                if left == 0 {
-                    break;
-                }
-                taken.push((g, pos));
-                left -= 1;
-            }
-            // Remove from the back so positions stay valid.
-            taken.sort_by(|a, b| b.cmp(a));
-            for (g, pos) in taken {
-                let s = self.free[g].remove(pos);
-                self.used[g][s.instance] = true;
-                instances.push((g, s.instance));
-            }
-            self.node_free[node][k] -= count;
+        for (g, pos) in taken {
+            let s = self.free[g].remove(pos);
+            self.used[g][s.instance] = true;
+            self.node_free[node][s.key] -= 1;
+            instances.push((g, s.instance));
         }
         if let Some(c) = &mut self.cpu[node] {
             *c -= needs.cpu;
@@ -251,5 +288,68 @@ impl State<'_, '_> {
         }
         instances.sort();
         Some(Slot { node, instances })
+    }
+}
+
+/// A GPU of its own for each device (a profile key): `has(g, k)` says whether GPU `g` has a
+/// free slice of `k`. Bipartite matching by augmenting paths (Kuhn's algorithm): a pod has a
+/// few devices and a node a few GPUs, so this is exact and cheap. `None` when no such choice
+/// exists.
+fn distinct_gpus(
+    devices: &[usize],
+    gpus: &[usize],
+    has: impl Fn(usize, usize) -> bool,
+) -> Option<Vec<usize>> {
+    // For each GPU (by position in `gpus`), the device matched to it.
+    let mut holder: Vec<Option<usize>> = vec![None; gpus.len()];
+    fn augment(
+        d: usize,
+        devices: &[usize],
+        gpus: &[usize],
+        has: &dyn Fn(usize, usize) -> bool,
+        seen: &mut [bool],
+        holder: &mut [Option<usize>],
+    ) -> bool {
+        for (i, &g) in gpus.iter().enumerate() {
+            if seen[i] || !has(g, devices[d]) {
+                continue;
+            }
+            seen[i] = true;
+            if holder[i].is_none_or(|other| augment(other, devices, gpus, has, seen, holder)) {
+                holder[i] = Some(d);
+                return true;
+            }
+        }
+        false
+    }
+    for d in 0..devices.len() {
+        let mut seen = vec![false; gpus.len()];
+        if !augment(d, devices, gpus, &has, &mut seen, &mut holder) {
+            return None;
+        }
+    }
+    let mut gpu_of = vec![0; devices.len()];
+    for (i, d) in holder.iter().enumerate() {
+        if let Some(d) = d {
+            gpu_of[*d] = gpus[i];
+        }
+    }
+    Some(gpu_of)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distinct_gpus;
+
+    #[test]
+    fn each_device_gets_a_gpu_of_its_own_when_one_exists() {
+        // GPU 10 has both profiles, GPU 11 only profile 0: profile 1 must take GPU 10, so
+        // profile 0 moves to GPU 11 (a first-come choice would fail).
+        let has = |g: usize, k: usize| g == 10 || k == 0;
+        assert_eq!(distinct_gpus(&[0, 1], &[10, 11], has), Some(vec![11, 10]));
+        // Three devices, two GPUs.
+        assert_eq!(distinct_gpus(&[0, 0, 0], &[10, 11], |_, _| true), None);
+        // GPU 11 has no profile 2.
+        assert_eq!(distinct_gpus(&[2], &[11], has), None);
     }
 }

@@ -394,9 +394,10 @@ fn unmet_reason(problem: &Problem, i: usize, limit: Option<&str>) -> UnmetReason
         p.needs.slices.iter().map(|&(k, c)| format!("{c}x {}", problem.profiles[k])).collect();
     UnmetReason::Capacity {
         detail: format!(
-            "{} eligible node(s), but no room for {} there after higher-priority demand and the instances in use",
+            "{} eligible node(s), but no room for {}{} there after higher-priority demand and the instances in use",
             p.eligible.len(),
-            wanted.join(" + ")
+            wanted.join(" + "),
+            p.needs.spread.words()
         ),
     }
 }

@@ -147,6 +147,38 @@ pub struct Pod {
     /// Pending pods only: the gang ([`Snapshot::gangs`]) it belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<String>,
+    /// Pending pods only: whether its MIG devices must share one GPU or each have their own
+    /// (a DRA claim's `matchAttribute`/`distinctAttribute` on the parent GPU).
+    #[serde(default, skip_serializing_if = "GpuSpread::is_any")]
+    pub gpu_spread: GpuSpread,
+}
+
+/// How a pod's MIG devices may lie over its node's GPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum GpuSpread {
+    /// Any GPUs of the node, as the device plugin hands them out.
+    #[default]
+    Any,
+    /// All on one GPU (`matchAttribute: gpu.nvidia.com/parentUUID`).
+    OneGpu,
+    /// Each on a GPU of its own (`distinctAttribute: gpu.nvidia.com/parentUUID`).
+    DistinctGpus,
+}
+
+impl GpuSpread {
+    pub fn is_any(&self) -> bool {
+        *self == GpuSpread::Any
+    }
+
+    /// How the plan says it: `on one GPU`, `each on its own GPU`, or nothing.
+    pub fn words(&self) -> &'static str {
+        match self {
+            GpuSpread::Any => "",
+            GpuSpread::OneGpu => " on one GPU",
+            GpuSpread::DistinctGpus => " each on its own GPU",
+        }
+    }
 }
 
 impl Pod {

@@ -6,6 +6,7 @@ mod gangs;
 mod optimal;
 mod properties;
 mod scenarios;
+mod spread;
 mod support;
 mod whole;
 mod window;

@@ -193,7 +193,8 @@ impl<'o> DraPlanning<'o> {
     }
 
     /// Labels every node with its stack, and has each pending pod that only one stack can
-    /// serve select it; nothing where no static-MIG DRA node is planned.
+    /// serve select it (a claim pod with the GPU spread its claims ask); nothing where no
+    /// static-MIG DRA node is planned.
     pub(super) fn separate_stacks(&mut self, nodes: &mut [PlannerNode], pending: &mut [Pod]) {
         self.planned_nodes =
             nodes.iter().filter(|n| self.mode_of(&n.name).is_some()).map(|n| n.name.clone()).collect();
@@ -205,7 +206,8 @@ impl<'o> DraPlanning<'o> {
             node.labels.insert(STACK_LABEL.into(), stack.into());
         }
         for pod in pending {
-            let stack = if self.asked.contains_key(&pod.key()) {
+            let stack = if let Some(asked) = self.asked.get(&pod.key()) {
+                pod.gpu_spread = asked.spread;
                 DRA_STACK
             } else if pod.requests.keys().any(|p| !self.demand.serves(&resource_of(p))) {
                 PLUGIN_STACK

@@ -351,6 +351,7 @@ pub fn planner_pod(
         node: spec.node_name.clone().filter(|n| !n.is_empty()),
         do_not_disrupt,
         gang: None,
+        gpu_spread: Default::default(),
     })
 }
 

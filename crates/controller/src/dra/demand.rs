@@ -8,8 +8,10 @@
 //! What cannot be planned is said, never guessed: `allocationMode: All`, admin access,
 //! consumable capacity, a selector that is not CEL or fails on a device that does not exist yet
 //! (one reading `uuid`), a selector that fails on a kind of device a node publishes now (which
-//! stops kube-scheduler too), constraints across several devices, a class or claim that does
-//! not exist. The classes that serve an extended resource under its own name
+//! stops kube-scheduler too), a constraint across several devices on anything but the parent GPU
+//! (or on part of a pod's devices only), a class or claim that does not exist. A constraint on
+//! the parent GPU (`gpu.nvidia.com/parentUUID`) over all of a pod's devices is planned: all on
+//! one GPU (`matchAttribute`) or each on its own (`distinctAttribute`). The classes that serve an extended resource under its own name
 //! (`extendedResourceName`, e.g. `nvidia.com/mig-1g.10gb`) are checked the same way. Claim fields follow `resource.k8s.io/v1` (repository `kubernetes/api`, path
 //! `resource/v1/types.go`); extended resources through classes follow the KEP "DRA: Extended
 //! Resource" (repository `kubernetes/enhancements`, path `keps/sig-scheduling/5004-dra-extended-resource`).
@@ -18,12 +20,44 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use geometer_solver::catalog::WHOLE;
-use k8s_openapi::api::resource::v1::{DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaimSpec};
+use geometer_solver::snapshot::GpuSpread;
+use k8s_openapi::api::resource::v1::{
+    DeviceConstraint, DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaimSpec,
+};
 
 use super::objects::DraObjects;
 use super::offers::Offer;
 use super::selector::Selector;
 use crate::adapter::PodView;
+
+/// The attribute NVIDIA's driver gives each MIG device: the UUID of its GPU (repository
+/// `NVIDIA/k8s-dra-driver-gpu`, path `cmd/gpu-kubelet-plugin/mig.go`, `CommonAttributesMig`).
+const PARENT_GPU: &str = "gpu.nvidia.com/parentUUID";
+
+/// The spread a claim constraint asks: the same or a distinct parent GPU.
+fn spread_of(match_attribute: Option<&str>, distinct_attribute: Option<&str>) -> Option<GpuSpread> {
+    match (match_attribute, distinct_attribute) {
+        (Some(PARENT_GPU), None) => Some(GpuSpread::OneGpu),
+        (None, Some(PARENT_GPU)) => Some(GpuSpread::DistinctGpus),
+        _ => None,
+    }
+}
+
+/// Why a constraint across `covered` devices is not planned.
+fn not_planned(label: &str, constraint: &DeviceConstraint, covered: u64, whole: bool) -> String {
+    let attribute = constraint.match_attribute.as_ref().or(constraint.distinct_attribute.as_ref());
+    let attribute = attribute.map_or("an attribute".to_string(), |a| a.clone());
+    if whole {
+        // kube-scheduler's allocator fails a constraint on a device without the attribute
+        // (repository `kubernetes/kubernetes`, path
+        // `staging/src/k8s.io/dynamic-resource-allocation/structured/internal/stable/allocator_stable.go`).
+        return format!("{label}: a constraint on {attribute} across {covered} devices with a whole GPU among them: a whole GPU has no parent GPU attribute, so no allocation can satisfy it");
+    }
+    format!(
+        "{label}: a constraint on {attribute} across {covered} devices; only the parent GPU ({PARENT_GPU}) \
+         is planned"
+    )
+}
 
 /// The implicit extended resource of every DeviceClass: `deviceclass.resource.kubernetes.io/<class>`.
 pub const CLASS_RESOURCE_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
@@ -34,6 +68,10 @@ pub struct Asked {
     pub profiles: BTreeMap<String, u64>,
     /// `claim ns/name, request r: <profile>`, one per request planned.
     pub named: Vec<String>,
+    /// Whether the devices must share a GPU or each have their own.
+    pub spread: GpuSpread,
+    /// The devices a claim's constraint on the parent GPU covers, and the spread it asks.
+    constrained: Option<(u64, GpuSpread)>,
 }
 
 /// Reads claims and classes into profiles, remembering each request shape it has read (a
@@ -100,6 +138,16 @@ impl<'d> Demand<'d> {
             *asked.profiles.entry(profile.clone()).or_default() += count;
             asked.named.push(format!("extended resource {resource}: {count} x {profile}"));
         }
+        if let Some((covered, spread)) = asked.constrained {
+            let total: u64 = asked.profiles.values().sum();
+            if covered < total {
+                return Err(format!(
+                    "a constraint on the parent GPU covers {covered} of the pod's {total} devices; devices \
+                     constrained in part are not planned"
+                ));
+            }
+            asked.spread = spread;
+        }
         Ok(any.then_some(asked))
     }
 
@@ -149,22 +197,27 @@ impl<'d> Demand<'d> {
         for request in ours {
             let (profile, count) =
                 self.request(request).map_err(|why| format!("{label}, request {}: {why}", request.name))?;
-            counts.insert(request.name.clone(), count);
+            counts.insert(request.name.clone(), (profile.clone(), count));
             *asked.profiles.entry(profile.clone()).or_default() += count;
             asked.named.push(format!("{label}, request {}: {count} x {profile}", request.name));
         }
         for constraint in devices.constraints.iter().flatten() {
             let named = constraint.requests.as_ref().filter(|r| !r.is_empty());
-            let covered: u64 = match named {
-                Some(names) => names.iter().filter_map(|n| counts.get(n.split('/').next()?)).sum(),
-                None => counts.values().sum(),
+            let in_scope = |request: &str| {
+                named.is_none_or(|names| names.iter().any(|n| n.split('/').next() == Some(request)))
             };
-            let attribute = constraint.match_attribute.as_ref().or(constraint.distinct_attribute.as_ref());
-            if covered > 1 {
-                let attribute = attribute.map_or("an attribute".to_string(), |a| a.clone());
+            let covered: u64 = counts.iter().filter(|(r, _)| in_scope(r)).map(|(_, (_, c))| c).sum();
+            if covered <= 1 {
+                continue;
+            }
+            let whole = counts.iter().any(|(r, (profile, _))| in_scope(r) && profile == WHOLE);
+            let spread =
+                spread_of(constraint.match_attribute.as_deref(), constraint.distinct_attribute.as_deref())
+                    .filter(|_| !whole)
+                    .ok_or_else(|| not_planned(label, constraint, covered, whole))?;
+            if asked.constrained.replace((covered, spread)).is_some() {
                 return Err(format!(
-                    "{label}: a constraint on {attribute} across {covered} devices; devices that must share or \
-                     differ in an attribute (the same GPU) are not planned"
+                    "{label}: several constraints on the devices of one pod are not planned"
                 ));
             }
         }

@@ -67,8 +67,12 @@ pub(super) fn evictable_pods<'a>(
         if !known {
             continue;
         }
-        let needs =
-            Needs { slices: slices.into_iter().collect(), cpu: pod.cpu_millis, memory: pod.memory_bytes };
+        let needs = Needs {
+            slices: slices.into_iter().collect(),
+            cpu: pod.cpu_millis,
+            memory: pod.memory_bytes,
+            spread: pod.gpu_spread,
+        };
         let idx = running.len();
         let eligible = Arc::from(Vec::new()); // Once every pod's freeable resources are known.
         running.push(RunningInfo { key: (*key).clone(), node: gpu.node, gpu: g, needs, eligible });

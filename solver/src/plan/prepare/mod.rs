@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::catalog::{Catalog, GpuModel, ProfileId};
 use crate::geometry::{Geometry, Placed};
-use crate::snapshot::{Freeable, Node, NodeKinds, NodeSelectorTerm, Pod, PodKey, Snapshot, Toleration};
+use crate::snapshot::{
+    Freeable, GpuSpread, Node, NodeKinds, NodeSelectorTerm, Pod, PodKey, Snapshot, Toleration,
+};
 
 use super::{PlanError, PlanOptions, UnmetReason};
 
@@ -65,6 +67,8 @@ pub(crate) struct Needs {
     pub slices: Vec<(usize, u32)>,
     pub cpu: u64,
     pub memory: u64,
+    /// Whether the slices must share one GPU or each have their own.
+    pub spread: GpuSpread,
 }
 
 #[derive(Clone)]
@@ -352,8 +356,12 @@ impl<'a> Problem<'a> {
                 None => unknown = unknown.or(Some(name.clone())),
             }
         }
-        let needs =
-            Needs { slices: slices.into_iter().collect(), cpu: pod.cpu_millis, memory: pod.memory_bytes };
+        let needs = Needs {
+            slices: slices.into_iter().collect(),
+            cpu: pod.cpu_millis,
+            memory: pod.memory_bytes,
+            spread: pod.gpu_spread,
+        };
         let mut info = PendingInfo {
             pod,
             key: pod.key(),
