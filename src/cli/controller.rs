@@ -48,6 +48,10 @@ pub struct ControllerArgs {
     /// MutatingWebhookConfiguration whose webhooks get the self-managed CA as caBundle.
     #[arg(long, value_name = "NAME", default_value = "geometer-rightsizing")]
     pub webhook_configuration: String,
+    /// ValidatingWebhookConfiguration of the node agents' evictions (each agent may evict only
+    /// its own node's pods), which gets the self-managed CA as caBundle too.
+    #[arg(long, value_name = "NAME", default_value = "geometer-agent-evictions")]
+    pub eviction_webhook_configuration: String,
     /// DNS names and IP addresses the API server reaches the webhook by, comma-separated
     /// [default: geometer-webhook.NAMESPACE.svc].
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
@@ -62,6 +66,7 @@ impl ControllerArgs {
                 namespace: self.lease_namespace.clone(),
                 secret: self.webhook_secret.clone(),
                 configuration: self.webhook_configuration.clone(),
+                eviction_configuration: self.eviction_webhook_configuration.clone(),
                 names: if self.webhook_names.is_empty() {
                     vec![format!("geometer-webhook.{}.svc", self.lease_namespace)]
                 } else {

@@ -37,14 +37,27 @@ const CONTROLLER: &str = "geometer-controller";
 /// Permissions granted although no scenario exercises them, each with the reason it is needed.
 /// (group, resource, verb, reason)
 /// The right-sizing webhook's certificate calls are not made against the in-memory API server
-/// (it serves no Secrets or webhook configurations); tests/k8s/rightsizing_webhook.rs makes them
-/// on the real control plane as this ServiceAccount, with RBAC enforced.
+/// (it serves no Secrets or webhook configurations); tests/k8s/rightsizing_webhook.rs and
+/// tests/k8s/agent_identity.rs make them on the real control plane as this ServiceAccount,
+/// with RBAC enforced.
 const CONTROLLER_UNOBSERVED: &[(&str, &str, &str, &str)] = &[
     ("", "secrets", "create", "the webhook's certificate Secret, on first start"),
     ("", "secrets", "get", "the webhook's certificate, read by every replica"),
     ("", "secrets", "update", "the webhook's certificate, renewed before it expires"),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get", "the webhook's caBundle"),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update", "the webhook's caBundle"),
+    (
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+        "get",
+        "the eviction webhook's caBundle",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+        "update",
+        "the eviction webhook's caBundle",
+    ),
 ];
 
 /// Guards against a hang only.

@@ -10,7 +10,10 @@ use clap::Parser;
 use deploy_support::{kubectl_available, kustomizations, object, render};
 use geometer_api::{MigNode, MigPlan, MigPolicy, PolicyMode};
 use geometer_apiserver::ApiServer;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -70,6 +73,9 @@ fn check_type(doc: &Value) -> Result<(), String> {
     dispatch!(
         Namespace,
         MutatingWebhookConfiguration,
+        ValidatingWebhookConfiguration,
+        ValidatingAdmissionPolicy,
+        ValidatingAdmissionPolicyBinding,
         ServiceAccount,
         Service,
         Deployment,
@@ -265,6 +271,63 @@ fn the_rightsizing_webhook_never_blocks_pods_and_reaches_the_controller() {
                 "{dir}: pod creation only"
             );
         }
+        // The agents' evictions go to the same Service, fail closed, and only the agent's.
+        let evictions: ValidatingWebhookConfiguration = serde_json::from_value(
+            object(&objects, "ValidatingWebhookConfiguration", "geometer-agent-evictions").clone(),
+        )
+        .unwrap();
+        let agent = format!(
+            "system:serviceaccount:{}:geometer-agent",
+            service["metadata"]["namespace"].as_str().unwrap()
+        );
+        for w in evictions.webhooks.unwrap() {
+            let target = w.client_config.service.as_ref().unwrap();
+            assert_eq!(
+                (target.name.as_str(), target.path.as_deref(), target.port),
+                ("geometer-webhook", Some("/validate/agent-eviction"), Some(443)),
+                "{dir}"
+            );
+            assert_eq!(w.failure_policy.as_deref(), Some("Fail"), "{dir}: an agent never evicts unchecked");
+            let conditions = w.match_conditions.unwrap_or_default();
+            assert!(
+                conditions.iter().any(|c| c.expression.contains(&agent)),
+                "{dir}: only {agent}'s evictions"
+            );
+        }
+    }
+}
+
+/// The policy binding the agent to its node is bound, denies, and names the agent's
+/// ServiceAccount in the namespace the agent runs in.
+#[test]
+fn the_agent_node_policy_is_bound_to_the_agents_service_account() {
+    if !kubectl_available() {
+        return;
+    }
+    for dir in kustomizations() {
+        let objects = render(&dir);
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(
+            object(&objects, "ValidatingAdmissionPolicy", "geometer-agent-own-node").clone(),
+        )
+        .unwrap();
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(
+            object(&objects, "ValidatingAdmissionPolicyBinding", "geometer-agent-own-node").clone(),
+        )
+        .unwrap();
+        let spec = binding.spec;
+        assert_eq!(spec.policy_name, "geometer-agent-own-node", "{dir}");
+        assert_eq!(spec.validation_actions, ["Deny"], "{dir}");
+        let agent = object(&objects, "ServiceAccount", "geometer-agent");
+        let user = format!(
+            "system:serviceaccount:{}:geometer-agent",
+            agent["metadata"]["namespace"].as_str().unwrap()
+        );
+        let spec = policy.spec.unwrap();
+        assert_eq!(spec.failure_policy.as_deref(), Some("Fail"), "{dir}");
+        assert!(
+            spec.match_conditions.unwrap_or_default().iter().any(|c| c.expression.contains(&user)),
+            "{dir}: the policy applies to {user}"
+        );
     }
 }
 

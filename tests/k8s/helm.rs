@@ -8,7 +8,7 @@ use geometer_testkit::control_plane::{helm, start_or_skip, Identity};
 use geometer_testkit::deploy::repo;
 
 /// Kinds the chart creates (besides the CRDs).
-const KINDS: &str = "deployments,daemonsets,services,serviceaccounts,poddisruptionbudgets,roles,rolebindings,clusterroles,clusterrolebindings,mutatingwebhookconfigurations,migpolicies";
+const KINDS: &str = "deployments,daemonsets,services,serviceaccounts,poddisruptionbudgets,roles,rolebindings,clusterroles,clusterrolebindings,mutatingwebhookconfigurations,validatingwebhookconfigurations,validatingadmissionpolicies,validatingadmissionpolicybindings,migpolicies";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_then_uninstall_leaves_only_the_crds() {
@@ -48,6 +48,10 @@ async fn helm_install_then_uninstall_leaves_only_the_crds() {
         "daemonset.apps/geometer-agent",
         "service/geometer-webhook",
         "mutatingwebhookconfiguration.admissionregistration.k8s.io/geometer-rightsizing",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/geometer-agent-evictions",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/geometer-agent-own-node",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/geometer-agent-own-node",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/geometer-controller-own-secret",
         "migpolicy.geometer.dev/default",
         "clusterrole.rbac.authorization.k8s.io/geometer-controller",
     ] {

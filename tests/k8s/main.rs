@@ -5,6 +5,7 @@
 //! evicted pods come back through the real ReplicaSet controller.
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
+mod agent_identity;
 mod cel_rules;
 mod chaos;
 mod crd_bounds;

@@ -65,19 +65,7 @@ async fn opted_in_pods_are_admitted_asking_for_their_measured_slice() {
         "controller-0",
         &[format!("--webhook-addr=127.0.0.1:{port}"), "--webhook-names=127.0.0.1".into()],
     );
-    let configurations = Api::<MutatingWebhookConfiguration>::all(k8s.admin.clone());
-    wait_until(
-        "the controller wrote its CA into both webhooks",
-        || async {
-            let c = configurations.get(CONFIGURATION).await.ok()?;
-            c.webhooks?
-                .iter()
-                .all(|w| w.client_config.ca_bundle.as_ref().is_some_and(|b| !b.0.is_empty()))
-                .then_some(())
-        },
-        || k8s.logs(),
-    )
-    .await;
+    k8s.webhooks_trusted().await;
 
     // A chat model using 7,000 MiB and 5% of an 80 GB GPU, asking for the whole GPU, opted in.
     let template = MigPod::new(NS, "chat").gpus(1).uses(7_000, 5).label(OPT_IN.0, OPT_IN.1).build();

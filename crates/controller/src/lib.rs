@@ -17,6 +17,7 @@
 //! they are tested without a cluster.
 
 pub mod adapter;
+pub mod agent_evictions;
 pub(crate) mod conditions;
 pub mod dra;
 pub(crate) mod planning;

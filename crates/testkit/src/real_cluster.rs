@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 
 use geometer_api::{MigNode, MigNodePhase, MigPlan, MigPolicy};
 use geometer_simcluster::{ClusterSpec, SimCluster, DEVICE_PLUGIN_NAMESPACE};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -30,7 +33,13 @@ pub struct RealCluster {
     pub admin: kube::Client,
     geometer: PathBuf,
     agents: BTreeMap<String, Process>,
+    /// Per node, its agent's kubeconfig: a token bound to the agent's pod on the node.
+    agent_kubeconfigs: BTreeMap<String, PathBuf>,
     controllers: BTreeMap<String, Process>,
+    /// The webhook port of each controller replica, and the replica the agents' eviction
+    /// webhook points at (this control plane has no Service network to choose one).
+    webhook_ports: BTreeMap<String, u16>,
+    eviction_webhook_at: Option<String>,
     /// The `/metrics` port of each agent (by node) and controller (by replica name).
     metrics_ports: BTreeMap<String, u16>,
     /// Agent and controller starts so far, to keep every log.
@@ -79,24 +88,37 @@ impl RealCluster {
         let kubelet = cp.client(Identity::Kubelet).await;
         let sim =
             SimCluster::join(kubelet, spec, &cp.dir().join("nodes")).await.expect("simulated nodes join");
+        let mut agent_kubeconfigs = BTreeMap::new();
+        for node in sim.node_names() {
+            let kubeconfig = cp.agent_kubeconfig(&node).await;
+            agent_kubeconfigs.insert(node, kubeconfig);
+        }
         Some(RealCluster {
             sim,
             admin,
             geometer: geometer.to_path_buf(),
             agents: BTreeMap::new(),
+            agent_kubeconfigs,
             controllers: BTreeMap::new(),
+            webhook_ports: BTreeMap::new(),
+            eviction_webhook_at: None,
             metrics_ports: BTreeMap::new(),
             starts: 0,
             cp,
         })
     }
 
-    /// `geometer <args>` as `id`, its output in a log of its own (`<log>-<start>.log`).
-    fn spawn_geometer(&mut self, name: &str, log: &str, id: Identity, args: &[String]) -> Process {
+    /// `geometer <args>` with `kubeconfig`, its output in a log of its own (`<log>-<start>.log`).
+    fn spawn_geometer(&mut self, name: &str, log: &str, kubeconfig: &Path, args: &[String]) -> Process {
         self.starts += 1;
         let log = self.cp.dir().join(format!("{log}-{}.log", self.starts));
-        let kubeconfig = self.cp.kubeconfig(id);
-        Process::spawn_with_env(name, &self.geometer, args, &log, &[("KUBECONFIG", &kubeconfig)])
+        Process::spawn_with_env(name, &self.geometer, args, &log, &[("KUBECONFIG", kubeconfig)])
+    }
+
+    /// The kubeconfig node `node`'s agent runs with: a ServiceAccount token bound to its pod
+    /// there ([`ControlPlane::agent_kubeconfig`]).
+    pub fn agent_kubeconfig(&self, node: &str) -> &Path {
+        self.agent_kubeconfigs.get(node).unwrap_or_else(|| panic!("no agent token for node {node}"))
     }
 
     /// Starts (or restarts) the agent of `node` as `geometer agent run --simulate`, on the
@@ -131,8 +153,9 @@ impl RealCluster {
             args.push(flag.into());
         }
         args.extend(flags.iter().map(|f| f.to_string()));
+        let kubeconfig = self.agent_kubeconfig(node).to_path_buf();
         let process =
-            self.spawn_geometer(&format!("agent {node}"), &format!("agent-{node}"), Identity::Agent, &args);
+            self.spawn_geometer(&format!("agent {node}"), &format!("agent-{node}"), &kubeconfig, &args);
         self.agents.insert(node.to_string(), process);
     }
 
@@ -173,13 +196,56 @@ impl RealCluster {
             format!("--identity={name}"),
         ];
         args.extend(flags.iter().cloned());
+        // Every replica serves the webhooks (the agents' evictions need one to answer).
+        let port = match flags.iter().find_map(|f| f.strip_prefix("--webhook-addr=")) {
+            Some(addr) => {
+                addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("--webhook-addr=HOST:PORT")
+            }
+            None => {
+                let port = loopback_port();
+                args.push(format!("--webhook-addr=127.0.0.1:{port}"));
+                args.push("--webhook-names=127.0.0.1".into());
+                port
+            }
+        };
+        self.webhook_ports.insert(name.to_string(), port);
+        let kubeconfig = self.cp.kubeconfig(Identity::Controller);
         let process = self.spawn_geometer(
             &format!("controller {name}"),
             &format!("controller-{name}"),
-            Identity::Controller,
+            &kubeconfig,
             &args,
         );
         self.controllers.insert(name.to_string(), process);
+        if self.eviction_webhook_at.is_none() {
+            self.point_eviction_webhook(Some(name));
+        }
+    }
+
+    /// Points the agents' eviction webhook of deploy/base at controller replica `replica`'s
+    /// port on this machine (in a cluster it names the geometer-webhook Service, which any
+    /// live replica answers); `None` leaves it pointing at a replica that is gone, so agents
+    /// cannot evict, as in a cluster with no controller running.
+    fn point_eviction_webhook(&mut self, replica: Option<&str>) {
+        self.eviction_webhook_at = replica.map(str::to_string);
+        let Some(port) = replica.and_then(|r| self.webhook_ports.get(r)) else { return };
+        let patch = json!({"webhooks": [{
+            "name": "evictions.agent.geometer.dev",
+            "clientConfig": {"service": null, "url": format!("https://127.0.0.1:{port}/validate/agent-eviction")},
+        }]});
+        self.cp
+            .kubectl(
+                Identity::Admin,
+                &[
+                    "patch",
+                    "validatingwebhookconfiguration",
+                    "geometer-agent-evictions",
+                    "--type=strategic",
+                    "-p",
+                    &patch.to_string(),
+                ],
+            )
+            .unwrap_or_else(|e| panic!("pointing the eviction webhook at {replica:?}: {e}"));
     }
 
     /// What the agent of node `process`, or controller replica `process`, serves on `/metrics`.
@@ -201,6 +267,36 @@ impl RealCluster {
         if let Some(p) = self.controllers.remove(name) {
             p.stop();
         }
+        if self.eviction_webhook_at.as_deref() == Some(name) {
+            let survivor = self.controllers.keys().next().cloned();
+            self.point_eviction_webhook(survivor.as_deref());
+        }
+    }
+
+    /// Waits until a controller wrote its CA into every webhook of deploy/base (right-sizing
+    /// and the agents' evictions), so that the API server trusts it.
+    pub async fn webhooks_trusted(&self) {
+        let mutating = Api::<MutatingWebhookConfiguration>::all(self.admin.clone());
+        let validating = Api::<ValidatingWebhookConfiguration>::all(self.admin.clone());
+        let trusted = |configs: Vec<&WebhookClientConfig>| {
+            configs.iter().all(|c| c.ca_bundle.as_ref().is_some_and(|b| !b.0.is_empty()))
+        };
+        crate::wait::wait_until(
+            "the controller wrote its CA into every webhook",
+            || async {
+                let m = mutating.get("geometer-rightsizing").await.ok()?.webhooks?;
+                let v = validating.get("geometer-agent-evictions").await.ok()?.webhooks?;
+                let configs = m.iter().map(|w| &w.client_config).chain(v.iter().map(|w| &w.client_config));
+                trusted(configs.collect()).then_some(())
+            },
+            || self.logs(),
+        )
+        .await;
+    }
+
+    /// The port controller replica `name` serves its webhooks on.
+    pub fn webhook_port(&self, name: &str) -> u16 {
+        *self.webhook_ports.get(name).unwrap_or_else(|| panic!("no controller {name}"))
     }
 
     /// Panics with its log when an agent or controller process exited on its own.

@@ -100,14 +100,17 @@ pub(crate) fn kubeconfig_path(dir: &Path, id: Identity) -> PathBuf {
 
 /// Trusts the API server's own serving certificate (it writes it to `--cert-dir` at start).
 pub(crate) fn write_kubeconfig(dir: &Path, server: &str, id: Identity) {
-    let ca = dir.join("certs/apiserver.crt");
-    let name = id.name();
+    write_token_kubeconfig(&kubeconfig_path(dir, id), server, id.name(), &token(id));
+}
+
+/// A kubeconfig at `path` that authenticates with `token` as user `name`.
+pub(crate) fn write_token_kubeconfig(path: &Path, server: &str, name: &str, token: &str) {
+    let ca = path.parent().expect("a folder").join("certs/apiserver.crt");
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {server}\n    certificate-authority: {}\n\
-         users:\n- name: {name}\n  user:\n    token: {}\ncontexts:\n- name: {name}\n  context:\n    cluster: e2e\n    user: {name}\n\
+         users:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: {name}\n  context:\n    cluster: e2e\n    user: {name}\n\
          current-context: {name}\n",
         ca.display(),
-        token(id)
     );
-    std::fs::write(kubeconfig_path(dir, id), text).expect("kubeconfig");
+    std::fs::write(path, text).expect("kubeconfig");
 }

@@ -17,7 +17,9 @@ pub(crate) mod process;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use kube::api::PostParams;
 use kube::Api;
 
 pub use audit::Eviction;
@@ -143,6 +145,60 @@ impl ControlPlane {
     /// The kubeconfig that authenticates as `id`.
     pub fn kubeconfig(&self, id: Identity) -> PathBuf {
         identity::kubeconfig_path(self.dir.path(), id)
+    }
+
+    /// A kubeconfig for the agent of `node` as its DaemonSet's pod runs it: the pod
+    /// `geometer-agent-<node>` (made here, bound to the node; the simulated kubelet runs it) and
+    /// a `geometer-agent` ServiceAccount token bound to that pod by a TokenRequest, as the
+    /// kubelet mounts it. The API server puts the pod's node in the token's user info
+    /// (`authentication.kubernetes.io/node-name`), which deploy/'s policies check.
+    pub async fn agent_kubeconfig(&self, node: &str) -> PathBuf {
+        let admin = self.client(Identity::Admin).await;
+        let name = format!("geometer-agent-{node}");
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), GEOMETER_NAMESPACE);
+        let pod = match pods.get_opt(&name).await.expect("the agent's pod can be read") {
+            Some(pod) => pod,
+            None => {
+                let pod: Pod = serde_json::from_value(serde_json::json!({
+                    // Not the DaemonSet's labels: where the DaemonSet controller runs it would
+                    // adopt the pod, and delete it on a node its selector leaves out.
+                    "metadata": {"name": name, "labels": {"geometer.dev/e2e": "agent"}},
+                    "spec": {
+                        "nodeName": node,
+                        "serviceAccountName": "geometer-agent",
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "agent", "image": "geometer:dev"}],
+                    },
+                }))
+                .expect("a pod");
+                pods.create(&PostParams::default(), &pod).await.expect("the agent's pod is created")
+            }
+        };
+        let uid = pod.metadata.uid.expect("a created pod has a uid");
+        let request: TokenRequest = serde_json::from_value(serde_json::json!({"spec": {
+            "audiences": [],
+            "expirationSeconds": 86400,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid},
+        }}))
+        .expect("a token request");
+        let accounts: Api<ServiceAccount> = Api::namespaced(admin, GEOMETER_NAMESPACE);
+        let answer: TokenRequest = accounts
+            .create_subresource("token", "geometer-agent", &PostParams::default(), &request)
+            .await
+            .expect("a token bound to the agent's pod (deploy/base makes the ServiceAccount)");
+        let token = answer.status.and_then(|s| s.token).expect("the token");
+        let path = self.dir.path().join(format!("agent-{node}.kubeconfig"));
+        identity::write_token_kubeconfig(&path, &self.server, &format!("agent-{node}"), &token);
+        path
+    }
+
+    /// A client that reads `kubeconfig`, as kube-rs builds one.
+    pub async fn client_from(&self, kubeconfig: &Path) -> kube::Client {
+        let file = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", kubeconfig.display()));
+        kube::Client::try_from(config).expect("client")
     }
 
     /// A client authenticated as `id`, as kube-rs builds one (it retries 429 answers, such as

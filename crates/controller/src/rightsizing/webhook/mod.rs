@@ -9,6 +9,9 @@
 //! [`POD_PATH`], and `namespaces.rightsizing.geometer.dev` sends the pods of namespaces labelled
 //! so to [`NAMESPACE_PATH`]. Every replica serves it from its own caches (standby replicas keep
 //! theirs warm), so the Service may route to any of them.
+//!
+//! The same server answers the node agents' evictions ([`crate::agent_evictions`], a
+//! ValidatingWebhookConfiguration of its own with `failurePolicy: Fail`).
 
 pub mod certs;
 pub mod review;
@@ -27,11 +30,16 @@ use geometer_api::decoded::Decoded;
 use geometer_api::MigPolicy;
 use geometer_solver::catalog::Catalog;
 
+use crate::adapter::PodView;
+use crate::agent_evictions::{self, PodNode};
 use crate::rightsizing::admission::OptIn;
 use crate::runtime::cache::{split, Caches};
 use crate::runtime::health::Health;
 use crate::runtime::metrics::Metrics;
 use certs::Serving;
+use kube::core::admission::{AdmissionRequest, AdmissionReview};
+use kube::core::DynamicObject;
+use kube::runtime::reflector::ObjectRef;
 use review::{Measured, Outcome};
 use store::CertSource;
 
@@ -113,10 +121,14 @@ fn handle(
     let opt_in = match path {
         POD_PATH => OptIn::Pod,
         NAMESPACE_PATH => OptIn::Namespace,
+        agent_evictions::PATH => return agent_eviction(body, caches),
         _ => {
             return error(
                 StatusCode::NOT_FOUND,
-                format!("no webhook at {path}; use {POD_PATH} or {NAMESPACE_PATH}"),
+                format!(
+                    "no webhook at {path}; use {POD_PATH}, {NAMESPACE_PATH} or {}",
+                    agent_evictions::PATH
+                ),
             )
         }
     };
@@ -144,6 +156,35 @@ fn handle(
     metrics.count_admission(outcome.as_str());
     if outcome != Outcome::Unchanged {
         tracing::info!(namespace = ?request.namespace, outcome = outcome.as_str(), "right-sized a new pod at admission");
+    }
+    match serde_json::to_vec(&answer) {
+        Ok(body) => (StatusCode::OK, body),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot write the AdmissionReview: {e}")),
+    }
+}
+
+/// An eviction by a node agent: allowed for the pods bound to its own node only.
+fn agent_eviction(body: &[u8], caches: &Caches) -> (StatusCode, Vec<u8>) {
+    let review: Result<AdmissionReview<DynamicObject>, _> = serde_json::from_slice(body);
+    let request: AdmissionRequest<DynamicObject> = match review.map(|r| r.try_into()) {
+        Ok(Ok(request)) => request,
+        Ok(Err(_)) => return error(StatusCode::BAD_REQUEST, "the AdmissionReview has no request".into()),
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("not an AdmissionReview: {e}")),
+    };
+    let pod_node = |namespace: &str, name: &str| {
+        let key = ObjectRef::<Decoded<PodView>>::new(name).within(namespace);
+        match caches.pods.get(&key).as_deref() {
+            Some(Decoded::Read(pod)) => match pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                Some(node) if !node.is_empty() => PodNode::Bound(node),
+                _ => PodNode::Unbound,
+            },
+            _ => PodNode::Unknown,
+        }
+    };
+    let answer = agent_evictions::review(&request, pod_node);
+    if answer.response.as_ref().is_some_and(|r| !r.allowed) {
+        let why = answer.response.as_ref().map(|r| r.result.message.clone()).unwrap_or_default();
+        tracing::warn!(namespace = ?request.namespace, pod = %request.name, %why, "refused a node agent's eviction");
     }
     match serde_json::to_vec(&answer) {
         Ok(body) => (StatusCode::OK, body),

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
@@ -43,6 +45,8 @@ pub struct Managed {
     pub secret: String,
     /// The MutatingWebhookConfiguration whose webhooks get the CA as `caBundle`.
     pub configuration: String,
+    /// The ValidatingWebhookConfiguration of the agents' evictions, which gets it too.
+    pub eviction_configuration: String,
     /// DNS names and IP addresses the API server reaches the webhook by.
     pub names: Vec<String>,
 }
@@ -184,30 +188,61 @@ async fn managed_secret(client: &Client, managed: &Managed, now: Timestamp) -> R
     }
 }
 
-/// Writes `bundle` as the `caBundle` of every webhook of the configuration. A missing
-/// configuration is not an error (the webhook is not installed); the next check tries again.
+/// Writes `bundle` as the `caBundle` of every webhook of both configurations.
 async fn inject_ca(client: &Client, managed: &Managed, bundle: &str) -> Result<(), CertError> {
-    let api = Api::<MutatingWebhookConfiguration>::all(client.clone());
-    let what = || format!("MutatingWebhookConfiguration {}", managed.configuration);
+    inject_into::<MutatingWebhookConfiguration>(client, &managed.configuration, bundle).await?;
+    inject_into::<ValidatingWebhookConfiguration>(client, &managed.eviction_configuration, bundle).await
+}
+
+/// A webhook configuration, mutating or validating: the client configurations of its webhooks.
+trait WebhookConfiguration:
+    kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+{
+    fn client_configs(&mut self) -> Vec<&mut WebhookClientConfig>;
+}
+
+impl WebhookConfiguration for MutatingWebhookConfiguration {
+    fn client_configs(&mut self) -> Vec<&mut WebhookClientConfig> {
+        self.webhooks.iter_mut().flatten().map(|w| &mut w.client_config).collect()
+    }
+}
+
+impl WebhookConfiguration for ValidatingWebhookConfiguration {
+    fn client_configs(&mut self) -> Vec<&mut WebhookClientConfig> {
+        self.webhooks.iter_mut().flatten().map(|w| &mut w.client_config).collect()
+    }
+}
+
+/// Writes `bundle` as the `caBundle` of every webhook of configuration `name`. A missing
+/// configuration is not an error (the webhook is not installed); the next check tries again.
+async fn inject_into<C: WebhookConfiguration>(
+    client: &Client,
+    name: &str,
+    bundle: &str,
+) -> Result<(), CertError> {
+    let api = Api::<C>::all(client.clone());
+    let what = || format!("{} {name}", C::kind(&()));
     let api_error = |source| CertError::Api { what: what(), source };
-    let Some(mut configuration) = api.get_opt(&managed.configuration).await.map_err(api_error)? else {
-        tracing::warn!(configuration = %managed.configuration, "the webhook configuration is not installed; the API server will not call the webhook");
+    let Some(mut configuration) = api.get_opt(name).await.map_err(api_error)? else {
+        tracing::warn!(configuration = %what(), "the webhook configuration is not installed; the API server will not call the webhook");
         return Ok(());
     };
     let bundle = ByteString(bundle.as_bytes().to_vec());
     let mut changed = false;
-    for webhook in configuration.webhooks.iter_mut().flatten() {
-        if webhook.client_config.ca_bundle.as_ref() != Some(&bundle) {
-            webhook.client_config.ca_bundle = Some(bundle.clone());
+    for client_config in configuration.client_configs() {
+        if client_config.ca_bundle.as_ref() != Some(&bundle) {
+            client_config.ca_bundle = Some(bundle.clone());
             changed = true;
         }
     }
     if changed {
-        configuration.metadata.managed_fields = None;
-        api.replace(&managed.configuration, &PostParams::default(), &configuration)
-            .await
-            .map_err(api_error)?;
-        tracing::info!(configuration = %managed.configuration, "wrote the webhook's CA into the configuration");
+        configuration.meta_mut().managed_fields = None;
+        api.replace(name, &PostParams::default(), &configuration).await.map_err(api_error)?;
+        tracing::info!(configuration = %what(), "wrote the webhook's CA into the configuration");
     }
     Ok(())
 }
@@ -259,6 +294,7 @@ mod tests {
             namespace: "geometer-system".into(),
             secret: "geometer-webhook-tls".into(),
             configuration: "geometer-rightsizing".into(),
+            eviction_configuration: "geometer-agent-evictions".into(),
             names: names(),
         }
     }
