@@ -4,13 +4,15 @@
 //! node `gpu-2` (the ValidatingAdmissionPolicy for its Node and MigNode, the controller's webhook
 //! for evictions) and on its own Node anything but the cordon and the labels and annotations
 //! Geometer owns. A token of the same ServiceAccount that names no node is refused outright.
-//! The controller may create no Secret but its webhook's.
+//! The controller may create no Secret but its webhook's; each simulated kubelet writes as its
+//! node, which NodeRestriction holds to that node.
 
 use geometer_api::{MigNode, MigNodeSpec, PolicyMode, CORDONED_BY_ANNOTATION};
 use geometer_simcluster::{DEVICE_PLUGIN_LABEL, DEVICE_PLUGIN_NAMESPACE};
 use geometer_testkit::control_plane::{Identity, GEOMETER_NAMESPACE};
 use geometer_testkit::e2e::policy;
 use geometer_testkit::real_cluster::{RealCluster, NS};
+use geometer_testkit::wait::wait_until;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -137,6 +139,23 @@ async fn an_agent_token_can_change_only_its_own_node() {
 
     // Evictions: the pods and the device plugin of its node only.
     let (own_pod, other_pod) = (pod_on(&k8s.admin, OWN).await, pod_on(&k8s.admin, OTHER).await);
+
+    // The simulated kubelets report as their nodes (Node authorizer, NodeRestriction): gpu-1's
+    // kubelet wrote its pod's status, and gpu-2's may not.
+    wait_until(
+        "gpu-1's kubelet reported its pod's status",
+        || async {
+            k8s.cp.pod_status_writers(NS, &own_pod).contains(&"system:node:gpu-1".to_string()).then_some(())
+        },
+        || format!("{:?}", k8s.cp.pod_status_writers(NS, &own_pod)),
+    )
+    .await;
+    let other_kubelet = Api::<Pod>::namespaced(k8s.cp.node_client(OTHER).await, NS);
+    let ready = merge(json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}));
+    refused(
+        other_kubelet.patch_status(&own_pod, &params, &ready).await,
+        "can only update pod status for pods with spec.nodeName set to itself",
+    );
     let work = Api::<Pod>::namespaced(agent.clone(), NS);
     refused(evict(&work, &other_pod).await, "not pod ml/work-gpu-2 on node gpu-2");
     evict(&work, &own_pod).await.expect("a pod on its own node is evicted");

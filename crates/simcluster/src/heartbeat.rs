@@ -53,17 +53,17 @@ async fn post_ready(client: &kube::Client, node: &str) -> Result<(), kube::Error
     nodes.patch_status(node, &PatchParams::default(), &Patch::Strategic(&ready)).await.map(|_| ())
 }
 
-/// Keeps every node alive until aborted.
-pub(crate) async fn run(client: kube::Client, nodes: Vec<Node>) {
+/// Keeps every node alive until aborted, each with its kubelet's client.
+pub(crate) async fn run(nodes: Vec<(kube::Client, Node)>) {
     let mut ticks = 0u32;
     loop {
-        for node in &nodes {
+        for (client, node) in &nodes {
             let name = node.metadata.name.as_deref().unwrap_or_default();
-            if let Err(e) = renew(&client, node).await {
+            if let Err(e) = renew(client, node).await {
                 tracing::warn!(node = name, error = %e, "simulated kubelet could not renew its node lease");
             }
             if ticks % STATUS_EVERY == STATUS_EVERY - 1 {
-                if let Err(e) = post_ready(&client, name).await {
+                if let Err(e) = post_ready(client, name).await {
                     tracing::warn!(node = name, error = %e, "simulated kubelet could not post node status");
                 }
             }

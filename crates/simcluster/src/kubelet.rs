@@ -1,7 +1,9 @@
 //! The kubelet stand-in for every simulated node (one task watching all pods): runs pods bound
 //! to its nodes on specific MIG devices, ends them after their run time, frees their devices
 //! when they are deleted, starts the device plugin pods (which advertise the node's slices),
-//! and, as their DaemonSet would, recreates a device plugin pod that was deleted.
+//! and, as their DaemonSet would, recreates a device plugin pod that was deleted. What a
+//! kubelet writes (pod status, a pod's final deletion, its Node) goes out with that node's own
+//! identity where it has one ([`super::Shared::kubelet`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -102,6 +104,11 @@ impl Kubelet {
         Api::namespaced(self.shared.client.clone(), namespace)
     }
 
+    /// Pods of `namespace` as node `node`'s kubelet writes them (their status, their deletion).
+    fn pods_on(&self, node: &str, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.shared.kubelet(node), namespace)
+    }
+
     async fn apply(&mut self, pod: Pod) {
         let Some(node) = self.node_of(&pod) else { return };
         let uid = pod.uid().unwrap_or_default();
@@ -139,7 +146,7 @@ impl Kubelet {
     async fn cannot_pull(&self, node: &SimNode, pod: &Pod, image: &str) {
         let status = objects::image_pull_status(pod, &node.ip, image);
         let patched = self
-            .pods(&pod.namespace().unwrap_or_default())
+            .pods_on(&node.name, &pod.namespace().unwrap_or_default())
             .patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status))
             .await;
         if let Err(e) = patched {
@@ -158,7 +165,7 @@ impl Kubelet {
             }
         };
         self.handled.insert(pod.uid().unwrap_or_default());
-        let nodes: Api<Node> = Api::all(self.shared.client.clone());
+        let nodes: Api<Node> = Api::all(self.shared.kubelet(&node.name));
         let advertised = async {
             let current = nodes.get(&node.name).await?;
             let patch = objects::advertise_patch(&current, &counts);
@@ -183,7 +190,7 @@ impl Kubelet {
         let ready = match advertised {
             Ok(()) => {
                 let patch = Patch::Merge(&status);
-                self.pods(&namespace)
+                self.pods_on(&node.name, &namespace)
                     .patch_status(&pod.name_any(), &PatchParams::default(), &patch)
                     .await
                     .map(drop)
@@ -292,7 +299,7 @@ impl Kubelet {
         let (ns, name, uid) =
             (pod.namespace().unwrap_or_default(), pod.name_any(), pod.uid().unwrap_or_default());
         let key = PodKey::new(&ns, &name).to_string();
-        let api = self.pods(&ns);
+        let api = self.pods_on(&node.name, &ns);
         match admitted {
             Ok(devices) => {
                 let status = objects::running_status(&pod, &node.ip);
@@ -361,6 +368,7 @@ impl Kubelet {
         }
         node.release(namespace, name);
         let status = objects::ended_status(&pod, "Succeeded", "Completed", "");
+        let api = self.pods_on(&node.name, namespace);
         if let Err(e) = api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await {
             tracing::debug!(pod = %name, error = %e, "simulated kubelet could not report the pod's end");
         }
@@ -376,7 +384,8 @@ impl Kubelet {
     /// delete at once never show a terminating pod.
     async fn remove(&self, pod: &Pod) {
         let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-        match delete_stopped_pod(self.shared.client.clone(), pod).await {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default();
+        match delete_stopped_pod(self.shared.kubelet(node), pod).await {
             Ok(()) | Err(kube::Error::Api(_)) => {}
             Err(e) => {
                 tracing::debug!(pod = %PodKey::new(&ns, &name).to_string(), error = %e, "simulated kubelet could not remove the pod")
@@ -411,7 +420,7 @@ impl Kubelet {
             .ledger
             .emit(SimEvent::Stopped { pod: PodKey::new(ns, name).to_string(), node: node.name.clone() });
         // A cordoned node is being drained: tell its watchers (the agent) the devices are free.
-        let nodes: Api<Node> = Api::all(self.shared.client.clone());
+        let nodes: Api<Node> = Api::all(self.shared.kubelet(&node.name));
         let cordoned = nodes
             .get_opt(&node.name)
             .await

@@ -149,7 +149,12 @@ impl SliceUsage {
 
 /// What the simulated components share.
 pub(crate) struct Shared {
+    /// The cluster's side: watching pods, the plugin DaemonSet's pods, the DRA driver's slices.
     client: kube::Client,
+    /// Each node's kubelet identity (`system:node:<name>`), for what a kubelet writes: its Node,
+    /// its lease, and the status and final deletion of the pods bound to it. Nodes without one
+    /// use `client`.
+    kubelets: BTreeMap<String, kube::Client>,
     nodes: BTreeMap<String, Arc<SimNode>>,
     catalog: Arc<Catalog>,
     ledger: Arc<Ledger>,
@@ -225,6 +230,19 @@ impl SimCluster {
         spec: &ClusterSpec,
         state_dir: &Path,
     ) -> Result<SimCluster, SimClusterError> {
+        SimCluster::join_as(client, BTreeMap::new(), spec, state_dir).await
+    }
+
+    /// [`SimCluster::join`] with a kubelet identity per node (`kubelets`, by node name): each
+    /// node registers itself, renews its lease and reports and deletes its own pods with it,
+    /// as a kubelet does under the Node authorizer and the NodeRestriction admission plugin;
+    /// `client` keeps the cluster's side (the pod watch, plugin pods, the DRA driver's slices).
+    pub async fn join_as(
+        client: kube::Client,
+        kubelets: BTreeMap<String, kube::Client>,
+        spec: &ClusterSpec,
+        state_dir: &Path,
+    ) -> Result<SimCluster, SimClusterError> {
         let catalog = Catalog::builtin().clone();
         let nodes = build_nodes(spec, &catalog, Some(state_dir))?;
         let api_err = |what: String| move |source| SimClusterError::Api { what, source };
@@ -235,20 +253,20 @@ impl SimCluster {
                 .await
                 .map_err(api_err(format!("namespace {name}")))?;
         }
+        let kubelet_of = |node: &str| kubelets.get(node).unwrap_or(&client).clone();
         let mut registered = Vec::new();
         for n in &spec.nodes {
-            registered.push(
-                register(&client, &objects::node(n, &catalog))
-                    .await
-                    .map_err(api_err(format!("node {}", n.name)))?,
-            );
+            let kubelet = kubelet_of(&n.name);
+            let node = register(&kubelet, &objects::node(n, &catalog))
+                .await
+                .map_err(api_err(format!("node {}", n.name)))?;
+            registered.push((kubelet, node));
         }
-        let shared = Shared::new(client.clone(), nodes, catalog, spec, Some(state_dir.to_path_buf()));
+        let mut shared = Shared::new(client.clone(), nodes, catalog, spec, Some(state_dir.to_path_buf()));
+        Arc::get_mut(&mut shared).expect("not shared yet").kubelets = kubelets;
         let mut events = shared.ledger.subscribe();
-        let mut tasks = vec![
-            tokio::spawn(kubelet::run(shared.clone())),
-            tokio::spawn(heartbeat::run(client, registered)),
-        ];
+        let mut tasks =
+            vec![tokio::spawn(kubelet::run(shared.clone())), tokio::spawn(heartbeat::run(registered))];
         for (name, node) in &shared.nodes {
             let socket = state_dir.join(name).join("kubelet.sock");
             let served = pod_resources::serve(&socket, name, node.assignments.clone()).map_err(|source| {
@@ -419,6 +437,11 @@ impl SimCluster {
 }
 
 impl Shared {
+    /// The client node `node`'s kubelet writes with.
+    pub(crate) fn kubelet(&self, node: &str) -> kube::Client {
+        self.kubelets.get(node).unwrap_or(&self.client).clone()
+    }
+
     fn new(
         client: kube::Client,
         nodes: BTreeMap<String, Arc<SimNode>>,
@@ -428,6 +451,7 @@ impl Shared {
     ) -> Arc<Shared> {
         Arc::new(Shared {
             client,
+            kubelets: BTreeMap::new(),
             nodes,
             catalog: Arc::new(catalog),
             ledger: Arc::new(Ledger::new()),

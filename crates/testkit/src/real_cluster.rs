@@ -21,7 +21,7 @@ use kube::Api;
 use serde_json::json;
 
 use crate::control_plane::{
-    free_port, start_or_skip_with, ControlPlane, Identity, Process, GEOMETER_NAMESPACE,
+    free_port, start_or_skip_for_nodes, ControlPlane, Identity, Process, GEOMETER_NAMESPACE,
 };
 use crate::deploy::repo;
 
@@ -79,15 +79,21 @@ impl RealCluster {
         policy: &MigPolicy,
         more_controllers: &[&str],
     ) -> Option<RealCluster> {
-        let cp = start_or_skip_with(test, more_controllers).await?;
+        let names: Vec<String> = spec.nodes.iter().map(|n| n.name.clone()).collect();
+        let cp = start_or_skip_for_nodes(test, more_controllers, &names).await?;
         install(&cp);
         let admin = cp.client(Identity::Admin).await;
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
         Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
         Api::<MigPolicy>::all(admin.clone()).create(&PostParams::default(), policy).await.expect("policy");
-        let kubelet = cp.client(Identity::Kubelet).await;
-        let sim =
-            SimCluster::join(kubelet, spec, &cp.dir().join("nodes")).await.expect("simulated nodes join");
+        let cluster_side = cp.client(Identity::Kubelet).await;
+        let mut kubelets = BTreeMap::new();
+        for name in &names {
+            kubelets.insert(name.clone(), cp.node_client(name).await);
+        }
+        let sim = SimCluster::join_as(cluster_side, kubelets, spec, &cp.dir().join("nodes"))
+            .await
+            .expect("simulated nodes join");
         let mut agent_kubeconfigs = BTreeMap::new();
         for node in sim.node_names() {
             let kubeconfig = cp.agent_kubeconfig(&node).await;

@@ -1,7 +1,7 @@
 //! What the API server itself recorded: its audit log (`--audit-policy-file`,
-//! `--audit-log-path`), kept for pod evictions and the node agent's Node patches only, so that
-//! tests count evictions as the server answered them, whoever asked, and the label changes the
-//! agent made (kubernetes/website `content/en/docs/tasks/debug/debug-cluster/audit.md`).
+//! `--audit-log-path`), kept for pod evictions, the node agent's Node patches and who wrote pod
+//! statuses only, so that tests count evictions as the server answered them, whoever asked, the
+//! label changes the agent made, and which identity a simulated kubelet reported with (kubernetes/website `content/en/docs/tasks/debug/debug-cluster/audit.md`).
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +17,11 @@ rules:
     resources:
       - group: \"\"
         resources: [pods/eviction]
+  - level: Metadata
+    verbs: [patch, update]
+    resources:
+      - group: \"\"
+        resources: [pods/status]
   - level: Request
     users: [\"system:serviceaccount:geometer-system:geometer-agent\"]
     verbs: [patch]
@@ -80,5 +85,17 @@ pub(crate) fn agent_node_patches(dir: &Path) -> Vec<Value> {
         .filter(|e| e["stage"] == "ResponseComplete" && e["objectRef"]["resource"] == "nodes")
         .filter(|e| (200..300).contains(&e["responseStatus"]["code"].as_u64().unwrap_or_default()))
         .map(|e| e["requestObject"].clone())
+        .collect()
+}
+
+/// Who wrote the status of pod `namespace/name` and was allowed to, in order.
+pub(crate) fn pod_status_writers(dir: &Path, namespace: &str, name: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(log_file(dir)).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["stage"] == "ResponseComplete" && e["objectRef"]["subresource"] == "status")
+        .filter(|e| e["objectRef"]["namespace"] == namespace && e["objectRef"]["name"] == name)
+        .filter(|e| (200..300).contains(&e["responseStatus"]["code"].as_u64().unwrap_or_default()))
+        .map(|e| e["user"]["username"].as_str().unwrap_or_default().to_string())
         .collect()
 }

@@ -17,7 +17,9 @@ pub enum Identity {
     Controller,
     /// ServiceAccount `geometer-system/geometer-agent`.
     Agent,
-    /// The simulated kubelets (as `system:masters`: the Node authorizer is not enabled).
+    /// The simulated cluster's side of the simulated kubelets (as `system:masters`): the pod
+    /// watch, the device plugin DaemonSet's pods, the DRA driver's slices. What each kubelet
+    /// itself writes goes out as its node (`ControlPlane::node_client`).
     Kubelet,
     Scheduler,
     ControllerManager,
@@ -67,15 +69,29 @@ pub(crate) fn token_file(dir: &Path) -> PathBuf {
     dir.join("tokens.csv")
 }
 
-pub(crate) fn write_token_file(dir: &Path) {
-    let lines: Vec<String> = Identity::ALL
+/// The identities above, and a kubelet identity for each of `nodes` (`system:node:<name>` in
+/// `system:nodes`, which the Node authorizer and the NodeRestriction admission plugin bind to
+/// that node).
+pub(crate) fn write_token_file(dir: &Path, nodes: &[String]) {
+    let mut lines: Vec<String> = Identity::ALL
         .iter()
         .map(|&id| {
             let (user, groups) = id.user();
             format!("{},{user},uid-{},\"{groups}\"", token(id), id.name())
         })
         .collect();
+    for node in nodes {
+        lines.push(format!("{},system:node:{node},uid-node-{node},\"system:nodes\"", node_token(node)));
+    }
     std::fs::write(token_file(dir), lines.join("\n") + "\n").expect("token file");
+}
+
+pub(crate) fn node_token(node: &str) -> String {
+    format!("geometer-e2e-node-{node}-token")
+}
+
+pub(crate) fn node_kubeconfig_path(dir: &Path, node: &str) -> PathBuf {
+    dir.join(format!("node-{node}.kubeconfig"))
 }
 
 pub(crate) fn service_account_key(dir: &Path) -> PathBuf {

@@ -73,8 +73,17 @@ pub async fn start_or_skip(test: &str) -> Option<ControlPlane> {
 /// for tests with DaemonSets of their own; `deploy/` holds the agent's, which no other test
 /// wants run).
 pub async fn start_or_skip_with(test: &str, more_controllers: &[&str]) -> Option<ControlPlane> {
+    start_or_skip_for_nodes(test, more_controllers, &[]).await
+}
+
+/// [`start_or_skip_with`] with a kubelet identity for each of `nodes`.
+pub async fn start_or_skip_for_nodes(
+    test: &str,
+    more_controllers: &[&str],
+    nodes: &[String],
+) -> Option<ControlPlane> {
     match binaries() {
-        Ok(bins) => Some(ControlPlane::start_with(&bins, more_controllers).await),
+        Ok(bins) => Some(ControlPlane::start_for_nodes(&bins, more_controllers, nodes).await),
         Err(why) => {
             assert!(std::env::var(REQUIRE_ENV).as_deref() != Ok("1"), "{test}: {why}");
             eprintln!("SKIPPED {test}: {why}");
@@ -93,9 +102,19 @@ impl ControlPlane {
 
     /// [`ControlPlane::start`] with more of kube-controller-manager's controllers.
     pub async fn start_with(bins: &Binaries, more_controllers: &[&str]) -> ControlPlane {
+        ControlPlane::start_for_nodes(bins, more_controllers, &[]).await
+    }
+
+    /// [`ControlPlane::start_with`] with a kubelet identity for each of `nodes`
+    /// ([`ControlPlane::node_client`]).
+    pub async fn start_for_nodes(
+        bins: &Binaries,
+        more_controllers: &[&str],
+        nodes: &[String],
+    ) -> ControlPlane {
         let began = Instant::now();
         let dir = tempfile::Builder::new().prefix("geometer-k8s-").tempdir().expect("temp dir");
-        identity::write_token_file(dir.path());
+        identity::write_token_file(dir.path(), nodes);
         identity::write_service_account_key(dir.path());
         audit::write_policy(dir.path());
         let mut cp = ControlPlane {
@@ -113,6 +132,15 @@ impl ControlPlane {
             cp.start_apiserver(bins, &etcd, port);
             for id in Identity::ALL {
                 identity::write_kubeconfig(cp.dir.path(), &cp.server, id);
+            }
+            for node in nodes {
+                let path = identity::node_kubeconfig_path(cp.dir.path(), node);
+                identity::write_token_kubeconfig(
+                    &path,
+                    &cp.server,
+                    &format!("node-{node}"),
+                    &identity::node_token(node),
+                );
             }
             if cp.wait_ready().await.is_ok() || attempt == BIND_ATTEMPTS {
                 break;
@@ -192,6 +220,12 @@ impl ControlPlane {
         path
     }
 
+    /// A client authenticated as node `node`'s kubelet (`system:node:<node>`), for a node named
+    /// when the control plane started ([`ControlPlane::start_for_nodes`]).
+    pub async fn node_client(&self, node: &str) -> kube::Client {
+        self.client_from(&identity::node_kubeconfig_path(self.dir.path(), node)).await
+    }
+
     /// A client that reads `kubeconfig`, as kube-rs builds one.
     pub async fn client_from(&self, kubeconfig: &Path) -> kube::Client {
         let file = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
@@ -239,6 +273,11 @@ impl ControlPlane {
     /// Every pod eviction the API server answered so far, in order.
     pub fn evictions(&self) -> Vec<Eviction> {
         audit::evictions(self.dir.path())
+    }
+
+    /// Who wrote pod `namespace/name`'s status (and was allowed to), in order.
+    pub fn pod_status_writers(&self, namespace: &str, name: &str) -> Vec<String> {
+        audit::pod_status_writers(self.dir.path(), namespace, name)
     }
 
     /// The body of every Node patch the node agent made that the API server accepted.
@@ -292,7 +331,10 @@ impl ControlPlane {
             "--endpoint-reconciler-type=none".to_string(),
             format!("--secure-port={port}"),
             format!("--cert-dir={}", d.join("certs").display()),
-            "--authorization-mode=RBAC".to_string(),
+            // As clusters run kubelets: the Node authorizer and NodeRestriction bind each
+            // `system:node:<name>` to its own node.
+            "--authorization-mode=Node,RBAC".to_string(),
+            "--enable-admission-plugins=NodeRestriction".to_string(),
             format!("--token-auth-file={}", identity::token_file(d).display()),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
             format!("--service-account-key-file={}", key.display()),
