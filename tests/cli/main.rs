@@ -4,6 +4,7 @@
 mod catalog_geometry;
 mod device_check;
 mod dra;
+mod dynamic_mig;
 mod hostile;
 mod plan;
 mod recommend;

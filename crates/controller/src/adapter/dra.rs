@@ -218,8 +218,10 @@ impl<'o> DraPlanning<'o> {
         }
     }
 
-    /// The plan's notes: each request planned (the first few), and each left unplanned.
+    /// The plan's notes: each request planned (the first few), each left unplanned, and what
+    /// blocks claims on DynamicMIG nodes.
     pub(super) fn notes(&self, warnings: &mut Vec<String>) {
+        super::dynamic_mig::notes(&self.objects.dra, &self.holders, &self.asked, warnings);
         const SHOWN: usize = 20;
         if let Some(first) = self.planned_nodes.first() {
             warnings.push(format!(

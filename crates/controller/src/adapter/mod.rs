@@ -6,6 +6,7 @@
 //! `nvidia.com/mig-*` capacity, with placements inferred (and the snapshot says so).
 
 pub mod dra;
+mod dynamic_mig;
 pub mod gangs;
 pub mod known;
 mod kubectl_yaml;

@@ -322,7 +322,7 @@ impl<'d> Demand<'d> {
             compiled.push(Selector::compile(&cel.expression).map_err(|e| e.to_string())?);
         }
         if self.offers.is_empty() {
-            return Err("no static-MIG node of NVIDIA's DRA driver has a GPU Geometer knows".into());
+            return Err("no node of NVIDIA's DRA driver has a GPU Geometer knows".into());
         }
         let mut cheapest = None;
         let mut failed = None;

@@ -22,6 +22,9 @@ pub struct Holders {
     /// claim and device: an instance made there could take that name while the claim still
     /// holds it, so the node is left alone until the claim goes.
     pub orphans: BTreeMap<String, String>,
+    /// Per pool: allocated devices the driver lists without a `uuid` (DynamicMIG's, whose
+    /// instance exists only while a claim is prepared), by name, with their holder.
+    pub by_name: BTreeMap<String, BTreeMap<String, PodKey>>,
 }
 
 /// The holder key of a claim that is not reserved for a pod yet. Pod names cannot contain `:`,
@@ -49,7 +52,13 @@ pub fn holders(dra: &DraObjects) -> Holders {
             if result.driver != NVIDIA_DRIVER {
                 continue;
             }
-            match dra.device(&result.pool, &result.device).and_then(|d| d.uuid.as_deref()) {
+            let device = dra.device(&result.pool, &result.device);
+            if device.is_some_and(|d| d.uuid.is_none()) {
+                let held = out.by_name.entry(result.pool.clone()).or_default();
+                held.insert(result.device.clone(), holder.clone());
+                continue;
+            }
+            match device.and_then(|d| d.uuid.as_deref()) {
                 Some(uuid) => {
                     out.by_uuid.insert(uuid.to_string(), holder.clone());
                     if let Some(pod) = &pod {

@@ -130,6 +130,16 @@ impl DraObjects {
         self.pools.get(pool)?.device(name)
     }
 
+    /// The slices of `node`'s pool at its newest generation, with the pool's name, once that
+    /// generation is complete.
+    pub fn pool_of_node(&self, node: &str) -> Option<(&str, &[Arc<PublishedSlice>])> {
+        self.pools.iter().find_map(|(name, pool)| {
+            let complete = !pool.by_name.is_empty();
+            let of_node = pool.slices.iter().any(|s| s.node.as_deref() == Some(node));
+            (complete && of_node).then_some((name.as_str(), pool.slices.as_slice()))
+        })
+    }
+
     /// A device published for `node`, whole, if any.
     pub fn a_device_of(&self, node: &str) -> Option<&Device> {
         self.sample_of_node.get(node)?.sample.as_ref()

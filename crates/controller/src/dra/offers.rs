@@ -1,6 +1,6 @@
 //! The devices Geometer could make on a static-MIG DRA node, as NVIDIA's driver would publish
-//! them: one per catalog profile of each GPU model those nodes have, and the whole GPU. A
-//! claim's selectors are evaluated against these to learn which profile it needs.
+//! them: one per catalog profile of each GPU model the driver's nodes have, and the whole GPU.
+//! A claim's selectors are evaluated against these to learn which profile it needs.
 //!
 //! Each offer copies the attributes of a device the driver publishes on a node with that model
 //! (product name, brand, architecture, driver and CUDA versions, ...), then sets what depends
@@ -17,7 +17,7 @@ use geometer_solver::catalog::{Catalog, GpuModel, Profile, WHOLE};
 
 use super::objects::DraObjects;
 use super::selector::{Attribute, CandidateDevice};
-use super::stack::{DraMode, NVIDIA_DRIVER};
+use super::stack::NVIDIA_DRIVER;
 
 /// Attributes that name one device, never copied to an offer.
 const OWN_ATTRIBUTES: [&str; 4] = ["uuid", "parentUUID", "profile", "type"];
@@ -32,15 +32,17 @@ pub struct Offer {
     pub device: CandidateDevice,
 }
 
-/// The offers for every GPU model of the static-MIG DRA nodes in `models` (node -> catalog
-/// keys of its GPUs), in order of rank.
+/// The offers for every GPU model of the DRA nodes in `models` (node -> catalog keys of its
+/// GPUs), in order of rank.
 pub fn offers(
     dra: &DraObjects,
     models: &BTreeMap<String, BTreeSet<String>>,
     catalog: &Catalog,
 ) -> Vec<Offer> {
     let mut base: BTreeMap<&str, BTreeMap<String, Attribute>> = BTreeMap::new();
-    for (node, keys) in models.iter().filter(|(n, _)| dra.nodes.get(*n) == Some(&DraMode::StaticMig)) {
+    // DynamicMIG nodes' GPUs too: their claims' profiles are read the same way, for the
+    // fragmentation report (Geometer makes nothing there).
+    for (node, keys) in models.iter().filter(|(n, _)| dra.nodes.contains_key(*n)) {
         let published = dra.a_device_of(node).map(|d| CandidateDevice::from_slice(NVIDIA_DRIVER, d));
         for key in keys {
             let Some(model) = catalog.find(key) else { continue };

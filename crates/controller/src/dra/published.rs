@@ -2,10 +2,13 @@
 //! `uuid`, and one device whole (the one whose attributes the devices Geometer could make copy,
 //! [`super::offers`]). A large cluster's slices list hundreds of thousands of devices with a
 //! dozen attributes each; read from a kubectl List, the rest is skipped while decoding, never
-//! built.
+//! built. A DynamicMIG slice also keeps its GPUs' counter sets and, per device, its profile and
+//! what it draws from them ([`super::fragmentation`] reads them).
 
+use std::collections::BTreeMap;
 use std::fmt;
 
+use geometer_api::quantity;
 use k8s_openapi::api::resource::v1::{Device, ResourcePool, ResourceSlice};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -23,6 +26,8 @@ pub struct PublishedSlice {
     pub devices: Vec<DeviceName>,
     /// The slice's first device, whole.
     pub sample: Option<Device>,
+    /// DynamicMIG: the counter set of each GPU (`spec.sharedCounters`).
+    pub counter_sets: Vec<Counters>,
 }
 
 /// A published device's name and `uuid` attribute (the MIG device UUID, or the GPU's).
@@ -30,16 +35,48 @@ pub struct PublishedSlice {
 pub struct DeviceName {
     pub name: String,
     pub uuid: Option<String>,
+    /// DynamicMIG: what the device draws from its GPU's counters, and its profile.
+    pub draw: Option<Box<Draw>>,
+}
+
+/// Named counters and their values: a GPU's counter set (`memory-slice-<i>`,
+/// `multiprocessors`, ...), or what one device consumes of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub set: String,
+    pub values: BTreeMap<String, u64>,
+}
+
+/// What a DynamicMIG device consumes (`consumesCounters`) and the profile it would be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Draw {
+    pub profile: Option<String>,
+    pub from: Vec<Counters>,
 }
 
 impl DeviceName {
     fn of(device: &Device) -> DeviceName {
-        let uuid = device.attributes.as_ref().and_then(|a| a.get(UUID)?.string.clone());
-        DeviceName { name: device.name.clone(), uuid }
+        let attribute = |name: &str| device.attributes.as_ref().and_then(|a| a.get(name)?.string.clone());
+        let consumed: Vec<Counters> = device
+            .consumes_counters
+            .iter()
+            .flatten()
+            .map(|c| counters_of(&c.counter_set, c.counters.iter().map(|(k, v)| (k, &v.value.0))))
+            .collect();
+        let draw =
+            (!consumed.is_empty()).then(|| Box::new(Draw { profile: attribute(PROFILE), from: consumed }));
+        DeviceName { name: device.name.clone(), uuid: attribute(UUID), draw }
     }
 }
 
+/// A counter set from names and quantity texts; a value that is not a quantity counts 0.
+fn counters_of<'a>(set: &str, values: impl Iterator<Item = (&'a String, &'a String)>) -> Counters {
+    let values = values.map(|(k, v)| (k.clone(), quantity::parse_scaled(v, 1.0).unwrap_or(0))).collect();
+    Counters { set: set.to_string(), values }
+}
+
 const UUID: &str = "uuid";
+const PROFILE: &str = "profile";
 
 fn consumes_counters(device: &Device) -> bool {
     device.consumes_counters.as_ref().is_some_and(|c| !c.is_empty())
@@ -61,19 +98,25 @@ impl From<&ResourceSlice> for PublishedSlice {
             pool: spec.pool.clone(),
             devices: devices.iter().map(DeviceName::of).collect(),
             sample: devices.first().cloned(),
+            counter_sets: spec
+                .shared_counters
+                .iter()
+                .flatten()
+                .map(|set| counters_of(&set.name, set.counters.iter().map(|(k, v)| (k, &v.value.0))))
+                .collect(),
         }
     }
 }
 
 /// A watched slice cut to what [`PublishedSlice`] keeps: every device after the first without
-/// its capacities and with `uuid` as its only attribute (the controller's cache holds every
-/// slice of the cluster between passes).
+/// its capacities and with `uuid` and `profile` as its only attributes (the controller's cache
+/// holds every slice of the cluster between passes).
 pub(crate) fn trim(slice: &mut ResourceSlice) {
     slice.metadata.managed_fields = None;
     for device in slice.spec.devices.iter_mut().flatten().skip(1) {
         device.capacity = None;
         if let Some(attributes) = &mut device.attributes {
-            attributes.retain(|name, _| name == UUID);
+            attributes.retain(|name, _| name == UUID || name == PROFILE);
         }
     }
 }
@@ -84,16 +127,15 @@ impl<'de> Deserialize<'de> for PublishedSlice {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<PublishedSlice, D::Error> {
         let SliceText { spec } = SliceText::deserialize(deserializer)?;
         let devices = spec.devices.unwrap_or_default();
+        let shared = spec.shared_counters.unwrap_or_default();
         Ok(PublishedSlice {
             driver: spec.driver,
             node: named_node(spec.node_name.as_ref()),
-            mode: DraMode::shown_by(
-                spec.shared_counters.is_some_and(|c| !c.is_empty()),
-                devices.consume_counters,
-            ),
+            mode: DraMode::shown_by(!shared.is_empty(), devices.consume_counters),
             pool: spec.pool,
             devices: devices.names,
             sample: devices.sample,
+            counter_sets: shared.into_iter().map(CountersText::read).collect(),
         })
     }
 }
@@ -112,9 +154,30 @@ struct SpecText {
     node_name: Option<String>,
     pool: ResourcePool,
     #[serde(default)]
-    shared_counters: Option<Vec<IgnoredAny>>,
+    shared_counters: Option<Vec<CountersText>>,
     #[serde(default)]
     devices: Option<DevicesText>,
+}
+
+/// A counter set (`name`) or a device's consumption of one (`counterSet`), as text.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CountersText {
+    #[serde(alias = "counterSet")]
+    name: String,
+    #[serde(default)]
+    counters: BTreeMap<String, CounterText>,
+}
+
+#[derive(Deserialize)]
+struct CounterText {
+    value: String,
+}
+
+impl CountersText {
+    fn read(self) -> Counters {
+        counters_of(&self.name, self.counters.iter().map(|(k, v)| (k, &v.value)))
+    }
 }
 
 /// `spec.devices`: the first device whole, then only each device's name, `uuid` and whether
@@ -149,8 +212,12 @@ impl<'de> Visitor<'de> for DevicesVisitor {
             out.sample = Some(first);
         }
         while let Some(device) = seq.next_element::<DeviceText>()? {
-            out.consume_counters |= device.consumes_counters.is_some_and(|c| !c.is_empty());
-            out.names.push(DeviceName { name: device.name, uuid: device.attributes.and_then(|a| a.0) });
+            let consumed: Vec<Counters> =
+                device.consumes_counters.unwrap_or_default().into_iter().map(CountersText::read).collect();
+            out.consume_counters |= !consumed.is_empty();
+            let Attributes { uuid, profile } = device.attributes.unwrap_or_default();
+            let draw = (!consumed.is_empty()).then(|| Box::new(Draw { profile, from: consumed }));
+            out.names.push(DeviceName { name: device.name, uuid, draw });
         }
         Ok(out)
     }
@@ -161,16 +228,21 @@ impl<'de> Visitor<'de> for DevicesVisitor {
 struct DeviceText {
     name: String,
     #[serde(default)]
-    attributes: Option<UuidAttribute>,
+    attributes: Option<Attributes>,
     #[serde(default)]
-    consumes_counters: Option<Vec<IgnoredAny>>,
+    consumes_counters: Option<Vec<CountersText>>,
 }
 
-/// A device's attributes, of which only `uuid` is kept.
-struct UuidAttribute(Option<String>);
+/// A device's attributes, of which only `uuid` and (for a DynamicMIG device) `profile` are
+/// kept.
+#[derive(Default)]
+struct Attributes {
+    uuid: Option<String>,
+    profile: Option<String>,
+}
 
-impl<'de> Deserialize<'de> for UuidAttribute {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<UuidAttribute, D::Error> {
+impl<'de> Deserialize<'de> for Attributes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Attributes, D::Error> {
         deserializer.deserialize_map(AttributesVisitor)
     }
 }
@@ -178,27 +250,33 @@ impl<'de> Deserialize<'de> for UuidAttribute {
 struct AttributesVisitor;
 
 impl<'de> Visitor<'de> for AttributesVisitor {
-    type Value = UuidAttribute;
+    type Value = Attributes;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a map of device attributes")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<UuidAttribute, A::Error> {
-        let mut uuid = None;
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Attributes, A::Error> {
+        let mut kept = Attributes::default();
         while let Some(key) = map.next_key::<AttributeName>()? {
-            if key.0 {
-                uuid = map.next_value::<AttributeText>()?.string;
-            } else {
-                map.next_value::<IgnoredAny>()?;
+            match key {
+                AttributeName::Uuid => kept.uuid = map.next_value::<AttributeText>()?.string,
+                AttributeName::Profile => kept.profile = map.next_value::<AttributeText>()?.string,
+                AttributeName::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
             }
         }
-        Ok(UuidAttribute(uuid))
+        Ok(kept)
     }
 }
 
-/// An attribute's name: whether it is `uuid` (read without keeping the name).
-struct AttributeName(bool);
+/// An attribute's name, read without keeping it.
+enum AttributeName {
+    Uuid,
+    Profile,
+    Other,
+}
 
 impl<'de> Deserialize<'de> for AttributeName {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<AttributeName, D::Error> {
@@ -209,7 +287,11 @@ impl<'de> Deserialize<'de> for AttributeName {
                 f.write_str("an attribute name")
             }
             fn visit_str<E: de::Error>(self, name: &str) -> Result<AttributeName, E> {
-                Ok(AttributeName(name == UUID))
+                Ok(match name {
+                    UUID => AttributeName::Uuid,
+                    PROFILE => AttributeName::Profile,
+                    _ => AttributeName::Other,
+                })
             }
         }
         deserializer.deserialize_identifier(NameVisitor)

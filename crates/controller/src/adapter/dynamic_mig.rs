@@ -1,0 +1,101 @@
+//! What the plan says of DynamicMIG nodes, where NVIDIA's DRA driver makes each instance as a
+//! claim is prepared and Geometer changes nothing: each GPU's instances and free memory slices,
+//! and for each pending claim's profile whether fragmentation (it would fit if a GPU's
+//! instances were packed) or capacity blocks it ([`crate::dra::fragmentation`]).
+
+use std::collections::HashMap;
+
+use geometer_solver::PodKey;
+
+use crate::dra::demand::Asked;
+use crate::dra::fragmentation::{runs_text, Gpu, Room};
+use crate::dra::holders::Holders;
+use crate::dra::objects::DraObjects;
+use crate::dra::stack::DraMode;
+
+/// A DynamicMIG node's GPUs, as its pool and allocated claims show them.
+struct NodeGpus {
+    node: String,
+    gpus: Vec<Gpu>,
+}
+
+fn dynamic_nodes(dra: &DraObjects, holders: &Holders) -> Vec<NodeGpus> {
+    let dynamic = dra.nodes.iter().filter(|(_, mode)| **mode == DraMode::DynamicMig);
+    dynamic
+        .filter_map(|(node, _)| {
+            let (pool, slices) = dra.pool_of_node(node)?;
+            let held = holders.by_name.get(pool);
+            let gpus = Gpu::of_pool(slices, &|device| held.is_some_and(|h| h.contains_key(device)));
+            Some(NodeGpus { node: node.clone(), gpus })
+        })
+        .collect()
+}
+
+/// Where a profile has room: a GPU now, else the GPU packing opens with the fewest moves.
+fn best_room<'n>(nodes: &'n [NodeGpus], profile: &str) -> Option<(&'n str, &'n Gpu, Room)> {
+    let mut best: Option<(&str, &Gpu, Room)> = None;
+    for node in nodes {
+        for gpu in &node.gpus {
+            let room = gpu.room_for(profile);
+            let better = match (&room, best.as_ref().map(|b| &b.2)) {
+                (Room::None, _) => false,
+                (_, None) => true,
+                (Room::Now, Some(Room::AfterPacking { .. })) => true,
+                (Room::AfterPacking { moves }, Some(Room::AfterPacking { moves: had })) => moves < had,
+                _ => false,
+            };
+            if better {
+                best = Some((&node.node, gpu, room));
+            }
+        }
+    }
+    best
+}
+
+/// The notes: each DynamicMIG GPU's state, then each pending pod's profile that does not fit
+/// now, and why.
+pub(super) fn notes(
+    dra: &DraObjects,
+    holders: &Holders,
+    asked: &HashMap<PodKey, Asked>,
+    warnings: &mut Vec<String>,
+) {
+    let nodes = dynamic_nodes(dra, holders);
+    if nodes.is_empty() {
+        return;
+    }
+    for node in &nodes {
+        for gpu in &node.gpus {
+            let instances: Vec<String> = gpu
+                .instances()
+                .into_iter()
+                .map(|(profile, slices)| {
+                    format!("{profile}@{}", slices.first().map_or(String::new(), u32::to_string))
+                })
+                .collect();
+            let instances = if instances.is_empty() { "none".to_string() } else { instances.join(", ") };
+            warnings.push(format!(
+                "DRA DynamicMIG: node {} {}: instances {instances}; free memory slices {}",
+                node.node,
+                gpu.set,
+                runs_text(&gpu.free_runs())
+            ));
+        }
+    }
+    let mut pods: Vec<(&PodKey, &Asked)> = asked.iter().collect();
+    pods.sort_by(|a, b| a.0.cmp(b.0));
+    for (pod, a) in pods {
+        for profile in a.profiles.keys() {
+            let why = match best_room(&nodes, profile) {
+                Some((_, _, Room::Now)) => continue,
+                Some((node, gpu, Room::AfterPacking { moves })) => format!(
+                    "blocked by fragmentation: node {node} {} has room for it if its instances were packed ({moves} \
+                     moved); Geometer changes no instance on a DynamicMIG node",
+                    gpu.set
+                ),
+                _ => "blocked by capacity: no DynamicMIG GPU has room for it, even packed".to_string(),
+            };
+            warnings.push(format!("DRA DynamicMIG: pod {pod} needs {profile}: {why}"));
+        }
+    }
+}
