@@ -368,3 +368,19 @@ fn a_gpu_instance_of_several_compute_instances_counts_all_of_them_and_needs_rebu
     let whole = inventory.gpus[0].instances.iter().find(|i| i.gpu_instance_id != gi).unwrap();
     assert_eq!(whole.rebuild, None);
 }
+
+/// The MigNode shows where a new instance could still go: the placement units no instance
+/// covers. After churn an H100 with 1g.10gb at 0, 1 and 5 has five free units in two runs, and
+/// no 3g.40gb placement (0-3 or 4-7) among them.
+#[test]
+fn the_inventory_lists_each_gpus_free_placement_runs() {
+    let sim = SimNvml::new("node-a");
+    sim.add_gpu("H100-80GB").unwrap();
+    sim.set_geometry(0, &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 5)]).unwrap();
+    let inventory = read_inventory(&sim, Catalog::builtin(), &[]).unwrap();
+    let runs: Vec<(u8, u8)> = inventory.gpus[0].free_placements.iter().map(|r| (r.start, r.size)).collect();
+    assert_eq!(runs, [(2, 3), (6, 2)]);
+    sim.add_gpu_with("H100-80GB", SimGpuOptions::MIG_OFF).unwrap();
+    let inventory = read_inventory(&sim, Catalog::builtin(), &[]).unwrap();
+    assert!(inventory.gpus[1].free_placements.is_empty(), "MIG off: no placements at all");
+}

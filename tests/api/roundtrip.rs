@@ -212,6 +212,7 @@ fn node_status_round_trips_and_knows_what_is_in_use() {
             pod: None,
             shared_with: vec![],
             advertised_as: [("1g.10gb".to_string(), "nvidia.com/mig-1g.10gb".to_string())].into(),
+            free_placements: vec![PlacementRun { start: 2, size: 6 }],
         }],
         gpu_count: 1,
         phase: MigNodePhase::Repartitioning,

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 pub use node::{
     AgentStep, CatalogDisagreement, DeviceStack, GpuGeometry, GpuInventory, MigInstance, MigModeStatus,
-    MigNode, MigNodePhase, MigNodeSpec, MigNodeStatus, PodGpuUsage, StepAction,
+    MigNode, MigNodePhase, MigNodeSpec, MigNodeStatus, PlacementRun, PodGpuUsage, StepAction,
 };
 pub use plan::{
     Demand, DemandGang, DemandMet, DemandUnmet, Eviction, GpuChange, GpuOperations, MigPlan, MigPlanPhase,

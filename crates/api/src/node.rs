@@ -240,6 +240,39 @@ pub struct GpuInventory {
     /// device plugin computes it; it can differ from the profile name. Empty without MIG mode.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub advertised_as: BTreeMap<String, String>,
+    /// With MIG mode on: the runs of placement units (memory slices) no instance covers, in
+    /// order. A profile fits only at its own placements, so free units can still leave a larger
+    /// profile no room (on a DynamicMIG node, the plan says which claims that blocks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub free_placements: Vec<PlacementRun>,
+}
+
+/// A run of placement units: the first and how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PlacementRun {
+    pub start: u8,
+    pub size: u8,
+}
+
+impl PlacementRun {
+    /// The runs of `units` placement units that none of `taken` (`(start, size)`) covers.
+    pub fn free(units: u8, taken: impl Iterator<Item = (u8, u8)>) -> Vec<PlacementRun> {
+        let mut used = vec![false; usize::from(units)];
+        for (start, size) in taken {
+            for unit in start..start.saturating_add(size).min(units) {
+                used[usize::from(unit)] = true;
+            }
+        }
+        let mut runs: Vec<PlacementRun> = Vec::new();
+        for unit in (0..units).filter(|&u| !used[usize::from(u)]) {
+            match runs.last_mut() {
+                Some(run) if run.start + run.size == unit => run.size += 1,
+                _ => runs.push(PlacementRun { start: unit, size: 1 }),
+            }
+        }
+        runs
+    }
 }
 
 /// MIG mode now and after the next GPU reset.
@@ -463,6 +496,15 @@ mod tests {
                 "instances": [instance],
             }]},
         })
+    }
+
+    #[test]
+    fn free_placements_are_the_units_no_instance_covers() {
+        // NVIDIA's driver issue tracker's H100: 1g.10gb at 0, 1 and 5.
+        let runs = PlacementRun::free(8, [(0, 1), (1, 1), (5, 1)].into_iter());
+        assert_eq!(runs, [PlacementRun { start: 2, size: 3 }, PlacementRun { start: 6, size: 2 }]);
+        assert_eq!(PlacementRun::free(8, [(0, 8)].into_iter()), []);
+        assert_eq!(PlacementRun::free(8, std::iter::empty()), [PlacementRun { start: 0, size: 8 }]);
     }
 
     #[test]

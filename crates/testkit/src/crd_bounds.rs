@@ -165,7 +165,7 @@ pub fn examples() -> Vec<(&'static str, Value)> {
                 "step": {"action": "Cordon", "attempt": 1, "generation": 1, "gpu": 0, "pod": "ml/a",
                     "instance": {"profile": "3g.40gb", "start": 4}, "startedAt": "2026-12-01T10:00:00Z"},
                 "gpus": [{"index": 0, "uuid": "GPU-0", "model": "H100-80GB", "pciDeviceId": "0x233010DE", "pod": "ml/w",
-                    "sharedWith": ["ml/w2"], "advertisedAs": {"nvidia.com/mig-3g.40gb": "3g.40gb"},
+                    "sharedWith": ["ml/w2"], "advertisedAs": {"nvidia.com/mig-3g.40gb": "3g.40gb"}, "freePlacements": [{"start": 4, "size": 4}],
                     "migMode": {"current": true, "pending": true},
                     "instances": [{"profile": "3g.40gb", "start": 4, "size": 4, "gpuInstanceId": 1, "computeInstanceId": 0,
                         "uuid": "MIG-1", "pod": "ml/a", "sharedWith": ["ml/a2"], "processes": 1, "rebuild": "two compute instances"}]}],

@@ -269,6 +269,7 @@ mod tests {
             pod: None,
             shared_with: vec![],
             advertised_as: Default::default(),
+            free_placements: Vec::new(),
         }
     }
 

@@ -277,6 +277,7 @@ mod tests {
             pod: None,
             shared_with: vec![],
             advertised_as: Default::default(),
+            free_placements: Vec::new(),
         };
         let spec = GpuGeometry {
             index: 0,

@@ -103,6 +103,7 @@ fn read_gpu(
         pod: None,
         shared_with: Vec::new(),
         advertised_as: Default::default(),
+        free_placements: Vec::new(),
     };
     let index_id = device.index.to_string();
     let mut pods = holders(assignments, used, |id| id == device.uuid || id == index_id).into_iter();
@@ -161,6 +162,10 @@ fn read_gpu(
         gpu.instances.push(instance);
     }
     gpu.instances.sort_by_key(|i| (i.start, i.gpu_instance_id));
+    if let Some(model) = model {
+        let taken = gpu.instances.iter().map(|i| (i.start, i.size));
+        gpu.free_placements = geometer_api::PlacementRun::free(model.placement_units, taken);
+    }
     Ok(gpu)
 }
 

@@ -218,10 +218,13 @@ impl<'o> DraPlanning<'o> {
         }
     }
 
-    /// The plan's notes: each request planned (the first few), each left unplanned, and what
-    /// blocks claims on DynamicMIG nodes.
+    /// What blocks pending claims on DynamicMIG nodes: notes, and each blocked pod.
+    pub(super) fn dynamic_mig(&self) -> (Vec<String>, Vec<super::dynamic_mig::Blocked>) {
+        super::dynamic_mig::report(&self.objects.dra, &self.holders, &self.asked)
+    }
+
+    /// The plan's notes: each request planned (the first few), and each left unplanned.
     pub(super) fn notes(&self, warnings: &mut Vec<String>) {
-        super::dynamic_mig::notes(&self.objects.dra, &self.holders, &self.asked, warnings);
         const SHOWN: usize = 20;
         if let Some(first) = self.planned_nodes.first() {
             warnings.push(format!(

@@ -52,18 +52,29 @@ fn best_room<'n>(nodes: &'n [NodeGpus], profile: &str) -> Option<(&'n str, &'n G
     best
 }
 
-/// The notes: each DynamicMIG GPU's state, then each pending pod's profile that does not fit
-/// now, and why.
-pub(super) fn notes(
+/// What blocks a pending pod's claim on the DynamicMIG nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    pub pod: PodKey,
+    pub profile: String,
+    /// True: packing a GPU's instances would make room; false: capacity.
+    pub by_fragmentation: bool,
+    /// Why, for a note and an event.
+    pub why: String,
+}
+
+/// The report on DynamicMIG nodes: a note per GPU (its instances and free memory slices),
+/// and each pending pod's profile that fits nowhere now, with why.
+pub(super) fn report(
     dra: &DraObjects,
     holders: &Holders,
     asked: &HashMap<PodKey, Asked>,
-    warnings: &mut Vec<String>,
-) {
+) -> (Vec<String>, Vec<Blocked>) {
     let nodes = dynamic_nodes(dra, holders);
     if nodes.is_empty() {
-        return;
+        return (Vec::new(), Vec::new());
     }
+    let mut notes = Vec::new();
     for node in &nodes {
         for gpu in &node.gpus {
             let instances: Vec<String> = gpu
@@ -74,7 +85,7 @@ pub(super) fn notes(
                 })
                 .collect();
             let instances = if instances.is_empty() { "none".to_string() } else { instances.join(", ") };
-            warnings.push(format!(
+            notes.push(format!(
                 "DRA DynamicMIG: node {} {}: instances {instances}; free memory slices {}",
                 node.node,
                 gpu.set,
@@ -84,18 +95,24 @@ pub(super) fn notes(
     }
     let mut pods: Vec<(&PodKey, &Asked)> = asked.iter().collect();
     pods.sort_by(|a, b| a.0.cmp(b.0));
+    let mut blocked = Vec::new();
     for (pod, a) in pods {
         for profile in a.profiles.keys() {
-            let why = match best_room(&nodes, profile) {
+            let (by_fragmentation, why) = match best_room(&nodes, profile) {
                 Some((_, _, Room::Now)) => continue,
-                Some((node, gpu, Room::AfterPacking { moves })) => format!(
-                    "blocked by fragmentation: node {node} {} has room for it if its instances were packed ({moves} \
-                     moved); Geometer changes no instance on a DynamicMIG node",
-                    gpu.set
+                Some((node, gpu, Room::AfterPacking { moves })) => (
+                    true,
+                    format!(
+                        "blocked by fragmentation: node {node} {} has room for it if its instances were packed \
+                         ({moves} moved); Geometer changes no instance on a DynamicMIG node",
+                        gpu.set
+                    ),
                 ),
-                _ => "blocked by capacity: no DynamicMIG GPU has room for it, even packed".to_string(),
+                _ => (false, "blocked by capacity: no DynamicMIG GPU has room for it, even packed".to_string()),
             };
-            warnings.push(format!("DRA DynamicMIG: pod {pod} needs {profile}: {why}"));
+            notes.push(format!("DRA DynamicMIG: pod {pod} needs {profile}: {why}"));
+            blocked.push(Blocked { pod: pod.clone(), profile: profile.clone(), by_fragmentation, why });
         }
     }
+    (notes, blocked)
 }

@@ -6,7 +6,7 @@
 //! `nvidia.com/mig-*` capacity, with placements inferred (and the snapshot says so).
 
 pub mod dra;
-mod dynamic_mig;
+pub mod dynamic_mig;
 pub mod gangs;
 pub mod known;
 mod kubectl_yaml;
@@ -103,6 +103,8 @@ pub struct Built {
     pub skipped: Vec<AdapterError>,
     /// Pending pods whose DRA claims cannot be planned, each with why.
     pub unplanned_claims: Vec<(PodKey, String)>,
+    /// Pending pods' claims that fit no DynamicMIG GPU now: fragmentation or capacity.
+    pub blocked_claims: Vec<dynamic_mig::Blocked>,
 }
 
 /// A pod's effective requests, with advertised MIG resources named by their profile.
@@ -203,6 +205,8 @@ pub fn build_snapshot(
     snapshot.pending = pending;
     snapshot.running = running;
     dra.separate_stacks(&mut snapshot.nodes, &mut snapshot.pending);
+    let (dynamic_notes, blocked_claims) = dra.dynamic_mig();
+    warnings.extend(dynamic_notes);
     dra.notes(&mut warnings);
     let unplanned_claims = std::mem::take(&mut dra.unplanned);
     add_gangs(objects, &requests, &mut snapshot, &mut warnings, &mut skipped);
@@ -210,7 +214,7 @@ pub fn build_snapshot(
         pod.do_not_disrupt = true;
     }
     snapshot.policy = policy.map(|p| p.policy);
-    Ok(Built { snapshot, warnings, skipped, unplanned_claims })
+    Ok(Built { snapshot, warnings, skipped, unplanned_claims, blocked_claims })
 }
 
 /// Each pending pod's gang, and the gangs with pending members.

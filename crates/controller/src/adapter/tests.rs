@@ -202,6 +202,21 @@ fn a_dra_node_is_left_unchanged_until_its_devices_can_be_matched_and_trusted() {
 
 const DRA_EXAMPLE: &str = include_str!("../../../../examples/dra-static-mig.yaml");
 
+/// A DynamicMIG node is never planned, and each pending claim that fits none of its GPUs now
+/// is named with what blocks it: fragmentation (the 3g.40gb) or capacity (the 7g.80gb); the
+/// 1g.10gb fits now and is not.
+#[test]
+fn claims_a_dynamic_mig_node_cannot_take_now_are_named_with_what_blocks_them() {
+    let built = snapshot_of(include_str!("../../../../examples/dra-dynamic-mig.yaml"));
+    assert!(built.snapshot.nodes.iter().all(|n| n.name != "dyn-1"), "never planned");
+    let blocked: Vec<(String, &str, bool)> = built
+        .blocked_claims
+        .iter()
+        .map(|b| (b.pod.to_string(), b.profile.as_str(), b.by_fragmentation))
+        .collect();
+    assert_eq!(blocked, [("ml/big-0".into(), "7g.80gb", false), ("ml/train-0".into(), "3g.40gb", true)]);
+}
+
 #[test]
 fn infers_gpus_from_labels_and_capacity() {
     let objects = parse_objects(LIST).unwrap();

@@ -192,6 +192,31 @@ pub(crate) fn claim_events(
         .collect()
 }
 
+/// Warning events on pending pods whose DRA claim fits no DynamicMIG GPU now:
+/// `BlockedByFragmentation` (packing a GPU's instances would make room) or `BlockedByCapacity`.
+pub(crate) fn blocked_events(
+    blocked: &[crate::adapter::dynamic_mig::Blocked],
+    pods: &BTreeMap<PodKey, &PodView>,
+    plan: Option<&ObjectReference>,
+) -> Vec<Action> {
+    blocked
+        .iter()
+        .filter_map(|b| {
+            let pod = pods.get(&b.pod)?;
+            let reason = if b.by_fragmentation { "BlockedByFragmentation" } else { "BlockedByCapacity" };
+            Some(Action::Event(EventSpec {
+                regarding: pod.object_ref(&()),
+                related: plan.cloned(),
+                warning: true,
+                reason,
+                action: "Plan",
+                note: format!("its claim needs a {}: {}", b.profile, b.why),
+            }))
+        })
+        .take(MAX_POD_EVENTS)
+        .collect()
+}
+
 /// The GPUs of `node` the plan takes out of MIG mode, as `: GPU gpu-7/3 leaves MIG`, for a
 /// whole-GPU pod's event; empty when none does (the pod uses a GPU already whole). The plan does
 /// not pick which of them the pod gets: the scheduler and the device plugin do.
@@ -280,6 +305,32 @@ mod tests {
         assert_eq!(spec.summary.pods_helped, 1);
         assert_eq!(spec.summary.pods_unmet, 1);
         assert_eq!(spec.bound, Some(3.0));
+    }
+
+    #[test]
+    fn a_claim_blocked_on_dynamic_mig_nodes_gets_a_warning_saying_by_what() {
+        let pod = crate::fixtures::pod("ml", "train", None);
+        let pods = BTreeMap::from([(PodKey::new("ml", "train"), &pod)]);
+        let blocked = |by_fragmentation| crate::adapter::dynamic_mig::Blocked {
+            pod: PodKey::new("ml", "train"),
+            profile: "3g.40gb".into(),
+            by_fragmentation,
+            why: "blocked by fragmentation: node dyn-1 gpu-0-counter-set ...".into(),
+        };
+        let events = blocked_events(&[blocked(true), blocked(false)], &pods, None);
+        let said: Vec<(bool, &str, String)> = events
+            .iter()
+            .map(|a| match a {
+                Action::Event(e) => (e.warning, e.reason, e.note.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(said[0].1, "BlockedByFragmentation");
+        assert_eq!(said[1].1, "BlockedByCapacity");
+        assert!(
+            said.iter().all(|(warning, _, note)| *warning && note.contains("needs a 3g.40gb")),
+            "{said:?}"
+        );
     }
 
     #[test]

@@ -127,6 +127,8 @@ pub struct Prepared {
     pub settling: bool,
     /// Pending pods whose DRA claims cannot be planned, each with why.
     pub unplanned_claims: Vec<(PodKey, String)>,
+    /// Pending pods' claims that fit no DynamicMIG GPU now, and why.
+    pub blocked_claims: Vec<crate::adapter::dynamic_mig::Blocked>,
 }
 
 /// Why a managed node cannot be planned now, if it cannot, and whether that should pass on
@@ -242,6 +244,7 @@ pub fn prepare(input: &RoundInput<'_>, catalog: &Catalog) -> Result<Prepared, Ad
         warnings: built.warnings,
         settling,
         unplanned_claims: built.unplanned_claims,
+        blocked_claims: built.blocked_claims,
     })
 }
 
@@ -354,6 +357,7 @@ pub(crate) fn decide(
     if spec.summary.gpus_changed == 0 {
         let mut events = plan_spec::pod_events(&spec, pods, None);
         events.extend(plan_spec::claim_events(&prepared.unplanned_claims, pods, None));
+        events.extend(plan_spec::blocked_events(&prepared.blocked_claims, pods, None));
         return Decision::NothingToDo { events };
     }
     let content = Fingerprint::of(&(&spec.nodes, &spec.evictions, &spec.demand));
@@ -384,6 +388,7 @@ pub(crate) fn decide(
     let reference = plan.object_ref(&());
     let mut events = plan_spec::pod_events(&plan.spec, pods, Some(&reference));
     events.extend(plan_spec::claim_events(&prepared.unplanned_claims, pods, Some(&reference)));
+    events.extend(plan_spec::blocked_events(&prepared.blocked_claims, pods, Some(&reference)));
     Decision::Publish { plan: Box::new(plan), events }
 }
 

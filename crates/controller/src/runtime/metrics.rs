@@ -30,6 +30,11 @@ struct StateLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: String,
 }
@@ -85,6 +90,7 @@ pub struct Metrics {
     demand: Family<ProfileLabel, Gauge>,
     gpus: Family<StateLabel, Gauge>,
     skipped: Family<KindLabel, Gauge>,
+    dynamic_mig_blocked: Family<ReasonLabel, Gauge>,
     solve_seconds: Histogram,
     rounds: Family<OutcomeLabel, Counter>,
     passes: Counter,
@@ -126,6 +132,12 @@ impl Metrics {
             "skipped_objects",
             "Objects left out of planning because they cannot be read or are invalid, by kind (each has a Warning event)",
             skipped.clone(),
+        );
+        let dynamic_mig_blocked = Family::<ReasonLabel, Gauge>::default();
+        registry.register(
+            "dynamic_mig_blocked_claims",
+            "Pending pods' DRA claim profiles that fit no DynamicMIG GPU now, by reason: fragmentation (packing a GPU's instances would make room) or capacity",
+            dynamic_mig_blocked.clone(),
         );
         // 1 ms .. ~65 s: the solver's time limit is seconds, small clusters solve in milliseconds.
         let solve_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 17));
@@ -189,6 +201,7 @@ impl Metrics {
             demand,
             gpus,
             skipped,
+            dynamic_mig_blocked,
             solve_seconds,
             rounds,
             passes,
@@ -261,6 +274,15 @@ impl Metrics {
         }
     }
 
+    /// The last round's claims blocked on DynamicMIG nodes, by reason (both always present).
+    pub fn set_dynamic_mig_blocked(&self, blocked: &[crate::adapter::dynamic_mig::Blocked]) {
+        let fragmented = blocked.iter().filter(|b| b.by_fragmentation).count() as i64;
+        let by =
+            |reason: &str| self.dynamic_mig_blocked.get_or_create(&ReasonLabel { reason: reason.into() });
+        by("fragmentation").set(fragmented);
+        by("capacity").set(blocked.len() as i64 - fragmented);
+    }
+
     pub fn set_skipped_by_kind(&self, counts: &BTreeMap<&'static str, i64>) {
         self.skipped.clear();
         for (kind, n) in counts {
@@ -315,6 +337,13 @@ mod tests {
         m.count_round(RoundOutcome::Unchanged);
         m.set_leader(true);
         m.set_reclaimable_by_namespace(&counts(&[("ml", 3)]));
+        let blocked = |by_fragmentation| crate::adapter::dynamic_mig::Blocked {
+            pod: geometer_solver::PodKey::new("ml", "a"),
+            profile: "3g.40gb".into(),
+            by_fragmentation,
+            why: String::new(),
+        };
+        m.set_dynamic_mig_blocked(&[blocked(true), blocked(true), blocked(false)]);
         let text = m.encode();
         for line in [
             "geometer_rightsizing_reclaimable_gpus{namespace=\"ml\"} 3",
@@ -326,6 +355,8 @@ mod tests {
             "geometer_solve_seconds_sum 0.25",
             "geometer_rounds_total{outcome=\"unchanged\"} 2",
             "geometer_leader 1",
+            "geometer_dynamic_mig_blocked_claims{reason=\"fragmentation\"} 2",
+            "geometer_dynamic_mig_blocked_claims{reason=\"capacity\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }

@@ -358,6 +358,7 @@ impl Controller {
         };
         self.metrics.observe_solve(solved.solve_ms as f64 / 1000.0);
         self.metrics.set_gap(&policy.name_any(), solved.gap);
+        self.metrics.set_dynamic_mig_blocked(&prepared.blocked_claims);
         let solved_at = Instant::now();
         // The pods the round's events are about: pending ones.
         let pods: BTreeMap<geometer_solver::PodKey, &PodView> = seen
