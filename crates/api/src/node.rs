@@ -264,8 +264,13 @@ impl PlacementRun {
                 used[usize::from(unit)] = true;
             }
         }
+        PlacementRun::runs((0..units).filter(|&u| !used[usize::from(u)]))
+    }
+
+    /// Free placement units (in ascending order) as runs.
+    pub fn runs(free: impl IntoIterator<Item = u8>) -> Vec<PlacementRun> {
         let mut runs: Vec<PlacementRun> = Vec::new();
-        for unit in (0..units).filter(|&u| !used[usize::from(u)]) {
+        for unit in free {
             match runs.last_mut() {
                 Some(run) if run.start + run.size == unit => run.size += 1,
                 _ => runs.push(PlacementRun { start: unit, size: 1 }),

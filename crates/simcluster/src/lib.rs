@@ -209,7 +209,7 @@ impl SimCluster {
         }
         // The simulated kubelets finish pod deletions, as real ones do.
         server.set_graceful_pod_deletion(true);
-        let shared = Shared::new(server.client(), nodes, catalog, spec, None);
+        let shared = Shared::new(server.client(), BTreeMap::new(), nodes, catalog, spec, None);
         let mut events = shared.ledger.subscribe();
         let tasks =
             vec![tokio::spawn(kubelet::run(shared.clone())), tokio::spawn(scheduler::run(shared.clone()))];
@@ -253,17 +253,16 @@ impl SimCluster {
                 .await
                 .map_err(api_err(format!("namespace {name}")))?;
         }
-        let kubelet_of = |node: &str| kubelets.get(node).unwrap_or(&client).clone();
+        let shared =
+            Shared::new(client.clone(), kubelets, nodes, catalog, spec, Some(state_dir.to_path_buf()));
         let mut registered = Vec::new();
         for n in &spec.nodes {
-            let kubelet = kubelet_of(&n.name);
-            let node = register(&kubelet, &objects::node(n, &catalog))
+            let kubelet = shared.kubelet(&n.name);
+            let node = register(&kubelet, &objects::node(n, &shared.catalog))
                 .await
                 .map_err(api_err(format!("node {}", n.name)))?;
             registered.push((kubelet, node));
         }
-        let mut shared = Shared::new(client.clone(), nodes, catalog, spec, Some(state_dir.to_path_buf()));
-        Arc::get_mut(&mut shared).expect("not shared yet").kubelets = kubelets;
         let mut events = shared.ledger.subscribe();
         let mut tasks =
             vec![tokio::spawn(kubelet::run(shared.clone())), tokio::spawn(heartbeat::run(registered))];
@@ -444,6 +443,7 @@ impl Shared {
 
     fn new(
         client: kube::Client,
+        kubelets: BTreeMap<String, kube::Client>,
         nodes: BTreeMap<String, Arc<SimNode>>,
         catalog: Catalog,
         spec: &ClusterSpec,
@@ -451,7 +451,7 @@ impl Shared {
     ) -> Arc<Shared> {
         Arc::new(Shared {
             client,
-            kubelets: BTreeMap::new(),
+            kubelets,
             nodes,
             catalog: Arc::new(catalog),
             ledger: Arc::new(Ledger::new()),

@@ -80,8 +80,8 @@ pub(super) fn report(
             let instances: Vec<String> = gpu
                 .instances()
                 .into_iter()
-                .map(|(profile, slices)| {
-                    format!("{profile}@{}", slices.first().map_or(String::new(), u32::to_string))
+                .map(|(profile, first)| {
+                    format!("{profile}@{}", first.map_or(String::new(), |f| f.to_string()))
                 })
                 .collect();
             let instances = if instances.is_empty() { "none".to_string() } else { instances.join(", ") };

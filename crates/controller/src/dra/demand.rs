@@ -11,10 +11,12 @@
 //! stops kube-scheduler too), a constraint across several devices on anything but the parent GPU
 //! (or on part of a pod's devices only), a class or claim that does not exist. A constraint on
 //! the parent GPU (`gpu.nvidia.com/parentUUID`) over all of a pod's devices is planned: all on
-//! one GPU (`matchAttribute`) or each on its own (`distinctAttribute`). The classes that serve an extended resource under its own name
-//! (`extendedResourceName`, e.g. `nvidia.com/mig-1g.10gb`) are checked the same way. Claim fields follow `resource.k8s.io/v1` (repository `kubernetes/api`, path
-//! `resource/v1/types.go`); extended resources through classes follow the KEP "DRA: Extended
-//! Resource" (repository `kubernetes/enhancements`, path `keps/sig-scheduling/5004-dra-extended-resource`).
+//! one GPU (`matchAttribute`) or each on its own (`distinctAttribute`). The classes that serve
+//! an extended resource under its own name (`extendedResourceName`, e.g.
+//! `nvidia.com/mig-1g.10gb`) are checked the same way. Claim fields follow `resource.k8s.io/v1`
+//! (repository `kubernetes/api`, path `resource/v1/types.go`); extended resources through
+//! classes follow the KEP "DRA: Extended Resource" (repository `kubernetes/enhancements`, path
+//! `keps/sig-scheduling/5004-dra-extended-resource`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

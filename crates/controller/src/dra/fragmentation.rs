@@ -14,10 +14,17 @@
 
 use std::collections::BTreeMap;
 
+use geometer_api::PlacementRun;
+
 use super::published::{Counters, PublishedSlice};
 
 /// The prefix of the counters that stand for a GPU's memory slices.
 const MEMORY_SLICE: &str = "memory-slice-";
+
+/// The memory slice a counter stands for (`memory-slice-3` is 3), if it stands for one.
+fn memory_slice(counter: &str) -> Option<u8> {
+    counter.strip_prefix(MEMORY_SLICE)?.parse().ok()
+}
 
 /// One GPU of a DynamicMIG node: its counter set and the devices drawing from it.
 #[derive(Debug, Clone)]
@@ -88,40 +95,23 @@ impl Gpu {
         left
     }
 
-    /// The free memory slices, as runs `(first, count)`.
-    pub fn free_runs(&self) -> Vec<(u32, u32)> {
+    /// The free memory slices, as runs.
+    pub fn free_runs(&self) -> Vec<PlacementRun> {
         let left = self.left();
-        let mut free: Vec<u32> = left
-            .iter()
-            .filter(|(_, &value)| value > 0)
-            .filter_map(|(name, _)| name.strip_prefix(MEMORY_SLICE)?.parse().ok())
-            .collect();
+        let mut free: Vec<u8> =
+            left.iter().filter(|(_, &value)| value > 0).filter_map(|(name, _)| memory_slice(name)).collect();
         free.sort_unstable();
-        let mut runs: Vec<(u32, u32)> = Vec::new();
-        for slice in free {
-            match runs.last_mut() {
-                Some((first, count)) if *first + *count == slice => *count += 1,
-                _ => runs.push((slice, 1)),
-            }
-        }
-        runs
+        PlacementRun::runs(free)
     }
 
-    /// The profiles of the devices allocated on this GPU, with the memory slices each covers.
-    pub fn instances(&self) -> Vec<(String, Vec<u32>)> {
-        let slices_of = |d: &AbstractDevice| -> Vec<u32> {
-            let mut covered: Vec<u32> =
-                d.draw.keys().filter_map(|name| name.strip_prefix(MEMORY_SLICE)?.parse().ok()).collect();
-            covered.sort_unstable();
-            covered
-        };
+    /// The profile of each device allocated on this GPU, with the first memory slice it covers.
+    pub fn instances(&self) -> Vec<(String, Option<u8>)> {
         self.allocated
             .iter()
             .map(|&d| {
-                (
-                    self.devices[d].profile.clone().unwrap_or_else(|| self.devices[d].name.clone()),
-                    slices_of(&self.devices[d]),
-                )
+                let device = &self.devices[d];
+                let first = device.draw.keys().filter_map(|name| memory_slice(name)).min();
+                (device.profile.clone().unwrap_or_else(|| device.name.clone()), first)
             })
             .collect()
     }
@@ -154,7 +144,7 @@ impl Gpu {
         let device = current
             .map(|d| &self.devices[d])
             .or_else(|| self.devices.iter().find(|d| d.profile.as_deref() == profile));
-        device.map_or(0, |d| d.draw.keys().filter(|k| k.starts_with(MEMORY_SLICE)).count())
+        device.map_or(0, |d| d.draw.keys().filter(|name| memory_slice(name).is_some()).count())
     }
 }
 
@@ -214,13 +204,13 @@ fn give(left: &mut BTreeMap<String, u64>, draw: &BTreeMap<String, u64>) {
 }
 
 /// Runs of memory slices as `2-4, 6-7` (one slice alone as `5`); `none` for no run.
-pub fn runs_text(runs: &[(u32, u32)]) -> String {
+pub fn runs_text(runs: &[PlacementRun]) -> String {
     if runs.is_empty() {
         return "none".into();
     }
-    let run = |&(first, count): &(u32, u32)| match count {
-        1 => first.to_string(),
-        _ => format!("{first}-{}", first + count - 1),
+    let run = |r: &PlacementRun| match r.size {
+        1 => r.start.to_string(),
+        _ => format!("{}-{}", r.start, r.start + r.size - 1),
     };
     runs.iter().map(run).collect::<Vec<_>>().join(", ")
 }
@@ -280,7 +270,8 @@ pub(crate) mod tests {
     fn scattered_small_instances_block_a_larger_profile_that_packing_would_fit() {
         // NVIDIA's driver issue tracker: 1g.10gb at 0, 1 and 5 leave no 3g.40gb placement.
         let gpu = gpu_with(&["gpu-0-mig-1g10gb-0", "gpu-0-mig-1g10gb-1", "gpu-0-mig-1g10gb-5"]);
-        assert_eq!(gpu.free_runs(), [(2, 3), (6, 2)]);
+        let run = |start, size| PlacementRun { start, size };
+        assert_eq!(gpu.free_runs(), [run(2, 3), run(6, 2)]);
         assert_eq!(runs_text(&gpu.free_runs()), "2-4, 6-7");
         assert_eq!(gpu.room_for("1g.10gb"), Room::Now);
         assert_eq!(gpu.room_for("3g.40gb"), Room::AfterPacking { moves: 1 }, "move the 1g at 5 to 2");

@@ -109,14 +109,15 @@ impl From<&ResourceSlice> for PublishedSlice {
 }
 
 /// A watched slice cut to what [`PublishedSlice`] keeps: every device after the first without
-/// its capacities and with `uuid` and `profile` as its only attributes (the controller's cache
-/// holds every slice of the cluster between passes).
+/// its capacities and with `uuid` as its only attribute, and `profile` too where it consumes
+/// counters (DynamicMIG) (the controller's cache holds every slice of the cluster between passes).
 pub(crate) fn trim(slice: &mut ResourceSlice) {
     slice.metadata.managed_fields = None;
     for device in slice.spec.devices.iter_mut().flatten().skip(1) {
         device.capacity = None;
+        let draws = consumes_counters(device);
         if let Some(attributes) = &mut device.attributes {
-            attributes.retain(|name, _| name == UUID || name == PROFILE);
+            attributes.retain(|name, _| name == UUID || (draws && name == PROFILE));
         }
     }
 }
@@ -341,6 +342,28 @@ mod tests {
         assert_eq!(PublishedSlice::from(&typed), whole);
         let second = &typed.spec.devices.as_ref().unwrap()[1];
         assert!(second.capacity.is_none() && second.attributes.as_ref().unwrap().len() == 1);
+    }
+
+    #[test]
+    fn a_trimmed_dynamic_mig_slice_keeps_each_devices_profile_and_draw() {
+        let mut value = slice();
+        value["spec"]["sharedCounters"] =
+            json!([{"name": "gpu-0-counter-set", "counters": {"memory-slice-0": {"value": "1"}}}]);
+        for device in value["spec"]["devices"].as_array_mut().unwrap().iter_mut().take(2) {
+            device["attributes"]["profile"] = json!({"string": "1g.10gb"});
+            device["consumesCounters"] =
+                json!([{"counterSet": "gpu-0-counter-set", "counters": {"memory-slice-0": {"value": "1"}}}]);
+        }
+        let mut typed: ResourceSlice = serde_json::from_value(value.clone()).unwrap();
+        let read: PublishedSlice = serde_json::from_value(value).unwrap();
+        assert_eq!(read, PublishedSlice::from(&typed));
+        trim(&mut typed);
+        assert_eq!(PublishedSlice::from(&typed), read, "trimming keeps what planning reads");
+        let draw = read.devices[1].draw.as_ref().expect("a DynamicMIG device draws");
+        assert_eq!(draw.profile.as_deref(), Some("1g.10gb"));
+        assert_eq!(draw.from[0].values.get("memory-slice-0"), Some(&1));
+        assert_eq!(read.counter_sets[0].set, "gpu-0-counter-set");
+        assert!(read.devices[2].draw.is_none(), "the whole GPU draws nothing here");
     }
 
     #[test]
