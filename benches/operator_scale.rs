@@ -65,6 +65,7 @@ fn policy() -> MigPolicy {
             },
             solver: SolverLimits { time_limit_ms: 10_000, ..SolverLimits::default() },
             rightsizing: None,
+            dynamic_mig: None,
         },
     )
 }

@@ -32,6 +32,7 @@ fn a_minimal_policy_gets_safe_defaults() {
             disruption: Disruption::default(),
             solver: SolverLimits::default(),
             rightsizing: None,
+            dynamic_mig: None,
         }
     );
 }
@@ -183,6 +184,7 @@ fn node_status_round_trips_and_knows_what_is_in_use() {
         MigNodeSpec {
             plan: Some("inference-20250101-000000".into()),
             gpus: vec![GpuGeometry { index: 0, geometry: vec![PlacedInstance::new("3g.40gb", 4)] }],
+            compaction: None,
         },
     );
     let busy = MigInstance {

@@ -1,6 +1,7 @@
 //! `geometer plan` on a kubectl List from a DynamicMIG node (NVIDIA's DRA driver makes each
 //! instance as a claim is prepared): it says which pending claims fragmentation blocks and
-//! which capacity does, and changes nothing on the node.
+//! which capacity does, what moving pods would open (where a policy turns compaction on), and
+//! changes nothing on the node.
 
 use crate::plan::{example, notes, plan_json};
 
@@ -26,6 +27,8 @@ fn a_fragmented_dynamic_mig_gpu_is_reported_and_left_alone() {
         said(&["pod ml/train-0 needs 3g.40gb", "blocked by fragmentation", "node dyn-1", "1 moved"]),
         "{notes:?}"
     );
+    // What compaction would move, and what it would open.
+    assert!(said(&["moving ml/chat-2 (on gpu-0-mig-1g10gb-5) would open gpu-0-mig-3g40gb-4"]), "{notes:?}");
     assert!(said(&["pod ml/big-0 needs 7g.80gb", "blocked by capacity"]), "{notes:?}");
     assert!(!said(&["ml/small-0 needs"]), "a 1g.10gb fits now; the scheduler will allocate it: {notes:?}");
     assert!(said(&["dyn-1", "DynamicMIG", "never changes"]), "{notes:?}");

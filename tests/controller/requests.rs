@@ -25,6 +25,7 @@ async fn a_mignode_write_is_one_merge_patch_with_plan_geometry_time_and_version(
             index: 0,
             geometry: vec![PlacedInstance::new("1g.10gb", 0), PlacedInstance::new("3g.40gb", 4)],
         }],
+        compaction: None,
     };
     let action = Action::NodeSpec {
         node: "gpu-a".into(),

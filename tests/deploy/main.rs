@@ -1,4 +1,4 @@
-//! The manifests in deploy/: rendering, CRDs, RBAC against what the code calls.
+//! The manifests in deploy/: rendering, CRDs, the Helm chart, the operator image (RBAC against what the code calls is tests/k8s/rbac.rs, on the real API server).
 #![allow(clippy::unwrap_used)] // test and benchmark code: a failed unwrap is a failed run
 
 mod crds;
@@ -6,6 +6,4 @@ mod helm;
 mod krew;
 mod monitoring;
 mod operator_image;
-mod rbac;
-mod rbac_controller;
 mod render;

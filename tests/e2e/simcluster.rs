@@ -200,7 +200,11 @@ async fn a_real_agent_reconfigures_a_node_and_the_waiting_pod_runs() {
     wait_for("small unschedulable", || unschedulable(&server, "small")).await;
 
     let geometry: Vec<PlacedInstance> = (0..7).map(|s| PlacedInstance::new("1g.10gb", s)).collect();
-    let spec = MigNodeSpec { plan: Some("by-hand".into()), gpus: vec![GpuGeometry { index: 0, geometry }] };
+    let spec = MigNodeSpec {
+        plan: Some("by-hand".into()),
+        gpus: vec![GpuGeometry { index: 0, geometry }],
+        compaction: None,
+    };
     let mignodes: Api<MigNode> = Api::all(server.client());
     match mignodes.create(&PostParams::default(), &MigNode::new("gpu-1", spec.clone())).await {
         Ok(_) => {}

@@ -6,51 +6,13 @@ use geometer_api::PolicyMode;
 use geometer_simcluster::{ClusterSpec, MigPod, NodeSpec};
 use geometer_testkit::control_plane::Identity;
 use geometer_testkit::e2e::policy;
-use geometer_testkit::real_cluster::{RealCluster, NS};
+use geometer_testkit::real_cluster::NS;
 use geometer_testkit::wait::wait_until;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::PostParams;
 use kube::Api;
 
-use crate::support::{operator, HALVES};
-
-async fn running(k8s: &RealCluster, app: &str, count: usize) -> Vec<(String, String, String)> {
-    wait_until(
-        &format!("{count} pod(s) of {app} running"),
-        || async {
-            k8s.check_alive();
-            let pods = k8s.running_of(app).await;
-            (pods.len() == count).then_some(pods)
-        },
-        || k8s.logs(),
-    )
-    .await
-}
-
-/// One node, two H100s split in halves, a 3g pod (each its own Deployment) on the first half of
-/// each GPU and the second halves free; then a Deployment wanting a whole GPU. Only moving one
-/// half-GPU pod to the other GPU's free half makes room, so a plan with eviction evicts unless
-/// the pods are protected. Returns the uids of the pods of `a` and `c`.
-async fn fragmented(test: &str, protected: bool) -> Option<(RealCluster, Vec<String>)> {
-    let spec = ClusterSpec::new(vec![NodeSpec::new("gpu-1", "H100-80GB", 2, HALVES)]);
-    let k8s = operator(test, &spec, &policy(PolicyMode::Auto, true)).await?;
-    for app in ["a", "b", "c", "d"] {
-        let mut pod = MigPod::new(NS, app).slice("3g.40gb", 1);
-        if protected {
-            pod = pod.annotation("karpenter.sh/do-not-disrupt", "true");
-        }
-        k8s.deploy(app, 1, pod.build()).await;
-        running(&k8s, app, 1).await;
-    }
-    k8s.delete_deployment("b").await;
-    k8s.delete_deployment("d").await;
-    let mut uids = Vec::new();
-    for app in ["a", "c"] {
-        uids.push(running(&k8s, app, 1).await[0].1.clone());
-    }
-    k8s.deploy("whole", 1, MigPod::new(NS, "whole").slice("7g.80gb", 1).build()).await;
-    Some((k8s, uids))
-}
+use crate::support::{fragmented, operator, running, HALVES};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_protection_the_plan_moves_a_pod_and_its_deployment_brings_it_back() {

@@ -20,7 +20,7 @@ const NS: &str = "ml";
 const NODE: &str = "dra-1";
 
 /// NVIDIA's chart's class for MIG devices (its `mig.nvidia.com` DeviceClass).
-fn mig_class() -> Value {
+pub(crate) fn mig_class() -> Value {
     json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
         "metadata": {"name": "mig.nvidia.com"},
@@ -30,7 +30,7 @@ fn mig_class() -> Value {
 }
 
 /// A template for one MIG device of `profile`, as the driver's examples write it.
-fn template(profile: &str) -> Value {
+pub(crate) fn template(profile: &str) -> Value {
     json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
         "metadata": {"name": profile.replace('.', "-"), "namespace": NS},
@@ -41,7 +41,7 @@ fn template(profile: &str) -> Value {
     })
 }
 
-fn pod(name: &str, template: &str) -> Value {
+pub(crate) fn pod(name: &str, template: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": NS},
@@ -52,12 +52,12 @@ fn pod(name: &str, template: &str) -> Value {
     })
 }
 
-fn object<T: DeserializeOwned>(value: Value) -> T {
+pub(crate) fn object<T: DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).unwrap()
 }
 
 /// Creates `value`, retrying while the namespace's ServiceAccount is not made yet.
-async fn create<K>(api: &Api<K>, value: Value)
+pub(crate) async fn create<K>(api: &Api<K>, value: Value)
 where
     K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {

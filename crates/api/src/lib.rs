@@ -32,8 +32,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use node::{
-    AgentStep, CatalogDisagreement, DeviceStack, GpuGeometry, GpuInventory, MigInstance, MigModeStatus,
-    MigNode, MigNodePhase, MigNodeSpec, MigNodeStatus, PlacementRun, PodGpuUsage, StepAction,
+    AgentStep, CatalogDisagreement, Compaction, DeviceStack, GpuGeometry, GpuInventory, MigInstance,
+    MigModeStatus, MigNode, MigNodePhase, MigNodeSpec, MigNodeStatus, PlacementRun, PodGpuUsage, PodRef,
+    StepAction,
 };
 pub use plan::{
     Demand, DemandGang, DemandMet, DemandUnmet, Eviction, GpuChange, GpuOperations, MigPlan, MigPlanPhase,
@@ -41,8 +42,8 @@ pub use plan::{
 };
 pub use plan::{MAX_PLAN_DEMAND_ENTRIES, MAX_PLAN_EVICTIONS, MAX_PLAN_NODES};
 pub use policy::{
-    Batching, Disruption, GpuMode, MigPolicy, MigPolicySpec, MigPolicyStatus, PolicyMode, Rightsizing,
-    RightsizingMode, SolverLimits, DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS,
+    Batching, Disruption, DynamicMig, GpuMode, MigPolicy, MigPolicySpec, MigPolicyStatus, PolicyMode,
+    Rightsizing, RightsizingMode, SolverLimits, DEFAULT_DO_NOT_DISRUPT_ANNOTATIONS,
 };
 
 /// Re-exported so users of the API need not depend on k8s-openapi's path for conditions.

@@ -97,6 +97,36 @@ pub struct MigNodeSpec {
     #[schemars(length(max = MAX_GPUS_PER_NODE))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["index".into()]))]
     pub gpus: Vec<GpuGeometry>,
+
+    /// DynamicMIG: the pods the agent evicts so that a claim fragmentation blocks can be
+    /// allocated; written and cleared by the controller. The agent changes no instance there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<Compaction>,
+}
+
+/// Room being opened on a DynamicMIG node's GPU for one claim by moving pods.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Compaction {
+    /// The MigPolicy whose disruption rules the evictions follow.
+    pub policy: String,
+    /// The pod whose claim the room is for, `namespace/name`.
+    pub for_pod: String,
+    /// The DRA device (of pool `<node>`) the claim can be allocated once the pods have moved.
+    pub device: String,
+    /// The pods to evict.
+    #[schemars(length(max = MAX_INSTANCES_PER_GPU))]
+    pub evict: Vec<PodRef>,
+    /// When the controller asked; the compaction is given up after the policy's drain timeout.
+    pub started_at: Time,
+}
+
+/// One pod: `namespace/name`, and its uid, so that a new pod of the same name is left alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRef {
+    pub pod: String,
+    pub uid: String,
 }
 
 /// Desired geometry of one GPU.

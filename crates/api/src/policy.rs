@@ -140,6 +140,28 @@ pub struct MigPolicySpec {
     /// name is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rightsizing: Option<Rightsizing>,
+
+    /// What Geometer may do on DynamicMIG nodes (NVIDIA's DRA driver makes each instance as a
+    /// claim is prepared; Geometer never changes one there). Unset: it reports which claims
+    /// fragmentation blocks, and moves nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic_mig: Option<DynamicMig>,
+}
+
+/// What Geometer may do on DynamicMIG nodes beyond reporting fragmentation.
+#[derive(KubeSchema, Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DynamicMig {
+    /// Open room for a claim that fragmentation blocks by moving the cheapest set of pods on
+    /// one GPU (a pod's cost: its `geometer.dev/move-cost` annotation, else 1 plus a minute's
+    /// worth of its readiness delay; do-not-disrupt pods never move): DeviceTaintRules
+    /// (NoSchedule) first keep other claims off the placement being opened, the node's agent
+    /// then evicts the pods through the Eviction API under `disruption`'s rules (which must
+    /// allow evictions), and the rules go once the claim is allocated, the claim is gone, or the
+    /// drain timeout passes. Needs `mode: Auto` and a cluster that serves DeviceTaintRules;
+    /// otherwise the plan only says what it would move.
+    #[serde(default)]
+    pub compact: bool,
 }
 
 /// A GPU's mode.

@@ -24,7 +24,6 @@ use super::fit::container_mig_requests;
 use super::ledger::{Ending, PodRun, SimEvent};
 use super::node::{AdmitError, Device, SimNode};
 use super::objects::{self, is_device_plugin, RELEASES_ANNOTATION};
-use super::spec::DeviceStack;
 use super::Shared;
 use super::{claims, dra};
 
@@ -130,7 +129,7 @@ impl Kubelet {
             self.start_plugin(&node, pod).await;
         } else if dra::is_plugin(&pod) {
             self.start_dra_plugin(&node, pod).await;
-        } else if node.stack == DeviceStack::DraStatic {
+        } else if node.stack.is_dra() {
             self.start_claiming(&node, pod).await;
         } else {
             self.handled.insert(uid);
@@ -224,8 +223,15 @@ impl Kubelet {
             *counts.entry(d.resource()).or_default() += 1;
         }
         let catalog = &self.shared.catalog;
-        let advertised =
-            dra::publish(&self.shared.client, &node.name, &published.gpus, &published.devices, catalog).await;
+        let advertised = dra::publish(
+            &self.shared.client,
+            node.stack,
+            &node.name,
+            &published.gpus,
+            &published.devices,
+            catalog,
+        )
+        .await;
         self.plugin_ready(node, &pod, advertised, counts, published.start).await;
     }
 

@@ -171,6 +171,8 @@ pub enum AdmitError {
     NotPublished { device: String },
     #[error("DRA device {device} ({uuid}) is in use by another pod on this node")]
     Held { device: String, uuid: String },
+    #[error("DRA device {device} cannot be prepared: {reason}")]
+    NotPrepared { device: String, reason: String },
 }
 
 #[derive(Default)]
@@ -252,23 +254,86 @@ impl SimNode {
         Ok((counts, st.plugin_starts))
     }
 
-    /// NVIDIA's DRA kubelet plugin starts: it lists the same devices as the device plugin,
-    /// each under the name the driver gives it.
+    /// NVIDIA's DRA kubelet plugin starts. In static MIG mode it lists the same devices as the
+    /// device plugin, each under the name the driver gives it. In DynamicMIG mode it first
+    /// destroys every instance no running pod's claim holds (the driver's `driver.go` ->
+    /// `obliterateStaleMIGDevices`), then lists a device for every profile and placement.
     pub fn start_dra_plugin(&self, catalog: &Catalog) -> Result<DraPublication, NvmlError> {
+        if self.stack == DeviceStack::DraDynamicMig {
+            self.remove_unprepared();
+        }
         let (gpus, advertised) = self.list_devices(catalog)?;
-        let named: BTreeMap<String, Device> = advertised
-            .values()
-            .flatten()
-            .map(|d| {
-                let model = gpus.iter().find(|g| g.index == d.gpu).and_then(|g| catalog.find(&g.model));
-                (crate::dra::device_name(model, d), d.clone())
-            })
-            .collect();
+        let named: BTreeMap<String, Device> = match self.stack {
+            DeviceStack::DraDynamicMig => crate::dra::abstract_devices(&gpus, catalog),
+            _ => advertised
+                .values()
+                .flatten()
+                .map(|d| {
+                    let model = gpus.iter().find(|g| g.index == d.gpu).and_then(|g| catalog.find(&g.model));
+                    (crate::dra::device_name(model, d), d.clone())
+                })
+                .collect(),
+        };
         let mut st = self.lock();
         st.advertised = advertised;
         st.dra_devices = named.clone();
         st.plugin_starts += 1;
         Ok(DraPublication { gpus, devices: named, start: st.plugin_starts })
+    }
+
+    /// DynamicMIG: destroys the instances no running pod holds.
+    fn remove_unprepared(&self) {
+        let st = self.lock();
+        for gpu in self.nvml.devices().unwrap_or_default() {
+            for device in self.nvml.mig_devices(gpu.index).unwrap_or_default() {
+                if st.is_held(&device.uuid) {
+                    continue;
+                }
+                if let Err(e) = self.nvml.remove_instance(gpu.index, &device.uuid) {
+                    tracing::warn!(node = %self.name, gpu = gpu.index, uuid = %device.uuid, error = %e, "simulated DRA plugin cannot destroy a stale instance");
+                }
+            }
+        }
+    }
+
+    /// DynamicMIG: prepares the devices `claimed` for `container` by creating each one's
+    /// instance at its profile and placement; on a failure the ones made are destroyed again.
+    fn prepare(
+        &self,
+        st: &NodeState,
+        container: &str,
+        claimed: &[ClaimedDevice],
+    ) -> Result<Vec<Chosen>, AdmitError> {
+        let mut chosen: Vec<Chosen> = Vec::new();
+        for c in claimed {
+            let made = match st.dra_devices.get(&c.device) {
+                None => Err(AdmitError::NotPublished { device: c.device.clone() }),
+                Some(d) => self
+                    .nvml
+                    .set_geometry(d.gpu, &[(d.profile.as_str(), d.start)])
+                    .map(|made| Device { uuid: made[0].uuid.clone(), ..d.clone() })
+                    .map_err(|e| AdmitError::NotPrepared { device: c.device.clone(), reason: e.to_string() }),
+            };
+            match made {
+                Ok(device) => {
+                    chosen.push(Chosen { container: container.to_string(), device, claim: Some(c.clone()) })
+                }
+                Err(e) => {
+                    self.unprepare(chosen.iter().map(|c| &c.device));
+                    return Err(e);
+                }
+            }
+        }
+        Ok(chosen)
+    }
+
+    /// DynamicMIG: destroys the instances of `devices` (their pod has stopped).
+    fn unprepare<'a>(&self, devices: impl Iterator<Item = &'a Device>) {
+        for d in devices {
+            if let Err(e) = self.nvml.remove_instance(d.gpu, &d.uuid) {
+                tracing::warn!(node = %self.name, gpu = d.gpu, uuid = %d.uuid, error = %e, "simulated DRA plugin cannot destroy an instance it made");
+            }
+        }
     }
 
     /// Every MIG device NVML reports, and each GPU with MIG off whole, by resource name.
@@ -313,8 +378,9 @@ impl SimNode {
     }
 
     /// Admits a pod whose DRA claims were allocated the devices `claimed` (as the DRA plugin
-    /// published them), for `container`: the kubelet prepares exactly those devices. A device
-    /// the plugin no longer lists, or one another pod holds, refuses the pod.
+    /// published them), for `container`: the kubelet prepares exactly those devices (in
+    /// DynamicMIG mode, creating their instances). A device the plugin no longer lists, or one
+    /// another pod holds, refuses the pod.
     pub fn admit_claimed(
         &self,
         key: PodKey,
@@ -323,7 +389,12 @@ impl SimNode {
         claimed: &[ClaimedDevice],
         usage: ProcessUsage,
     ) -> Result<Vec<Device>, AdmitError> {
-        self.admit_with(key, uid, usage, |st| st.choose_claimed(container, claimed))
+        match self.stack {
+            DeviceStack::DraDynamicMig => {
+                self.admit_with(key, uid, usage, |st| self.prepare(st, container, claimed))
+            }
+            _ => self.admit_with(key, uid, usage, |st| st.choose_claimed(container, claimed)),
+        }
     }
 
     /// The pod's devices when it runs already; otherwise the devices `choose` picks, started.
@@ -364,6 +435,9 @@ impl SimNode {
                     for (_, pid) in pids {
                         self.nvml.stop_process(pid);
                     }
+                    if self.stack == DeviceStack::DraDynamicMig {
+                        self.unprepare(chosen.iter().map(|c| &c.device));
+                    }
                     return Err(AdmitError::Vanished { resource: d.resource(), uuid: d.uuid.clone() });
                 }
             }
@@ -374,12 +448,16 @@ impl SimNode {
         Ok(devices)
     }
 
-    /// The pod ended or was deleted: its processes stop and its devices are free again.
+    /// The pod ended or was deleted: its processes stop and its devices are free again (in
+    /// DynamicMIG mode, their instances are destroyed).
     pub fn release(&self, namespace: &str, pod: &str) -> Option<RunningPod> {
         let key = PodKey::new(namespace, pod);
         let gone = self.lock().running.remove(&key)?;
         for (_, pid) in &gone.pids {
             self.nvml.stop_process(*pid);
+        }
+        if self.stack == DeviceStack::DraDynamicMig {
+            self.unprepare(gone.devices.iter());
         }
         self.assignments.update(|list| list.retain(|a| !(a.namespace == namespace && a.pod == pod)));
         Some(gone)

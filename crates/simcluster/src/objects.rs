@@ -118,7 +118,7 @@ pub(crate) fn node_daemon_pod(
 pub(crate) fn plugin_pod(stack: DeviceStack, node: &str, serial: u32) -> Pod {
     match stack {
         DeviceStack::DevicePlugin => device_plugin_pod(node, serial),
-        DeviceStack::DraStatic => crate::dra::plugin_pod(node, serial),
+        DeviceStack::DraStatic | DeviceStack::DraDynamicMig => crate::dra::plugin_pod(node, serial),
     }
 }
 

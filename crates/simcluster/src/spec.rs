@@ -22,6 +22,17 @@ pub enum DeviceStack {
     /// NVIDIA's DRA driver in its static MIG mode: one ResourceSlice per node listing the MIG
     /// devices that exist, and nothing in the Node's allocatable (see [`crate::dra`]).
     DraStatic,
+    /// NVIDIA's DRA driver in its DynamicMIG mode: a counter set per GPU and one abstract
+    /// device per profile and placement; the instance is made when a claim's pod starts and
+    /// destroyed when it stops (see [`crate::dra`]).
+    DraDynamicMig,
+}
+
+impl DeviceStack {
+    /// NVIDIA's DRA driver advertises the node's GPUs, in either mode.
+    pub fn is_dra(self) -> bool {
+        self != DeviceStack::DevicePlugin
+    }
 }
 
 /// One GPU: a catalog model (key, PCI id or NVML name) and the instances it starts with.
@@ -78,6 +89,17 @@ impl NodeSpec {
     /// The node's GPUs are advertised by NVIDIA's DRA driver in static MIG mode.
     pub fn dra(mut self) -> NodeSpec {
         self.stack = DeviceStack::DraStatic;
+        self
+    }
+
+    /// The node's GPUs are advertised by NVIDIA's DRA driver in DynamicMIG mode. Their MIG mode
+    /// is on and, whatever geometry they were given, they start without instances (the
+    /// driver destroys at its start every instance no prepared claim holds).
+    pub fn dynamic_mig(mut self) -> NodeSpec {
+        self.stack = DeviceStack::DraDynamicMig;
+        for gpu in &mut self.gpus {
+            gpu.geometry.clear();
+        }
         self
     }
 

@@ -136,6 +136,7 @@ pub fn examples() -> Vec<(&'static str, Value)> {
                     "evictionAllowed": true, "maxNodesReconfiguring": 1},
                 "forecastWindowSeconds": 60, "headroom": {"1g.10gb": 1}, "mode": "DryRun",
                 "rightsizing": {"mode": "Enforce", "headroomPercent": 20, "minSamples": 30},
+                "dynamicMig": {"compact": true},
                 "nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}], "matchLabels": {"pool": "a"}},
                 "solver": {"maxGpusChanged": 4, "maxNodesChanged": 2, "timeLimitMs": 5000}, "stabilisationSeconds": 600},
             "status": {"conditions": [condition], "lastPlan": "bounds-1", "managedGpus": 8, "managedNodes": 1, "observedGeneration": 1}}),
@@ -158,7 +159,9 @@ pub fn examples() -> Vec<(&'static str, Value)> {
         (
             "MigNode",
             json!({"apiVersion": "geometer.dev/v1alpha1", "kind": "MigNode", "metadata": {"name": "n1"},
-            "spec": {"plan": "bounds-1", "gpus": [{"index": 0, "geometry": [placed]}]},
+            "spec": {"plan": "bounds-1", "gpus": [{"index": 0, "geometry": [placed]}],
+                "compaction": {"policy": "bounds", "forPod": "ml/train", "device": "gpu-0-mig-3g40gb-9-4",
+                    "evict": [{"pod": "ml/chat", "uid": "uid-1"}], "startedAt": "2026-12-01T10:00:00Z"}},
             "status": {"gpuCount": 1, "observedGeneration": 1, "phase": "Ready", "cordonedByGeometer": false, "deviceStack": "DraStaticMig",
                 "conditions": [condition],
                 "catalogDisagreements": [{"gpu": 0, "profile": "1g.10gb", "field": "placements", "catalog": "[0]", "nvml": "[1]"}],

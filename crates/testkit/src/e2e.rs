@@ -45,6 +45,7 @@ pub fn policy(mode: PolicyMode, eviction_allowed: bool) -> MigPolicy {
             },
             solver: SolverLimits { time_limit_ms: 5000, ..SolverLimits::default() },
             rightsizing: None,
+            dynamic_mig: None,
         },
     )
 }

@@ -56,6 +56,17 @@ impl Drop for RealCluster {
         {
             p.stop();
         }
+        // Every scenario on the real control plane is also a test of deploy/'s RBAC: a call
+        // the controller or an agent made that RBAC refused fails it, even when the code
+        // recovered (a cache that never fills, an event never published).
+        if !std::thread::panicking() {
+            let denied = self.rbac_denials();
+            assert!(
+                denied.is_empty(),
+                "deploy/base's RBAC refused calls Geometer made:\n  {}",
+                denied.join("\n  ")
+            );
+        }
     }
 }
 
@@ -177,6 +188,23 @@ impl RealCluster {
         if let Some(p) = self.agents.remove(node) {
             p.stop();
         }
+    }
+
+    /// Each call of the controller's or an agent's ServiceAccount that the API server's RBAC
+    /// authorizer refused, as `who: access`.
+    pub fn rbac_denials(&self) -> Vec<String> {
+        [Identity::Controller, Identity::Agent]
+            .into_iter()
+            .flat_map(|id| {
+                self.cp
+                    .requests_of(id)
+                    .into_iter()
+                    .filter(|r| r.denied)
+                    .map(move |r| format!("{}: {}", id.username(), r.access))
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
     }
 
     pub fn start_agents(&mut self) {

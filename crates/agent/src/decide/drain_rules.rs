@@ -52,8 +52,14 @@ impl Agent {
                 };
             }
         };
-        let policy_name = plan.spec.policy;
-        match Api::<MigPolicy>::all(self.client.clone()).get_opt(&policy_name).await {
+        self.policy_rules(&plan.spec.policy, flags).await
+    }
+
+    /// The rules of MigPolicy `policy_name`; `missing` when there is no such policy. One that
+    /// cannot be read allows no eviction until it can be.
+    pub(crate) async fn policy_rules(&self, policy_name: &str, missing: DrainRules) -> DrainRules {
+        let flags = missing;
+        match Api::<MigPolicy>::all(self.client.clone()).get_opt(policy_name).await {
             Ok(Some(policy)) => {
                 let d = policy.spec.disruption;
                 DrainRules {
@@ -67,7 +73,7 @@ impl Agent {
                 }
             }
             Ok(None) => {
-                tracing::debug!(policy = %policy_name, "MigPolicy not found; the drain follows the agent's flags");
+                tracing::debug!(policy = %policy_name, rules = %flags.source, "MigPolicy not found; the drain follows the other rules");
                 flags
             }
             Err(e) => {

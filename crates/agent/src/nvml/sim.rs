@@ -257,6 +257,27 @@ impl SimNvml {
         Ok(created)
     }
 
+    /// Destroys the instance behind MIG device `mig_uuid` (its compute instance, then its GPU
+    /// instance) following NVML's rules: refused while a process or another client holds it.
+    /// An instance that no longer exists is no error. Not logged as calls and never faulted:
+    /// this is the DRA driver's hand (or the test's), not the agent's.
+    pub fn remove_instance(&self, gpu: GpuIndex, mig_uuid: &str) -> Result<(), SimError> {
+        let mut st = self.lock();
+        let g = st.gpu_mut_setup(gpu)?;
+        let Some(device) = g.mig_devices().into_iter().find(|d| d.uuid == mig_uuid) else { return Ok(()) };
+        let (gi, ci) = (device.gpu_instance_id, device.compute_instance_id);
+        g.destroy_compute_instance(gi, ci).map_err(|reason| {
+            SimError::Nvml(NvmlError::DestroyComputeInstance {
+                gpu,
+                gpu_instance: gi,
+                compute_instance: ci,
+                reason,
+            })
+        })?;
+        g.destroy_gpu_instance(gi)
+            .map_err(|reason| SimError::Nvml(NvmlError::DestroyGpuInstance { gpu, gpu_instance: gi, reason }))
+    }
+
     /// The instances on a GPU, by catalog profile name and start, sorted.
     pub fn geometry(&self, gpu: GpuIndex) -> Result<Vec<PlacedInstance>, SimError> {
         let mut st = self.lock();

@@ -97,6 +97,9 @@ impl Agent {
         self.observe_into(&mut status, &inventory, disagreements, cordon, generation, now);
         preflight_condition(&mut status, refusal.as_ref(), generation, now);
         self.measure_into(&mut status, &inventory, now).await;
+        if let (DeviceStack::DraDynamicMig, Some(compaction)) = (dra.stack, &mignode.spec.compaction) {
+            self.compact(compaction, now).await?;
+        }
         let work = match work {
             Ok(work) => work,
             Err(e) => {

@@ -72,9 +72,15 @@ impl Agent {
     }
 
     /// The first time a pod holds the drain up, a warning says why.
-    async fn announce_blocked(&mut self, pod_ref: &str, note: String) {
+    pub(crate) async fn announce_blocked(&mut self, pod_ref: &str, note: String) {
+        self.announce(pod_ref, "DrainBlocked", note).await;
+    }
+
+    /// A warning with `reason` on the MigNode and the pod, the first time the pod holds
+    /// something up.
+    pub(crate) async fn announce(&mut self, pod_ref: &str, reason: &str, note: String) {
         if self.mem.announced.insert(pod_ref.to_string()) {
-            self.warn_about_pod(pod_ref, "DrainBlocked", note).await;
+            self.warn_about_pod(pod_ref, reason, note).await;
         }
     }
 

@@ -14,26 +14,29 @@ use crate::dra::objects::DraObjects;
 use crate::dra::stack::DraMode;
 
 /// A DynamicMIG node's GPUs, as its pool and allocated claims show them.
-struct NodeGpus {
-    node: String,
-    gpus: Vec<Gpu>,
+pub(crate) struct NodeGpus {
+    pub node: String,
+    /// The driver's pool of the node (named after it).
+    pub pool: String,
+    pub gpus: Vec<Gpu>,
 }
 
-fn dynamic_nodes(dra: &DraObjects, holders: &Holders) -> Vec<NodeGpus> {
+/// Every DynamicMIG node's GPUs.
+pub(crate) fn dynamic_nodes(dra: &DraObjects, holders: &Holders) -> Vec<NodeGpus> {
     let dynamic = dra.nodes.iter().filter(|(_, mode)| **mode == DraMode::DynamicMig);
     dynamic
         .filter_map(|(node, _)| {
             let (pool, slices) = dra.pool_of_node(node)?;
             let held = holders.by_name.get(pool);
             let gpus = Gpu::of_pool(slices, &|device| held.is_some_and(|h| h.contains_key(device)));
-            Some(NodeGpus { node: node.clone(), gpus })
+            Some(NodeGpus { node: node.clone(), pool: pool.to_string(), gpus })
         })
         .collect()
 }
 
 /// Where a profile has room: a GPU now, else the GPU packing opens with the fewest moves.
-fn best_room<'n>(nodes: &'n [NodeGpus], profile: &str) -> Option<(&'n str, &'n Gpu, Room)> {
-    let mut best: Option<(&str, &Gpu, Room)> = None;
+fn best_room<'n>(nodes: &'n [NodeGpus], profile: &str) -> Option<(&'n NodeGpus, &'n Gpu, Room)> {
+    let mut best: Option<(&NodeGpus, &Gpu, Room)> = None;
     for node in nodes {
         for gpu in &node.gpus {
             let room = gpu.room_for(profile);
@@ -45,11 +48,28 @@ fn best_room<'n>(nodes: &'n [NodeGpus], profile: &str) -> Option<(&'n str, &'n G
                 _ => false,
             };
             if better {
-                best = Some((&node.node, gpu, room));
+                best = Some((node, gpu, room));
             }
         }
     }
     best
+}
+
+/// `: moving ml/a (on <device>) would open <device>`: the pods a compaction would move, at one
+/// each (protection and cost are the policy's, [`crate::dra::compaction`]); empty when only
+/// claims no pod holds yet stand in the way.
+fn would_move(node: &NodeGpus, gpu: &Gpu, profile: &str, holders: &Holders) -> String {
+    let held = holders.by_name.get(&node.pool);
+    let holder = |device: &str| held?.get(device).filter(|p| !p.name().starts_with("claim:"));
+    let Some(opening) = gpu.opening_for(profile, &|device| holder(device).map(|_| 1)) else {
+        return String::new();
+    };
+    let moved: Vec<String> = opening
+        .moved
+        .iter()
+        .filter_map(|device| Some(format!("{} (on {device})", holder(device)?)))
+        .collect();
+    format!(": moving {} would open {}", moved.join(", "), opening.device)
 }
 
 /// What blocks a pending pod's claim on the DynamicMIG nodes.
@@ -103,12 +123,16 @@ pub(super) fn report(
                 Some((node, gpu, Room::AfterPacking { moves })) => (
                     true,
                     format!(
-                        "blocked by fragmentation: node {node} {} has room for it if its instances were packed \
-                         ({moves} moved); Geometer changes no instance on a DynamicMIG node",
-                        gpu.set
+                        "blocked by fragmentation: node {} {} has room for it if its instances were packed \
+                         ({moves} moved{}); Geometer changes no instance on a DynamicMIG node",
+                        node.node,
+                        gpu.set,
+                        would_move(node, gpu, profile, holders)
                     ),
                 ),
-                _ => (false, "blocked by capacity: no DynamicMIG GPU has room for it, even packed".to_string()),
+                _ => {
+                    (false, "blocked by capacity: no DynamicMIG GPU has room for it, even packed".to_string())
+                }
             };
             notes.push(format!("DRA DynamicMIG: pod {pod} needs {profile}: {why}"));
             blocked.push(Blocked { pod: pod.clone(), profile: profile.clone(), by_fragmentation, why });

@@ -77,6 +77,25 @@ pub struct ContainerView {
     pub resources: Option<ResourceRequirements>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<String>,
+    /// How long the container takes to be ready, as far as its probe says: what moving its pod
+    /// costs on a DynamicMIG node ([`crate::dra::compaction`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_probe: Option<ProbeView>,
+}
+
+/// A readiness probe's delay before its first check.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeView {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_delay_seconds: Option<i32>,
+}
+
+impl ContainerView {
+    /// The readiness probe's initial delay, if the container has one.
+    pub fn readiness_delay_seconds(&self) -> Option<i32> {
+        self.readiness_probe.as_ref()?.initial_delay_seconds
+    }
 }
 
 /// The phase, conditions (the scheduler's `PodScheduled`), nomination and start time (a
@@ -135,6 +154,10 @@ impl From<&Pod> for PodView {
             name: c.name.clone(),
             resources: c.resources.clone(),
             restart_policy: c.restart_policy.clone(),
+            readiness_probe: c
+                .readiness_probe
+                .as_ref()
+                .map(|p| ProbeView { initial_delay_seconds: p.initial_delay_seconds }),
         };
         PodView {
             metadata: pod.metadata.clone(),

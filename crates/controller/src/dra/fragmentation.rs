@@ -118,25 +118,116 @@ impl Gpu {
 
     /// Whether a device of `profile` fits now, after packing, or not at all.
     pub fn room_for(&self, profile: &str) -> Room {
-        let left = self.left();
-        let of_profile = |d: &&AbstractDevice| d.profile.as_deref() == Some(profile);
-        if self.devices.iter().filter(of_profile).any(|d| fits(&left, &d.draw)) {
+        if self.fits_now(profile) {
             return Room::Now;
         }
-        // The instances already there keep their profiles; one more of `profile` joins them.
-        let mut wanted: Vec<(Option<usize>, Option<&str>)> =
-            self.allocated.iter().map(|&d| (Some(d), self.devices[d].profile.as_deref())).collect();
-        wanted.push((None, Some(profile)));
-        // Largest first: the search fails fast where there is no room.
-        wanted.sort_by_key(|(d, p)| std::cmp::Reverse(self.size_of(*p, *d)));
+        let wanted = self.wanted(profile, &|_| true);
         for moves in 0..=self.allocated.len() {
-            let mut search =
-                Packing { gpu: self, left: self.capacity.clone(), used: vec![false; self.devices.len()] };
-            if search.place(&wanted, moves) {
+            if self.packing().place(&wanted, moves) {
                 return Room::AfterPacking { moves };
             }
         }
         Room::None
+    }
+
+    /// The cheapest way to open room for one device of `profile` by moving instances, where
+    /// `cost(device)` is what moving the instance on allocated device `device` costs (`None`:
+    /// it must not move). `None` when a device of the profile is free now, or when no set of
+    /// movable instances would make room.
+    pub fn opening_for(&self, profile: &str, cost: &dyn Fn(&str) -> Option<u64>) -> Option<Opening> {
+        if self.fits_now(profile) {
+            return None;
+        }
+        let movable: Vec<(usize, u64)> =
+            self.allocated.iter().filter_map(|&d| Some((d, cost(&self.devices[d].name)?))).collect();
+        // Every set of movable instances, cheapest first (then fewest); a GPU holds at most a
+        // handful of instances, so there are at most a few hundred sets.
+        let mut sets: Vec<(u64, u32, u32)> = (1..1u32 << movable.len().min(MAX_MOVABLE))
+            .map(|mask| {
+                let cost = (0..movable.len()).filter(|i| mask & (1 << i) != 0).map(|i| movable[i].1).sum();
+                (cost, mask.count_ones(), mask)
+            })
+            .collect();
+        sets.sort_unstable();
+        for (cost, _, mask) in sets {
+            let chosen: Vec<usize> =
+                (0..movable.len()).filter(|i| mask & (1 << i) != 0).map(|i| movable[i].0).collect();
+            let wanted = self.wanted(profile, &|d| chosen.contains(&d));
+            let mut search = self.packing();
+            if !search.place(&wanted, chosen.len()) {
+                continue;
+            }
+            // The new device was placed last in the search's order; find it by position.
+            let at = wanted.iter().position(|w| w.current.is_none()).expect("the new device is wanted");
+            let device = search.placed[at];
+            // Only those the search took off their device move.
+            let moved: Vec<String> = wanted
+                .iter()
+                .zip(&search.placed)
+                .filter(|(w, &to)| w.current.is_some_and(|from| from != to))
+                .map(|(w, _)| self.devices[w.current.expect("filtered")].name.clone())
+                .collect();
+            return Some(Opening {
+                device: self.devices[device].name.clone(),
+                guarded: self.overlapping(device),
+                moved,
+                cost,
+            });
+        }
+        None
+    }
+
+    /// Whether a device of `profile` is free now.
+    fn fits_now(&self, profile: &str) -> bool {
+        let left = self.left();
+        self.devices.iter().filter(|d| d.profile.as_deref() == Some(profile)).any(|d| fits(&left, &d.draw))
+    }
+
+    /// The devices to place: each instance where it is (free to move where `movable` says so)
+    /// and one more of `profile`, largest first (the search fails fast where there is no room).
+    fn wanted<'a>(&'a self, profile: &'a str, movable: &dyn Fn(usize) -> bool) -> Vec<Wanted<'a>> {
+        let mut wanted: Vec<Wanted<'a>> = self
+            .allocated
+            .iter()
+            .map(|&d| Wanted {
+                current: Some(d),
+                profile: self.devices[d].profile.as_deref(),
+                movable: movable(d),
+            })
+            .collect();
+        wanted.push(Wanted { current: None, profile: Some(profile), movable: true });
+        // Stable: the new device goes after instances of its size.
+        wanted.sort_by_key(|w| std::cmp::Reverse(self.size_of(w.profile, w.current)));
+        wanted
+    }
+
+    fn packing(&self) -> Packing<'_> {
+        Packing {
+            gpu: self,
+            left: self.capacity.clone(),
+            used: vec![false; self.devices.len()],
+            placed: Vec::new(),
+        }
+    }
+
+    /// The devices to guard while room is opened at the device named `device`
+    /// ([`Opening::guarded`]); `None` when this GPU has no device of that name.
+    pub fn guards(&self, device: &str) -> Option<Vec<String>> {
+        let d = self.devices.iter().position(|x| x.name == device)?;
+        Some(self.overlapping(d))
+    }
+
+    /// Every device other than `device` that draws one of its memory slices: the devices to
+    /// keep other claims off while room is being opened at `device`.
+    fn overlapping(&self, device: usize) -> Vec<String> {
+        let slices: Vec<&String> =
+            self.devices[device].draw.keys().filter(|name| memory_slice(name).is_some()).collect();
+        self.devices
+            .iter()
+            .enumerate()
+            .filter(|&(d, other)| d != device && other.draw.keys().any(|name| slices.contains(&name)))
+            .map(|(_, other)| other.name.clone())
+            .collect()
     }
 
     /// Memory slices a device of `profile` covers (the current device's, for an instance).
@@ -148,34 +239,64 @@ impl Gpu {
     }
 }
 
+/// The most instances of one GPU [`Gpu::opening_for`] considers moving (a GPU holds at most 7).
+const MAX_MOVABLE: usize = 12;
+
+/// One device to place: an instance (its current device, and whether it may move), or the new
+/// device of a profile (`current` is `None`).
+struct Wanted<'g> {
+    current: Option<usize>,
+    profile: Option<&'g str>,
+    movable: bool,
+}
+
+/// A way to open room on a GPU for one device of a profile by moving instances.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opening {
+    /// The device the blocked claim can then be allocated.
+    pub device: String,
+    /// The allocated devices whose instances move (their pods are evicted, and come back on
+    /// other devices).
+    pub moved: Vec<String>,
+    /// Every other device drawing a memory slice `device` covers: kept from other claims while
+    /// the moved pods come back, so that they land elsewhere and the room stays open.
+    pub guarded: Vec<String>,
+    /// The moved instances' costs, summed.
+    pub cost: u64,
+}
+
 /// A search for distinct devices of the wanted profiles whose draws fit the GPU together.
 struct Packing<'g> {
     gpu: &'g Gpu,
     left: BTreeMap<String, u64>,
     used: Vec<bool>,
+    /// The device each wanted entry got, in order, once the search succeeds.
+    placed: Vec<usize>,
 }
 
 impl Packing<'_> {
-    /// Places `wanted` (an instance's current device and profile, or a new device's profile)
-    /// with at most `moves` instances off their current device.
-    fn place(&mut self, wanted: &[(Option<usize>, Option<&str>)], moves: usize) -> bool {
-        let Some(((current, profile), rest)) = wanted.split_first() else { return true };
+    /// Places `wanted` with at most `moves` movable instances off their current device.
+    fn place(&mut self, wanted: &[Wanted<'_>], moves: usize) -> bool {
+        let Some((first, rest)) = wanted.split_first() else { return true };
         // The instance's own device first: staying costs no move.
-        let mut candidates: Vec<usize> = current.iter().copied().collect();
-        candidates.extend(
-            (0..self.gpu.devices.len())
-                .filter(|&d| Some(d) != *current && self.gpu.devices[d].profile.as_deref() == *profile),
-        );
+        let mut candidates: Vec<usize> = first.current.iter().copied().collect();
+        if first.movable {
+            candidates.extend((0..self.gpu.devices.len()).filter(|&d| {
+                Some(d) != first.current && self.gpu.devices[d].profile.as_deref() == first.profile
+            }));
+        }
         for d in candidates {
-            let moved = current.is_some() && Some(d) != *current;
+            let moved = first.current.is_some() && Some(d) != first.current;
             if self.used[d] || (moved && moves == 0) || !fits(&self.left, &self.gpu.devices[d].draw) {
                 continue;
             }
             self.used[d] = true;
             take(&mut self.left, &self.gpu.devices[d].draw);
+            self.placed.push(d);
             if self.place(rest, moves - usize::from(moved)) {
                 return true;
             }
+            self.placed.pop();
             give(&mut self.left, &self.gpu.devices[d].draw);
             self.used[d] = false;
         }
@@ -294,5 +415,47 @@ pub(crate) mod tests {
         let gpu = gpu_with(&["gpu-0-mig-1g10gb-0", "gpu-0-mig-2g20gb-2"]);
         assert_eq!(gpu.room_for("4g.40gb"), Room::AfterPacking { moves: 2 });
         assert_eq!(gpu.room_for("3g.40gb"), Room::Now, "4-7 is free");
+    }
+
+    #[test]
+    fn the_cheapest_opening_moves_what_costs_least_and_guards_the_opened_placement() {
+        let gpu = gpu_with(&["gpu-0-mig-1g10gb-0", "gpu-0-mig-1g10gb-1", "gpu-0-mig-1g10gb-5"]);
+        let every = |_: &str| Some(1);
+        let opening = gpu.opening_for("3g.40gb", &every).expect("one move opens 4-7");
+        assert_eq!(opening.device, "gpu-0-mig-3g40gb-4");
+        assert_eq!(opening.moved, ["gpu-0-mig-1g10gb-5"]);
+        assert_eq!(opening.cost, 1);
+        // Every device drawing from slices 4-7 but the 3g.40gb at 4 is guarded.
+        for guarded in [
+            "gpu-0-mig-1g10gb-4",
+            "gpu-0-mig-1g10gb-5",
+            "gpu-0-mig-1g10gb-6",
+            "gpu-0-mig-2g20gb-4",
+            "gpu-0-mig-7g80gb-0",
+        ] {
+            assert!(opening.guarded.contains(&guarded.to_string()), "{guarded} in {:?}", opening.guarded);
+        }
+        assert!(!opening.guarded.contains(&opening.device));
+        assert!(!opening.guarded.contains(&"gpu-0-mig-1g10gb-2".to_string()), "the moved pod may land at 2");
+
+        // The 1g at 5 serves weights that take long to load: moving the two at 0 and 1 (0-3)
+        // costs less.
+        let costly = |d: &str| Some(if d == "gpu-0-mig-1g10gb-5" { 10 } else { 1 });
+        let opening = gpu.opening_for("3g.40gb", &costly).unwrap();
+        assert_eq!(opening.device, "gpu-0-mig-3g40gb-0");
+        assert_eq!(opening.moved, ["gpu-0-mig-1g10gb-0", "gpu-0-mig-1g10gb-1"]);
+        assert_eq!(opening.cost, 2);
+
+        // Protected: the 1g at 5 never moves, and with the one at 0 protected too nothing opens.
+        let protected = |d: &str| (d != "gpu-0-mig-1g10gb-5").then_some(1);
+        assert_eq!(
+            gpu.opening_for("3g.40gb", &protected).unwrap().moved,
+            ["gpu-0-mig-1g10gb-0", "gpu-0-mig-1g10gb-1"]
+        );
+        let stuck = |d: &str| (d == "gpu-0-mig-1g10gb-1").then_some(1);
+        assert_eq!(gpu.opening_for("3g.40gb", &stuck), None);
+
+        assert_eq!(gpu.opening_for("1g.10gb", &every), None, "a 1g.10gb fits now");
+        assert_eq!(gpu.opening_for("7g.80gb", &every), None, "not even packed");
     }
 }

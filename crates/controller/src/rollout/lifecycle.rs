@@ -241,7 +241,7 @@ fn desired_spec(plan: &MigPlan, node: &str, mignode: &MigNode) -> MigNodeSpec {
     for change in plan.spec.nodes.iter().filter(|n| n.node == node).flat_map(|n| &n.gpus) {
         gpus.insert(change.index, GpuGeometry { index: change.index, geometry: change.to.clone() });
     }
-    MigNodeSpec { plan: Some(plan.name_any()), gpus: gpus.into_values().collect() }
+    MigNodeSpec { plan: Some(plan.name_any()), gpus: gpus.into_values().collect(), compaction: None }
 }
 
 fn progress(node: &str, step: &NodeStep, before: Option<&NodeProgress>, now: Timestamp) -> NodeProgress {

@@ -5,7 +5,8 @@
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use geometer_api::{MigNodeSpec, MigPlan, MigPlanStatus, MigPolicyStatus};
+use geometer_api::{Compaction, MigNodeSpec, MigPlan, MigPlanStatus, MigPolicyStatus};
+use k8s_openapi::api::resource::v1::DeviceTaintRule;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
@@ -33,6 +34,15 @@ pub enum Action {
     /// Publish a new plan (created, then its status set to Proposed).
     CreatePlan(Box<MigPlan>),
     Event(EventSpec),
+    /// DynamicMIG compaction: set (or clear) a MigNode's `spec.compaction`.
+    NodeCompaction {
+        node: String,
+        compaction: Option<Box<Compaction>>,
+    },
+    /// DynamicMIG compaction: make a DeviceTaintRule (one that exists already is kept).
+    CreateTaintRule(Box<DeviceTaintRule>),
+    /// DynamicMIG compaction: delete a DeviceTaintRule (one that is gone already is no error).
+    DeleteTaintRule(String),
 }
 
 /// An event for `kubectl describe`.

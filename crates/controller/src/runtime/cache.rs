@@ -8,7 +8,9 @@
 use crate::adapter::PodView;
 use crate::dra::objects::DraObjects;
 use crate::dra::published::{self, PublishedSlice};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -50,15 +52,30 @@ pub struct DraStores {
     pub claims: Store<ResourceClaim>,
     pub templates: Store<ResourceClaimTemplate>,
     pub classes: Store<DeviceClass>,
+    /// The DeviceTaintRules Geometer made (DynamicMIG compaction), where the cluster serves
+    /// them (`resource.k8s.io/v1`, Kubernetes 1.37 and later).
+    pub taint_rules: Option<Store<DeviceTaintRule>>,
 }
 
 impl DraStores {
-    fn start(client: &Client, changed: &Arc<Notify>, tasks: &mut Vec<JoinHandle<()>>) -> DraStores {
+    fn start(
+        client: &Client,
+        changed: &Arc<Notify>,
+        tasks: &mut Vec<JoinHandle<()>>,
+        taint_rules: bool,
+    ) -> DraStores {
+        let all = watcher::Config::default;
+        let ours = || {
+            let (key, value) = crate::dra::compaction::MANAGED_BY;
+            watcher::Config::default().labels(&format!("{key}={value}"))
+        };
         DraStores {
-            slices: spawn_typed_reflector(client, changed.clone(), tasks, published::trim),
-            claims: spawn_typed_reflector(client, changed.clone(), tasks, Projection::project),
-            templates: spawn_typed_reflector(client, changed.clone(), tasks, drop_managed_fields),
-            classes: spawn_typed_reflector(client, changed.clone(), tasks, drop_managed_fields),
+            slices: spawn_typed_reflector(client, changed.clone(), tasks, published::trim, all()),
+            claims: spawn_typed_reflector(client, changed.clone(), tasks, Projection::project, all()),
+            templates: spawn_typed_reflector(client, changed.clone(), tasks, drop_managed_fields, all()),
+            classes: spawn_typed_reflector(client, changed.clone(), tasks, drop_managed_fields, all()),
+            taint_rules: taint_rules
+                .then(|| spawn_typed_reflector(client, changed.clone(), tasks, drop_managed_fields, ours())),
         }
     }
 
@@ -131,7 +148,7 @@ impl Caches {
             .iter()
             .map(|ar| (ar.clone(), spawn_dynamic_reflector(client, ar, changed.clone(), &mut tasks)))
             .collect();
-        let dra = optional.dra.then(|| DraStores::start(client, &changed, &mut tasks));
+        let dra = optional.dra.then(|| DraStores::start(client, &changed, &mut tasks, optional.taint_rules));
         (Caches { pods, nodes, mignodes, policies, plans, pod_groups, dra }, Watches { tasks })
     }
 
@@ -152,7 +169,15 @@ impl Caches {
             let _ = dra.claims.wait_until_ready().await;
             let _ = dra.templates.wait_until_ready().await;
             let _ = dra.classes.wait_until_ready().await;
+            if let Some(rules) = &dra.taint_rules {
+                let _ = rules.wait_until_ready().await;
+            }
         }
+    }
+
+    /// The DeviceTaintRules Geometer made; `None` where the cluster does not serve them.
+    pub(crate) fn taint_rules(&self) -> Option<Vec<Arc<DeviceTaintRule>>> {
+        Some(self.dra.as_ref()?.taint_rules.as_ref()?.state())
     }
 
     /// The cached DRA objects (none where `resource.k8s.io/v1` is not served).
@@ -167,28 +192,39 @@ pub struct OptionalKinds {
     pub pod_groups: Vec<ApiResource>,
     /// Whether `resource.k8s.io/v1` is served (DRA).
     pub dra: bool,
+    /// Whether DeviceTaintRules are served in `resource.k8s.io/v1` (DynamicMIG compaction).
+    pub taint_rules: bool,
 }
 
 impl OptionalKinds {
     /// Asks the cluster which it serves (discovery). A kind installed later is seen when the
     /// controller restarts.
     pub async fn discover(client: &Client) -> OptionalKinds {
-        OptionalKinds { pod_groups: pod_group_kinds(client).await, dra: serves_dra(client).await }
+        let (dra, taint_rules) = served_dra_kinds(client).await;
+        OptionalKinds { pod_groups: pod_group_kinds(client).await, dra, taint_rules }
     }
 }
 
 /// Whether the cluster serves the `resource.k8s.io/v1` kinds planning reads (Kubernetes 1.34
 /// and later serve them all).
 async fn serves_dra(client: &Client) -> bool {
+    served_dra_kinds(client).await.0
+}
+
+/// Whether the cluster serves the `resource.k8s.io/v1` kinds planning reads, and whether it
+/// serves DeviceTaintRules there too.
+async fn served_dra_kinds(client: &Client) -> (bool, bool) {
     const KINDS: [&str; 4] = ["ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass"];
     match kube::discovery::group(client, "resource.k8s.io").await {
         Ok(served) => {
             let kinds = served.versioned_resources("v1");
-            KINDS.iter().all(|k| kinds.iter().any(|(ar, _)| ar.kind == *k))
+            let serves = |kind: &str| kinds.iter().any(|(ar, _)| ar.kind == kind);
+            let dra = KINDS.iter().all(|k| serves(k));
+            (dra, dra && serves("DeviceTaintRule"))
         }
         Err(e) => {
             tracing::debug!(error = %e, "resource.k8s.io is not served: no DRA objects to read");
-            false
+            (false, false)
         }
     }
 }
@@ -289,6 +325,7 @@ fn spawn_typed_reflector<K>(
     changed: Arc<Notify>,
     tasks: &mut Vec<JoinHandle<()>>,
     trim: fn(&mut K),
+    config: watcher::Config,
 ) -> Store<K>
 where
     K: Resource<DynamicType = ()>
@@ -300,10 +337,8 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .modify(trim)
-        .reflect(writer);
+    let stream =
+        watcher(Api::<K>::all(client.clone()), config).default_backoff().modify(trim).reflect(writer);
     tasks.push(follow(stream, K::kind(&()).to_string(), changed));
     reader
 }

@@ -6,6 +6,7 @@
 //! state, and is taken again once the cache caught up.
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::resource::v1::DeviceTaintRule;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
@@ -128,6 +129,28 @@ impl Executor {
                 return Ok(Some(created.object_ref(&())));
             }
             Action::Event(spec) => self.publish(spec).await?,
+            Action::NodeCompaction { node, compaction } => {
+                let patch = json!({ "spec": { "compaction": compaction } });
+                Api::<Decoded<MigNode>>::all(self.client.clone())
+                    .patch(&node, &params, &Patch::Merge(patch))
+                    .await?;
+            }
+            Action::CreateTaintRule(rule) => {
+                let post = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+                match Api::<DeviceTaintRule>::all(self.client.clone()).create(&post, &rule).await {
+                    Err(e) if is_conflict(&e) => {}
+                    other => drop(other?),
+                }
+            }
+            Action::DeleteTaintRule(name) => {
+                match Api::<DeviceTaintRule>::all(self.client.clone())
+                    .delete(&name, &Default::default())
+                    .await
+                {
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    other => drop(other?),
+                }
+            }
         }
         Ok(None)
     }

@@ -34,6 +34,8 @@ use crate::runtime::quarantine::{self, BadObject, Quarantine};
 use crate::runtime::settings::Settings;
 use crate::world;
 
+mod compaction;
+
 /// The cluster as one pass reads it.
 struct Seen {
     pods: Vec<Arc<PodView>>,
@@ -180,6 +182,7 @@ impl Controller {
         let demand = propose::demand(&seen.pods, &mut claims);
         let holders = propose::holders(&seen.pods, &seen.requests);
         let mut wake = self.plans(&seen, &reports, &newest, now).await;
+        self.tend_compactions(&seen, now).await;
         let before_rounds_ms = started.elapsed().as_millis() as u64;
         wake = wake.min(self.rounds(&seen, &reports, &newest, (&demand, &holders), (now, started)).await);
         self.count(&seen, &reports, &demand);
@@ -374,6 +377,7 @@ impl Controller {
             .map(|p| &**p)
             .collect();
         let decision = propose::decide(policy, &solved, &prepared, &open, &pods, now);
+        self.start_compactions(policy, &report.matched_nodes, &prepared.blocked_claims, seen, now).await;
         tracing::info!(policy = %policy.name_any(), prepare_ms, solve_ms = solved.solve_ms,
             wall_ms = started.elapsed().as_millis() as u64, decide_ms = solved_at.elapsed().as_millis() as u64,
             "planning round done");

@@ -50,6 +50,7 @@ pub fn demo_policy(mode: PolicyMode) -> MigPolicy {
             },
             solver: SolverLimits { time_limit_ms: 2000, ..SolverLimits::default() },
             rightsizing: None,
+            dynamic_mig: None,
         },
     )
 }

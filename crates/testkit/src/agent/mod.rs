@@ -308,6 +308,7 @@ impl Harness {
                     geometry: g.iter().map(|&(p, s)| PlacedInstance::new(p, s)).collect(),
                 })
                 .collect(),
+            compaction: None,
         };
         let api: Api<MigNode> = Api::all(self.client.clone());
         // The agent creates the MigNode when it starts; whoever is first, the spec is patched in.

@@ -1,11 +1,16 @@
 //! What the API server itself recorded: its audit log (`--audit-policy-file`,
-//! `--audit-log-path`), kept for pod evictions, the node agent's Node patches and who wrote pod
-//! statuses only, so that tests count evictions as the server answered them, whoever asked, the
-//! label changes the agent made, and which identity a simulated kubelet reported with (kubernetes/website `content/en/docs/tasks/debug/debug-cluster/audit.md`).
+//! `--audit-log-path`), kept for pod evictions, the node agent's Node patches, who wrote pod
+//! statuses, and every request of Geometer's two ServiceAccounts, so that tests count evictions
+//! as the server answered them, whoever asked, see the label changes the agent made and which
+//! identity a simulated kubelet reported with, and compare what the controller and the agent
+//! did with what their RBAC grants, as the server's RBAC authorizer decided it
+//! (kubernetes/website `content/en/docs/tasks/debug/debug-cluster/audit.md`).
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+
+use crate::deploy::rbac::Access;
 
 const POLICY: &str = "\
 apiVersion: audit.k8s.io/v1
@@ -28,6 +33,10 @@ rules:
     resources:
       - group: \"\"
         resources: [nodes]
+  - level: Metadata
+    users:
+      - \"system:serviceaccount:geometer-system:geometer-agent\"
+      - \"system:serviceaccount:geometer-system:geometer-controller\"
   - level: None
 ";
 
@@ -61,11 +70,50 @@ impl Eviction {
     }
 }
 
+/// Every event of the audit log so far, in order.
+fn entries(dir: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(log_file(dir)).unwrap_or_default();
+    text.lines().filter_map(|line| serde_json::from_str::<Value>(line).ok()).collect()
+}
+
+/// One API request of a user, as the API server's authorizer saw it.
+#[derive(Debug, Clone)]
+pub struct Audited {
+    pub access: Access,
+    /// The authorizer (RBAC, for a ServiceAccount) refused it: 403 before admission.
+    pub denied: bool,
+}
+
+/// Every resource request `user` made (not impersonated), in order; requests for
+/// non-resource URLs (discovery, `/version`) are left out.
+pub(crate) fn requests_of(dir: &Path, user: &str) -> Vec<Audited> {
+    entries(dir)
+        .into_iter()
+        .filter(|e| e["user"]["username"] == user && e["impersonatedUser"].is_null())
+        .filter_map(|e| {
+            let object = &e["objectRef"];
+            let text = |v: &Value| v.as_str().map(str::to_string);
+            let resource = match text(&object["subresource"]) {
+                Some(sub) => format!("{}/{sub}", text(&object["resource"])?),
+                None => text(&object["resource"])?,
+            };
+            let access = Access {
+                group: text(&object["apiGroup"]).unwrap_or_default(),
+                resource,
+                verb: text(&e["verb"])?,
+                namespace: text(&object["namespace"]),
+                name: text(&object["name"]),
+            };
+            let denied = e["annotations"]["authorization.k8s.io/decision"] == "forbid";
+            Some(Audited { access, denied })
+        })
+        .collect()
+}
+
 /// Every eviction in the audit log so far, in order.
 pub(crate) fn evictions(dir: &Path) -> Vec<Eviction> {
-    let text = std::fs::read_to_string(log_file(dir)).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+    entries(dir)
+        .into_iter()
         .filter(|e| e["stage"] == "ResponseComplete" && e["objectRef"]["subresource"] == "eviction")
         .map(|e| Eviction {
             namespace: e["objectRef"]["namespace"].as_str().unwrap_or_default().to_string(),
@@ -79,9 +127,8 @@ pub(crate) fn evictions(dir: &Path) -> Vec<Eviction> {
 
 /// The body of every Node patch the node agent made that the API server accepted, in order.
 pub(crate) fn agent_node_patches(dir: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(log_file(dir)).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+    entries(dir)
+        .into_iter()
         .filter(|e| e["stage"] == "ResponseComplete" && e["objectRef"]["resource"] == "nodes")
         .filter(|e| (200..300).contains(&e["responseStatus"]["code"].as_u64().unwrap_or_default()))
         .map(|e| e["requestObject"].clone())
@@ -90,9 +137,8 @@ pub(crate) fn agent_node_patches(dir: &Path) -> Vec<Value> {
 
 /// Who wrote the status of pod `namespace/name` and was allowed to, in order.
 pub(crate) fn pod_status_writers(dir: &Path, namespace: &str, name: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(log_file(dir)).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+    entries(dir)
+        .into_iter()
         .filter(|e| e["stage"] == "ResponseComplete" && e["objectRef"]["subresource"] == "status")
         .filter(|e| e["objectRef"]["namespace"] == namespace && e["objectRef"]["name"] == name)
         .filter(|e| (200..300).contains(&e["responseStatus"]["code"].as_u64().unwrap_or_default()))

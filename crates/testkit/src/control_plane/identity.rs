@@ -46,6 +46,11 @@ impl Identity {
         }
     }
 
+    /// The user name the API server authenticates this identity as.
+    pub fn username(self) -> String {
+        self.user().0
+    }
+
     /// User name and groups as the API server authenticates them.
     fn user(self) -> (String, &'static str) {
         let sa = |name: &str| format!("system:serviceaccount:{GEOMETER_NAMESPACE}:{name}");

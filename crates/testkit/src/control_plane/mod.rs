@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::PostParams;
 use kube::Api;
 
-pub use audit::Eviction;
+pub use audit::{Audited, Eviction};
 pub use binaries::{binaries, helm, kubectl, kubectl_or_skip, promtool, tool_or_skip, Binaries, REQUIRE_ENV};
 pub use identity::{Identity, GEOMETER_NAMESPACE};
 pub(crate) use process::{free_port, Process};
@@ -278,6 +278,12 @@ impl ControlPlane {
     /// Who wrote pod `namespace/name`'s status (and was allowed to), in order.
     pub fn pod_status_writers(&self, namespace: &str, name: &str) -> Vec<String> {
         audit::pod_status_writers(self.dir.path(), namespace, name)
+    }
+
+    /// Every resource request `id` made so far, with the authorizer's decision. Recorded for the
+    /// controller's and the agent's ServiceAccounts only (other identities: empty).
+    pub fn requests_of(&self, id: Identity) -> Vec<Audited> {
+        audit::requests_of(self.dir.path(), &id.username())
     }
 
     /// The body of every Node patch the node agent made that the API server accepted.

@@ -2,7 +2,6 @@
 //! [`crate::control_plane::kubectl`]), for the deploy tests.
 #![allow(dead_code)]
 
-pub mod observe;
 pub mod rbac;
 
 use std::path::{Path, PathBuf};
