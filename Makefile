@@ -33,5 +33,6 @@ demo-k8s: setup
 bench: setup
 	cargo bench --workspace
 	if [ -n "$${GEOMETER_TRACE:-}" ]; then bash scripts/bench-simulator.sh "$$GEOMETER_TRACE"; fi
+	bash scripts/bench-dynamic-mig.sh
 	bash scripts/bench-results.sh
 	GEOMETER_OPTIMAL_CASES=5000 cargo test --release --workspace --test planner optimal

@@ -11,6 +11,7 @@
 # 64 GPUs. Writes target/bench-results/simulator.md for scripts/bench-results.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-measured.sh
 trace="${1:?usage: scripts/bench-simulator.sh TRACE_DIR (the folder holding openb_pod_list_*.csv)}"
 [ -f "$trace/openb_pod_list_default.csv" ] || { echo "bench-simulator: no openb_pod_list_default.csv in $trace" >&2; exit 1; }
 cargo build --release -q
@@ -41,12 +42,8 @@ done
 timestamps="$(mktemp)"
 "$geometer" simulate --trace "$trace/openb_pod_list_default.csv" --cluster 4xA100-80GB:8,4xH100-80GB:8 > "$timestamps"
 
-cpu="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
-mem="$(awk '/^MemTotal:/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)"
-commit="$(git rev-parse --short=7 HEAD)"
-git diff --quiet HEAD -- 2>/dev/null || commit="$commit+changes"
 {
-  echo "Measured $(date -u +%Y-%m-%d) at commit \`$commit\` on $cpu, $(nproc) cores, $mem GiB (load average $load_avg at the start); release build, $(( $(date +%s) - started )) s for every run."
+  measured "release build" "$started" "$load_avg"
   echo "Command: \`scripts/bench-simulator.sh TRACE_DIR\`. Load: \`openb_pod_list_{default,gpushare80,gpuspec33,multigpu40}.csv\`, seeds 42-44, load mode to 130% of 512 GPUs; then \`openb_pod_list_default.csv\` by its timestamps on 64 GPUs."
   echo
   echo "| pod list | seed | pods served: greedy / geometer / geometer-evict | upper bound (capacity) | wait p95 (s): greedy / geometer / geometer-evict | memory allocated / usable while demand > capacity (geometer) | GPUs reconfigured: greedy / geometer / geometer-evict | evictions (geometer-evict) | pods served: whole-gpu |"

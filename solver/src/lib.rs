@@ -4,6 +4,7 @@
 
 mod candidates;
 pub mod catalog;
+pub mod dynamic_mig;
 pub mod geometry;
 pub mod greedy;
 pub(crate) mod ilp;

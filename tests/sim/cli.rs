@@ -246,3 +246,34 @@ fn a_generated_trace_with_gangs_compares_gang_aware_and_unaware_planning() {
     let out = geometer().args(["simulate", "--gangs", "0.5", "--trace"]).arg(&trace).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `--dynamic-mig` on one H100 after churn (1g.10gb pods left at placements 0, 1 and 5): a
+/// 3g.40gb pod waits for ever with first-fit, and compaction serves it by moving one pod.
+#[test]
+fn dynamic_mig_compares_first_fit_with_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("churn.csv");
+    std::fs::write(
+        &trace,
+        "name,arrival_s,duration_s,mig\na,0,,1g.10gb\nb,1,,1g.10gb\nc,2,60,1g.10gb\nd,3,60,1g.10gb\n\
+         e,4,60,1g.10gb\nf,5,,1g.10gb\ntrain,100,600,3g.40gb\n",
+    )
+    .unwrap();
+    let out = geometer()
+        .args(["simulate", "--trace"])
+        .arg(&trace)
+        .args(["--cluster", "1xH100-80GB:1", "--dynamic-mig"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("| first-fit | 7 | 6 | "), "{stdout}");
+    assert!(stdout.contains("| first-fit + compaction | 7 | 7 | "), "{stdout}");
+    let refused = geometer()
+        .args(["simulate", "--trace"])
+        .arg(&trace)
+        .args(["--cluster", "1xH100-80GB:1", "--dynamic-mig", "--strategy", "greedy"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "--dynamic-mig runs no strategy");
+}

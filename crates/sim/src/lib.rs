@@ -7,6 +7,7 @@
 
 pub mod bound;
 pub mod cluster;
+pub mod dynamic_mig;
 pub mod engine;
 pub mod mapping;
 pub mod metrics;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use geometer_solver::PodKey;
 
 use crate::dra::demand::Asked;
-use crate::dra::fragmentation::{runs_text, Gpu, Room};
+use crate::dra::fragmentation::{free_runs, of_pool, runs_text, Gpu, Room};
 use crate::dra::holders::Holders;
 use crate::dra::objects::DraObjects;
 use crate::dra::stack::DraMode;
@@ -28,7 +28,7 @@ pub(crate) fn dynamic_nodes(dra: &DraObjects, holders: &Holders) -> Vec<NodeGpus
         .filter_map(|(node, _)| {
             let (pool, slices) = dra.pool_of_node(node)?;
             let held = holders.by_name.get(pool);
-            let gpus = Gpu::of_pool(slices, &|device| held.is_some_and(|h| h.contains_key(device)));
+            let gpus = of_pool(slices, &|device| held.is_some_and(|h| h.contains_key(device)));
             Some(NodeGpus { node: node.clone(), pool: pool.to_string(), gpus })
         })
         .collect()
@@ -109,7 +109,7 @@ pub(super) fn report(
                 "DRA DynamicMIG: node {} {}: instances {instances}; free memory slices {}",
                 node.node,
                 gpu.set,
-                runs_text(&gpu.free_runs())
+                runs_text(&free_runs(gpu))
             ));
         }
     }

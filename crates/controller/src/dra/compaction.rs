@@ -43,6 +43,10 @@ pub const MOVE_COST_ANNOTATION: &str = "geometer.dev/move-cost";
 /// Time a compaction is given beyond the policy's drain timeout for the claim to be allocated.
 const ALLOCATION_GRACE_SECONDS: i64 = 60;
 
+/// A rule no compaction under way needs is kept this long after it was made: a compaction's
+/// rules are made just before its MigNode's request, which a pass may not see yet.
+const NEW_RULE_SECONDS: i64 = 30;
+
 /// A compaction to begin: its rules first, then the MigNode's request.
 #[derive(Debug, Clone)]
 pub struct Start {
@@ -66,10 +70,18 @@ pub fn compacts(policy: &MigPolicy) -> bool {
 /// required node affinity and tolerations against the node's labels and taints.
 pub(crate) type Eligible<'a> = &'a dyn Fn(&PodKey, &str) -> bool;
 
+/// The compactions under way: the nodes compacting (of the policy at hand) and the pods room
+/// is being opened for (anywhere).
+#[derive(Debug, Default)]
+pub struct UnderWay {
+    pub nodes: BTreeSet<String>,
+    pub pods: BTreeSet<PodKey>,
+}
+
 /// The compactions `policy` begins now: for each pending pod whose claim fragmentation blocks
-/// (`blocked`), the cheapest opening on a managed node with no compaction under way that the
-/// pod could run on (`eligible`), within the policy's `maxNodesReconfiguring` (nodes compacting
-/// already count).
+/// (`blocked`) and for which no room is being opened yet, the cheapest opening on a managed
+/// node with no compaction under way that the pod could run on (`eligible`), within the
+/// policy's `maxNodesReconfiguring` (nodes compacting already count).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     policy: &MigPolicy,
@@ -77,18 +89,28 @@ pub(crate) fn start(
     holders: &Holders,
     pods: &HashMap<PodKey, &PodView>,
     blocked: &[Blocked],
-    compacting: &BTreeSet<String>,
+    under_way: &UnderWay,
     eligible: Eligible<'_>,
     now: Timestamp,
 ) -> Vec<Start> {
     if !compacts(policy) {
         return Vec::new();
     }
+    let compacting = &under_way.nodes;
     let mut budget =
         (policy.spec.disruption.max_nodes_reconfiguring as usize).saturating_sub(compacting.len());
     let mut taken: BTreeSet<&str> = BTreeSet::new();
     let mut out = Vec::new();
-    for b in blocked.iter().filter(|b| b.by_fragmentation) {
+    let waiting = blocked.iter().filter(|b| b.by_fragmentation && !under_way.pods.contains(&b.pod));
+    // A pod blocked for two profiles gets room for one at a time.
+    let mut served: BTreeSet<&PodKey> = BTreeSet::new();
+    for b in waiting {
+        if budget == 0 {
+            break;
+        }
+        if served.contains(&b.pod) {
+            continue;
+        }
         if budget == 0 {
             break;
         }
@@ -147,17 +169,25 @@ pub(crate) fn start(
             note,
         });
         taken.insert(&node.node);
+        served.insert(&b.pod);
         budget -= 1;
     }
     out
 }
 
 /// What moving `pod` costs, or `None` when it must not move for a pod of `priority`: it is not
-/// running on `node`, a do-not-disrupt annotation of the policy protects it, or its priority is
-/// higher.
+/// running on `node`, nothing would bring it back (no controller owns it, or a DaemonSet does:
+/// what `kubectl drain` refuses without `--force`, kubernetes
+/// `staging/src/k8s.io/kubectl/pkg/drain/filters.go`), a do-not-disrupt annotation of the
+/// policy protects it, or its priority is higher.
 fn move_cost(pod: &PodView, node: &str, priority: i32, policy: &MigPolicy, now: Timestamp) -> Option<u64> {
     let spec = pod.spec.as_ref()?;
     if spec.node_name.as_deref() != Some(node) || pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let owners = pod.metadata.owner_references.iter().flatten();
+    let replaced = owners.filter(|o| o.controller == Some(true)).any(|o| o.kind != "DaemonSet");
+    if !replaced {
         return None;
     }
     let start = pod.status.as_ref().and_then(|s| s.start_time.as_ref());
@@ -271,8 +301,16 @@ pub(crate) fn tend(
             wanted.insert(rule);
         }
     }
-    out.delete =
-        rules.iter().filter_map(|r| r.metadata.name.clone()).filter(|n| !wanted.contains(n)).collect();
+    let settled = |r: &DeviceTaintRule| {
+        let made = r.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second());
+        now.as_second() - made > NEW_RULE_SECONDS
+    };
+    out.delete = rules
+        .iter()
+        .filter(|r| settled(r))
+        .filter_map(|r| r.metadata.name.clone())
+        .filter(|n| !wanted.contains(n))
+        .collect();
     out
 }
 
@@ -280,7 +318,6 @@ pub(crate) fn tend(
 mod tests {
     use super::*;
     use crate::dra::fragmentation::tests::h100_slice;
-    use crate::dra::fragmentation::Gpu;
 
     fn policy(compact: bool) -> MigPolicy {
         serde_json::from_value(json!({
@@ -290,9 +327,11 @@ mod tests {
         .unwrap()
     }
 
+    /// A pod of ReplicaSet `name`.
     fn pod(name: &str, node: Option<&str>, annotations: &[(&str, &str)]) -> PodView {
+        let owners = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": "rs", "controller": true}]);
         serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+            "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"), "ownerReferences": owners,
                 "annotations": annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()},
             "spec": {"nodeName": node, "containers": [{"name": "c"}]},
         }))
@@ -308,7 +347,7 @@ mod tests {
         for (device, pod) in held {
             by_name.insert(device.into(), PodKey::new("ml", pod));
         }
-        let gpus = Gpu::of_pool(&slices, &|d| held.iter().any(|(h, _)| *h == d));
+        let gpus = crate::dra::fragmentation::of_pool(&slices, &|d| held.iter().any(|(h, _)| *h == d));
         let node = NodeGpus { node: "n1".into(), pool: "n1".into(), gpus };
         let mut pods: Vec<PodView> = ["a", "b"].iter().map(|p| pod(p, Some("n1"), &[])).collect();
         pods.push(pod("c", Some("n1"), annotations));
@@ -329,7 +368,7 @@ mod tests {
         let (node, holders, pods) = fragmented(annotations);
         let by_key: HashMap<PodKey, &PodView> =
             pods.iter().map(|p| (crate::adapter::pods::key(p), p)).collect();
-        let none = BTreeSet::new();
+        let none = UnderWay::default();
         start(
             &policy(compact),
             &[&node],
@@ -385,10 +424,20 @@ mod tests {
         let policies = [Arc::new(policy(true))];
         let waiting = BTreeSet::from([PodKey::new("ml", "train")]);
         let rules: Vec<Arc<DeviceTaintRule>> = s.rules.iter().cloned().map(Arc::new).collect();
-        let stale = Arc::new(taint_rule("n2", "n2", "gpu-0-mig-1g10gb-0"));
+        // Ten minutes after the compaction began, within its time.
+        let now = Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(600);
+        let made_ago = |seconds: i64| {
+            let mut rule = taint_rule("n2", "n2", "gpu-0-mig-1g10gb-0");
+            rule.metadata.creation_timestamp = Some(Time(now - jiff::SignedDuration::from_secs(seconds)));
+            Arc::new(rule)
+        };
+        let mut with_new = rules.clone();
+        with_new.push(made_ago(5));
+        let kept =
+            tend(&mignodes, &policies, std::slice::from_ref(&node), &holders, &waiting, &with_new, now);
+        assert!(kept.delete.is_empty(), "a rule just made may be of a request not seen yet: {kept:?}");
         let mut with_stale = rules.clone();
-        with_stale.push(stale);
-        let now = Timestamp::UNIX_EPOCH;
+        with_stale.push(made_ago(120));
         let going =
             tend(&mignodes, &policies, std::slice::from_ref(&node), &holders, &waiting, &with_stale, now);
         assert!(going.end.is_empty() && going.restore.is_empty());
@@ -421,5 +470,31 @@ mod tests {
             late,
         );
         assert!(timed_out.end[0].1.contains("not allocated within"), "{:?}", timed_out.end);
+    }
+
+    #[test]
+    fn a_pod_nothing_would_bring_back_is_never_moved_and_a_pod_gets_one_compaction_at_a_time() {
+        let (node, holders, mut pods) = fragmented(&[]);
+        pods[2].metadata.owner_references = None;
+        let by_key: HashMap<PodKey, &PodView> =
+            pods.iter().map(|p| (crate::adapter::pods::key(p), p)).collect();
+        let begin = |under_way: &UnderWay| {
+            let anywhere = |_: &PodKey, _: &str| true;
+            start(
+                &policy(true),
+                &[&node],
+                &holders,
+                &by_key,
+                &blocked(),
+                under_way,
+                &anywhere,
+                Timestamp::UNIX_EPOCH,
+            )
+        };
+        let starts = begin(&UnderWay::default());
+        let evicted: Vec<&str> = starts[0].compaction.evict.iter().map(|p| p.pod.as_str()).collect();
+        assert_eq!(evicted, ["ml/a", "ml/b"], "the bare pod at 5 would not come back: 0-3 opens");
+        let served = UnderWay { nodes: BTreeSet::new(), pods: BTreeSet::from([PodKey::new("ml", "train")]) };
+        assert!(begin(&served).is_empty(), "room is being opened for it already");
     }
 }

@@ -37,15 +37,22 @@ impl Controller {
         let holders = holders(&seen.dra);
         let nodes = dynamic_nodes(&seen.dra, &holders);
         let ours: Vec<&NodeGpus> = nodes.iter().filter(|n| managed.contains(&n.node)).collect();
-        let compacting: BTreeSet<String> = ours
-            .iter()
-            .filter(|n| seen.mignodes.get(&n.node).is_some_and(|m| m.spec.compaction.is_some()))
-            .map(|n| n.node.clone())
-            .collect();
+        let under_way = compaction::UnderWay {
+            nodes: ours
+                .iter()
+                .filter(|n| seen.mignodes.get(&n.node).is_some_and(|m| m.spec.compaction.is_some()))
+                .map(|n| n.node.clone())
+                .collect(),
+            pods: seen
+                .mignodes
+                .values()
+                .filter_map(|m| PodKey::parse(&m.spec.compaction.as_ref()?.for_pod).ok())
+                .collect(),
+        };
         let pods: HashMap<PodKey, &PodView> = seen.pods.iter().map(|p| (key(p), &**p)).collect();
         let by_key: HashMap<PodKey, &Arc<PodView>> = seen.pods.iter().map(|p| (key(p), p)).collect();
         let eligible = |pod: &PodKey, node: &str| eligible(seen, by_key.get(pod).copied(), node, now);
-        for start in compaction::start(policy, &ours, &holders, &pods, blocked, &compacting, &eligible, now) {
+        for start in compaction::start(policy, &ours, &holders, &pods, blocked, &under_way, &eligible, now) {
             let rules: Vec<Action> =
                 start.rules.into_iter().map(|r| Action::CreateTaintRule(Box::new(r))).collect();
             let count = rules.len();
