@@ -12,12 +12,35 @@
 
 use std::collections::BTreeMap;
 
+use crate::catalog::GpuModel;
+
 /// The prefix of the counters that stand for a GPU's memory slices.
 pub const MEMORY_SLICE: &str = "memory-slice-";
 
 /// The memory slice a counter stands for (`memory-slice-3` is 3), if it stands for one.
 pub fn memory_slice(counter: &str) -> Option<u8> {
     counter.strip_prefix(MEMORY_SLICE)?.parse().ok()
+}
+
+/// The counter that stands for memory slice `index` (`memory-slice-3`).
+pub fn memory_slice_counter(index: u8) -> String {
+    format!("{MEMORY_SLICE}{index}")
+}
+
+/// What a MIG device of `size` memory slices from `start` draws: one of each slice's counter
+/// (the driver's `partitions.go`).
+pub fn memory_draw(start: u8, size: u8) -> BTreeMap<String, u64> {
+    (start..start + size).map(|i| (memory_slice_counter(i), 1)).collect()
+}
+
+/// The name NVIDIA's driver gives the MIG device of `profile` (with its GPU instance profile
+/// id, `x` where the catalog has none) at `start` on GPU `gpu`:
+/// `gpu-<minor>-mig-<profile without dots, + as ->-<id>-<start>`
+/// (`cmd/gpu-kubelet-plugin/mig.go`). Nobody should read a device's geometry from its name;
+/// this is for making them as the driver does.
+pub fn mig_device_name(gpu: u32, profile: &str, profile_id: Option<u32>, start: u8) -> String {
+    let id = profile_id.map_or_else(|| "x".to_string(), |id| id.to_string());
+    format!("gpu-{gpu}-mig-{}-{id}-{start}", profile.replace('.', "").replace('+', "-"))
 }
 
 /// One GPU of a DynamicMIG node: its counter set and the devices drawing from it.
@@ -50,6 +73,27 @@ pub enum Room {
 }
 
 impl Gpu {
+    /// GPU `index` of `model` as the driver publishes it in DynamicMIG mode, nothing allocated:
+    /// counter set `gpu-<index>-counter-set` of one counter per memory slice, and a device for
+    /// every MIG profile at every legal start drawing the slices it covers, in name order (the
+    /// order the driver lists them in, and kube-scheduler's allocator tries them in).
+    pub fn of_model(model: &GpuModel, index: u32) -> Gpu {
+        let capacity = (0..model.placement_units).map(|i| (memory_slice_counter(i), 1)).collect();
+        let mut devices: Vec<(String, String, BTreeMap<String, u64>)> = Vec::new();
+        for p in model.mig_profiles().map(|id| model.profile_info(id)) {
+            for &start in &p.starts {
+                let name = mig_device_name(index, &p.name, p.nvidia_smi_profile_id, start);
+                devices.push((name, p.name.clone(), memory_draw(start, p.size)));
+            }
+        }
+        devices.sort();
+        let mut gpu = Gpu::new(format!("gpu-{index}-counter-set"), capacity);
+        for (name, profile, draw) in devices {
+            gpu.add_device(name, Some(profile), draw, false);
+        }
+        gpu
+    }
+
     /// A GPU with counter set `set` of `capacity` and no device yet.
     pub fn new(set: impl Into<String>, capacity: BTreeMap<String, u64>) -> Gpu {
         Gpu { set: set.into(), capacity, devices: Vec::new(), allocated: Vec::new() }
@@ -85,7 +129,7 @@ impl Gpu {
     /// Marks device `name` allocated (a claim got it) or free again; false when there is no such
     /// device.
     pub fn set_allocated(&mut self, name: &str, allocated: bool) -> bool {
-        let Some(d) = self.devices.iter().position(|x| x.name == name) else { return false };
+        let Some(d) = self.index_of(name) else { return false };
         self.allocated.retain(|&a| a != d);
         if allocated {
             self.allocated.push(d);
@@ -128,6 +172,9 @@ impl Gpu {
         if self.fits_now(profile) {
             return Room::Now;
         }
+        if !self.enough_slices(profile) {
+            return Room::None;
+        }
         let wanted = self.wanted(profile, &|_| true);
         for moves in 0..=self.allocated.len() {
             if self.packing().place(&wanted, moves) {
@@ -142,7 +189,7 @@ impl Gpu {
     /// it must not move). `None` when a device of the profile is free now, or when no set of
     /// movable instances would make room.
     pub fn opening_for(&self, profile: &str, cost: &dyn Fn(&str) -> Option<u64>) -> Option<Opening> {
-        if self.fits_now(profile) {
+        if self.fits_now(profile) || !self.enough_slices(profile) {
             return None;
         }
         let movable: Vec<(usize, u64)> =
@@ -186,8 +233,13 @@ impl Gpu {
 
     /// Whether a device of `profile` is free now.
     fn fits_now(&self, profile: &str) -> bool {
-        let left = self.left();
-        self.devices.iter().filter(|d| d.profile.as_deref() == Some(profile)).any(|d| fits(&left, &d.draw))
+        self.first_free(profile, &|_| false).is_some()
+    }
+
+    /// Whether the GPU has as many free memory slices as a device of `profile` covers: without
+    /// them no packing makes room (moving instances frees no slice).
+    fn enough_slices(&self, profile: &str) -> bool {
+        self.free_memory_slices().len() >= self.size_of(Some(profile), None)
     }
 
     /// The devices to place: each instance where it is (free to move where `movable` says so)
@@ -220,8 +272,11 @@ impl Gpu {
     /// The devices to guard while room is opened at the device named `device`
     /// ([`Opening::guarded`]); `None` when this GPU has no device of that name.
     pub fn guards(&self, device: &str) -> Option<Vec<String>> {
-        let d = self.devices.iter().position(|x| x.name == device)?;
-        Some(self.overlapping(d))
+        Some(self.overlapping(self.index_of(device)?))
+    }
+
+    fn index_of(&self, name: &str) -> Option<usize> {
+        self.devices.iter().position(|x| x.name == name)
     }
 
     /// Every device other than `device` that draws one of its memory slices: the devices to

@@ -7,7 +7,7 @@
 use geometer_testkit::deploy as deploy_support;
 
 use clap::Parser;
-use deploy_support::{kubectl_available, kustomizations, object, render};
+use deploy_support::{kubectl_available, kustomizations, object, object_as, render};
 use geometer_api::{MigNode, MigPlan, MigPolicy, PolicyMode};
 use geometer_apiserver::ApiServer;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -188,18 +188,14 @@ fn controller_runs_two_replicas_behind_a_budget_and_a_metrics_service() {
             "{dir}: the Deployment selects its own pods"
         );
 
-        let pdb: PodDisruptionBudget =
-            serde_json::from_value(object(&objects, "PodDisruptionBudget", "geometer-controller").clone())
-                .unwrap();
+        let pdb: PodDisruptionBudget = object_as(&objects, "geometer-controller");
         let pdb_spec = pdb.spec.unwrap();
         let pdb_selector = serde_json::to_value(pdb_spec.selector.unwrap().match_labels.unwrap()).unwrap();
         assert!(selects(&pdb_selector, labels), "{dir}: the budget covers the controller pods");
         let min = pdb_spec.min_available.map(|m| serde_json::to_value(m).unwrap());
         assert_eq!(min, Some(Value::from(1)), "{dir}: one replica may be evicted at a time, never both");
 
-        let service: Service =
-            serde_json::from_value(object(&objects, "Service", "geometer-controller-metrics").clone())
-                .unwrap();
+        let service: Service = object_as(&objects, "geometer-controller-metrics");
         let spec = service.spec.unwrap();
         let selector = serde_json::to_value(spec.selector.unwrap()).unwrap();
         assert!(selects(&selector, labels), "{dir}: the metrics Service selects the controller pods");
@@ -243,10 +239,7 @@ fn the_rightsizing_webhook_never_blocks_pods_and_reaches_the_controller() {
             "{dir}: the Service reaches that port"
         );
 
-        let configuration: MutatingWebhookConfiguration = serde_json::from_value(
-            object(&objects, "MutatingWebhookConfiguration", "geometer-rightsizing").clone(),
-        )
-        .unwrap();
+        let configuration: MutatingWebhookConfiguration = object_as(&objects, "geometer-rightsizing");
         let webhooks = configuration.webhooks.unwrap();
         let paths: Vec<_> =
             webhooks.iter().map(|w| w.client_config.service.as_ref().unwrap().path.clone()).collect();
@@ -272,10 +265,7 @@ fn the_rightsizing_webhook_never_blocks_pods_and_reaches_the_controller() {
             );
         }
         // The agents' evictions go to the same Service, fail closed, and only the agent's.
-        let evictions: ValidatingWebhookConfiguration = serde_json::from_value(
-            object(&objects, "ValidatingWebhookConfiguration", "geometer-agent-evictions").clone(),
-        )
-        .unwrap();
+        let evictions: ValidatingWebhookConfiguration = object_as(&objects, "geometer-agent-evictions");
         let agent = format!(
             "system:serviceaccount:{}:geometer-agent",
             service["metadata"]["namespace"].as_str().unwrap()
@@ -306,14 +296,8 @@ fn the_agent_node_policy_is_bound_to_the_agents_service_account() {
     }
     for dir in kustomizations() {
         let objects = render(&dir);
-        let policy: ValidatingAdmissionPolicy = serde_json::from_value(
-            object(&objects, "ValidatingAdmissionPolicy", "geometer-agent-own-node").clone(),
-        )
-        .unwrap();
-        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(
-            object(&objects, "ValidatingAdmissionPolicyBinding", "geometer-agent-own-node").clone(),
-        )
-        .unwrap();
+        let policy: ValidatingAdmissionPolicy = object_as(&objects, "geometer-agent-own-node");
+        let binding: ValidatingAdmissionPolicyBinding = object_as(&objects, "geometer-agent-own-node");
         let spec = binding.spec;
         assert_eq!(spec.policy_name, "geometer-agent-own-node", "{dir}");
         assert_eq!(spec.validation_actions, ["Deny"], "{dir}");
@@ -499,8 +483,7 @@ async fn rendered_crds_and_default_policy_are_accepted_by_the_api_server() {
                 .unwrap_or_else(|e| panic!("{dir}: CRD {:?} refused: {e}", crd.metadata.name));
         }
         let policies: Api<MigPolicy> = Api::all(client);
-        let policy: MigPolicy =
-            serde_json::from_value(object(&objects, "MigPolicy", "default").clone()).unwrap();
+        let policy: MigPolicy = object_as(&objects, "default");
         let created = policies
             .create(&PostParams::default(), &policy)
             .await

@@ -7,6 +7,10 @@
 //! syntax as Karpenter uses it) protects the pod for that long after it started. `"false"` does
 //! not protect. Any other value protects too, because a typo must not cost someone their job;
 //! the reason says which value could not be read so it can be fixed.
+//!
+//! [`comes_back`] says whether an evicted pod would be made again elsewhere, which moving a pod
+//! to make room (DynamicMIG compaction) needs: the controller that chooses the pods and the
+//! agent that evicts them both call it.
 
 use std::time::Duration;
 
@@ -30,6 +34,14 @@ pub struct Blocked {
     pub until: Option<Timestamp>,
     /// One sentence for conditions and events.
     pub why: String,
+}
+
+/// Whether a controller other than a DaemonSet owns the pod (`meta`), so that an evicted pod is
+/// made again and can run elsewhere: what `kubectl drain` refuses to evict without `--force`
+/// otherwise (kubernetes `staging/src/k8s.io/kubectl/pkg/drain/filters.go`).
+pub fn comes_back(meta: &ObjectMeta) -> bool {
+    let owners = meta.owner_references.iter().flatten();
+    owners.filter(|o| o.controller == Some(true)).any(|o| o.kind != "DaemonSet")
 }
 
 /// Evaluates the do-not-disrupt annotations of `pod` at `now`. The first key (in `keys` order)
@@ -252,5 +264,21 @@ mod tests {
             }
             other => panic!("an unreadable value must block, got {other:?}"),
         }
+    }
+
+    fn owned_by(kind: Option<&str>) -> ObjectMeta {
+        let owners: Vec<serde_json::Value> = kind
+            .map(|k| serde_json::json!({"apiVersion": "apps/v1", "kind": k, "name": "x", "uid": "u", "controller": true}))
+            .into_iter()
+            .collect();
+        serde_json::from_value(serde_json::json!({"name": "p", "ownerReferences": owners})).unwrap()
+    }
+
+    #[test]
+    fn only_a_pod_a_controller_makes_again_elsewhere_comes_back() {
+        assert!(comes_back(&owned_by(Some("ReplicaSet"))));
+        assert!(comes_back(&owned_by(Some("StatefulSet"))));
+        assert!(!comes_back(&owned_by(Some("DaemonSet"))), "it would come back on the same node");
+        assert!(!comes_back(&owned_by(None)), "a bare pod would be gone for good");
     }
 }

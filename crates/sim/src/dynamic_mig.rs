@@ -20,8 +20,8 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use geometer_solver::catalog::{Catalog, GpuModel};
-use geometer_solver::dynamic_mig::{Gpu, MEMORY_SLICE};
+use geometer_solver::catalog::Catalog;
+use geometer_solver::dynamic_mig::Gpu;
 
 use crate::cluster::Cluster;
 use crate::trace::Millis;
@@ -71,12 +71,11 @@ impl Outcome {
     }
 }
 
-/// Where a GPU is: its node and model, and the memory slices each profile of the model takes.
+/// Where a GPU is: its node and model.
 struct GpuAt {
     node: usize,
     model: usize,
     gpu: Gpu,
-    sizes: BTreeMap<String, usize>,
 }
 
 /// A pod's state.
@@ -117,13 +116,8 @@ pub fn run(cluster: &Cluster, workload: &Workload, policy: Policy, move_delay: M
     let mut gpus = Vec::new();
     for (n, node) in cluster.nodes.iter().enumerate() {
         let Some(model) = catalog.find(&cluster.models[node.model].name) else { continue };
-        let sizes: BTreeMap<String, usize> = model
-            .mig_profiles()
-            .map(|id| model.profile_info(id))
-            .map(|p| (p.name.clone(), usize::from(p.size)))
-            .collect();
         for g in 0..node.gpus {
-            gpus.push(GpuAt { node: n, model: node.model, gpu: published(model, g), sizes: sizes.clone() });
+            gpus.push(GpuAt { node: n, model: node.model, gpu: Gpu::of_model(model, g) });
         }
     }
     let pods: Vec<&SimPod> = workload
@@ -194,30 +188,6 @@ pub fn run(cluster: &Cluster, workload: &Workload, policy: Policy, move_delay: M
         compactions: sim.compactions,
         hours: now.saturating_sub(first) as f64 / 3_600_000.0,
     }
-}
-
-/// GPU `index` of `model` as the driver publishes it: one `memory-slice-<i>` counter per memory
-/// slice, and a device for every MIG profile at every legal start drawing the slices it covers,
-/// in name order (`gpu-<minor>-mig-<profile>-<id>-<start>`, as the driver names and sorts them).
-fn published(model: &GpuModel, index: u32) -> Gpu {
-    let slice = |i: u8| format!("{MEMORY_SLICE}{i}");
-    let capacity = (0..model.placement_units).map(|i| (slice(i), 1)).collect();
-    let mut devices: Vec<(String, String, BTreeMap<String, u64>)> = Vec::new();
-    for id in model.mig_profiles() {
-        let p = model.profile_info(id);
-        for &start in &p.starts {
-            let profile_id = p.nvidia_smi_profile_id.map_or_else(|| "x".to_string(), |i| i.to_string());
-            let name = format!("gpu-{index}-mig-{}-{profile_id}-{start}", p.name.replace('.', ""));
-            let draw = (start..start + p.size).map(|i| (slice(i), 1)).collect();
-            devices.push((name, p.name.clone(), draw));
-        }
-    }
-    devices.sort();
-    let mut gpu = Gpu::new(format!("gpu-{index}-counter-set"), capacity);
-    for (name, profile, draw) in devices {
-        gpu.add_device(name, Some(profile), draw, false);
-    }
-    gpu
 }
 
 impl Sim<'_> {
@@ -342,14 +312,8 @@ impl Sim<'_> {
                 continue;
             }
             tried.push(profile);
-            // Only a GPU with as many free memory slices as the profile takes can be packed for it.
-            let roomy = |g: &usize| {
-                let at = &self.gpus[*g];
-                at.sizes.get(profile).is_some_and(|&size| at.gpu.free_memory_slices().len() >= size)
-            };
             let best = (0..self.gpus.len())
                 .filter(|&g| self.allowed(p, g))
-                .filter(roomy)
                 .filter_map(|g| {
                     Some((g, self.gpus[g].gpu.opening_for(profile, &|d| self.move_cost(g, d, p))?))
                 })

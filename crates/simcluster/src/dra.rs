@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 
 use geometer_api::GpuInventory;
 use geometer_solver::catalog::{Catalog, GpuModel, WHOLE};
+use geometer_solver::dynamic_mig::{memory_draw, memory_slice_counter, mig_device_name};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::PostParams;
@@ -44,18 +45,15 @@ pub const DRA_PLUGIN_NAMESPACE: &str = "dra-driver-nvidia-gpu";
 pub const DRA_PLUGIN_LABEL: (&str, &str) = ("dra-driver-nvidia-gpu-component", "kubelet-plugin");
 
 /// The name the driver gives a device: `gpu-<minor>` for a whole GPU,
-/// `gpu-<minor>-mig-<profile without dots, + as ->-<GPU instance profile id>-<start>` for a
-/// MIG device (`mig.go`).
+/// [`mig_device_name`] for a MIG device (`mig.go`).
 pub fn device_name(model: Option<&GpuModel>, device: &Device) -> String {
     if device.profile == WHOLE {
         return format!("gpu-{}", device.gpu);
     }
     let profile_id = model
         .and_then(|m| m.profile(&device.profile).map(|id| m.profile_info(id)))
-        .and_then(|p| p.nvidia_smi_profile_id)
-        .map_or_else(|| "x".to_string(), |id| id.to_string());
-    let profile = device.profile.replace('.', "").replace('+', "-");
-    format!("gpu-{}-mig-{profile}-{profile_id}-{}", device.gpu, device.start)
+        .and_then(|p| p.nvidia_smi_profile_id);
+    mig_device_name(device.gpu, &device.profile, profile_id, device.start)
 }
 
 /// A kubelet plugin pod on a node, as the driver's DaemonSet creates it (pending; the kubelet
@@ -162,7 +160,7 @@ impl Publication<'_> {
             .map(|g| {
                 let slices = self.catalog.find(&g.model).map_or(0, |m| m.placement_units);
                 let counters: serde_json::Map<String, Value> =
-                    (0..slices).map(|i| (memory_slice(i), json!({"value": "1"}))).collect();
+                    (0..slices).map(|i| (memory_slice_counter(i), json!({"value": "1"}))).collect();
                 json!({"name": counter_set(g.index), "counters": counters})
             })
             .collect();
@@ -182,11 +180,6 @@ impl Publication<'_> {
     }
 }
 
-/// The counter (and capacity) of one memory slice.
-fn memory_slice(index: u8) -> String {
-    format!("memory-slice-{index}")
-}
-
 /// A DynamicMIG device: the static entry's attributes and capacities without `uuid`, drawing
 /// the memory slices it covers from its GPU's counter set (`partitions.go`).
 fn abstract_entry(name: &str, d: &Device, gpu: &GpuInventory, model: Option<&GpuModel>) -> Value {
@@ -196,7 +189,7 @@ fn abstract_entry(name: &str, d: &Device, gpu: &GpuInventory, model: Option<&Gpu
     }
     let size = model.and_then(|m| m.profile(&d.profile).map(|id| m.profile_info(id).size)).unwrap_or(0);
     let counters: serde_json::Map<String, Value> =
-        (d.start..d.start + size).map(|i| (memory_slice(i), json!({"value": "1"}))).collect();
+        memory_draw(d.start, size).into_keys().map(|counter| (counter, json!({"value": "1"}))).collect();
     entry["consumesCounters"] = json!([{"counterSet": counter_set(d.gpu), "counters": counters}]);
     entry
 }

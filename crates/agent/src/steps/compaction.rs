@@ -31,7 +31,7 @@ impl Agent {
             .then(|| format!("{} does not allow evictions (spec.disruption.evictionAllowed)", rules.source));
         for target in &compaction.evict {
             let Some(pod) = self.compaction_target(target).await? else { continue };
-            if !comes_back(&pod) {
+            if !geometer_api::do_not_disrupt::comes_back(&pod.metadata) {
                 let note = format!("not moving {}: no controller would bring it back", target.pod);
                 self.announce_blocked(&target.pod, note).await;
                 continue;
@@ -76,36 +76,5 @@ impl Agent {
             p.metadata.uid.as_deref() == Some(target.uid.as_str())
                 && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(self.cfg.node.as_str())
         }))
-    }
-}
-
-/// Whether a controller other than a DaemonSet owns `pod`, so that an evicted pod comes back
-/// elsewhere: what `kubectl drain` refuses to evict without `--force` otherwise (kubernetes
-/// `staging/src/k8s.io/kubectl/pkg/drain/filters.go`). Checked again here, though the
-/// controller only names such pods.
-fn comes_back(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
-    let owners = pod.metadata.owner_references.iter().flatten();
-    owners.filter(|o| o.controller == Some(true)).any(|o| o.kind != "DaemonSet")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn owned_by(kind: Option<&str>) -> k8s_openapi::api::core::v1::Pod {
-        let owners: Vec<serde_json::Value> = kind
-            .map(|k| serde_json::json!({"apiVersion": "apps/v1", "kind": k, "name": "x", "uid": "u", "controller": true}))
-            .into_iter()
-            .collect();
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "p", "ownerReferences": owners}}))
-            .unwrap()
-    }
-
-    #[test]
-    fn only_a_pod_a_controller_brings_back_is_moved() {
-        assert!(comes_back(&owned_by(Some("ReplicaSet"))));
-        assert!(comes_back(&owned_by(Some("StatefulSet"))));
-        assert!(!comes_back(&owned_by(Some("DaemonSet"))), "it would come back on the same node");
-        assert!(!comes_back(&owned_by(None)), "a bare pod would be gone for good");
     }
 }

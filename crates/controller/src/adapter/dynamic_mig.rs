@@ -9,7 +9,7 @@ use geometer_solver::PodKey;
 
 use crate::dra::demand::Asked;
 use crate::dra::fragmentation::{free_runs, of_pool, runs_text, Gpu, Room};
-use crate::dra::holders::Holders;
+use crate::dra::holders::{is_claim_holder, Holders};
 use crate::dra::objects::DraObjects;
 use crate::dra::stack::DraMode;
 
@@ -60,7 +60,7 @@ fn best_room<'n>(nodes: &'n [NodeGpus], profile: &str) -> Option<(&'n NodeGpus, 
 /// claims no pod holds yet stand in the way.
 fn would_move(node: &NodeGpus, gpu: &Gpu, profile: &str, holders: &Holders) -> String {
     let held = holders.by_name.get(&node.pool);
-    let holder = |device: &str| held?.get(device).filter(|p| !p.name().starts_with("claim:"));
+    let holder = |device: &str| held?.get(device).filter(|p| !is_claim_holder(p));
     let Some(opening) = gpu.opening_for(profile, &|device| holder(device).map(|_| 1)) else {
         return String::new();
     };

@@ -176,18 +176,14 @@ pub(crate) fn start(
 }
 
 /// What moving `pod` costs, or `None` when it must not move for a pod of `priority`: it is not
-/// running on `node`, nothing would bring it back (no controller owns it, or a DaemonSet does:
-/// what `kubectl drain` refuses without `--force`, kubernetes
-/// `staging/src/k8s.io/kubectl/pkg/drain/filters.go`), a do-not-disrupt annotation of the
-/// policy protects it, or its priority is higher.
+/// running on `node`, nothing would bring it back ([`geometer_api::do_not_disrupt::comes_back`]),
+/// a do-not-disrupt annotation of the policy protects it, or its priority is higher.
 fn move_cost(pod: &PodView, node: &str, priority: i32, policy: &MigPolicy, now: Timestamp) -> Option<u64> {
     let spec = pod.spec.as_ref()?;
     if spec.node_name.as_deref() != Some(node) || pod.metadata.deletion_timestamp.is_some() {
         return None;
     }
-    let owners = pod.metadata.owner_references.iter().flatten();
-    let replaced = owners.filter(|o| o.controller == Some(true)).any(|o| o.kind != "DaemonSet");
-    if !replaced {
+    if !geometer_api::do_not_disrupt::comes_back(&pod.metadata) {
         return None;
     }
     let start = pod.status.as_ref().and_then(|s| s.start_time.as_ref());

@@ -30,8 +30,15 @@ pub struct Holders {
 /// The holder key of a claim that is not reserved for a pod yet. Pod names cannot contain `:`,
 /// so it never names a pod.
 pub fn claim_holder(namespace: &str, claim: &str) -> PodKey {
-    PodKey::new(namespace, &format!("claim:{claim}"))
+    PodKey::new(namespace, &format!("{CLAIM_HOLDER}{claim}"))
 }
+
+/// Whether `holder` is a claim no pod has yet ([`claim_holder`]) rather than a pod.
+pub fn is_claim_holder(holder: &PodKey) -> bool {
+    holder.name().starts_with(CLAIM_HOLDER)
+}
+
+const CLAIM_HOLDER: &str = "claim:";
 
 pub fn holders(dra: &DraObjects) -> Holders {
     let mut out = Holders::default();

@@ -240,6 +240,17 @@ fn leaving_mig(spec: &MigPlanSpec, node: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each event action as (warning, reason, note).
+    fn said(events: &[Action]) -> Vec<(bool, &'static str, String)> {
+        events
+            .iter()
+            .map(|a| match a {
+                Action::Event(e) => (e.warning, e.reason, e.note.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
     use geometer_solver::plan::{GpuPlan, Objective, PodOutcome, SolverUsed, UnmetReason};
 
     fn name(p: &str, s: u8) -> PlacedName {
@@ -318,13 +329,7 @@ mod tests {
             why: "blocked by fragmentation: node dyn-1 gpu-0-counter-set ...".into(),
         };
         let events = blocked_events(&[blocked(true), blocked(false)], &pods, None);
-        let said: Vec<(bool, &str, String)> = events
-            .iter()
-            .map(|a| match a {
-                Action::Event(e) => (e.warning, e.reason, e.note.clone()),
-                other => panic!("{other:?}"),
-            })
-            .collect();
+        let said = said(&events);
         assert_eq!(said[0].1, "BlockedByFragmentation");
         assert_eq!(said[1].1, "BlockedByCapacity");
         assert!(
@@ -345,13 +350,7 @@ mod tests {
             ..Default::default()
         };
         let events = pod_events(&spec, &pods, Some(&plan));
-        let notes: Vec<(bool, &str, String)> = events
-            .iter()
-            .map(|a| match a {
-                Action::Event(e) => (e.warning, e.reason, e.note.clone()),
-                other => panic!("{other:?}"),
-            })
-            .collect();
+        let notes = said(&events);
         assert_eq!(
             notes[0],
             (false, "SlicePlanned", "slice 3g.40gb planned on node gpu-a by plan pool-1".to_string())

@@ -62,6 +62,16 @@ pub fn object<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} {name} in the rendering"))
 }
 
+/// The one `K` named `name`, as its type.
+pub fn object_as<K>(objects: &[Value], name: &str) -> K
+where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+{
+    let kind = K::kind(&());
+    serde_json::from_value(object(objects, &kind, name).clone())
+        .unwrap_or_else(|e| panic!("{kind} {name} does not parse: {e}"))
+}
+
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }

@@ -189,18 +189,13 @@ impl RealCluster {
     /// Creates a Job in [`NS`] of `completions` pods, all at once, whose pods are `template`
     /// (their run time, `MigPod::run_seconds`, is how long each takes).
     pub async fn run_job(&self, name: &str, completions: i32, template: Pod) -> Job {
-        let mut labels = template.metadata.labels.unwrap_or_default();
-        labels.insert("app".into(), name.into());
         let job: Job = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": NS},
             "spec": {
                 "completions": completions,
                 "parallelism": completions,
                 "backoffLimit": 0,
-                "template": {
-                    "metadata": {"labels": labels, "annotations": template.metadata.annotations},
-                    "spec": template.spec.expect("pod spec"),
-                },
+                "template": pod_template(name, template),
             },
         }))
         .unwrap();
@@ -219,16 +214,14 @@ impl RealCluster {
 
     /// Creates a Deployment in [`NS`] whose pods are `template` (its name becomes the app label).
     pub async fn deploy(&self, name: &str, replicas: i32, template: Pod) -> Deployment {
-        let mut spec = serde_json::to_value(template.spec.expect("pod spec")).unwrap();
-        spec["restartPolicy"] = json!("Always");
-        let mut labels = template.metadata.labels.unwrap_or_default();
-        labels.insert("app".into(), name.into());
+        let mut template = pod_template(name, template);
+        template["spec"]["restartPolicy"] = json!("Always");
         let deployment: Deployment = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": NS},
             "spec": {
                 "replicas": replicas,
                 "selector": {"matchLabels": {"app": name}},
-                "template": {"metadata": {"labels": labels, "annotations": template.metadata.annotations}, "spec": spec},
+                "template": template,
             },
         }))
         .unwrap();
@@ -237,6 +230,17 @@ impl RealCluster {
             .await
             .expect("deployment")
     }
+}
+
+/// A workload's pod template from `template`: its labels with `app: name`, its annotations
+/// and spec.
+fn pod_template(name: &str, template: Pod) -> serde_json::Value {
+    let mut labels = template.metadata.labels.unwrap_or_default();
+    labels.insert("app".into(), name.into());
+    json!({
+        "metadata": {"labels": labels, "annotations": template.metadata.annotations},
+        "spec": template.spec.expect("pod spec"),
+    })
 }
 
 /// The resources the containers of `pod` name in their limits.
